@@ -1,0 +1,1 @@
+"""The methodology of METHODS.md as pure functions over arrays."""

@@ -1,0 +1,1 @@
+"""Release detector, candidate classifier, reconciliation, review queue."""

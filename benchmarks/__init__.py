@@ -1,0 +1,1 @@
+"""Benchmarks: each prints its figures and ratios against an in-process baseline."""

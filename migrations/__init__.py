@@ -1,0 +1,1 @@
+"""Alembic migrations. Every schema change is a migration, tested up and down."""

@@ -1,0 +1,3 @@
+from proctor.cli import main
+
+main()

@@ -1,0 +1,68 @@
+"""Engines and sessions for SQLite (the embedded default) and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from proctor.db import append_only
+
+
+class ProctorSession(Session):
+    """The project's session class: the append-only guard is always attached."""
+
+
+append_only.install(ProctorSession)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # SQLite ignores foreign keys unless asked, per connection
+    cursor.execute("PRAGMA foreign_keys=ON")
+    # WAL lets the web app read while the station writes
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
+        engine = sa.create_engine(url, **kwargs)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return sa.create_engine(url, **kwargs)
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[ProctorSession]:
+    return sessionmaker(bind=engine, class_=ProctorSession, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[ProctorSession]) -> Iterator[ProctorSession]:
+    """A unit of work owned by the caller (a request, a CLI command):
+    committed when the block succeeds, rolled back when it raises."""
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def is_postgresql(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"

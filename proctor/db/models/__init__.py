@@ -1,0 +1,33 @@
+"""The whole schema. Import from here so that every table is registered on
+``Base.metadata`` before Alembic or ``create_all`` looks at it."""
+
+from proctor.db.models.analysis import AnalysisSnapshot
+from proctor.db.models.annotation import AnnotationCandidate, PlacementEvent, ReviewAction
+from proctor.db.models.base import Base
+from proctor.db.models.campaigns import Assignment, Campaign, CampaignObject, CampaignPolicy
+from proctor.db.models.catalog import ObjectType, Policy, Station, Submission
+from proctor.db.models.episodes import Artifact, Episode, EpisodeEvent
+from proctor.db.models.people import ApiToken, AuditLog, User, UserRole
+
+__all__ = [
+    "AnalysisSnapshot",
+    "AnnotationCandidate",
+    "ApiToken",
+    "Artifact",
+    "Assignment",
+    "AuditLog",
+    "Base",
+    "Campaign",
+    "CampaignObject",
+    "CampaignPolicy",
+    "Episode",
+    "EpisodeEvent",
+    "ObjectType",
+    "PlacementEvent",
+    "Policy",
+    "ReviewAction",
+    "Station",
+    "Submission",
+    "User",
+    "UserRole",
+]

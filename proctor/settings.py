@@ -1,0 +1,132 @@
+"""Settings: environment (``PROCTOR_*``) over one TOML config file over defaults.
+
+Built once at the entry point (CLI command, ``create_app``) and passed down;
+nothing here runs at import time. Secrets (``secret_key``, ``encryption_key``)
+come only from the environment: a config file that names one is refused, so
+a config file can be committed to ``deploy/`` without leaking anything.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from proctor.errors import ConfigError
+
+SECRET_FIELDS = ("secret_key", "encryption_key")
+_config_file: ContextVar[Path | None] = ContextVar("proctor_config_file", default=None)
+
+
+class WebSettings(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PROCTOR_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    env: Literal["dev", "test", "prod"] = "dev"
+    data_dir: Path = Path("proctor-data")
+    # default: a SQLite file under data_dir
+    database_url: str | None = None
+    # a local folder or an fsspec URL (s3://bucket/prefix); default: data_dir/artifacts
+    artifacts: str | None = None
+    web: WebSettings = Field(default_factory=WebSettings)
+    # signs session cookies; from the environment only
+    secret_key: SecretStr | None = None
+    # encrypts submitters' endpoint API keys at rest; from the environment only
+    encryption_key: SecretStr | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlFileSource(settings_cls))
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Settings:
+        if self.database_url is None:
+            self.database_url = f"sqlite:///{(self.data_dir / 'proctor.db').resolve()}"
+        if self.artifacts is None:
+            self.artifacts = str((self.data_dir / "artifacts").resolve())
+        if self.env == "prod" and self.secret_key is None:
+            raise ValueError("PROCTOR_SECRET_KEY must be set when PROCTOR_ENV=prod")
+        return self
+
+    @property
+    def db_url(self) -> str:
+        assert self.database_url is not None  # filled by the validator
+        return self.database_url
+
+    @property
+    def artifacts_location(self) -> str:
+        assert self.artifacts is not None  # filled by the validator
+        return self.artifacts
+
+
+class _TomlFileSource(PydanticBaseSettingsSource):
+    """Reads the config file named by ``load_settings`` or ``PROCTOR_CONFIG``."""
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        path = _config_file.get()
+        if path is None and os.environ.get("PROCTOR_CONFIG"):
+            path = Path(os.environ["PROCTOR_CONFIG"])
+        self._data = read_config_file(path) if path is not None else {}
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse the TOML config file; refuse secrets in it."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+    for key in SECRET_FIELDS:
+        if key in data:
+            raise ConfigError(
+                f"config file {path}: '{key}' is a secret; set PROCTOR_{key.upper()} "
+                "in the environment instead"
+            )
+    return data
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build settings for an entry point; errors become one-line ConfigErrors."""
+    token = _config_file.set(config_file)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from None
+    finally:
+        _config_file.reset(token)

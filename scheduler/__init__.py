@@ -1,0 +1,1 @@
+"""Campaigns, blinded randomized assignment, the sealed allocation log."""

@@ -1,0 +1,1 @@
+"""The station daemon: drivers, simulated cell, control loop, recorder, policy clients."""

@@ -1,0 +1,119 @@
+"""The ``proctor`` command as a user runs it: a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from proctor.cli import app
+
+PROCTOR = [sys.executable, "-m", "proctor"]
+
+
+def run(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [*PROCTOR, *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=120
+    )
+
+
+def _all_command_paths() -> list[list[str]]:
+    root = typer.main.get_command(app)
+    paths: list[list[str]] = []
+
+    def walk(cmd: object, path: list[str]) -> None:
+        paths.append(path)
+        if hasattr(cmd, "commands"):
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+
+    walk(root, [])
+    return paths
+
+
+def test_every_command_has_help() -> None:
+    """In-process walk of the command tree: each command answers --help."""
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    paths = _all_command_paths()
+    assert len(paths) > 10
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        assert "Usage" in result.output
+
+
+def test_help_and_version_in_a_subprocess() -> None:
+    result = run(["--help"])
+    assert result.returncode == 0
+    for name in ["demo", "serve", "station", "analyze", "power", "annotate", "export", "db"]:
+        assert name in result.stdout
+    version = run(["version"])
+    assert version.returncode == 0 and version.stdout.startswith("proctor ")
+
+
+def test_db_upgrade_and_current_on_both_databases(fresh_db_url: str, tmp_path: Path) -> None:
+    env = {"PROCTOR_DATABASE_URL": fresh_db_url, "PROCTOR_DATA_DIR": str(tmp_path)}
+    before = run(["db", "current"], env)
+    assert before.returncode == 0, before.stderr
+    assert "at revision base" in before.stdout and "behind" in before.stdout
+
+    up = run(["db", "upgrade"], env)
+    assert up.returncode == 0, up.stderr
+    now = run(["db", "current"], env)
+    assert "up to date" in now.stdout
+
+    down = run(["db", "downgrade", "base"], env)
+    assert down.returncode == 0, down.stderr
+    assert "at revision base" in down.stdout
+
+
+def test_default_database_is_sqlite_under_data_dir(tmp_path: Path) -> None:
+    result = run(["db", "upgrade"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "proctor-data" / "proctor.db").is_file()
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    result = run(["--config", str(tmp_path / "missing.toml"), "db", "current"])
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: config file {tmp_path / 'missing.toml'}: not found"
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_unexpected_failures_are_one_line_unless_debug(tmp_path: Path) -> None:
+    env = {"PROCTOR_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"}
+    plain = run(["db", "current"], env)
+    assert plain.returncode == 1
+    lines = plain.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unexpected failure: OperationalError")
+    assert "--debug" in lines[0]
+
+    debug = run(["--debug", "db", "current"], env)
+    assert debug.returncode == 1
+    assert "Traceback" in debug.stderr
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    result = run(["no-such-command"])
+    assert result.returncode == 2
+    assert "No such command" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_config_file_selects_database(tmp_path: Path, backend: str) -> None:
+    cfg = tmp_path / "proctor.toml"
+    cfg.write_text(f'database_url = "sqlite:///{tmp_path / "cfg.db"}"\n')
+    result = run(["--config", str(cfg), "db", "upgrade"])
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "cfg.db").is_file()

@@ -1,0 +1,1 @@
+"""The FastAPI app: leaderboard, run explorer, consoles, review UI, JSON API."""
