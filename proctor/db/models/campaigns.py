@@ -44,6 +44,9 @@ class Campaign(Base):
     protocol_extra: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     seed_commitment: Mapped[str | None] = mapped_column(sa.String(64))
     allocation_seed: Mapped[str | None] = mapped_column(sa.String(128))  # sealed until closed
+    # the exact input of the allocation derivation, frozen when the campaign starts
+    # (scheduler/allocation.py: canonical policy and object ids, configs, algorithm)
+    allocation_protocol: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_by_id: Mapped[int | None] = mapped_column(sa.ForeignKey("users.id"))
     created_at: Mapped[datetime] = created_at_column()
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -117,4 +120,6 @@ class Assignment(Base):
     # a requeued (system) or skipped slot points at its replacement's origin
     replaces_id: Mapped[int | None] = mapped_column(sa.ForeignKey("assignments.id"))
     attempt: Mapped[int] = mapped_column(default=1)
+    # a slot rescheduled after a failed pre-flight waits until then before it is claimable
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = created_at_column()
