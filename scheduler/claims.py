@@ -1,0 +1,293 @@
+"""Stations claiming work: claim, complete, skip after a failed pre-flight.
+
+All state is in the database, so a restarted station (or scheduler) resumes
+exactly where it stopped: a station that still holds a claim gets that same
+run back before anything new.
+
+Concurrency: on PostgreSQL the next pending slot is picked with
+``SELECT … FOR UPDATE SKIP LOCKED`` inside the claiming ``UPDATE``, so two
+stations never take the same slot and never wait on each other. On SQLite
+the same single ``UPDATE … WHERE id = (SELECT …) RETURNING`` statement runs
+under SQLite's database-wide write lock, which serializes claimers (the
+engine's ``busy_timeout`` makes the second one wait rather than fail).
+
+Functions take a keyword-only ``session`` and never commit; commit right
+after a claim so the row lock is released and other stations see it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from proctor.db.models import Assignment, Campaign, CampaignPolicy, Episode, ObjectType
+from proctor.db.types import utcnow
+from proctor.domain import AssignmentStatus, CampaignStatus, EpisodeState, Outcome, Side
+from proctor.errors import ProctorError, UsageError
+from scheduler.codes import new_endpoint_handle, unique_codes
+from scheduler.service import Actor, CampaignNotFound, CampaignStateError, audit
+
+# an endpoint that fails its pre-flight is usually down for minutes (a restart,
+# a redeploy): retry its slot after 5 min, doubling per attempt, at most 1 h
+PREFLIGHT_RETRY_S = 300.0
+PREFLIGHT_RETRY_MAX_S = 3600.0
+
+
+class RunNotFound(ProctorError):
+    """No assignment with that run code (the API answers 404)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a station needs to run one episode, and nothing that names the
+    policy: no policy, submission, owner, endpoint, sequence or attempt."""
+
+    run_code: str
+    endpoint_handle: str  # the station connects to ws://<server>/policy/<handle>
+    campaign_id: int
+    object_type_id: int
+    object_name: str
+    object_display_name: str
+    prompt: str  # the language instruction for this object
+    items: int
+    per_item_cap_s: float
+    budget_s: float  # items × per-item cap
+    tote_side: Side
+    camera_side: Side
+    resumed: bool  # this station held the claim already (it restarted)
+
+
+def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool) -> Claim:
+    obj = session.get(ObjectType, a.object_type_id)
+    if obj is None:  # a foreign key makes this impossible short of corruption
+        raise ProctorError(f"run {a.run_code}: its object type is missing")
+    return Claim(
+        run_code=a.run_code,
+        endpoint_handle=a.endpoint_handle,
+        campaign_id=campaign.id,
+        object_type_id=obj.id,
+        object_name=obj.name,
+        object_display_name=obj.display_name or obj.name,
+        prompt=obj.prompt,
+        items=campaign.items_per_episode,
+        per_item_cap_s=campaign.per_item_cap_s,
+        budget_s=campaign.items_per_episode * campaign.per_item_cap_s,
+        tote_side=a.tote_side,
+        camera_side=a.camera_side,
+        resumed=resumed,
+    )
+
+
+def claim_next(
+    session: Session, *, campaign_id: int, station_id: int, now: datetime | None = None
+) -> Claim | None:
+    """The station's next run: the claim it already holds, else the first
+    pending slot (by sequence) of an active policy that is due; None when
+    nothing is claimable now (all taken, or waiting out a retry delay)."""
+    campaign = session.get(Campaign, campaign_id)
+    if campaign is None:
+        raise CampaignNotFound(f"no campaign with id {campaign_id}")
+    if campaign.status != CampaignStatus.running:
+        raise CampaignStateError(
+            f"campaign '{campaign.name}' is {campaign.status.value}; only a running "
+            "campaign hands out work"
+        )
+    held = session.scalars(
+        sa.select(Assignment)
+        .where(
+            Assignment.campaign_id == campaign_id,
+            Assignment.station_id == station_id,
+            Assignment.status == AssignmentStatus.claimed,
+        )
+        .order_by(Assignment.sequence)
+        .limit(1)
+    ).first()
+    if held is not None:
+        return _claim(session, held, campaign, resumed=True)
+
+    now = now or utcnow()
+    active = sa.select(CampaignPolicy.policy_id).where(
+        CampaignPolicy.campaign_id == campaign_id, CampaignPolicy.active.is_(True)
+    )
+    pick = (
+        sa.select(Assignment.id)
+        .where(
+            Assignment.campaign_id == campaign_id,
+            Assignment.status == AssignmentStatus.pending,
+            sa.or_(Assignment.not_before.is_(None), Assignment.not_before <= now),
+            Assignment.policy_id.in_(active),
+        )
+        .order_by(Assignment.sequence)
+        .limit(1)
+        # PostgreSQL: lock the row, skip rows other stations hold; SQLite omits it
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    claimed_id = session.execute(
+        sa.update(Assignment)
+        .where(Assignment.id == pick)
+        .values(status=AssignmentStatus.claimed, station_id=station_id, claimed_at=now)
+        .returning(Assignment.id),
+        execution_options={"synchronize_session": False},
+    ).scalar_one_or_none()
+    if claimed_id is None:
+        return None
+    a = session.get(Assignment, claimed_id, populate_existing=True)
+    if a is None:
+        raise ProctorError("a claimed assignment vanished")  # impossible inside one transaction
+    return _claim(session, a, campaign, resumed=False)
+
+
+def _by_run_code(session: Session, run_code: str) -> Assignment:
+    stmt = sa.select(Assignment).where(Assignment.run_code == run_code.strip().upper())
+    a = session.scalars(stmt.with_for_update()).one_or_none()
+    if a is None:
+        raise RunNotFound(f"no run with code {run_code!r}")
+    return a
+
+
+def _holder_check(a: Assignment, station_id: int | None) -> None:
+    if a.status != AssignmentStatus.claimed:
+        raise CampaignStateError(f"run {a.run_code} is {a.status.value}, not claimed")
+    if station_id is not None and a.station_id != station_id:
+        raise CampaignStateError(f"run {a.run_code} is claimed by another station")
+
+
+def _replace(session: Session, a: Assignment, *, not_before: datetime | None) -> Assignment:
+    """A fresh slot for the same (policy, object, configuration, block),
+    appended after every other slot: new run code and handle, so nothing
+    links it to the one it replaces."""
+    # serialize sequence numbers per campaign (PostgreSQL row lock; SQLite's
+    # write lock is already held by this transaction's earlier UPDATE)
+    session.execute(
+        sa.select(Campaign.id).where(Campaign.id == a.campaign_id).with_for_update()
+    ).scalar_one()
+    last = session.scalar(
+        sa.select(sa.func.max(Assignment.sequence)).where(Assignment.campaign_id == a.campaign_id)
+    )
+    issued = session.scalar(sa.select(sa.func.count()).select_from(Assignment)) or 0
+    (code,) = unique_codes(
+        1,
+        already_issued=issued,
+        taken=lambda cand: set(
+            session.scalars(sa.select(Assignment.run_code).where(Assignment.run_code.in_(cand)))
+        ),
+    )
+    fresh = Assignment(
+        campaign_id=a.campaign_id,
+        run_code=code,
+        endpoint_handle=new_endpoint_handle(),
+        policy_id=a.policy_id,
+        submission_id=a.submission_id,
+        object_type_id=a.object_type_id,
+        tote_side=a.tote_side,
+        camera_side=a.camera_side,
+        block_index=a.block_index,
+        slot=a.slot,
+        sequence=(last or 0) + 1,
+        status=AssignmentStatus.pending,
+        replaces_id=a.id,
+        attempt=a.attempt + 1,
+        not_before=not_before,
+    )
+    session.add(fresh)
+    session.flush()
+    return fresh
+
+
+def complete(
+    session: Session, *, run_code: str, episode_id: int, station_id: int | None = None
+) -> AssignmentStatus:
+    """Link the episode to its run and settle the slot.
+
+    A closed episode (operator log saved) counts: the slot is ``done``. A
+    ``system`` episode, or one ``interrupted`` by a daemon crash, says
+    nothing about the policy: the slot is ``requeued`` and a fresh slot
+    replaces it. Repeating a completion that already happened is a no-op.
+    """
+    a = _by_run_code(session, run_code)
+    ep = session.get(Episode, episode_id)
+    if ep is None:
+        raise UsageError(f"episode_id: no episode {episode_id}")
+    if ep.assignment_id not in (None, a.id):
+        raise UsageError(f"episode_id: episode {episode_id} belongs to another run")
+    if a.status in (AssignmentStatus.done, AssignmentStatus.requeued) and ep.assignment_id == a.id:
+        return a.status
+    _holder_check(a, station_id)
+    for name, got, want in (
+        ("object_type_id", ep.object_type_id, a.object_type_id),
+        ("tote_side", ep.tote_side, a.tote_side),
+        ("camera_side", ep.camera_side, a.camera_side),
+    ):
+        if got != want:
+            raise UsageError(
+                f"episode {episode_id}.{name}: the episode ran with {got}, run {a.run_code} "
+                f"prescribes {want}"
+            )
+    requeue = ep.state == EpisodeState.interrupted or ep.outcome == Outcome.system
+    if not requeue and (ep.outcome is None or ep.state != EpisodeState.closed):
+        raise CampaignStateError(
+            f"episode {episode_id} is {ep.state.value}; it counts once the operator's log "
+            "is saved and the episode is closed"
+        )
+    ep.assignment_id, ep.campaign_id, ep.run_code = a.id, a.campaign_id, a.run_code
+    a.completed_at = utcnow()
+    a.status = AssignmentStatus.requeued if requeue else AssignmentStatus.done
+    session.flush()
+    if requeue:
+        _replace(session, a, not_before=None)
+    return a.status
+
+
+def report_preflight_failure(
+    session: Session,
+    *,
+    run_code: str,
+    station_id: int,
+    reason: str,
+    actor: Actor | None = None,
+    now: datetime | None = None,
+) -> datetime:
+    """The policy could not be reached before the episode: skip the run (the
+    operator just moves on to the next code, learning nothing about whose it
+    was) and reschedule its slot after a growing delay. Returns when."""
+    a = _by_run_code(session, run_code)
+    _holder_check(a, station_id)
+    if session.scalar(sa.select(Episode.id).where(Episode.assignment_id == a.id).limit(1)):
+        raise CampaignStateError(
+            f"run {a.run_code} already has an episode; complete it instead of skipping"
+        )
+    now = now or utcnow()
+    delay = min(PREFLIGHT_RETRY_S * 2 ** (a.attempt - 1), PREFLIGHT_RETRY_MAX_S)
+    a.status = AssignmentStatus.skipped
+    a.completed_at = now
+    session.flush()
+    retry_at = now + timedelta(seconds=delay)
+    _replace(session, a, not_before=retry_at)
+    audit(
+        session,
+        actor=actor or Actor(label=f"station:{station_id}"),
+        action="assignment.preflight_failed",
+        target_type="assignment",
+        target_id=a.id,
+        details={"reason": reason[:500], "attempt": a.attempt, "retry_after_s": delay},
+    )
+    return retry_at
+
+
+def release_claim(session: Session, *, run_code: str, station_id: int) -> None:
+    """Hand a claimed run back untouched (nothing ran under it): it becomes
+    pending again, same code, same place in the order."""
+    a = _by_run_code(session, run_code)
+    _holder_check(a, station_id)
+    if session.scalar(sa.select(Episode.id).where(Episode.assignment_id == a.id).limit(1)):
+        raise CampaignStateError(
+            f"run {a.run_code} already has an episode; complete it instead of releasing it"
+        )
+    a.status = AssignmentStatus.pending
+    a.station_id = None
+    a.claimed_at = None
+    session.flush()

@@ -1,0 +1,248 @@
+"""Claiming on both databases, in one session: order, resume, completion,
+system requeue, pre-flight skip with delayed rescheduling, release."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import fields
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from proctor.db.models import Assignment, AuditLog, CampaignPolicy, Episode
+from proctor.db.types import utcnow
+from proctor.domain import AssignmentStatus, EpisodeState, Outcome, Side
+from proctor.errors import UsageError
+from scheduler import claims, service
+from scheduler.claims import Claim, claim_next
+from scheduler.service import Actor, CampaignStateError
+from tests.scheduler import builders
+
+ADMIN = Actor(label="test-admin")
+
+
+def _running(session, n_policies=2, **kw):
+    w = builders.world(session, n_policies)
+    c = service.create_campaign(session, protocol=builders.protocol(w, **kw), actor=ADMIN)
+    service.start_campaign(session, campaign=c.id, actor=ADMIN)
+    return w, c
+
+
+def _assignment(session, run_code: str) -> Assignment:
+    return session.scalars(sa.select(Assignment).where(Assignment.run_code == run_code)).one()
+
+
+def _episode(session, claim: Claim, station_id: int, outcome: Outcome | None, **kw) -> Episode:
+    ep = Episode(
+        uid=secrets.token_hex(8),
+        station_id=station_id,
+        object_type_id=claim.object_type_id,
+        items=claim.items,
+        budget_s=claim.budget_s,
+        tote_side=claim.tote_side,
+        camera_side=claim.camera_side,
+        outcome=outcome,
+        state=kw.pop("state", EpisodeState.closed),
+        run_code=claim.run_code,
+        **kw,
+    )
+    if outcome is not None and outcome != Outcome.system:
+        ep.placed, ep.lost, ep.dropped = claim.items, 0, 0
+    session.add(ep)
+    session.flush()
+    return ep
+
+
+def test_claims_follow_the_sequence_and_carry_nothing_that_names_the_policy(db_session) -> None:
+    w, c = _running(db_session)
+    st = builders.station(db_session)
+    names = {p.name for p in w.arms}
+    urls = {s.endpoint_url for s in w.submissions.values()}
+    field_names = {f.name for f in fields(Claim)}
+    assert not field_names & {"policy_id", "submission_id", "sequence", "attempt", "block_index"}
+
+    order = list(
+        db_session.scalars(
+            sa.select(Assignment.run_code)
+            .where(Assignment.campaign_id == c.id)
+            .order_by(Assignment.sequence)
+        )
+    )
+    seen = []
+    for _ in range(len(order)):
+        claim = claim_next(db_session, campaign_id=c.id, station_id=st.id)
+        assert claim is not None and not claim.resumed
+        text = repr(claim)
+        assert not any(n in text for n in names | urls)
+        a = _assignment(db_session, claim.run_code)
+        assert (claim.object_type_id, claim.tote_side, claim.camera_side) == (
+            a.object_type_id,
+            a.tote_side,
+            a.camera_side,
+        )
+        assert claim.budget_s == claim.items * 30.0
+        ep = _episode(db_session, claim, st.id, Outcome.success)
+        status = claims.complete(
+            db_session, run_code=claim.run_code, episode_id=ep.id, station_id=st.id
+        )
+        assert status == AssignmentStatus.done
+        db_session.refresh(ep)
+        assert (ep.assignment_id, ep.campaign_id) == (a.id, c.id)
+        seen.append(claim.run_code)
+    assert seen == order
+    assert claim_next(db_session, campaign_id=c.id, station_id=st.id) is None
+    report = service.campaign_status(db_session, campaign=c.id)
+    assert report.done == report.slots and report.blocks_complete == report.blocks
+    assert {cell.done for cell in report.cells} == {cell.target for cell in report.cells} == {4}
+    assert report.config_spread == 0  # 4 episodes over 4 configurations: one each
+
+
+def test_a_station_gets_its_held_claim_back(db_session) -> None:
+    _, c = _running(db_session)
+    a, b = builders.station(db_session), builders.station(db_session)
+    first = claim_next(db_session, campaign_id=c.id, station_id=a.id)
+    again = claim_next(db_session, campaign_id=c.id, station_id=a.id)
+    assert again is not None and first is not None
+    assert again.run_code == first.run_code and again.resumed
+    other = claim_next(db_session, campaign_id=c.id, station_id=b.id)
+    assert other is not None and other.run_code != first.run_code
+
+    claims.release_claim(db_session, run_code=first.run_code, station_id=a.id)
+    assert _assignment(db_session, first.run_code).status == AssignmentStatus.pending
+    # released, it is the first pending slot again, for whoever asks next
+    assert claim_next(db_session, campaign_id=c.id, station_id=b.id).run_code == other.run_code
+    taken = claim_next(db_session, campaign_id=c.id, station_id=a.id)
+    assert taken.run_code == first.run_code and not taken.resumed
+
+
+def test_system_episode_requeues_a_fresh_slot_that_does_not_count(db_session) -> None:
+    _, c = _running(db_session)
+    st = builders.station(db_session)
+    claim = claim_next(db_session, campaign_id=c.id, station_id=st.id)
+    original = _assignment(db_session, claim.run_code)
+    ep = _episode(db_session, claim, st.id, Outcome.system, outcome_reason="policy timeout")
+    assert claims.complete(db_session, run_code=claim.run_code, episode_id=ep.id) == (
+        AssignmentStatus.requeued
+    )
+    # repeating the completion is harmless
+    assert claims.complete(db_session, run_code=claim.run_code, episode_id=ep.id) == (
+        AssignmentStatus.requeued
+    )
+    fresh = db_session.scalars(
+        sa.select(Assignment).where(Assignment.replaces_id == original.id)
+    ).one()
+    last = db_session.scalar(
+        sa.select(sa.func.max(Assignment.sequence)).where(Assignment.campaign_id == c.id)
+    )
+    assert fresh.sequence == last and fresh.status == AssignmentStatus.pending
+    assert (fresh.policy_id, fresh.object_type_id, fresh.tote_side, fresh.camera_side) == (
+        original.policy_id,
+        original.object_type_id,
+        original.tote_side,
+        original.camera_side,
+    )
+    assert fresh.block_index == original.block_index and fresh.attempt == 2
+    assert fresh.run_code != original.run_code
+    assert fresh.endpoint_handle != original.endpoint_handle
+    assert fresh.not_before is None
+    report = service.campaign_status(db_session, campaign=c.id)
+    assert report.done == 0 and report.requeued == 1 and report.slots == 3 * 2 * 4 + 1
+
+    # an interrupted episode (daemon crash) requeues too, whatever its outcome field says
+    claim2 = claim_next(db_session, campaign_id=c.id, station_id=st.id)
+    ep2 = _episode(db_session, claim2, st.id, None, state=EpisodeState.interrupted)
+    assert claims.complete(db_session, run_code=claim2.run_code, episode_id=ep2.id) == (
+        AssignmentStatus.requeued
+    )
+
+
+def test_completion_refuses_what_does_not_fit(db_session) -> None:
+    _, c = _running(db_session)
+    st, other = builders.station(db_session), builders.station(db_session)
+    claim = claim_next(db_session, campaign_id=c.id, station_id=st.id)
+    open_ep = _episode(db_session, claim, st.id, Outcome.success, state=EpisodeState.awaiting_log)
+    with pytest.raises(CampaignStateError, match="operator's log is saved"):
+        claims.complete(db_session, run_code=claim.run_code, episode_id=open_ep.id)
+    with pytest.raises(CampaignStateError, match="claimed by another station"):
+        claims.complete(
+            db_session, run_code=claim.run_code, episode_id=open_ep.id, station_id=other.id
+        )
+    wrong_side = Side.left if claim.tote_side == Side.right else Side.right
+    bad = _episode(db_session, claim, st.id, Outcome.success)
+    bad.tote_side = wrong_side
+    db_session.flush()
+    with pytest.raises(UsageError, match=r"tote_side: the episode ran with"):
+        claims.complete(db_session, run_code=claim.run_code, episode_id=bad.id)
+    with pytest.raises(UsageError, match="episode_id: no episode"):
+        claims.complete(db_session, run_code=claim.run_code, episode_id=10**9)
+    with pytest.raises(claims.RunNotFound):
+        claims.complete(db_session, run_code="R-NOPE", episode_id=bad.id)
+    pending = db_session.scalars(
+        sa.select(Assignment.run_code).where(
+            Assignment.campaign_id == c.id, Assignment.status == AssignmentStatus.pending
+        )
+    ).first()
+    with pytest.raises(CampaignStateError, match="is pending, not claimed"):
+        claims.complete(db_session, run_code=pending, episode_id=bad.id)
+
+
+def test_preflight_failure_skips_and_reschedules_after_a_delay(db_session) -> None:
+    _, c = _running(db_session, episodes_per_cell=1)
+    st = builders.station(db_session)
+    t0 = utcnow()
+    claim = claim_next(db_session, campaign_id=c.id, station_id=st.id, now=t0)
+    original = _assignment(db_session, claim.run_code)
+    retry_at = claims.report_preflight_failure(
+        db_session,
+        run_code=claim.run_code,
+        station_id=st.id,
+        reason="1013 policy unavailable",
+        now=t0,
+    )
+    assert retry_at == t0 + timedelta(seconds=claims.PREFLIGHT_RETRY_S)
+    assert original.status == AssignmentStatus.skipped
+    fresh = db_session.scalars(
+        sa.select(Assignment).where(Assignment.replaces_id == original.id)
+    ).one()
+    (row,) = db_session.scalars(
+        sa.select(AuditLog).where(AuditLog.action == "assignment.preflight_failed")
+    )
+    assert row.details["reason"] == "1013 policy unavailable"
+
+    # everything else runs first; the rescheduled slot waits out its delay
+    served = []
+    while (nxt := claim_next(db_session, campaign_id=c.id, station_id=st.id, now=t0)) is not None:
+        served.append(nxt.run_code)
+        ep = _episode(db_session, nxt, st.id, Outcome.success)
+        claims.complete(db_session, run_code=nxt.run_code, episode_id=ep.id)
+    assert fresh.run_code not in served and len(served) == 3 * 2 - 1
+    later = claim_next(db_session, campaign_id=c.id, station_id=st.id, now=retry_at)
+    assert later is not None and later.run_code == fresh.run_code
+
+    # a second failure doubles the delay
+    again = claims.report_preflight_failure(
+        db_session, run_code=later.run_code, station_id=st.id, reason="down", now=retry_at
+    )
+    assert again == retry_at + timedelta(seconds=2 * claims.PREFLIGHT_RETRY_S)
+
+
+def test_inactive_policies_are_not_handed_out_and_closed_campaigns_hand_out_nothing(
+    db_session,
+) -> None:
+    w, c = _running(db_session)
+    st = builders.station(db_session)
+    dropped = w.policies[0]
+    cp = db_session.get(CampaignPolicy, (c.id, dropped.id))
+    cp.active = False
+    db_session.flush()
+    got = set()
+    while (nxt := claim_next(db_session, campaign_id=c.id, station_id=st.id)) is not None:
+        got.add(_assignment(db_session, nxt.run_code).policy_id)
+        ep = _episode(db_session, nxt, st.id, Outcome.success)
+        claims.complete(db_session, run_code=nxt.run_code, episode_id=ep.id)
+    assert dropped.id not in got and len(got) == 2
+
+    service.close_campaign(db_session, campaign=c.id, actor=ADMIN)
+    with pytest.raises(CampaignStateError, match="is closed; only a running campaign"):
+        claim_next(db_session, campaign_id=c.id, station_id=st.id)
