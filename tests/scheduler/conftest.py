@@ -1,0 +1,113 @@
+"""Fixtures for tests that need committed rows seen by other connections,
+threads or processes (the gateway, concurrent stations, a killed worker)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy.orm import sessionmaker
+
+from proctor.db import migrate
+from proctor.db.engine import ProctorSession, make_engine, make_session_factory
+from scheduler.endpoint_keys import generate_encryption_key
+from scheduler.gateway import GatewayConfig, gateway_router
+from tests.conftest import BACKENDS
+
+
+@dataclass
+class CommittedDb:
+    backend: str
+    url: str
+    factory: sessionmaker[ProctorSession]
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[ProctorSession]:
+        s = self.factory()
+        try:
+            yield s
+            s.commit()
+        except BaseException:
+            s.rollback()
+            raise
+        finally:
+            s.close()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def committed_db(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CommittedDb]:
+    """A migrated database per backend, shared by the scheduler's multi-connection
+    tests; each test makes its own uniquely named rows and commits them."""
+    backend = str(request.param)
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('sched') / 'scheduler.db'}"
+    else:
+        url = request.getfixturevalue("postgres_databases").create("sched")
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    yield CommittedDb(backend, url, make_session_factory(engine))
+    engine.dispose()
+
+
+class ServerThread:
+    """A real uvicorn server on a loopback port, in a thread."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", ws_max_size=64 << 20)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        for _ in range(500):
+            if self._server.started:
+                return self
+            threading.Event().wait(0.01)
+        raise RuntimeError("uvicorn did not start")
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+
+@dataclass
+class Gateway:
+    base: str  # ws://127.0.0.1:PORT
+    encryption_key: str
+    db: CommittedDb
+
+
+@pytest.fixture(scope="session")
+def gateway(committed_db: CommittedDb) -> Iterator[Gateway]:
+    key = generate_encryption_key()
+    app = FastAPI()
+    app.include_router(
+        gateway_router(
+            GatewayConfig(
+                session_factory=committed_db.factory, encryption_key=key, connect_timeout_s=2.0
+            )
+        )
+    )
+    with ServerThread(app) as server:
+        yield Gateway(f"ws://127.0.0.1:{server.port}", key, committed_db)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

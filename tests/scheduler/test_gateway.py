@@ -1,0 +1,217 @@
+"""The blinded policy gateway end to end: a real uvicorn server running the
+gateway, a real policy server (websockets) upstream, a real client as the
+station — on both databases."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+import msgpack
+import pytest
+import sqlalchemy as sa
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from proctor.db.models import Assignment, Submission
+from proctor.domain import AssignmentStatus
+from scheduler import claims, service
+from scheduler.codes import new_endpoint_handle
+from scheduler.endpoint_keys import encrypt_api_key
+from scheduler.gateway import (
+    CLOSE_UPSTREAM_LOST,
+    CLOSE_UPSTREAM_UNAVAILABLE,
+    gateway_url,
+    to_station_code,
+    to_upstream_code,
+)
+from scheduler.service import Actor
+from tests.scheduler import builders
+from tests.scheduler.conftest import Gateway, free_port
+from tests.scheduler.policy_server import METADATA, PolicyServer
+
+API_KEY = "sk-submitter-secret-42"
+
+
+@dataclass
+class Run:
+    handle: str
+    campaign_id: int
+    secrets: list[str]  # everything the station must never see
+
+
+def _claimed_run(gw: Gateway, upstream_url: str, *, api_key: str | None = API_KEY) -> Run:
+    with gw.db.session() as s:
+        w = builders.world(s, 1, objects=("spoons",))
+        encrypted = encrypt_api_key(api_key, encryption_key=gw.encryption_key) if api_key else None
+        for sub in w.submissions.values():
+            sub.endpoint_url = upstream_url
+            sub.endpoint_api_key_encrypted = encrypted
+        c = service.create_campaign(
+            s, protocol=builders.protocol(w, episodes_per_cell=1), actor=Actor(label="t")
+        )
+        service.start_campaign(s, campaign=c.id, actor=Actor(label="t"))
+        st = builders.station(s)
+        claim = claims.claim_next(s, campaign_id=c.id, station_id=st.id)
+        hidden = [p.name for p in w.arms] + [o.username for o in w.owners.values()]
+        return Run(claim.endpoint_handle, c.id, [*hidden, upstream_url, API_KEY])
+
+
+def _connect(gw: Gateway, handle: str) -> ClientConnection:
+    return connect(
+        gateway_url(gw.base, handle), max_size=None, compression=None, proxy=None, open_timeout=10
+    )
+
+
+def _assert_blind(text: str, run: Run) -> None:
+    leaked = [s for s in run.secrets if s and s in text]
+    assert leaked == []
+
+
+def test_frames_are_relayed_intact_both_ways(gateway: Gateway) -> None:
+    with PolicyServer(API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.url)
+        with _connect(gateway, run.handle) as ws:
+            _assert_blind(str(ws.response.headers) + str(ws.response.body), run)
+            assert ws.recv(timeout=10) == METADATA  # the server's metadata, first
+            payload = random.Random(7).randbytes(3_000_000)  # two camera images' worth
+            ws.send(payload)
+            reply = msgpack.unpackb(ws.recv(timeout=10))
+            assert reply["sha256"] == hashlib.sha256(payload).hexdigest()
+            assert len(reply["actions"]) == 10
+            ws.send("reset")
+            assert ws.recv(timeout=10) == "reset"
+            ws.close(1000)
+        assert upstream.closed.wait(10)
+        assert upstream.seen.frames == [payload, "reset"]  # byte for byte, text as text
+        assert upstream.seen.auth == [f"Api-Key {API_KEY}"]
+        assert upstream.seen.close_codes == [1000]
+
+
+def test_a_handle_may_be_used_again_while_its_run_is_claimed(gateway: Gateway) -> None:
+    """The station's pre-flight connects, reads the metadata and leaves; the
+    episode then connects again with the same handle."""
+    with PolicyServer(API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.url)
+        for _ in range(2):
+            with _connect(gateway, run.handle) as ws:
+                assert ws.recv(timeout=10) == METADATA
+
+
+def test_refused_handles_all_look_the_same_and_leak_nothing(gateway: Gateway) -> None:
+    with PolicyServer(API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.url)
+        with gateway.db.session() as s:
+            pending = s.scalars(
+                sa.select(Assignment.endpoint_handle).where(
+                    Assignment.campaign_id == run.campaign_id,
+                    Assignment.status == AssignmentStatus.pending,
+                )
+            ).first()
+            finished = s.scalars(
+                sa.select(Assignment).where(Assignment.endpoint_handle == run.handle)
+            ).one()
+        handles = {
+            "unknown": new_endpoint_handle(),
+            "malformed": "not-a-handle",
+            "pending (not claimed)": pending,
+        }
+        answers = {}
+        for label, handle in handles.items():
+            with pytest.raises(InvalidStatus) as exc:
+                _connect(gateway, handle)
+            response = exc.value.response
+            answers[label] = (response.status_code, bytes(response.body or b""))
+            _assert_blind(str(response.headers) + repr(response.body), run)
+        assert set(answers.values()) == {answers["unknown"]}
+        assert answers["unknown"][0] == 403
+
+        # the claimed handle works, until its run is finished or its campaign closes
+        with _connect(gateway, run.handle) as ws:
+            assert ws.recv(timeout=10) == METADATA
+        with gateway.db.session() as s:
+            a = s.get(Assignment, finished.id)
+            a.status = AssignmentStatus.done
+        with pytest.raises(InvalidStatus) as exc:
+            _connect(gateway, run.handle)
+        assert (exc.value.response.status_code, bytes(exc.value.response.body or b"")) == answers[
+            "unknown"
+        ]
+        assert upstream.seen.auth == [f"Api-Key {API_KEY}"]  # refused ones never went upstream
+
+
+def test_closed_campaign_handles_are_refused(gateway: Gateway) -> None:
+    with PolicyServer() as upstream:
+        run = _claimed_run(gateway, upstream.url, api_key=None)
+        with _connect(gateway, run.handle) as ws:
+            assert ws.recv(timeout=10) == METADATA
+        assert upstream.seen.auth == [None]  # no key registered, no header sent
+        with gateway.db.session() as s:
+            service.close_campaign(s, campaign=run.campaign_id, actor=Actor(label="t"))
+        with pytest.raises(InvalidStatus) as exc:
+            _connect(gateway, run.handle)
+        assert exc.value.response.status_code == 403
+
+
+def test_policy_down_closes_with_1013(gateway: Gateway) -> None:
+    run = _claimed_run(gateway, f"ws://127.0.0.1:{free_port()}")  # nothing listens there
+    with _connect(gateway, run.handle) as ws, pytest.raises(ConnectionClosed) as exc:
+        ws.recv(timeout=10)
+    assert exc.value.rcvd is not None
+    assert exc.value.rcvd.code == CLOSE_UPSTREAM_UNAVAILABLE
+    _assert_blind(exc.value.rcvd.reason, run)
+
+
+def test_policy_vanishing_mid_episode_closes_with_1014(gateway: Gateway) -> None:
+    with PolicyServer(API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.url)
+        with _connect(gateway, run.handle) as ws:
+            assert ws.recv(timeout=10) == METADATA
+            ws.send("abort")
+            with pytest.raises(ConnectionClosed) as exc:
+                ws.recv(timeout=10)
+        assert exc.value.rcvd is not None and exc.value.rcvd.code == CLOSE_UPSTREAM_LOST
+
+
+def test_policy_close_codes_pass_through_without_their_reason(gateway: Gateway) -> None:
+    with PolicyServer(API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.url)
+        secret_reason = f"{run.secrets[0]} ran out of GPU memory"
+        with _connect(gateway, run.handle) as ws:
+            assert ws.recv(timeout=10) == METADATA
+            ws.send(f"close 4001 {secret_reason}")
+            with pytest.raises(ConnectionClosed) as exc:
+                ws.recv(timeout=10)
+        assert exc.value.rcvd is not None and exc.value.rcvd.code == 4001
+        assert exc.value.rcvd.reason == ""
+
+        with _connect(gateway, run.handle) as ws:
+            ws.recv(timeout=10)
+            ws.send("close 1000 done")
+            with pytest.raises(ConnectionClosedOK):
+                ws.recv(timeout=10)
+
+
+def test_rotated_encryption_key_refuses_the_handle(gateway: Gateway) -> None:
+    with PolicyServer(API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.url)
+        with gateway.db.session() as s:
+            sub_id = s.scalars(
+                sa.select(Assignment.submission_id).where(Assignment.endpoint_handle == run.handle)
+            ).one()
+            s.get(Submission, sub_id).endpoint_api_key_encrypted = b"garbage-not-fernet"
+        with pytest.raises(InvalidStatus) as exc:
+            _connect(gateway, run.handle)
+        assert exc.value.response.status_code == 403
+        assert upstream.seen.auth == []
+
+
+def test_close_code_mapping() -> None:
+    assert to_station_code(None) == to_station_code(1006) == CLOSE_UPSTREAM_LOST
+    assert to_station_code(1000) == 1000 and to_station_code(4001) == 4001
+    assert to_station_code(2000) == CLOSE_UPSTREAM_LOST
+    assert to_upstream_code(1006) == to_upstream_code(None) == 1001
+    assert to_upstream_code(1000) == 1000
+    assert gateway_url("http://host:8000/", "abc") == "ws://host:8000/policy/abc"
+    assert gateway_url("https://host", "abc") == "wss://host/policy/abc"
