@@ -32,6 +32,13 @@ class WebSettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    # a signed-in session ends after this long without a request (a shared
+    # tablet at the robot should not stay signed in through a lunch break)...
+    session_idle_minutes: int = Field(default=120, ge=1, le=7 * 24 * 60)
+    # ...and this long after sign-in, however active: one working day
+    session_max_hours: int = Field(default=12, ge=1, le=30 * 24)
+    # send the session cookie over HTTPS only; default: on in prod, off otherwise
+    secure_cookies: bool | None = None
 
 
 class Settings(BaseSettings):

@@ -24,6 +24,9 @@ from proctor.artifacts import LocalArtifactStore
 from proctor.db import migrate
 from proctor.db.engine import ProctorSession, make_engine
 
+# live server + headless Chromium fixtures for every service's browser tests
+pytest_plugins = ["tests.browser"]
+
 PG_ADMIN_URL = os.environ.get(
     "PROCTOR_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )

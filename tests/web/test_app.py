@@ -1,0 +1,248 @@
+"""The app skeleton: factory, errors, documentation, static assets, health,
+the transaction per request, and the structural rule that every write is
+authenticated."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi import FastAPI, HTTPException
+
+from proctor.db.models import AuditLog
+from proctor.domain import Role
+from proctor.errors import ConfigError
+from proctor.settings import load_settings
+from tests.web.conftest import Web, login
+from web.app import api_routes
+from web.deps import NowDep, SessionDep
+
+WEB_DIR = Path(__file__).resolve().parents[2] / "web"
+
+
+def test_importing_the_app_module_builds_nothing() -> None:
+    import web.app
+
+    assert not [v for v in vars(web.app).values() if isinstance(v, FastAPI)]
+
+
+def test_health_reports_database_and_schema(web: Web) -> None:
+    r = web.client().get("/api/health")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "ok" and body["database"] == "ok"
+    assert body["schema_revision"] == body["schema_head"] is not None
+
+
+def test_health_says_when_the_schema_is_behind(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from web.app import create_app
+
+    settings = load_settings(env="test", data_dir=tmp_path)  # an empty SQLite file
+    r = TestClient(create_app(settings)).get("/api/health")
+    assert r.status_code == 200
+    assert r.json()["status"] == "degraded"
+    assert r.json()["schema_revision"] is None
+    assert "proctor db upgrade" in r.json()["detail"]
+
+
+def test_api_errors_are_json_and_pages_are_html(web: Web) -> None:
+    c = web.client()
+    api = c.get("/api/no-such-thing")
+    assert api.status_code == 404
+    assert api.headers["content-type"].startswith("application/json")
+    assert api.json() == {"detail": "Not Found"}
+    page = c.get("/no-such-page")
+    assert page.status_code == 404
+    assert page.headers["content-type"].startswith("text/html")
+    assert "Not found" in page.text and "<nav" in page.text
+
+
+def test_validation_errors_name_the_field(web: Web) -> None:
+    web.add_user("root", Role.admin)
+    token = web.token("root", ("admin",))
+    r = web.client().post(
+        "/api/users",
+        json={"username": "No Spaces Allowed!", "roles": ["admin"]},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert r.status_code == 422
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["body", "username"]
+    assert "pattern" in error["msg"]
+
+
+def test_a_page_showing_bad_form_input_names_the_field(web: Web) -> None:
+    web.add_user("root", Role.admin)
+    c = web.client()
+    login(c, "root")
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', c.get("/account").text)
+    assert csrf
+    bad = c.post("/admin/users/0/roles", data={"csrf_token": csrf.group(1), "roles": "admin"})
+    assert bad.status_code == 422
+    assert "user_id" in bad.text and "greater than or equal to 1" in bad.text
+
+
+def test_unexpected_errors_are_500_without_details(web: Web) -> None:
+    from fastapi.testclient import TestClient
+
+    def explode() -> None:
+        raise RuntimeError("secret internals")
+
+    web.app.add_api_route("/api/explode", explode)
+    web.app.add_api_route("/explode", explode)
+    c = TestClient(web.app, raise_server_exceptions=False)
+    api = c.get("/api/explode")
+    assert api.status_code == 500 and api.json() == {"detail": "internal server error"}
+    page = c.get("/explode")
+    assert page.status_code == 500 and "unexpected error" in page.text
+    assert "secret internals" not in page.text + api.text
+
+
+def test_the_request_owns_the_transaction(web: Web) -> None:
+    """Committed when the route returns, rolled back when it raises."""
+
+    def write(session: SessionDep, now: NowDep, fail: bool = False) -> dict[str, str]:
+        session.add(AuditLog(at=now, action="test.write", actor_label="fail" if fail else "ok"))
+        session.flush()
+        if fail:
+            raise HTTPException(409, "refused after writing")
+        return {"written": "yes"}
+
+    web.app.add_api_route("/api/test-write", write, methods=["GET"])
+    c = web.client()
+    assert c.get("/api/test-write").status_code == 200
+    assert c.get("/api/test-write", params={"fail": "true"}).status_code == 409
+    with web.db() as s:
+        labels = s.scalars(sa.select(AuditLog.actor_label).where(AuditLog.action == "test.write"))
+        assert list(labels) == ["ok"]
+
+
+def test_openapi_documents_the_api_and_not_the_pages(web: Web) -> None:
+    spec = web.client().get("/api/openapi.json").json()
+    paths = set(spec["paths"])
+    assert {"/api/health", "/api/me", "/api/me/tokens", "/api/users", "/api/audit"} <= paths
+    assert all(p.startswith("/api/") for p in paths)
+    assert "HTTPBearer" in spec["components"]["securitySchemes"]
+
+
+def test_docs_page_uses_only_local_assets(web: Web) -> None:
+    c = web.client()
+    r = c.get("/api/docs")
+    assert r.status_code == 200
+    sources = re.findall(r'(?:src|href)="([^"]+)"', r.text)
+    assert sources and all(s.startswith(("/", "#")) for s in sources), sources
+    assert "/static/vendor/swagger-ui/swagger-ui-bundle.js" in r.text
+    for path in ("vendor/swagger-ui/swagger-ui-bundle.js", "vendor/swagger-ui/swagger-ui.css"):
+        asset = c.get(f"/static/{path}")
+        assert asset.status_code == 200 and len(asset.content) > 100_000
+    assert (WEB_DIR / "static/vendor/swagger-ui/LICENSE").is_file()
+
+
+def test_no_template_or_script_loads_anything_from_another_host() -> None:
+    offenders = []
+    for path in [
+        *WEB_DIR.rglob("*.html"),
+        *WEB_DIR.glob("static/js/*.js"),
+        *WEB_DIR.glob("static/css/*.css"),
+    ]:
+        for url in re.findall(r'(?:src|href)\s*=\s*"(https?:)?//', path.read_text()):
+            offenders.append(f"{path}: {url}")
+        if re.search(r"""(src|href)\s*=\s*["']https?://""", path.read_text()):
+            offenders.append(str(path))
+    assert offenders == []
+
+
+def test_security_headers_and_static_files(web: Web) -> None:
+    c = web.client()
+    r = c.get("/")
+    csp = r.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "script-src 'self'" in csp
+    assert r.headers["x-content-type-options"] == "nosniff"
+    css = re.search(r'href="(/static/css/proctor\.css\?v=\w+)"', r.text)
+    assert css, "the layout links its stylesheet with a version"
+    assert c.get(css.group(1)).status_code == 200
+
+
+def test_pages_have_no_inline_scripts() -> None:
+    """The CSP forbids inline scripts: a template with one would break."""
+    for path in WEB_DIR.rglob("*.html"):
+        for tag in re.findall(r"<script[^>]*>", path.read_text()):
+            assert "src=" in tag, f"{path}: inline script {tag}"
+        assert not re.search(r"\son[a-z]+=", path.read_text()), f"{path}: inline event handler"
+
+
+def test_prod_refuses_missing_default_or_short_secret_keys(tmp_path: Path) -> None:
+    from web.app import create_app
+    from web.auth.sessions import DEV_SECRET_KEY
+
+    with pytest.raises(ConfigError, match="PROCTOR_SECRET_KEY"):
+        load_settings(env="prod", data_dir=tmp_path)
+    for key, match in [(DEV_SECRET_KEY, "published development key"), ("short", "at least 32")]:
+        settings = load_settings(env="prod", data_dir=tmp_path, secret_key=key)
+        with pytest.raises(ConfigError, match=match):
+            create_app(settings)
+    ok = load_settings(env="prod", data_dir=tmp_path, secret_key="k" * 40)
+    assert isinstance(create_app(ok), FastAPI)
+
+
+def test_dev_default_secret_is_logged_loudly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from web.app import create_app
+
+    with caplog.at_level(logging.WARNING, logger="web.auth.sessions"):
+        create_app(load_settings(env="dev", data_dir=tmp_path))
+    assert any("PROCTOR_SECRET_KEY is not set" in r.getMessage() for r in caplog.records)
+
+
+def test_prod_sets_secure_cookies(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from web.app import create_app
+
+    settings = load_settings(env="prod", data_dir=tmp_path, secret_key="k" * 40)
+    r = TestClient(create_app(settings), base_url="https://testserver").get("/login")
+    cookie = r.headers["set-cookie"]
+    assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+
+
+UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def _dependency_calls(route: Any) -> set[str]:
+    names: set[str] = set()
+    stack = [route.dependant]
+    while stack:
+        dep = stack.pop()
+        if dep.call is not None:
+            names.add(getattr(dep.call, "__name__", ""))
+        stack.extend(dep.dependencies)
+    return names
+
+
+def test_every_write_is_authenticated_or_csrf_checked(web: Web) -> None:
+    """Structural: a route that changes anything resolves the caller (and so
+    checks roles and, for cookies, CSRF) or at least checks CSRF (sign-in).
+    Applies to every router added to the app, not only this one's."""
+    routes = api_routes(web.app)
+    assert len(routes) > 20
+    unguarded = []
+    for route in routes:
+        if route.methods & UNSAFE:
+            calls = _dependency_calls(route)
+            if not calls & {"resolve_principal", "require_csrf"}:
+                unguarded.append(f"{sorted(route.methods)} {route.path}")
+    assert unguarded == []
+    # and the only writes that need no sign-in are signing in and out
+    anonymous = [
+        route.path
+        for route in routes
+        if route.methods & UNSAFE and "resolve_principal" not in _dependency_calls(route)
+    ]
+    assert sorted(anonymous) == ["/login"]

@@ -1,0 +1,1 @@
+"""Accounts and roles: users, sign-in, API tokens, the admin's user pages."""

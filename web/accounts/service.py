@@ -1,0 +1,402 @@
+"""Accounts: users, roles, passwords, sign-in, API tokens.
+
+Functions take a keyword-only ``session`` and never commit: the request (or
+the CLI command) owns the transaction. Every change that matters for
+security writes an audit row in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from proctor.db.engine import ProctorSession
+from proctor.db.models import ApiToken, User, UserRole
+from proctor.domain import Role
+from web import audit
+from web.accounts.schemas import TokenStatus
+from web.auth import tokens
+from web.auth.passwords import Passwords, password_problem
+from web.auth.throttle import (
+    LOGIN_FAILURE,
+    LOGIN_SUCCESS,
+    LOGIN_THROTTLED,
+    Throttled,
+    ThrottlePolicy,
+    check_login_throttle,
+)
+from web.errors import Conflict, FieldError
+
+USERNAME_MAX = 64
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is making a change: a signed-in user, or a label ("cli")."""
+
+    user: User | None = None
+    label: str = ""
+
+    @classmethod
+    def cli(cls) -> Actor:
+        return cls(label="cli")
+
+
+def _audit(
+    session: ProctorSession,
+    actor: Actor,
+    action: str,
+    now: datetime,
+    target: User | ApiToken,
+    **details: object,
+) -> None:
+    target_type = "user" if isinstance(target, User) else "api_token"
+    audit.record(
+        session=session,
+        action=action,
+        now=now,
+        actor=actor.user,
+        actor_label=actor.label,
+        target_type=target_type,
+        target_id=target.id,
+        details=dict(details),
+    )
+
+
+# -- users -------------------------------------------------------------------
+
+
+def get_user(session: ProctorSession, user_id: int) -> User | None:
+    return session.get(User, user_id)
+
+
+def get_user_by_username(session: ProctorSession, username: str) -> User | None:
+    return session.scalar(sa.select(User).where(User.username == username.strip().lower()))
+
+
+def list_users(session: ProctorSession) -> list[User]:
+    return list(session.scalars(sa.select(User).order_by(User.username)))
+
+
+def roles_of(user: User) -> list[Role]:
+    return sorted((r.role for r in user.roles), key=list(Role).index)
+
+
+def create_user(
+    *,
+    session: ProctorSession,
+    passwords: Passwords,
+    username: str,
+    password: str | None,
+    roles: Iterable[Role] = (),
+    display_name: str = "",
+    email: str | None = None,
+    actor: Actor,
+    now: datetime,
+) -> User:
+    username = username.strip().lower()
+    if get_user_by_username(session, username) is not None:
+        raise Conflict(f"username '{username}' is already taken")
+    password_hash = None
+    if password is not None:
+        problem = password_problem(password, username=username)
+        if problem:
+            raise FieldError("password", problem)
+        password_hash = passwords.hash(password)
+    user = User(
+        username=username,
+        display_name=display_name,
+        email=email or None,
+        password_hash=password_hash,
+        is_active=True,
+        created_at=now,
+    )
+    user.roles = [UserRole(role=r) for r in sorted(set(roles), key=list(Role).index)]
+    session.add(user)
+    session.flush()
+    _audit(
+        session,
+        actor,
+        "user.create",
+        now,
+        user,
+        username=username,
+        roles=[r.value for r in roles_of(user)],
+        has_password=password_hash is not None,
+    )
+    return user
+
+
+def _active_admin_count(session: ProctorSession, *, excluding: int | None = None) -> int:
+    q = (
+        sa.select(sa.func.count())
+        .select_from(User)
+        .join(UserRole, UserRole.user_id == User.id)
+        .where(UserRole.role == Role.admin, User.is_active.is_(True))
+    )
+    if excluding is not None:
+        q = q.where(User.id != excluding)
+    return int(session.scalar(q) or 0)
+
+
+def _keeps_an_admin(session: ProctorSession, user: User) -> None:
+    """Refuse a change that would leave no active admin to undo it."""
+    if (
+        user.has_role(Role.admin)
+        and user.is_active
+        and _active_admin_count(session, excluding=user.id) == 0
+    ):
+        raise Conflict(f"'{user.username}' is the last active admin; make someone else admin first")
+
+
+def set_roles(
+    *, session: ProctorSession, user: User, roles: Iterable[Role], actor: Actor, now: datetime
+) -> None:
+    wanted = set(roles)
+    before = roles_of(user)
+    if wanted == set(before):
+        return
+    if Role.admin not in wanted:
+        _keeps_an_admin(session, user)
+    user.roles = [r for r in user.roles if r.role in wanted] + [
+        UserRole(role=r) for r in sorted(wanted - set(before), key=list(Role).index)
+    ]
+    session.flush()
+    _audit(
+        session,
+        actor,
+        "user.roles",
+        now,
+        user,
+        before=[r.value for r in before],
+        after=[r.value for r in roles_of(user)],
+    )
+
+
+def set_active(
+    *, session: ProctorSession, user: User, active: bool, actor: Actor, now: datetime
+) -> None:
+    if user.is_active == active:
+        return
+    if not active:
+        _keeps_an_admin(session, user)
+    user.is_active = active
+    session.flush()
+    _audit(session, actor, "user.activate" if active else "user.deactivate", now, user)
+
+
+def set_password(
+    *,
+    session: ProctorSession,
+    passwords: Passwords,
+    user: User,
+    password: str,
+    actor: Actor,
+    now: datetime,
+    field: str = "password",
+) -> None:
+    """Set a new password; every session opened with the old one ends."""
+    problem = password_problem(password, username=user.username)
+    if problem:
+        raise FieldError(field, problem)
+    user.password_hash = passwords.hash(password)
+    session.flush()
+    _audit(session, actor, "user.password", now, user)
+
+
+def update_profile(
+    *,
+    session: ProctorSession,
+    user: User,
+    display_name: str | None,
+    email: str | None,
+    actor: Actor,
+    now: datetime,
+) -> None:
+    changed: dict[str, object] = {}
+    if display_name is not None and display_name != user.display_name:
+        changed["display_name"] = display_name
+        user.display_name = display_name
+    if email is not None and (email or None) != user.email:
+        changed["email"] = email or None
+        user.email = email or None
+    if changed:
+        session.flush()
+        _audit(session, actor, "user.update", now, user, **changed)
+
+
+# -- signing in --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoginResult:
+    user: User | None
+    throttled: Throttled | None = None
+    message: str = ""
+
+
+WRONG_CREDENTIALS = "Wrong username or password."
+
+
+def authenticate(
+    *,
+    session: ProctorSession,
+    passwords: Passwords,
+    username: str,
+    password: str,
+    client: str,
+    now: datetime,
+    policy: ThrottlePolicy,
+) -> LoginResult:
+    """Check a sign-in attempt and audit it (success, failure or throttled).
+    Returns the user on success; the caller starts the session."""
+    name = username.strip().lower()[:USERNAME_MAX]
+    client = client[:64]
+    throttled = check_login_throttle(
+        session=session, username=name, client=client, now=now, policy=policy
+    )
+    if throttled is not None:
+        audit.record(
+            session=session,
+            action=LOGIN_THROTTLED,
+            now=now,
+            actor_label="anonymous",
+            target_type="user",
+            target_id=name,
+            details={"client": client, "limit": throttled.reason},
+        )
+        return LoginResult(None, throttled=throttled, message=throttled.message)
+
+    user = get_user_by_username(session, name) if name else None
+    if user is None or user.password_hash is None:
+        passwords.burn(password)
+        reason, ok = ("unknown user" if user is None else "no password"), False
+    else:
+        ok = passwords.verify(user.password_hash, password)
+        reason = "wrong password"
+        if ok and not user.is_active:
+            ok, reason = False, "inactive"
+    if not ok:
+        audit.record(
+            session=session,
+            action=LOGIN_FAILURE,
+            now=now,
+            actor_label="anonymous",
+            target_type="user",
+            target_id=name,
+            details={"client": client, "reason": reason},
+        )
+        message = (
+            "This account is deactivated; ask an admin to reactivate it."
+            if reason == "inactive"
+            else WRONG_CREDENTIALS
+        )
+        return LoginResult(None, message=message)
+
+    assert user is not None and user.password_hash is not None  # narrowed by ok
+    if passwords.needs_rehash(user.password_hash):
+        user.password_hash = passwords.hash(password)
+    audit.record(
+        session=session,
+        action=LOGIN_SUCCESS,
+        now=now,
+        actor=user,
+        target_type="user",
+        target_id=name,
+        details={"client": client},
+    )
+    return LoginResult(user)
+
+
+# -- API tokens --------------------------------------------------------------
+
+
+def token_status(token: ApiToken, now: datetime) -> TokenStatus:
+    if token.revoked_at is not None:
+        return TokenStatus.revoked
+    if token.expires_at is not None and token.expires_at <= now:
+        return TokenStatus.expired
+    return TokenStatus.active
+
+
+def list_tokens(session: ProctorSession, user_id: int) -> list[ApiToken]:
+    return list(
+        session.scalars(
+            sa.select(ApiToken).where(ApiToken.user_id == user_id).order_by(ApiToken.id.desc())
+        )
+    )
+
+
+def get_token(session: ProctorSession, token_id: int) -> ApiToken | None:
+    return session.get(ApiToken, token_id)
+
+
+def create_token(
+    *,
+    session: ProctorSession,
+    user: User,
+    name: str,
+    scopes: Iterable[str],
+    expires_in_days: int | None,
+    allowed_roles: Iterable[Role],
+    actor: Actor,
+    now: datetime,
+) -> tuple[ApiToken, str]:
+    """Mint a token; returns the row and the token itself (shown once).
+
+    ``allowed_roles`` are the roles the caller may hand on: a token can never
+    carry a role its creator could not use in the creating request."""
+    scope_set = sorted(set(scopes), key=[s.value for s in tokens.Scope].index)
+    allowed = {r.value for r in allowed_roles}
+    for scope in scope_set:
+        if scope not in {s.value for s in tokens.Scope}:
+            raise FieldError("scopes", f"unknown scope '{scope}'")
+        if scope != tokens.READ_ONLY and scope not in allowed:
+            raise FieldError("scopes", f"you cannot grant the '{scope}' role to a token")
+    if not name.strip():
+        raise FieldError("name", "must not be empty")
+    plaintext = tokens.new_token()
+    row = ApiToken(
+        user_id=user.id,
+        name=name.strip(),
+        prefix=tokens.display_prefix(plaintext),
+        token_hash=tokens.hash_token(plaintext),
+        scopes=scope_set,
+        created_at=now,
+        expires_at=now + timedelta(days=expires_in_days) if expires_in_days else None,
+    )
+    session.add(row)
+    session.flush()
+    _audit(
+        session,
+        actor,
+        "token.create",
+        now,
+        row,
+        user=user.username,
+        name=row.name,
+        scopes=scope_set,
+        expires_at=row.expires_at.isoformat() if row.expires_at else None,
+    )
+    return row, plaintext
+
+
+def revoke_token(*, session: ProctorSession, token: ApiToken, actor: Actor, now: datetime) -> None:
+    if token.revoked_at is not None:
+        return
+    token.revoked_at = now
+    session.flush()
+    _audit(session, actor, "token.revoke", now, token, user_id=token.user_id, name=token.name)
+
+
+def find_token(session: ProctorSession, ref: str) -> ApiToken | None:
+    """A token by id or by its displayed prefix (``prt_abcd1234``)."""
+    if ref.isdigit():
+        return session.get(ApiToken, int(ref))
+    matches = list(session.scalars(sa.select(ApiToken).where(ApiToken.prefix == ref)))
+    if len(matches) > 1:
+        raise Conflict(f"more than one token has the prefix '{ref}'; use its id")
+    return matches[0] if matches else None

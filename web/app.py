@@ -1,0 +1,146 @@
+"""The web app: ``create_app(settings)`` builds it; nothing happens at import.
+
+Domains are folders ``web/<domain>/`` whose ``routes.py`` defines
+``api_router`` (JSON, mounted under ``/api``, documented in OpenAPI) and/or
+``page_router`` (HTML pages, not in OpenAPI). They are listed explicitly in
+``DOMAINS`` below, in the order their routes are matched. A domain's
+templates live in ``web/<domain>/templates/`` (rendered as
+``"<domain>/<file>.html"``) and its static files in ``web/<domain>/static/``
+(served at ``/static/<domain>/...``). See ``web/README.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
+from fastapi.staticfiles import StaticFiles
+
+from proctor import __version__
+from proctor.artifacts import open_store
+from proctor.db.engine import make_engine, make_session_factory
+from proctor.db.types import utcnow
+from proctor.settings import Settings
+from web.accounts import routes as accounts
+from web.auth.passwords import Passwords
+from web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
+from web.auth.throttle import ThrottlePolicy
+from web.errors import install_error_handlers
+from web.home import routes as home
+from web.middleware import SecurityHeadersMiddleware
+from web.placeholders import routes as placeholders
+from web.state import AppState, Clock
+from web.system import routes as system
+from web.templating import SHARED_STATIC, make_templates, static_fingerprint
+
+log = logging.getLogger(__name__)
+
+# Every domain whose routes the app serves, in matching order. Add yours here.
+DOMAINS: tuple[ModuleType, ...] = (
+    system,
+    accounts,
+    home,
+)
+
+OPENAPI_TAGS = [
+    {"name": "system", "description": "Health of the server and its database."},
+    {"name": "accounts", "description": "Users, roles, API tokens, the audit log."},
+]
+
+
+def _domain_name(routes_module: ModuleType) -> str:
+    # web.<domain>.routes -> <domain>
+    return routes_module.__name__.split(".")[-2]
+
+
+def _domain_dir(routes_module: ModuleType) -> Path:
+    assert routes_module.__file__ is not None
+    return Path(routes_module.__file__).resolve().parent
+
+
+def api_routes(app: FastAPI) -> list[Any]:
+    """Every FastAPI route the app serves, with the path, methods and
+    dependency tree it is served with (included routers flattened:
+    FastAPI >= 0.16x keeps them nested in ``app.routes``)."""
+    return [rc for rc in iter_route_contexts(app.routes) if isinstance(rc.original_route, APIRoute)]
+
+
+def create_app(
+    settings: Settings,
+    *,
+    clock: Clock = utcnow,
+    throttle: ThrottlePolicy | None = None,
+) -> FastAPI:
+    """Build the app for ``settings``. ``clock`` is the time source for
+    sessions, tokens and throttling (tests pass a controllable one)."""
+    secret_key = resolve_secret_key(settings)
+    domains = {_domain_name(m): _domain_dir(m) for m in (*DOMAINS, placeholders)}
+    static_dirs = [SHARED_STATIC, *(d / "static" for d in domains.values())]
+    static_version = static_fingerprint([d for d in static_dirs if d.is_dir()])
+
+    engine = make_engine(settings.db_url)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="Proctor",
+        version=__version__,
+        description="Blinded, statistically honest evaluation of robot policies. "
+        "Authenticate scripts with an API token (`Authorization: Bearer prt_…`); "
+        "create one on your account page or with `proctor user token create`.",
+        openapi_url="/api/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+        openapi_tags=OPENAPI_TAGS,
+        lifespan=lifespan,
+    )
+    app.state.web = AppState(
+        settings=settings,
+        engine=engine,
+        session_factory=make_session_factory(engine),
+        store=open_store(settings.artifacts_location),
+        templates=make_templates(domains, static_version),
+        passwords=Passwords.for_settings(settings),
+        secret_key=secret_key,
+        clock=clock,
+        throttle=throttle or ThrottlePolicy(),
+        static_version=static_version,
+    )
+
+    for module in DOMAINS:
+        api_router = getattr(module, "api_router", None)
+        page_router = getattr(module, "page_router", None)
+        if api_router is None and page_router is None:
+            raise RuntimeError(f"{module.__name__} defines neither api_router nor page_router")
+        if api_router is not None:
+            app.include_router(api_router, prefix="/api")
+        if page_router is not None:
+            app.include_router(page_router, include_in_schema=False)
+    taken = {r.path for r in api_routes(app) if "GET" in (r.methods or ())}
+    app.include_router(placeholders.placeholder_router(taken), include_in_schema=False)
+
+    # a domain's own static files first: the shared mount would swallow their paths
+    for name, directory in domains.items():
+        if (directory / "static").is_dir():
+            app.mount(f"/static/{name}", StaticFiles(directory=directory / "static"))
+    app.mount("/static", StaticFiles(directory=SHARED_STATIC), name="static")
+
+    install_error_handlers(app)
+    web = settings.web
+    app.add_middleware(
+        SessionCookieMiddleware,
+        secret_key=secret_key,
+        secure=web.secure_cookies if web.secure_cookies is not None else settings.env == "prod",
+        max_age_s=web.session_max_hours * 3600,
+    )
+    app.add_middleware(SecurityHeadersMiddleware)
+    return app

@@ -1,0 +1,147 @@
+"""Errors: JSON for the API (``{"detail": ...}``), HTML pages for people.
+
+A request is an API request when its path starts with ``/api/``. Services
+raise ``proctor.errors`` exceptions (or the two below, which say which field
+or which conflict); routes may raise ``HTTPException``. The handlers here
+turn each into the right response:
+
+* 401 on a page: a redirect to the sign-in page, coming back afterwards;
+* 422 names the field: the API's ``detail`` is FastAPI's list of
+  ``{"loc": [...], "msg": ..., "type": ...}``, the page lists "field: message";
+* anything unexpected: 500, logged with its traceback, no details leaked.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from proctor.errors import (
+    AppendOnlyViolation,
+    IntegrityError,
+    NotAvailableYet,
+    ProctorError,
+    UsageError,
+)
+from web.auth.identity import NotSignedIn
+from web.templating import render
+
+log = logging.getLogger(__name__)
+
+TITLES = {
+    400: "Bad request",
+    401: "Sign-in required",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Too large",
+    422: "Invalid input",
+    429: "Too many requests",
+    500: "Something went wrong",
+    501: "Not available yet",
+    503: "Unavailable",
+}
+
+
+class FieldError(UsageError):
+    """Bad input in one named field (422)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class Conflict(UsageError):
+    """The request clashes with what is stored (409): a taken name, the
+    last admin."""
+
+
+def is_api(request: Request) -> bool:
+    path = request.url.path
+    return path == "/api" or path.startswith("/api/")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(ProctorError, _proctor_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _server_error)
+
+
+def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    headers = dict(exc.headers or {})
+    if is_api(request):
+        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
+    if isinstance(exc, NotSignedIn) and request.method in ("GET", "HEAD"):
+        query = {"next": _path_with_query(request)}
+        if exc.expired:
+            query["expired"] = "1"
+        return RedirectResponse(f"/login?{urlencode(query)}", status_code=303)
+    headers.pop("WWW-Authenticate", None)
+    return error_page(request, exc.status_code, str(exc.detail), headers=headers)
+
+
+def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+    errors = exc.errors()
+    if is_api(request):
+        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+    lines = [f"{_field_name(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
+    return error_page(request, 422, "; ".join(lines) or "invalid input")
+
+
+def _proctor_error(request: Request, exc: ProctorError) -> Response:
+    if isinstance(exc, FieldError):
+        status = 422
+        detail: Any = [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
+    elif isinstance(exc, Conflict | AppendOnlyViolation):
+        status, detail = 409, str(exc)
+    elif isinstance(exc, NotAvailableYet):
+        status, detail = 501, str(exc)
+    elif isinstance(exc, IntegrityError):
+        log.error("stored data failed a check on %s: %s", request.url.path, exc)
+        status, detail = 500, str(exc)
+    elif isinstance(exc, UsageError):
+        status, detail = 422, str(exc)
+    else:
+        status, detail = 400, str(exc)
+    if is_api(request):
+        return JSONResponse({"detail": detail}, status_code=status)
+    return error_page(request, status, str(exc))
+
+
+def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    if is_api(request):
+        return JSONResponse({"detail": "internal server error"}, status_code=500)
+    return error_page(request, 500, "The server hit an unexpected error; it has been logged.")
+
+
+def error_page(
+    request: Request, status: int, message: str, *, headers: dict[str, str] | None = None
+) -> Response:
+    return render(
+        request,
+        "error.html",
+        {"status": status, "title": TITLES.get(status, "Error"), "message": message},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def _field_name(loc: Any) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "form")]
+    return ".".join(parts) or "request"
+
+
+def _path_with_query(request: Request) -> str:
+    query = request.url.query
+    return request.url.path + (f"?{query}" if query else "")

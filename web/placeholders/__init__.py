@@ -1,0 +1,1 @@
+"""Pages that other issues will build, said plainly until they land."""

@@ -1,0 +1,93 @@
+"""Placeholder pages: each says which issue will fill it.
+
+``create_app`` registers a placeholder only for a path no real route serves,
+so a page that lands takes over its path without touching this file (delete
+its entry here when it does, to keep the list honest). A placeholder answers
+501 Not Implemented, so nothing mistakes it for the real page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from fastapi import APIRouter, Request, Response
+
+from proctor.domain import Role
+from web.deps import OptionalUser, require_role
+from web.templating import render
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    path: str
+    title: str
+    issue: int
+    what: str
+    roles: tuple[Role, ...] = ()  # empty: public
+
+
+PLACEHOLDERS: tuple[Placeholder, ...] = (
+    Placeholder(
+        "/leaderboard",
+        "Leaderboard",
+        8,
+        "The public leaderboard: Human-Relative Throughput and RMST with their "
+        "intervals, completion and failure rates, the pairwise verdicts, all read "
+        "from stored leaderboard snapshots.",
+    ),
+    Placeholder(
+        "/submit",
+        "My policies",
+        9,
+        "The submitter portal: checkpoint upload, endpoint registration, "
+        "conformance reports, campaign progress and private results "
+        "(issue 9, items 2–7).",
+        (Role.submitter,),
+    ),
+    Placeholder(
+        "/console",
+        "Operator console",
+        6,
+        "The operator console: the next run code, the scene to set out, Start / "
+        "Stop / Safety stop, live cameras, and the post-rollout form.",
+        (Role.operator,),
+    ),
+    Placeholder(
+        "/review",
+        "Review queue",
+        7,
+        "The review UI: episodes whose detected placements disagree with the "
+        "operator's count, with synced video and traces to confirm, move, reject "
+        "or add placement times.",
+        (Role.reviewer,),
+    ),
+    Placeholder(
+        "/campaigns",
+        "Campaigns",
+        6,
+        "Campaign administration: protocols, blinded block-randomized allocation, "
+        "per-cell progress, sealing and revealing the allocation seed.",
+        (Role.admin,),
+    ),
+)
+
+
+def _page(p: Placeholder) -> Callable[..., Response]:
+    def show(request: Request, who: OptionalUser) -> Response:
+        return render(request, "placeholders/placeholder.html", {"page": p}, status_code=501)
+
+    show.__name__ = f"placeholder_{p.path.strip('/').replace('/', '_')}"
+    return show
+
+
+def placeholder_router(taken: Iterable[str]) -> APIRouter:
+    """A router with a page for each placeholder whose path is still free."""
+    taken_paths = set(taken)
+    router = APIRouter()
+    for p in PLACEHOLDERS:
+        if p.path in taken_paths:
+            continue
+        deps = [require_role(*p.roles)] if p.roles else []
+        router.add_api_route(p.path, _page(p), methods=["GET"], dependencies=deps)
+    return router

@@ -1,0 +1,34 @@
+"""What one app instance holds: built by ``create_app`` and kept on
+``app.state.web``; routes reach it through the dependencies in ``web.deps``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from fastapi.templating import Jinja2Templates
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import sessionmaker
+
+from proctor.artifacts import ArtifactStore
+from proctor.db.engine import ProctorSession
+from proctor.settings import Settings
+from web.auth.passwords import Passwords
+from web.auth.throttle import ThrottlePolicy
+
+Clock = Callable[[], datetime]
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    engine: Engine
+    session_factory: sessionmaker[ProctorSession]
+    store: ArtifactStore
+    templates: Jinja2Templates
+    passwords: Passwords
+    secret_key: str
+    clock: Clock
+    throttle: ThrottlePolicy
+    static_version: str

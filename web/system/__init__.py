@@ -1,0 +1,1 @@
+"""The station's own endpoints: health, API documentation."""
