@@ -17,15 +17,30 @@ after a claim so the row lock is released and other stations see it.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from proctor.db.models import Assignment, Campaign, CampaignPolicy, Episode, ObjectType
+from proctor.db.models import (
+    Assignment,
+    Campaign,
+    CampaignPolicy,
+    Episode,
+    ObjectType,
+    Submission,
+)
 from proctor.db.types import utcnow
-from proctor.domain import AssignmentStatus, CampaignStatus, EpisodeState, Outcome, Side
+from proctor.domain import (
+    AssignmentStatus,
+    CampaignStatus,
+    EndpointDialect,
+    EpisodeState,
+    Outcome,
+    Side,
+)
 from proctor.errors import ProctorError, UsageError
 from scheduler.codes import new_endpoint_handle, unique_codes
 from scheduler.service import Actor, CampaignNotFound, CampaignStateError, audit
@@ -57,6 +72,11 @@ class Claim:
     budget_s: float  # items × per-item cap
     tote_side: Side
     camera_side: Side
+    # the wire dialect the policy server speaks (a protocol property, not an identity)
+    dialect: EndpointDialect | None
+    # one initial scene per block (the LBM "test bundle"): every policy in a block
+    # gets the same simulated layout; derived from the sealed seed, so it says nothing
+    scene_seed: int
     resumed: bool  # this station held the claim already (it restarted)
 
 
@@ -64,6 +84,7 @@ def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool
     obj = session.get(ObjectType, a.object_type_id)
     if obj is None:  # a foreign key makes this impossible short of corruption
         raise ProctorError(f"run {a.run_code}: its object type is missing")
+    sub = session.get(Submission, a.submission_id) if a.submission_id else None
     return Claim(
         run_code=a.run_code,
         endpoint_handle=a.endpoint_handle,
@@ -77,8 +98,17 @@ def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool
         budget_s=campaign.items_per_episode * campaign.per_item_cap_s,
         tote_side=a.tote_side,
         camera_side=a.camera_side,
+        dialect=sub.endpoint_dialect if sub else None,
+        scene_seed=scene_seed(campaign.allocation_seed or "", a.block_index),
         resumed=resumed,
     )
+
+
+def scene_seed(allocation_seed: str, block_index: int) -> int:
+    """A 31-bit seed for the block's initial scene: SHA-256 of
+    ``"{seed}/scene/{block}"``, first 4 bytes big-endian, top bit cleared."""
+    digest = hashlib.sha256(f"{allocation_seed}/scene/{block_index}".encode("ascii")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def claim_next(
