@@ -436,15 +436,27 @@ def _arm_labels(c: Campaign, policy_ids: Sequence[int], names: dict[int, str]) -
 
 
 def campaign_status(
-    session: Session, *, campaign: int | str, identities: bool = False
+    session: Session, *, campaign: int | str, identities: bool = False, actor: Actor | None = None
 ) -> CampaignReport:
     """Per-cell progress and balance across configurations.
 
     With ``identities=False`` the arms carry blinded labels: per-cell counts
-    by name, watched while episodes run, would tell an operator which run
-    was whose. Callers decide (and audit) when names may be shown.
+    by name, watched while episodes run, would tell whoever watches which run
+    was whose. Naming them before the campaign is released is a form of
+    unblinding: it needs an ``actor`` and writes an audit row.
     """
     c = get_campaign(session, campaign)
+    if identities and c.status != CampaignStatus.released:
+        if actor is None:
+            raise UsageError("actor: naming the arms of an unreleased campaign is audited")
+        audit(
+            session,
+            actor=actor,
+            action="campaign.status_identified",
+            target_type="campaign",
+            target_id=c.id,
+            details={"campaign_status": c.status.value},
+        )
     policies = {cp.policy_id: cp for cp in c.policies}
     pol_rows = {
         p.id: p for p in session.scalars(sa.select(Policy).where(Policy.id.in_(list(policies))))
@@ -555,6 +567,9 @@ def close_campaign(session: Session, *, campaign: int | str, actor: Actor) -> st
     """No more claims; the seed is revealed. Returns the seed."""
     c = get_campaign(session, campaign, lock=True)
     _require(c, CampaignStatus.running, doing="closing")
+    seed = c.allocation_seed
+    if seed is None:
+        raise CampaignStateError(f"campaign '{c.name}' is running without a sealed seed")
     c.status = CampaignStatus.closed
     c.closed_at = utcnow()
     unfinished = session.scalar(
@@ -578,9 +593,7 @@ def close_campaign(session: Session, *, campaign: int | str, actor: Actor) -> st
             "unfinished": unfinished,
         },
     )
-    if c.allocation_seed is None:
-        raise CampaignStateError(f"campaign '{c.name}' is running without a sealed seed")
-    return c.allocation_seed
+    return seed
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from proctor.artifacts import open_store
 from proctor.db.engine import make_engine, make_session_factory
 from proctor.db.types import utcnow
 from proctor.settings import Settings
+from scheduler import routes as campaigns
+from scheduler.gateway import GatewayConfig, gateway_router
 from web.accounts import routes as accounts
 from web.auth.passwords import Passwords
 from web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
@@ -46,11 +48,13 @@ DOMAINS: tuple[ModuleType, ...] = (
     system,
     accounts,
     home,
+    campaigns,
 )
 
 OPENAPI_TAGS = [
     {"name": "system", "description": "Health of the server and its database."},
     {"name": "accounts", "description": "Users, roles, API tokens, the audit log."},
+    {"name": "campaigns", "description": "Campaigns, their sealed allocation, unblinding."},
 ]
 
 
@@ -125,6 +129,15 @@ def create_app(
             app.include_router(api_router, prefix="/api")
         if page_router is not None:
             app.include_router(page_router, include_in_schema=False)
+    # the blinded policy gateway: ws://<server>/policy/<handle> (scheduler/gateway.py)
+    app.include_router(
+        gateway_router(
+            GatewayConfig(
+                session_factory=app.state.web.session_factory,
+                encryption_key=settings.encryption_key,
+            )
+        )
+    )
     taken = {r.path for r in api_routes(app) if "GET" in (r.methods or ())}
     app.include_router(placeholders.placeholder_router(taken), include_in_schema=False)
 

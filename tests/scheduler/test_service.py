@@ -173,7 +173,9 @@ def test_status_close_reveal_unblind_release(db_session) -> None:
     names = {p.name for p in w.arms}
     assert not any(name in repr(report) for name in names)
     assert sum(cfg.blocks_planned for cfg in report.configs) == report.blocks == 6
-    named = service.campaign_status(db_session, campaign=c.id, identities=True)
+    with pytest.raises(UsageError, match="audited"):
+        service.campaign_status(db_session, campaign=c.id, identities=True)
+    named = service.campaign_status(db_session, campaign=c.id, identities=True, actor=ADMIN)
     assert {cell.arm for cell in named.cells} == names
 
     with pytest.raises(CampaignStateError, match=r"revealing the seed needs it to be closed"):
@@ -217,6 +219,7 @@ def test_status_close_reveal_unblind_release(db_session) -> None:
     assert actions == [
         "campaign.create",
         "campaign.start",
+        "campaign.status_identified",
         "campaign.close",
         "campaign.unblind",
         "campaign.release",

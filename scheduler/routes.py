@@ -1,0 +1,172 @@
+"""The campaigns API (``/api/campaigns``): the same actions as ``proctor
+campaign``. Every write needs the admin role; a campaign is visible to
+others only once released (before that, a 404 as if it did not exist).
+
+Mounted by ``web.app`` as a domain (``api_router``, prefix ``/api``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import sqlalchemy as sa
+from fastapi import APIRouter, HTTPException, Query, status
+
+from proctor.db.models import Campaign
+from proctor.domain import CampaignStatus, Role
+from scheduler import service
+from scheduler.protocol import CampaignProtocol
+from scheduler.schemas import (
+    CampaignStatusOut,
+    CampaignSummary,
+    CloseOut,
+    RevealOut,
+    StartOut,
+    UnblindedRunOut,
+    UnblindIn,
+)
+from scheduler.service import Actor, CampaignNotFound, CampaignStateError
+from web.auth.identity import Principal
+from web.deps import DbId, OptionalUser, SessionDep, require_role
+
+api_router = APIRouter(tags=["campaigns"])
+AdminUser = Annotated[Principal, require_role(Role.admin)]
+
+
+def _actor(principal: Principal) -> Actor:
+    return Actor(user_id=principal.id, label=principal.username)
+
+
+@contextmanager
+def _answers() -> Iterator[None]:
+    try:
+        yield
+    except CampaignNotFound:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "campaign not found") from None
+    except CampaignStateError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+
+
+def _summary(c: Campaign) -> CampaignSummary:
+    return CampaignSummary(
+        id=c.id,
+        name=c.name,
+        status=c.status,
+        commitment=c.seed_commitment,
+        created_at=c.created_at,
+        started_at=c.started_at,
+        closed_at=c.closed_at,
+        released_at=c.released_at,
+    )
+
+
+def _visible(session: SessionDep, campaign_id: int, who: Principal | None) -> Campaign:
+    """The campaign if the caller may see it: admins always, others once released."""
+    with _answers():
+        c = service.get_campaign(session, campaign_id)
+    if c.status != CampaignStatus.released and not (who is not None and who.is_admin):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "campaign not found")
+    return c
+
+
+@api_router.get("/campaigns", summary="Campaigns (admins: all; others: released)")
+def list_campaigns(session: SessionDep, who: OptionalUser) -> list[CampaignSummary]:
+    stmt = sa.select(Campaign).order_by(Campaign.id)
+    if who is None or not who.is_admin:
+        stmt = stmt.where(Campaign.status == CampaignStatus.released)
+    return [_summary(c) for c in session.scalars(stmt)]
+
+
+@api_router.post("/campaigns", status_code=201, summary="Create a draft campaign")
+def create_campaign(body: CampaignProtocol, session: SessionDep, who: AdminUser) -> CampaignSummary:
+    problems = body.problems()
+    if problems:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "; ".join(problems))
+    c = service.create_campaign(session, protocol=body, actor=_actor(who))
+    return _summary(c)
+
+
+@api_router.get("/campaigns/{campaign_id}", summary="Per-cell progress and balance")
+def campaign_status(
+    campaign_id: DbId,
+    session: SessionDep,
+    who: OptionalUser,
+    identities: Annotated[
+        bool, Query(description="name the arms (admins; audited until the campaign is released)")
+    ] = False,
+) -> CampaignStatusOut:
+    c = _visible(session, campaign_id, who)
+    released = c.status == CampaignStatus.released
+    with _answers():
+        report = service.campaign_status(
+            session,
+            campaign=c.id,
+            identities=identities or released,
+            actor=_actor(who) if who is not None else None,
+        )
+    return CampaignStatusOut.of(report)
+
+
+@api_router.post("/campaigns/{campaign_id}/start", summary="Seal the seed, write the allocation")
+def start_campaign(campaign_id: DbId, session: SessionDep, who: AdminUser) -> StartOut:
+    with _answers():
+        result = service.start_campaign(session, campaign=campaign_id, actor=_actor(who))
+    return StartOut(**vars(result))
+
+
+@api_router.post("/campaigns/{campaign_id}/close", summary="Stop claims, reveal the seed")
+def close_campaign(campaign_id: DbId, session: SessionDep, who: AdminUser) -> CloseOut:
+    with _answers():
+        seed = service.close_campaign(session, campaign=campaign_id, actor=_actor(who))
+        c = service.get_campaign(session, campaign_id)
+    return CloseOut(campaign_id=c.id, seed=seed, commitment=c.seed_commitment)
+
+
+@api_router.get(
+    "/campaigns/{campaign_id}/reveal", summary="The revealed seed, re-derived and checked"
+)
+def reveal(campaign_id: DbId, session: SessionDep, who: OptionalUser) -> RevealOut:
+    c = _visible(session, campaign_id, who)
+    with _answers():
+        r = service.reveal_allocation(session, campaign=c.id)
+    return RevealOut(**vars(r), verified=r.verified)
+
+
+@api_router.post(
+    "/campaigns/{campaign_id}/unblind", summary="Who ran under which run code (audited)"
+)
+def unblind(
+    campaign_id: DbId, body: UnblindIn, session: SessionDep, who: AdminUser
+) -> list[UnblindedRunOut]:
+    with _answers():
+        runs = service.unblind(
+            session,
+            campaign=campaign_id,
+            actor=_actor(who),
+            reason=body.reason,
+            run_codes=body.run_codes,
+        )
+    return [
+        UnblindedRunOut(
+            run_code=r.run_code,
+            sequence=r.sequence,
+            block_index=r.block_index,
+            status=r.status,
+            object=r.object_name,
+            config=r.config,
+            policy=r.policy_name,
+            is_reference=r.is_reference,
+            owner=r.owner,
+            submission_id=r.submission_id,
+        )
+        for r in runs
+    ]
+
+
+@api_router.post("/campaigns/{campaign_id}/release", summary="Make identities public")
+def release(campaign_id: DbId, session: SessionDep, who: AdminUser) -> CampaignSummary:
+    with _answers():
+        service.release_campaign(session, campaign=campaign_id, actor=_actor(who))
+        return _summary(service.get_campaign(session, campaign_id))
