@@ -1,25 +1,371 @@
-"""``proctor serve`` and ``proctor user``.
+"""``proctor serve`` and ``proctor user``: run the web app, manage accounts.
 
-NOT YET BUILT: arrives with issues #8 (web app) and #9 (accounts).
+Passwords never come from the command line (argv shows in ``ps`` and shell
+history): they are read from an environment variable, from standard input
+when it is not a terminal, or from a hidden prompt.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
+
 import typer
 
-from proctor.errors import NotAvailableYet
+from proctor.domain import Role
+from proctor.errors import UsageError
+
+if TYPE_CHECKING:
+    from proctor.db.engine import ProctorSession
+    from proctor.settings import Settings
 
 user_app = typer.Typer(
-    help="Accounts: create the first admin, users, tokens.", no_args_is_help=True
+    help="Accounts: create the first admin, add users, list them, manage API tokens.",
+    no_args_is_help=True,
 )
+token_app = typer.Typer(help="API tokens: create (shown once), list, revoke.", no_args_is_help=True)
+user_app.add_typer(token_app, name="token")
+
+ADMIN_PASSWORD_ENV = "PROCTOR_ADMIN_PASSWORD"
+USER_PASSWORD_ENV = "PROCTOR_USER_PASSWORD"
 
 
-def serve() -> None:
-    """Serve the web app."""
-    raise NotAvailableYet("proctor serve is not available yet (issue #8)")
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _schema_problem(url: str) -> str | None:
+    """Why the database cannot be used as it is, or None."""
+    from alembic.script import ScriptDirectory
+
+    from proctor.db import migrate
+
+    current, head = migrate.current(url), migrate.head()
+    if current == head:
+        return None
+    scripts = ScriptDirectory.from_config(migrate.alembic_config(url))
+    known = {rev.revision for rev in scripts.walk_revisions()}
+    if current is not None and current not in known:
+        return (
+            f"the database is at revision {current}, which this code does not know "
+            "(it was migrated by a newer Proctor): upgrade Proctor"
+        )
+    return (
+        f"the database is at revision {current or 'base (empty)'} but this code needs {head}: "
+        "run `proctor db upgrade`"
+    )
+
+
+@contextmanager
+def _accounts_session(ctx: typer.Context) -> Iterator[tuple[Settings, ProctorSession]]:
+    """(settings, session) for an accounts command; one transaction,
+    committed when the command succeeds."""
+    from proctor.cli import cli_context
+    from proctor.db.engine import make_engine, make_session_factory, session_scope
+
+    settings = cli_context(ctx).settings()
+    problem = _schema_problem(settings.db_url)
+    if problem:
+        raise UsageError(problem)
+    engine = make_engine(settings.db_url)
+    try:
+        with session_scope(make_session_factory(engine)) as session:
+            yield settings, session
+    finally:
+        engine.dispose()
+
+
+def read_new_password(env_var: str, username: str) -> str:
+    """A new password from ``env_var``, piped standard input, or a prompt."""
+    from web.auth.passwords import password_problem
+
+    if os.environ.get(env_var):
+        password, source = os.environ[env_var], env_var
+    elif not sys.stdin.isatty():
+        password, source = sys.stdin.readline().rstrip("\r\n"), "standard input"
+    else:
+        password = typer.prompt(
+            f"Password for {username}", hide_input=True, confirmation_prompt=True
+        )
+        source = "the prompt"
+    problem = password_problem(password, username=username)
+    if problem:
+        raise UsageError(f"the password from {source} {problem}")
+    return password
+
+
+def _parse_roles(values: list[str] | None) -> list[Role]:
+    roles = []
+    for value in values or []:
+        try:
+            roles.append(Role(value))
+        except ValueError:
+            choices = ", ".join(r.value for r in Role)
+            raise UsageError(f"--role: unknown role '{value}' (choose from {choices})") from None
+    return roles
 
 
 @user_app.command("create-admin")
-def create_admin() -> None:
-    """Create the first admin account."""
-    raise NotAvailableYet("proctor user is not available yet (issue #9)")
+def create_admin(
+    ctx: typer.Context,
+    username: Annotated[str, typer.Argument(help="The admin's username.")],
+    display_name: Annotated[str, typer.Option(help="Full name shown on pages.")] = "",
+    email: Annotated[str | None, typer.Option(help="Contact address.")] = None,
+) -> None:
+    """Create an admin account.
+
+    The password comes from PROCTOR_ADMIN_PASSWORD, from standard input, or
+    from a prompt; never from the command line.
+    """
+    _add(ctx, username, [Role.admin], display_name, email, ADMIN_PASSWORD_ENV, no_password=False)
+
+
+@user_app.command("add")
+def add_user(
+    ctx: typer.Context,
+    username: Annotated[str, typer.Argument(help="The new user's username.")],
+    role: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--role",
+            "-r",
+            help="A role (repeat for several): admin, operator, reviewer, submitter.",
+        ),
+    ] = None,
+    display_name: Annotated[str, typer.Option(help="Full name shown on pages.")] = "",
+    email: Annotated[str | None, typer.Option(help="Contact address.")] = None,
+    no_password: Annotated[
+        bool, typer.Option("--no-password", help="An account that only uses API tokens.")
+    ] = False,
+) -> None:
+    """Add a user with roles.
+
+    The password comes from PROCTOR_USER_PASSWORD, from standard input, or
+    from a prompt (or --no-password for a token-only account).
+    """
+    _add(ctx, username, _parse_roles(role), display_name, email, USER_PASSWORD_ENV, no_password)
+
+
+def _add(
+    ctx: typer.Context,
+    username: str,
+    roles: list[Role],
+    display_name: str,
+    email: str | None,
+    password_env: str,
+    no_password: bool,
+) -> None:
+    from pydantic import ValidationError
+
+    from proctor.db.types import utcnow
+    from web.accounts import service
+    from web.accounts.schemas import UserCreate
+    from web.auth.passwords import Passwords
+
+    try:
+        body = UserCreate(username=username, display_name=display_name, email=email, roles=roles)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UsageError(f"{err['loc'][0]}: {err['msg']}") from None
+    with _accounts_session(ctx) as (settings, session):
+        if service.get_user_by_username(session, body.username) is not None:
+            raise UsageError(f"user '{body.username}' already exists")
+        password = None if no_password else read_new_password(password_env, body.username)
+        user = service.create_user(
+            session=session,
+            passwords=Passwords.for_settings(settings),
+            username=body.username,
+            password=password,
+            roles=body.roles,
+            display_name=body.display_name,
+            email=body.email,
+            actor=service.Actor.cli(),
+            now=utcnow(),
+        )
+        names = ", ".join(r.value for r in service.roles_of(user)) or "no roles"
+        typer.echo(f"created user '{user.username}' (id {user.id}; {names})")
+
+
+@user_app.command("list")
+def list_users(ctx: typer.Context) -> None:
+    """List every account with its roles and active tokens."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from proctor.db.types import utcnow
+    from web.accounts import service
+    from web.accounts.schemas import TokenStatus
+
+    now = utcnow()
+    with _accounts_session(ctx) as (_, session):
+        table = Table("id", "username", "name", "roles", "active", "tokens", "created")
+        for user in service.list_users(session):
+            active_tokens = sum(
+                service.token_status(t, now) == TokenStatus.active for t in user.tokens
+            )
+            table.add_row(
+                str(user.id),
+                user.username,
+                user.display_name,
+                ", ".join(r.value for r in service.roles_of(user)) or "—",
+                "yes" if user.is_active else "no",
+                str(active_tokens),
+                user.created_at.strftime("%Y-%m-%d"),
+            )
+        Console(width=120).print(table)
+
+
+@token_app.command("create")
+def create_token(
+    ctx: typer.Context,
+    username: Annotated[str, typer.Argument(help="Whose token.")],
+    name: Annotated[str, typer.Option("--name", "-n", help="What the token is for.")],
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scope",
+            "-s",
+            help="A role the token may act in (repeat), or 'read-only'. None: identity only.",
+        ),
+    ] = None,
+    expires_days: Annotated[
+        int | None, typer.Option(min=1, max=3650, help="Days until it expires (default: never).")
+    ] = None,
+) -> None:
+    """Create an API token (printed once).
+
+    Only the token goes to standard output, so a script can capture it;
+    store it now: only its hash is kept.
+    """
+    from proctor.db.types import utcnow
+    from web.accounts import service
+    from web.auth.tokens import Scope
+    from web.errors import FieldError
+
+    scopes = scope or []
+    valid = {s.value for s in Scope}
+    for s in scopes:
+        if s not in valid:
+            raise UsageError(f"--scope: unknown scope '{s}' (choose from {', '.join(valid)})")
+    with _accounts_session(ctx) as (_, session):
+        user = service.get_user_by_username(session, username)
+        if user is None:
+            raise UsageError(f"no user '{username}'")
+        try:
+            row, plaintext = service.create_token(
+                session=session,
+                user=user,
+                name=name,
+                scopes=scopes,
+                expires_in_days=expires_days,
+                allowed_roles=service.roles_of(user),
+                actor=service.Actor.cli(),
+                now=utcnow(),
+            )
+        except FieldError as exc:
+            raise UsageError(f"--{exc.field.rstrip('s')}: {exc.message}") from None
+        expiry = row.expires_at.strftime("%Y-%m-%d %H:%M UTC") if row.expires_at else "never"
+        _err(
+            f"token {row.id} '{row.name}' for {user.username}, scopes "
+            f"[{', '.join(row.scopes)}], expires {expiry}. Shown once:"
+        )
+        typer.echo(plaintext)
+
+
+@token_app.command("list")
+def list_tokens(
+    ctx: typer.Context,
+    username: Annotated[str | None, typer.Argument(help="Only this user's tokens.")] = None,
+) -> None:
+    """List API tokens (never the tokens themselves: only their prefixes)."""
+    import sqlalchemy as sa
+    from rich.console import Console
+    from rich.table import Table
+
+    from proctor.db.models import ApiToken, User
+    from proctor.db.types import utcnow
+    from web.accounts import service
+
+    now = utcnow()
+    with _accounts_session(ctx) as (_, session):
+        q = sa.select(ApiToken, User.username).join(User).order_by(ApiToken.id)
+        if username:
+            q = q.where(User.username == username.strip().lower())
+        table = Table("id", "user", "name", "prefix", "scopes", "expires", "last used", "status")
+        for token, owner in session.execute(q):
+            table.add_row(
+                str(token.id),
+                owner,
+                token.name,
+                token.prefix + "…",
+                ", ".join(token.scopes) or "—",
+                token.expires_at.strftime("%Y-%m-%d") if token.expires_at else "never",
+                token.last_used_at.strftime("%Y-%m-%d %H:%M") if token.last_used_at else "never",
+                service.token_status(token, now).value,
+            )
+        Console(width=140).print(table)
+
+
+@token_app.command("revoke")
+def revoke_token(
+    ctx: typer.Context,
+    token: Annotated[str, typer.Argument(help="The token's id or its prefix (prt_…).")],
+) -> None:
+    """Revoke an API token: it stops working at once."""
+    from proctor.db.types import utcnow
+    from web.accounts import service
+
+    with _accounts_session(ctx) as (_, session):
+        row = service.find_token(session, token.rstrip("…"))
+        if row is None:
+            raise UsageError(f"no token '{token}'")
+        if row.revoked_at is not None:
+            typer.echo(f"token {row.id} '{row.name}' was already revoked")
+            return
+        service.revoke_token(session=session, token=row, actor=service.Actor.cli(), now=utcnow())
+        typer.echo(f"revoked token {row.id} '{row.name}' ({row.prefix}…)")
+
+
+def serve(
+    ctx: typer.Context,
+    host: Annotated[
+        str | None, typer.Option(help="Bind address (default: settings web.host).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="Port (default: settings web.port).")
+    ] = None,
+    migrate_db: Annotated[
+        bool | None,
+        typer.Option(
+            "--migrate/--no-migrate",
+            help="Migrate the database first if it is behind (default: yes, except in prod).",
+        ),
+    ] = None,
+) -> None:
+    """Serve the web app (pages and the JSON API) with uvicorn."""
+    import uvicorn
+
+    from proctor.cli import cli_context
+    from proctor.db import migrate
+    from web.app import create_app
+
+    settings = cli_context(ctx).settings()
+    url = settings.db_url
+    problem = _schema_problem(url)
+    if problem:
+        do_migrate = migrate_db if migrate_db is not None else settings.env != "prod"
+        if not do_migrate or "does not know" in problem:
+            raise UsageError(
+                problem + ("" if "does not know" in problem else " (or serve --migrate)")
+            )
+        _err(f"migrating the database: {problem.split(':')[0]}")
+        migrate.upgrade(url)
+        _err(f"database now at revision {migrate.current(url)}")
+    app = create_app(settings)
+    bind_host = host or settings.web.host
+    bind_port = port or settings.web.port
+    _err(f"Proctor on http://{bind_host}:{bind_port}/ (API docs at /api/docs); Ctrl-C stops it")
+    uvicorn.run(app, host=bind_host, port=bind_port, proxy_headers=True, log_level="info")

@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from proctor.domain import Role
 from web.auth.passwords import MAX_PASSWORD_LENGTH, MIN_PASSWORD_LENGTH
@@ -16,10 +16,17 @@ USERNAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{1,63}$"
 # printable text: no control characters (PostgreSQL also refuses NUL)
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
+
+def _normalize_username(value: Any) -> Any:
+    # usernames are case-insensitive: stored and compared in lower case
+    return value.strip().lower() if isinstance(value, str) else value
+
+
 Username = Annotated[
     str,
-    StringConstraints(strip_whitespace=True, to_lower=True, pattern=USERNAME_PATTERN),
-    Field(description="2–64 characters: lowercase letters, digits, '.', '_', '-'"),
+    BeforeValidator(_normalize_username),
+    StringConstraints(pattern=USERNAME_PATTERN),
+    Field(description="2–64 characters: letters, digits, '.', '_', '-' (stored in lower case)"),
 ]
 DisplayName = Annotated[
     str, StringConstraints(strip_whitespace=True, max_length=128, pattern=_PRINTABLE)

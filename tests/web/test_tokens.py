@@ -1,0 +1,212 @@
+"""API tokens: shown once, stored hashed, scoped, expiring, revocable."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from proctor.db.models import ApiToken
+from proctor.domain import Role
+from tests.web.conftest import Web, login, page_csrf
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_token_is_shown_once_and_only_its_hash_is_stored(web: Web) -> None:
+    web.add_user("ada", Role.submitter)
+    c = web.client()
+    login(c, "ada")
+    r = c.post(
+        "/api/me/tokens",
+        json={"name": "ci upload", "scopes": ["submitter"], "expires_in_days": 30},
+        headers={"X-CSRF-Token": page_csrf(c)},
+    )
+    assert r.status_code == 201
+    assert r.headers["cache-control"] == "no-store"
+    created = r.json()
+    token = created["token"]
+    assert token.startswith("prt_") and len(token) >= 40
+    assert created["prefix"] == token[:12] and created["status"] == "active"
+    listed = c.get("/api/me/tokens").json()
+    assert [t["id"] for t in listed] == [created["id"]]
+    assert "token" not in listed[0] and token not in c.get("/api/me/tokens").text
+    assert token not in c.get("/account").text
+    with web.db() as s:
+        row = s.get(ApiToken, created["id"])
+        assert row is not None
+        stored = [str(v) for v in (row.name, row.prefix, row.token_hash, row.scopes)]
+        assert token not in " ".join(stored) and len(row.token_hash) == 64
+    assert [a[4]["scopes"] for a in web.audit("token.create")] == [["submitter"]]
+
+
+def test_a_token_authenticates_and_records_its_use(web: Web) -> None:
+    web.add_user("ada", Role.submitter, Role.operator)
+    token = web.token("ada", ("submitter",))
+    c = web.client()
+    me = c.get("/api/me", headers=bearer(token)).json()
+    assert me["authenticated_via"] == "token"
+    assert me["roles"] == ["operator", "submitter"]
+    assert me["effective_roles"] == ["submitter"]  # the scope narrows the roles
+    with web.db() as s:
+        (row,) = s.scalars(sa.select(ApiToken))
+        first_use = row.last_used_at
+        assert first_use == web.clock()
+    web.clock.advance(seconds=30)
+    c.get("/api/me", headers=bearer(token))
+    with web.db() as s:
+        assert s.scalars(sa.select(ApiToken.last_used_at)).one() == first_use  # < 1 min
+    web.clock.advance(minutes=2)
+    c.get("/api/me/tokens", headers=bearer(token))
+    with web.db() as s:
+        assert s.scalars(sa.select(ApiToken.last_used_at)).one() == web.clock()
+
+
+def test_a_failed_request_still_records_the_token_use(web: Web) -> None:
+    web.add_user("ada")
+    token = web.token("ada")
+    assert web.client().get("/api/tokens/999", headers=bearer(token)).status_code == 404
+    with web.db() as s:
+        assert s.scalars(sa.select(ApiToken.last_used_at)).one() == web.clock()
+
+
+def test_revoked_tokens_stop_working_at_once(web: Web) -> None:
+    uid = web.add_user("ada", Role.submitter)
+    token = web.token("ada", ("submitter",))
+    c = web.client()
+    (listed,) = c.get("/api/me/tokens", headers=bearer(token)).json()
+    r = c.delete(f"/api/tokens/{listed['id']}", headers=bearer(token))
+    assert r.status_code == 200 and r.json()["status"] == "revoked"
+    again = c.get("/api/me", headers=bearer(token))
+    assert again.status_code == 401 and again.json() == {"detail": "API token revoked"}
+    assert again.headers["www-authenticate"] == "Bearer"
+    assert [(a[0], a[2], a[4]["user_id"]) for a in web.audit("token.revoke")] == [
+        (uid, "api_token", uid)
+    ]
+
+
+def test_tokens_expire(web: Web) -> None:
+    web.add_user("ada")
+    token = web.token("ada", expires_in_days=1)
+    c = web.client()
+    web.clock.advance(days=1, seconds=-1)
+    assert c.get("/api/me", headers=bearer(token)).status_code == 200
+    web.clock.advance(seconds=1)
+    r = c.get("/api/me", headers=bearer(token))
+    assert r.status_code == 401 and r.json() == {"detail": "API token expired"}
+    # and the owner sees it as expired
+    login(c, "ada")
+    (listed,) = c.get("/api/me/tokens").json()
+    assert listed["status"] == "expired"
+
+
+def test_unknown_and_malformed_tokens_are_refused(web: Web) -> None:
+    c = web.client()
+    for value in ["prt_" + "A" * 43, "nonsense", "x" * 5000]:
+        r = c.get("/api/me", headers=bearer(value))
+        assert r.status_code == 401 and r.json() == {"detail": "invalid API token"}
+
+
+def test_a_read_only_token_cannot_write(web: Web) -> None:
+    web.add_user("root", Role.admin)
+    token = web.token("root", ("admin", "read-only"))
+    c = web.client()
+    assert c.get("/api/users", headers=bearer(token)).status_code == 200
+    r = c.post("/api/users", json={"username": "eve"}, headers=bearer(token))
+    assert r.status_code == 403 and r.json() == {"detail": "this API token is read-only"}
+    r = c.post("/api/me/tokens", json={"name": "escalate"}, headers=bearer(token))
+    assert r.status_code == 403
+
+
+def test_a_token_acts_only_in_its_scoped_roles(web: Web) -> None:
+    web.add_user("root", Role.admin, Role.operator)
+    narrow = web.token("root", ("operator",))
+    c = web.client()
+    r = c.get("/api/users", headers=bearer(narrow))
+    assert r.status_code == 403
+    assert r.json() == {"detail": "this API token's scopes do not include the admin role"}
+    assert c.get("/console", headers=bearer(narrow)).status_code == 501  # operator page
+    # a token with no scope identifies its user and nothing more
+    identity = web.token("root")
+    assert c.get("/api/me", headers=bearer(identity)).json()["effective_roles"] == []
+    assert c.get("/api/users", headers=bearer(identity)).status_code == 403
+
+
+def test_a_role_taken_away_leaves_the_token_too(web: Web) -> None:
+    web.add_user("root", Role.admin)
+    uid = web.add_user("ada", Role.operator)
+    token = web.token("ada", ("operator",))
+    admin = web.token("root", ("admin",))
+    c = web.client()
+    assert c.get("/console", headers=bearer(token)).status_code == 501
+    r = c.put(f"/api/users/{uid}/roles", json={"roles": []}, headers=bearer(admin))
+    assert r.status_code == 200
+    assert c.get("/console", headers=bearer(token)).status_code == 403
+
+
+def test_nobody_grants_a_token_a_role_they_cannot_use(web: Web) -> None:
+    web.add_user("sub", Role.submitter)
+    token = web.token("sub", ("submitter",))
+    r = web.client().post(
+        "/api/me/tokens", json={"name": "x", "scopes": ["admin"]}, headers=bearer(token)
+    )
+    assert r.status_code == 422
+    assert r.json()["detail"] == [
+        {
+            "loc": ["body", "scopes"],
+            "msg": "you cannot grant the 'admin' role to a token",
+            "type": "value_error",
+        }
+    ]
+    # a token cannot hand on a role outside its own scopes either
+    web.add_user("both", Role.submitter, Role.reviewer)
+    narrow = web.token("both", ("submitter",))
+    r = web.client().post(
+        "/api/me/tokens", json={"name": "x", "scopes": ["reviewer"]}, headers=bearer(narrow)
+    )
+    assert r.status_code == 422
+
+
+def test_a_deactivated_users_tokens_stop_working(web: Web) -> None:
+    web.add_user("root", Role.admin)
+    uid = web.add_user("ada", Role.submitter)
+    token = web.token("ada", ("submitter",))
+    admin = web.token("root", ("admin",))
+    c = web.client()
+    assert (
+        c.patch(f"/api/users/{uid}", json={"is_active": False}, headers=bearer(admin)).json()[
+            "is_active"
+        ]
+        is False
+    )
+    r = c.get("/api/me", headers=bearer(token))
+    assert r.status_code == 401 and r.json() == {"detail": "account deactivated"}
+
+
+def test_a_submitter_cannot_see_or_revoke_anothers_token(web: Web) -> None:
+    """The owned-resource access check: someone else's token is a 404."""
+    web.add_user("ada", Role.submitter)
+    web.add_user("bob", Role.submitter)
+    web.add_user("root", Role.admin)
+    ada_token = web.token("ada", ("submitter",))
+    bob_token = web.token("bob", ("submitter",))
+    c = web.client()
+    (bobs,) = c.get("/api/me/tokens", headers=bearer(bob_token)).json()
+    for method in ("GET", "DELETE"):
+        r = c.request(method, f"/api/tokens/{bobs['id']}", headers=bearer(ada_token))
+        assert r.status_code == 404 and r.json() == {"detail": "token not found"}
+    # the same answer as for a token that does not exist
+    assert c.get("/api/tokens/424242", headers=bearer(ada_token)).json() == {
+        "detail": "token not found"
+    }
+    assert c.get("/api/me", headers=bearer(bob_token)).status_code == 200  # still active
+    # the page route uses the same check
+    login(c, "ada")
+    page = c.post(f"/account/tokens/{bobs['id']}/revoke", data={"csrf_token": page_csrf(c)})
+    assert page.status_code == 404
+    assert c.get("/api/me", headers=bearer(bob_token)).status_code == 200
+    # an admin may see and revoke it
+    admin = web.token("root", ("admin",))
+    assert c.get(f"/api/tokens/{bobs['id']}", headers=bearer(admin)).status_code == 200
+    assert c.delete(f"/api/tokens/{bobs['id']}", headers=bearer(admin)).status_code == 200
+    assert c.get("/api/me", headers=bearer(bob_token)).status_code == 401
