@@ -25,7 +25,7 @@ class CampaignSummary(BaseModel):
 
 class CellOut(BaseModel):
     arm: str
-    is_reference: bool
+    is_reference: bool | None  # null while the arms are blinded
     object: str
     target: int
     done: int

@@ -366,7 +366,7 @@ class CellProgress:
     the cell; requeued (system) and skipped slots are listed, not counted."""
 
     arm: str  # the policy's name, or a blinded label ("arm A")
-    is_reference: bool
+    is_reference: bool | None  # None while blinded: the reference is an identity too
     object_name: str
     target: int
     done: int
@@ -497,6 +497,10 @@ def campaign_status(
             block_done[block].add(pid)
             config_done[label] += 1
 
+    if identities:  # the reference first, then by name
+        arm_ids.sort(key=lambda pid: (pol_rows[pid].kind != PolicyKind.reference, labels[pid]))
+    else:
+        arm_ids.sort(key=lambda pid: labels[pid])
     cells = []
     for pid in arm_ids:
         policy = pol_rows[pid]
@@ -505,7 +509,7 @@ def campaign_status(
             cells.append(
                 CellProgress(
                     arm=labels[pid],
-                    is_reference=policy.kind == PolicyKind.reference,
+                    is_reference=(policy.kind == PolicyKind.reference) if identities else None,
                     object_name=obj.name if obj else str(oid),
                     target=c.episodes_per_cell,
                     done=n[AssignmentStatus.done],

@@ -169,7 +169,8 @@ def test_status_close_reveal_unblind_release(db_session) -> None:
     assert report.slots == 3 * 2 * 3 and report.pending == report.slots and report.done == 0
     assert report.seed is None and report.commitment == c.seed_commitment
     assert not report.identities
-    assert {cell.arm for cell in report.cells} == {"arm A", "arm B", "arm C"}
+    assert [cell.arm for cell in report.cells] == ["arm A"] * 2 + ["arm B"] * 2 + ["arm C"] * 2
+    assert {cell.is_reference for cell in report.cells} == {None}  # the reference is blinded too
     names = {p.name for p in w.arms}
     assert not any(name in repr(report) for name in names)
     assert sum(cfg.blocks_planned for cfg in report.configs) == report.blocks == 6
@@ -177,6 +178,8 @@ def test_status_close_reveal_unblind_release(db_session) -> None:
         service.campaign_status(db_session, campaign=c.id, identities=True)
     named = service.campaign_status(db_session, campaign=c.id, identities=True, actor=ADMIN)
     assert {cell.arm for cell in named.cells} == names
+    assert [cell.arm for cell in named.cells if cell.is_reference] == [w.reference.name] * 2
+    assert named.cells[0].arm == w.reference.name  # listed first
 
     with pytest.raises(CampaignStateError, match=r"revealing the seed needs it to be closed"):
         service.reveal_allocation(db_session, campaign=c.id)
