@@ -1,0 +1,305 @@
+"""The thin layer between the store and the analysis: episodes out of the
+database as an :class:`~analysis.episodes.EpisodeTable` (the same records
+the interchange reader produces), and leaderboard snapshots back in.
+
+What counts, per label stream (``proctor.domain.LabelStream``):
+
+* only ``closed`` episodes with an operator log (outcome and counts) and
+  both clock times; ``duration_s = clock_end_s − clock_start_s``;
+* ``auto_and_reviewed``: ``reviewed`` episodes read the reviewer's
+  ``confirmed`` placements, ``auto`` episodes the detector's ``accepted``
+  ones; ``pending`` / ``needs_review`` / ``flagged`` episodes are excluded
+  and listed;
+* ``reviewed_only``: only ``reviewed`` episodes;
+* ``detector_only``: the detector's ``accepted`` or ``proposed`` placements
+  of every annotated episode (anything but ``pending``), reconciled with the
+  operator's log as described in analysis/README.md;
+* ``system`` episodes are passed through (the analysis excludes and lists
+  them) whatever their labels.
+
+Lost, dropped, outcome and items always come from the operator's log. An
+episode whose times contradict its log (a count mismatch in a reviewed
+stream, a placement after the end) is excluded with the reason, never
+silently fixed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from analysis.episodes import (
+    OPERATOR_STOP,
+    SUCCESS,
+    SYSTEM,
+    Episode,
+    EpisodeTable,
+    Exclusion,
+    validate_episode,
+)
+from analysis.leaderboard import analyze
+from analysis.report import data_version, to_json
+from analysis.results import Protocol
+from proctor.db.models import (
+    AnalysisSnapshot,
+    Assignment,
+    Campaign,
+    ObjectType,
+    PlacementEvent,
+    Policy,
+    Station,
+)
+from proctor.db.models import (
+    Episode as EpisodeRow,
+)
+from proctor.domain import (
+    EpisodeState,
+    LabelStatus,
+    LabelStream,
+    PlacementSource,
+    PlacementStatus,
+    PolicyKind,
+)
+from proctor.errors import ProctorError, UsageError
+
+# which placement rows each stream reads for an episode of a given label status
+_Sources = dict[LabelStatus, tuple[PlacementSource, set[PlacementStatus]]]
+_STREAM_SOURCES: dict[LabelStream, _Sources] = {
+    LabelStream.auto_and_reviewed: {
+        LabelStatus.reviewed: (PlacementSource.reviewer, {PlacementStatus.confirmed}),
+        LabelStatus.auto: (PlacementSource.detector, {PlacementStatus.accepted}),
+    },
+    LabelStream.reviewed_only: {
+        LabelStatus.reviewed: (PlacementSource.reviewer, {PlacementStatus.confirmed}),
+    },
+    LabelStream.detector_only: {
+        status: (PlacementSource.detector, {PlacementStatus.accepted, PlacementStatus.proposed})
+        for status in (
+            LabelStatus.auto,
+            LabelStatus.needs_review,
+            LabelStatus.reviewed,
+            LabelStatus.flagged,
+        )
+    },
+}
+
+
+def _value(x: Any) -> Any:
+    return getattr(x, "value", x)
+
+
+def load_episodes(
+    session: Session, *, campaign_id: int | None, stream: LabelStream
+) -> EpisodeTable:
+    """The episodes of a campaign (``None``: every episode in the store) as
+    the analysis reads them under ``stream``."""
+    stream = LabelStream(stream)
+    q = (
+        sa.select(EpisodeRow, Policy, ObjectType, Station.name)
+        .outerjoin(Assignment, EpisodeRow.assignment_id == Assignment.id)
+        .outerjoin(Policy, Assignment.policy_id == Policy.id)
+        .join(ObjectType, EpisodeRow.object_type_id == ObjectType.id)
+        .outerjoin(Station, EpisodeRow.station_id == Station.id)
+        .order_by(EpisodeRow.id)
+    )
+    if campaign_id is not None:
+        q = q.where(EpisodeRow.campaign_id == campaign_id)
+    rows = session.execute(q).all()
+
+    ids = [r[0].id for r in rows]
+    placements: dict[int, list[tuple[float, PlacementSource, PlacementStatus]]] = defaultdict(list)
+    for chunk in range(0, len(ids), 500):
+        part = ids[chunk : chunk + 500]
+        for ev in session.execute(
+            sa.select(
+                PlacementEvent.episode_id,
+                PlacementEvent.t_s,
+                PlacementEvent.source,
+                PlacementEvent.status,
+            )
+            .where(PlacementEvent.episode_id.in_(part))
+            .order_by(PlacementEvent.episode_id, PlacementEvent.t_s, PlacementEvent.id)
+        ):
+            placements[ev.episode_id].append(
+                (float(ev.t_s), PlacementSource(ev.source), PlacementStatus(ev.status))
+            )
+
+    episodes: list[Episode] = []
+    excluded: list[Exclusion] = []
+    notes: list[str] = []
+    reconciled = 0
+    references: set[str] = set()
+    sources = _STREAM_SOURCES[stream]
+    for row, policy, obj, station_name in rows:
+        policy_name = policy.name if policy is not None else ""
+
+        def skip(
+            reason: str, *, uid: str = row.uid, who: str = policy_name, what: str = obj.name
+        ) -> None:
+            excluded.append(Exclusion(uid, who, what, reason))
+
+        if policy is None:
+            skip("no assignment: the episode's policy is unknown")
+            continue
+        if policy.kind == PolicyKind.reference:
+            references.add(policy.name)
+        if row.state != EpisodeState.closed:
+            skip(f"not closed (state {_value(row.state)})")
+            continue
+        if row.outcome is None or row.placed is None or row.lost is None or row.dropped is None:
+            skip("no operator log (outcome and counts)")
+            continue
+        if row.clock_start_s is None or row.clock_end_s is None:
+            skip("no clock times")
+            continue
+        base = dict(
+            episode_id=row.uid,
+            policy=policy.name,
+            object=obj.name,
+            items=row.items,
+            duration_s=float(row.clock_end_s - row.clock_start_s),
+            lost=row.lost,
+            dropped=row.dropped,
+            outcome=_value(row.outcome),
+            budget_s=float(row.budget_s),
+            tote_placement=_value(row.tote_side),
+            external_camera=_value(row.camera_side),
+            station=station_name,
+            started_at=row.started_at.isoformat() if row.started_at else None,
+            reference=policy.kind == PolicyKind.reference,
+            object_tags=tuple(sorted(obj.tags or ())),
+        )
+        if _value(row.outcome) == SYSTEM:
+            # only its identity matters: the analysis lists it and scores nothing
+            base.update(lost=0, dropped=0, duration_s=max(float(base["duration_s"]), 0.0))
+            episodes.append(Episode(**base, placements_s=()))
+            continue
+        status = LabelStatus(row.label_status)
+        if status not in sources:
+            skip(f"labels not in stream {stream.value} (label status {status.value})")
+            continue
+        source, statuses = sources[status]
+        times = tuple(
+            t for t, src, st in placements.get(row.id, []) if src == source and st in statuses
+        )
+        if stream == LabelStream.detector_only:
+            times, outcome, changed = _reconcile_detector(times, row)
+            base["outcome"] = outcome
+            reconciled += changed
+        elif len(times) != row.placed:
+            kinds = "/".join(sorted(st.value for st in statuses))
+            skip(
+                f"{len(times)} {source.value} placements ({kinds}) "
+                f"but the operator logged {row.placed} placed"
+            )
+            continue
+        ep = Episode(**base, placements_s=times)
+        problems = validate_episode(ep)
+        if problems:
+            skip("; ".join(f"{p.field}: {p.reason}" for p in problems))
+            continue
+        episodes.append(ep)
+
+    if reconciled:
+        notes.append(
+            f"detector_only: {reconciled} episodes' detector counts differ from the "
+            "operator's log (reconciled: see analysis/README.md)"
+        )
+    reference = None
+    if len(references) == 1:
+        reference = next(iter(references))
+    elif len(references) > 1:
+        notes.append(f"more than one reference policy in scope: {sorted(references)}")
+    return EpisodeTable(
+        episodes=tuple(episodes),
+        reference=reference,
+        excluded=tuple(excluded),
+        notes=tuple(notes),
+    )
+
+
+def _reconcile_detector(
+    times: tuple[float, ...], row: EpisodeRow
+) -> tuple[tuple[float, ...], str, bool]:
+    """The detector-only view of an episode: the detector's own count and
+    times, with the operator's lost / dropped / outcome.
+
+    * More detections than the log allows (count > items − lost − dropped):
+      the latest extra times are dropped (more placements than items left
+      is physically impossible).
+    * Fewer detections than the operator's placed count: the unseen items
+      stay unhandled, so for the detector the operation in progress at the
+      end never finished — a ``ran_out_of_time``/``operator_stop`` episode
+      gets its censored tail as usual, and a ``success`` episode is read as
+      stopped (its outcome becomes ``operator_stop``, a censored tail).
+    Returns (times, outcome, whether anything was reconciled)."""
+    room = row.items - row.lost - row.dropped
+    changed = len(times) != row.placed
+    if len(times) > room:
+        times = times[:room]
+    outcome = _value(row.outcome)
+    if outcome == SUCCESS and len(times) < room:
+        outcome = OPERATOR_STOP
+    return times, outcome, changed
+
+
+def snapshot_result(
+    session: Session,
+    *,
+    campaign_id: int | None,
+    stream: LabelStream,
+    protocol: Protocol | None = None,
+) -> tuple[dict[str, Any], Protocol, EpisodeTable]:
+    """The result JSON for a campaign and stream (what a snapshot stores)."""
+    from analysis.cli import code_version
+
+    campaign = session.get(Campaign, campaign_id) if campaign_id is not None else None
+    if campaign_id is not None and campaign is None:
+        raise UsageError(f"campaign {campaign_id}: no such campaign")
+    if protocol is None:
+        if campaign is None:
+            raise UsageError("a protocol (at least τ) is needed without a campaign")
+        protocol = Protocol(tau=float(campaign.tau_s))
+    table = load_episodes(session, campaign_id=campaign_id, stream=stream)
+    try:
+        lb = analyze(table, protocol)
+    except ValueError as exc:
+        raise ProctorError(f"cannot score campaign {campaign_id} ({stream.value}): {exc}") from None
+    result = to_json(
+        lb,
+        code_version=code_version(),
+        data_version=data_version(table),
+        extra_protocol={"label_stream": LabelStream(stream).value, "campaign_id": campaign_id},
+    )
+    return result, protocol, table
+
+
+def build_snapshot(
+    session: Session,
+    *,
+    campaign_id: int | None,
+    stream: LabelStream,
+    protocol: Protocol | None = None,
+    created_by_id: int | None = None,
+) -> AnalysisSnapshot:
+    """Score a campaign under ``stream`` and add the leaderboard snapshot to
+    the session (flushed, not committed: the caller owns the transaction).
+    ``protocol`` defaults to the campaign's τ with the default bootstrap."""
+    result, _protocol, _table = snapshot_result(
+        session, campaign_id=campaign_id, stream=stream, protocol=protocol
+    )
+    snap = AnalysisSnapshot(
+        campaign_id=campaign_id,
+        label_stream=LabelStream(stream),
+        protocol=result["protocol"],
+        code_version=result["code_version"],
+        data_version=result["data_version"],
+        result=result,
+        created_by_id=created_by_id,
+    )
+    session.add(snap)
+    session.flush()
+    return snap
