@@ -1,0 +1,141 @@
+"""Blinding is structural (docs/architecture.md): the code that runs at the
+robot — the station daemon, its local API, and the operator console — has
+no way to read who a run belongs to. Checked by walking its source:
+
+* it never names the tables that hold identity: ``Policy``, ``Submission``,
+  ``CampaignPolicy``, ``Assignment`` (whose ``policy_id`` / ``submission_id``
+  columns are the sealed mapping) — not by import, not as an attribute
+  (``models.Policy``), not as a string (``getattr(models, "Policy")``);
+* it never reads the identity columns (``.policy_id``, ``.submission_id``,
+  ``.endpoint_url``, ``.endpoint_api_key_encrypted``, ``.owner_id``);
+* it never queries the identity tables in raw SQL;
+* it never imports the scheduler: the campaign's work reaches the station
+  through ``station.work.WorkSource``, plugged in by a config string, and
+  carries only an opaque run code and gateway URL.
+
+``BLIND_PACKAGES`` lists the packages under the rule; the operator console
+(``web/console``, still to be built) is listed already, so it is covered the
+moment it exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BLIND_PACKAGES = ("station", "web/console", "web/station_api")
+IDENTITY_CLASSES = {"Policy", "Submission", "CampaignPolicy", "Assignment"}
+IDENTITY_ATTRS = {
+    "policy_id",
+    "submission_id",
+    "endpoint_url",
+    "endpoint_api_key_encrypted",
+    "owner_id",
+}
+IDENTITY_TABLES = {"policies", "submissions", "campaign_policies", "assignments"}
+_SQL = re.compile(r"\b(select|from|join|update|insert)\b", re.IGNORECASE)
+
+
+def violations(source: str, where: str) -> list[str]:
+    tree = ast.parse(source)
+    out = []
+    for node in ast.walk(tree):
+        line = f"{where}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module == "scheduler" or module.startswith("scheduler."):
+                out.append(f"{line} imports {module}")
+            for alias in node.names:
+                if alias.name in IDENTITY_CLASSES:
+                    out.append(f"{line} imports {alias.name} from {module}")
+                if module == "scheduler" or alias.name == "scheduler":
+                    out.append(f"{line} imports scheduler")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "scheduler" or alias.name.startswith("scheduler."):
+                    out.append(f"{line} imports {alias.name}")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in IDENTITY_CLASSES:
+                out.append(f"{line} uses .{node.attr}")
+            if node.attr in IDENTITY_ATTRS:
+                out.append(f"{line} reads .{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in IDENTITY_CLASSES:
+            out.append(f"{line} names {node.id}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if text in IDENTITY_CLASSES or text in IDENTITY_ATTRS:
+                out.append(f"{line} spells {text!r}")
+            elif _SQL.search(text) and any(
+                re.search(rf"\b{t}\b", text, re.IGNORECASE) for t in IDENTITY_TABLES
+            ):
+                out.append(f"{line} queries an identity table in SQL")
+    return out
+
+
+def _blind_files() -> list[Path]:
+    files: list[Path] = []
+    for package in BLIND_PACKAGES:
+        base = ROOT / package
+        if base.is_dir():
+            files.extend(sorted(base.rglob("*.py")))
+    return files
+
+
+def test_the_walk_sees_the_station() -> None:
+    names = {p.relative_to(ROOT).as_posix() for p in _blind_files()}
+    assert "station/work.py" in names and "station/cli.py" in names
+
+
+def test_blind_code_cannot_read_policy_identity() -> None:
+    bad = []
+    for path in _blind_files():
+        bad += violations(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert bad == []
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "from proctor.db.models import Policy",
+        "from proctor.db.models.campaigns import Assignment as A",
+        "import proctor.db.models as m\nx = m.Submission",
+        "x = getattr(models, 'CampaignPolicy')",
+        "def f(a):\n    return a.policy_id",
+        "def f(s):\n    return s.endpoint_url",
+        "q = 'SELECT name FROM policies WHERE id = 1'",
+        "q = 'select * from assignments join episodes on true'",
+        "from scheduler.claims import claim_next",
+        "import scheduler.gateway",
+        "from scheduler import service",
+    ],
+)
+def test_the_checker_catches_each_way_in(snippet: str) -> None:
+    assert violations(snippet, "snippet") != []
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "from proctor.db.models import Episode, ObjectType, Station",
+        "from station.work import Work\nw.policy_url",
+        "msg = 'the policy server returned actions of shape (10, 7)'",
+        "x = 'policies'",  # a word is not a query
+    ],
+)
+def test_the_checker_lets_ordinary_station_code_through(snippet: str) -> None:
+    assert violations(snippet, "snippet") == []
+
+
+def test_the_work_a_station_receives_carries_no_identity() -> None:
+    """The scheduler's side of the contract: what crosses to the station."""
+    from scheduler.claims import Claim
+    from station.work import Work
+
+    for cls in (Claim, Work):
+        names = {f.name for f in fields(cls)}
+        assert not names & (IDENTITY_ATTRS | {"policy", "policy_name", "owner", "checkpoint"})

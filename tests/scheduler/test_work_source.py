@@ -1,0 +1,145 @@
+"""The campaign-backed WorkSource, loaded the way the station daemon loads it
+(``station.work.load_work_source``), on both databases."""
+
+from __future__ import annotations
+
+import secrets
+from collections import defaultdict
+
+import pytest
+import sqlalchemy as sa
+
+from proctor.db.models import Assignment, Episode, Station
+from proctor.domain import AssignmentStatus, EpisodeState, Outcome
+from proctor.errors import UsageError
+from scheduler import service
+from scheduler.service import Actor, CampaignStateError
+from scheduler.work_source import CampaignWorkSource
+from station.work import Work, WorkSource, load_work_source
+from tests.scheduler import builders
+from tests.scheduler.conftest import CommittedDb
+
+
+def _campaign(db: CommittedDb, *, start: bool = True, **kw: object):
+    with db.session() as s:
+        w = builders.world(s, 2, objects=("spoons",))
+        c = service.create_campaign(s, protocol=builders.protocol(w, **kw), actor=Actor(label="t"))
+        if start:
+            service.start_campaign(s, campaign=c.id, actor=Actor(label="t"))
+        return w, c.id, c.name
+
+
+def _episode(db: CommittedDb, work: Work, outcome: Outcome) -> str:
+    uid = secrets.token_hex(8)
+    with db.session() as s:
+        obj = s.scalars(
+            sa.select(Assignment.object_type_id).where(Assignment.run_code == work.run_code)
+        ).one()
+        s.add(
+            Episode(
+                uid=uid,
+                object_type_id=obj,
+                items=work.items,
+                budget_s=work.budget_s,
+                tote_side=work.tote_side,
+                camera_side=work.camera_side,
+                state=EpisodeState.closed,
+                outcome=outcome,
+                placed=work.items if outcome != Outcome.system else None,
+                lost=0 if outcome != Outcome.system else None,
+                dropped=0 if outcome != Outcome.system else None,
+            )
+        )
+    return uid
+
+
+def test_the_station_loads_it_and_runs_a_campaign(committed_db: CommittedDb) -> None:
+    w, cid, name = _campaign(committed_db, episodes_per_cell=3)
+    station_name = f"cell-{secrets.token_hex(3)}"
+    source = load_work_source(
+        "scheduler.work_source:campaign_work_source",
+        {
+            "campaign": name,
+            "station": station_name,
+            "gateway": "http://proctor.lab:8000",
+            "database_url": committed_db.url,
+        },
+    )
+    assert isinstance(source, WorkSource) and isinstance(source, CampaignWorkSource)
+    secrets_ = [p.name for p in w.arms] + [s.endpoint_url for s in w.submissions.values()]
+
+    scenes: dict[int, set[int]] = defaultdict(set)
+    seen = []
+    while (work := source.claim()) is not None:
+        with committed_db.session() as s:
+            a = s.scalars(sa.select(Assignment).where(Assignment.run_code == work.run_code)).one()
+            assert work.policy_url == f"ws://proctor.lab:8000/policy/{a.endpoint_handle}"
+            assert (work.object_name, work.tote_side, work.camera_side) == (
+                w.objects[0].name,
+                a.tote_side,
+                a.camera_side,
+            )
+            scenes[a.block_index].add(work.sim_seed)
+        shown = repr(work) + repr(work.public_view())
+        assert not any(x in shown for x in secrets_) and "/policy/" not in shown
+        assert work.prompt == "put the spoons" and work.campaign_id == cid
+        source.completed(
+            work, episode_uid=_episode(committed_db, work, Outcome.success), outcome=Outcome.success
+        )
+        seen.append(work.run_code)
+    assert len(seen) == 3 * 3
+    # one initial scene per block, different scenes for different blocks
+    assert all(len(v) == 1 for v in scenes.values())
+    assert len({next(iter(v)) for v in scenes.values()}) == len(scenes)
+    with committed_db.session() as s:
+        assert s.scalar(sa.select(Station.id).where(Station.name == station_name)) is not None
+    with committed_db.session() as s:
+        report = service.campaign_status(s, campaign=cid)
+    assert report.done == 9 and report.blocks_complete == 3
+
+
+def test_abandoned_work_is_skipped_and_rescheduled(committed_db: CommittedDb) -> None:
+    _, cid, _ = _campaign(committed_db, episodes_per_cell=1)
+    source = CampaignWorkSource(
+        session_factory=committed_db.factory, campaign=cid, station="cell-x", gateway="ws://gw"
+    )
+    work = source.claim()
+    assert work is not None
+    source.abandoned(work, reason="pre-flight: gateway closed 1013")
+    with committed_db.session() as s:
+        statuses = dict(
+            s.execute(
+                sa.select(Assignment.run_code, Assignment.status).where(
+                    Assignment.campaign_id == cid
+                )
+            ).all()
+        )
+    assert statuses[work.run_code] == AssignmentStatus.skipped
+    assert list(statuses.values()).count(AssignmentStatus.pending) == 3  # 2 + the replacement
+    nxt = source.claim()
+    assert nxt is not None and nxt.run_code != work.run_code
+
+    system_uid = _episode(committed_db, nxt, Outcome.system)
+    source.completed(nxt, episode_uid=system_uid, outcome=Outcome.system)
+    with committed_db.session() as s:
+        assert (
+            s.scalar(sa.select(Assignment.status).where(Assignment.run_code == nxt.run_code))
+            == AssignmentStatus.requeued
+        )
+
+
+def test_campaign_states(committed_db: CommittedDb) -> None:
+    _, cid, _ = _campaign(committed_db, start=False)
+    source = CampaignWorkSource(
+        session_factory=committed_db.factory, campaign=cid, station="cell-y", gateway="ws://gw"
+    )
+    with pytest.raises(CampaignStateError, match="is draft"):
+        source.claim()
+    with committed_db.session() as s:
+        service.start_campaign(s, campaign=cid, actor=Actor(label="t"))
+        service.close_campaign(s, campaign=cid, actor=Actor(label="t"))
+    assert source.claim() is None  # a closed campaign has nothing more to run
+    with pytest.raises(UsageError, match="gateway"):
+        CampaignWorkSource(
+            session_factory=committed_db.factory, campaign=cid, station="s", gateway="gw:80"
+        )
