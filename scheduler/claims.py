@@ -30,6 +30,7 @@ from proctor.db.models import (
     CampaignPolicy,
     Episode,
     ObjectType,
+    Station,
     Submission,
 )
 from proctor.db.types import utcnow
@@ -43,7 +44,7 @@ from proctor.domain import (
 )
 from proctor.errors import ProctorError, UsageError
 from scheduler.codes import new_endpoint_handle, unique_codes
-from scheduler.service import Actor, CampaignNotFound, CampaignStateError, audit
+from scheduler.service import Actor, CampaignNotFound, CampaignStateError, audit, get_campaign
 
 # an endpoint that fails its pre-flight is usually down for minutes (a restart,
 # a redeploy): retry its slot after 5 min, doubling per attempt, at most 1 h
@@ -125,6 +126,11 @@ def claim_next(
             f"campaign '{campaign.name}' is {campaign.status.value}; only a running "
             "campaign hands out work"
         )
+    now = now or utcnow()
+    if not session.execute(
+        sa.update(Station).where(Station.id == station_id).values(last_seen_at=now)
+    ).rowcount:
+        raise UsageError(f"station_id: no station {station_id}")
     held = session.scalars(
         sa.select(Assignment)
         .where(
@@ -138,7 +144,6 @@ def claim_next(
     if held is not None:
         return _claim(session, held, campaign, resumed=True)
 
-    now = now or utcnow()
     active = sa.select(CampaignPolicy.policy_id).where(
         CampaignPolicy.campaign_id == campaign_id, CampaignPolicy.active.is_(True)
     )
@@ -321,3 +326,48 @@ def release_claim(session: Session, *, run_code: str, station_id: int) -> None:
     a.station_id = None
     a.claimed_at = None
     session.flush()
+
+
+def free_station(
+    session: Session, *, campaign: int | str, station: str, actor: Actor
+) -> tuple[int, int]:
+    """An admin's remedy for a station that died holding a claim and is not
+    coming back: runs it held with no episode go back to pending (same code,
+    same place); runs with an episode are requeued (a fresh slot at the end).
+    Returns (released, requeued); audit-logged."""
+    c = get_campaign(session, campaign)
+    st = session.scalar(sa.select(Station).where(Station.name == station))
+    if st is None:
+        raise UsageError(f"station: no station named '{station}'")
+    held = list(
+        session.scalars(
+            sa.select(Assignment)
+            .where(
+                Assignment.campaign_id == c.id,
+                Assignment.station_id == st.id,
+                Assignment.status == AssignmentStatus.claimed,
+            )
+            .with_for_update()
+        )
+    )
+    released = requeued = 0
+    for a in held:
+        ran = session.scalar(sa.select(Episode.id).where(Episode.assignment_id == a.id).limit(1))
+        if ran is None:
+            a.status, a.station_id, a.claimed_at = AssignmentStatus.pending, None, None
+            released += 1
+        else:
+            a.status, a.completed_at = AssignmentStatus.requeued, utcnow()
+            session.flush()
+            _replace(session, a, not_before=None)
+            requeued += 1
+    session.flush()
+    audit(
+        session,
+        actor=actor,
+        action="campaign.free_station",
+        target_type="campaign",
+        target_id=c.id,
+        details={"station": station, "released": released, "requeued": requeued},
+    )
+    return released, requeued

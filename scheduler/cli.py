@@ -1,4 +1,5 @@
-"""``proctor campaign``: create, start, status, close, reveal, unblind, release.
+"""``proctor campaign``: create, start, status, close, reveal, unblind, release,
+list, free-station.
 
 These commands act on the configured database directly, as an admin would
 through the API; each is one transaction and every state change is written
@@ -311,6 +312,24 @@ def release(ctx: typer.Context, campaign: CampaignArg) -> None:
     with _session(ctx) as session:
         service.release_campaign(session, campaign=campaign, actor=_actor())
     typer.echo("released: policy identities are public for this campaign")
+
+
+@campaign_app.command("free-station")
+def free_station(
+    ctx: typer.Context,
+    campaign: CampaignArg,
+    station: Annotated[str, typer.Argument(help="The station's name.", show_default=False)],
+) -> None:
+    """Hand back the runs a dead station still holds (audited)."""
+    from scheduler import claims
+
+    with _session(ctx) as session:
+        released, requeued = claims.free_station(
+            session, campaign=campaign, station=station, actor=_actor()
+        )
+    typer.echo(
+        f"{released} held runs back to pending; {requeued} with an episode requeued as fresh slots"
+    )
 
 
 @campaign_app.command("list")

@@ -246,3 +246,30 @@ def test_inactive_policies_are_not_handed_out_and_closed_campaigns_hand_out_noth
     service.close_campaign(db_session, campaign=c.id, actor=ADMIN)
     with pytest.raises(CampaignStateError, match="is closed; only a running campaign"):
         claim_next(db_session, campaign_id=c.id, station_id=st.id)
+
+
+def test_a_dead_stations_claims_can_be_freed(db_session) -> None:
+    _, c = _running(db_session)
+    dead, alive = builders.station(db_session), builders.station(db_session)
+    idle = claim_next(db_session, campaign_id=c.id, station_id=dead.id)
+    db_session.refresh(dead)
+    assert dead.last_seen_at is not None
+    # a second campaign's claim, started but never finished, by the same station
+    _, c2 = _running(db_session)
+    started = claim_next(db_session, campaign_id=c2.id, station_id=dead.id)
+    _episode(db_session, started, dead.id, None, state=EpisodeState.running)
+    ep = db_session.scalars(sa.select(Episode).where(Episode.run_code == started.run_code)).one()
+    ep.assignment_id = _assignment(db_session, started.run_code).id
+    db_session.flush()
+
+    assert claims.free_station(db_session, campaign=c.id, station=dead.name, actor=ADMIN) == (1, 0)
+    assert _assignment(db_session, idle.run_code).status == AssignmentStatus.pending
+    taken = claim_next(db_session, campaign_id=c.id, station_id=alive.id)
+    assert taken.run_code == idle.run_code  # same code, same place in the order
+
+    assert claims.free_station(db_session, campaign=c2.id, station=dead.name, actor=ADMIN) == (0, 1)
+    assert _assignment(db_session, started.run_code).status == AssignmentStatus.requeued
+    with pytest.raises(UsageError, match="no station named"):
+        claims.free_station(db_session, campaign=c.id, station="nowhere", actor=ADMIN)
+    with pytest.raises(UsageError, match="station_id: no station"):
+        claim_next(db_session, campaign_id=c.id, station_id=10**9)
