@@ -22,11 +22,19 @@ Example ``protocol.toml``::
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from proctor.domain import Side
 from proctor.errors import UsageError
@@ -35,14 +43,24 @@ from proctor.errors import UsageError
 MAX_SLOTS = 100_000
 
 
+def no_nul(value: str) -> str:
+    # PostgreSQL text cannot hold NUL: refuse it here with a message, not a 500 later
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(no_nul)]
+
+
 class PolicyEntry(BaseModel):
     """A policy taking part, and optionally which of its submissions is evaluated
     (default: its newest endpoint submission that passed the conformance check)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, Field(min_length=1, max_length=128)]
-    submission: int | None = None
+    name: Name
+    submission: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
 
 
 class ConfigEntry(BaseModel):
@@ -59,15 +77,15 @@ def _entry(value: Any) -> Any:
 class CampaignProtocol(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    name: Annotated[str, Field(min_length=1, max_length=128)]
-    description: str = ""
+    name: Name
+    description: Annotated[str, Field(max_length=10_000), AfterValidator(no_nul)] = ""
     items_per_episode: Annotated[int, Field(ge=1, le=1000)]
     per_item_cap_s: Annotated[float, Field(gt=0, le=3600)]
     tau_s: Annotated[float, Field(gt=0)]
     episodes_per_cell: Annotated[int, Field(ge=1, le=10_000)]
     policies: Annotated[list[PolicyEntry], Field(min_length=1)]
     reference: PolicyEntry
-    objects: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    objects: Annotated[list[Name], Field(min_length=1)]
     spatial_configs: list[ConfigEntry] = Field(
         default_factory=lambda: [ConfigEntry(tote=t, camera=c) for t in Side for c in Side]
     )
@@ -110,6 +128,11 @@ class CampaignProtocol(BaseModel):
             if key in cfgs:
                 out.append(f"spatial_configs[{i}]: already listed at spatial_configs[{cfgs[key]}]")
             cfgs.setdefault(key, i)
+        extra = json.dumps(self.extra)
+        if "\\u0000" in extra:
+            out.append("extra: must not contain NUL characters")
+        if len(extra) > 100_000:
+            out.append("extra: larger than 100 kB")
         slots = (len(self.policies) + 1) * len(self.objects) * self.episodes_per_cell
         if slots > MAX_SLOTS:
             out.append(

@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from proctor.domain import AssignmentStatus, CampaignStatus
 from scheduler import service
+from scheduler.protocol import no_nul
 
 
 class CampaignSummary(BaseModel):
@@ -123,8 +124,11 @@ class RevealOut(BaseModel):
 class UnblindIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: Annotated[str, Field(min_length=1, max_length=1000)]
-    run_codes: Annotated[list[Annotated[str, Field(max_length=16)]], Field(max_length=10_000)] = []
+    reason: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(no_nul)]
+    run_codes: Annotated[
+        list[Annotated[str, Field(max_length=16), AfterValidator(no_nul)]],
+        Field(max_length=10_000),
+    ] = []
 
 
 class UnblindedRunOut(BaseModel):

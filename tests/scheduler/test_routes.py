@@ -106,6 +106,10 @@ def test_campaign_lifecycle_over_the_api(api: Api) -> None:
     assert unknown.status_code == 422
     assert "objects[0]: no object type named 'nope'" in unknown.json()["detail"]
 
+    for nul in ({"name": "a\x00b"}, {"objects": ["x\x00"]}, {"extra": {"k": "\x00"}}):
+        refused = c.post("/api/campaigns", json=_body(w, **nul), headers=api.as_("admin"))
+        assert refused.status_code == 422 and "NUL" in refused.text  # not a 500 on PostgreSQL
+
     created = c.post("/api/campaigns", json=_body(w), headers=api.as_("admin"))
     assert created.status_code == 201, created.text
     cid = created.json()["id"]
@@ -142,6 +146,10 @@ def test_campaign_lifecycle_over_the_api(api: Api) -> None:
     assert runs.status_code == 200 and {r["policy"] for r in runs.json()} == names
     empty = c.post(f"/api/campaigns/{cid}/unblind", json={"reason": ""}, headers=api.as_("admin"))
     assert empty.status_code == 422
+    nul = c.post(
+        f"/api/campaigns/{cid}/unblind", json={"reason": "x\x00"}, headers=api.as_("admin")
+    )
+    assert nul.status_code == 422
 
     released = c.post(f"/api/campaigns/{cid}/release", headers=api.as_("admin"))
     assert released.status_code == 200 and released.json()["status"] == "released"
