@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from proctor.errors import (
@@ -49,6 +50,16 @@ TITLES = {
     501: "Not available yet",
     503: "Unavailable",
 }
+
+
+class ErrorOut(BaseModel):
+    detail: str
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the errors a router's routes may answer with:
+    ``APIRouter(responses=error_responses(401, 403, 404))``."""
+    return {code: {"model": ErrorOut, "description": TITLES.get(code, "Error")} for code in codes}
 
 
 class FieldError(UsageError):

@@ -46,9 +46,10 @@ from web.deps import (
     form_text,
     require_role,
 )
+from web.errors import error_responses
 from web.templating import render
 
-api_router = APIRouter(tags=["accounts"])
+api_router = APIRouter(tags=["accounts"], responses=error_responses(401, 403, 404, 409))
 page_router = APIRouter()
 
 AdminUser = Annotated[Principal, require_role(Role.admin)]
@@ -96,8 +97,9 @@ def _user_or_404(session: ProctorSession, user_id: int) -> User:
 def _token_for(session: ProctorSession, who: Principal, token_id: int) -> ApiToken:
     """A token its owner (or an admin) may see; anyone else gets 404."""
     token = service.get_token(session, token_id)
-    check_owner_access(who, token.user_id if token else None, what="token")
-    assert token is not None  # a missing token failed the check above
+    if token is None:
+        raise NotFound("token")
+    check_owner_access(who, token.user_id, what="token")
     return token
 
 
