@@ -281,6 +281,16 @@ def start_campaign(
     if problems:
         raise CampaignStateError(f"campaign '{c.name}' cannot start: " + "; ".join(problems))
 
+    # the transition first, conditionally: a concurrent start (SQLite has no row
+    # locks) finds the campaign no longer in draft and writes nothing
+    moved = session.execute(
+        sa.update(Campaign)
+        .where(Campaign.id == c.id, Campaign.status == CampaignStatus.draft)
+        .values(status=CampaignStatus.running),
+        execution_options={"synchronize_session": False},
+    )
+    if moved.rowcount != 1:
+        raise CampaignStateError(f"campaign '{c.name}' was started meanwhile")
     protocol = AllocationProtocol.canonical(
         policies=[cp.policy_id for cp in active],
         objects=[co.object_type_id for co in c.objects],
