@@ -184,6 +184,19 @@ def _by_run_code(session: Session, run_code: str) -> Assignment:
     return a
 
 
+def _has_episode(session: Session, a: Assignment) -> bool:
+    """Whether an episode ran under this run (the station links it by run code
+    when it arms; completion links the assignment)."""
+    return (
+        session.scalar(
+            sa.select(Episode.id)
+            .where(sa.or_(Episode.assignment_id == a.id, Episode.run_code == a.run_code))
+            .limit(1)
+        )
+        is not None
+    )
+
+
 def _holder_check(a: Assignment, station_id: int | None) -> None:
     if a.status != AssignmentStatus.claimed:
         raise CampaignStateError(f"run {a.run_code} is {a.status.value}, not claimed")
@@ -247,7 +260,7 @@ def complete(
     ep = session.get(Episode, episode_id)
     if ep is None:
         raise UsageError(f"episode_id: no episode {episode_id}")
-    if ep.assignment_id not in (None, a.id):
+    if ep.assignment_id not in (None, a.id) or ep.run_code not in (None, a.run_code):
         raise UsageError(f"episode_id: episode {episode_id} belongs to another run")
     if a.status in (AssignmentStatus.done, AssignmentStatus.requeued) and ep.assignment_id == a.id:
         return a.status
@@ -291,7 +304,7 @@ def report_preflight_failure(
     was) and reschedule its slot after a growing delay. Returns when."""
     a = _by_run_code(session, run_code)
     _holder_check(a, station_id)
-    if session.scalar(sa.select(Episode.id).where(Episode.assignment_id == a.id).limit(1)):
+    if _has_episode(session, a):
         raise CampaignStateError(
             f"run {a.run_code} already has an episode; complete it instead of skipping"
         )
@@ -318,7 +331,7 @@ def release_claim(session: Session, *, run_code: str, station_id: int) -> None:
     pending again, same code, same place in the order."""
     a = _by_run_code(session, run_code)
     _holder_check(a, station_id)
-    if session.scalar(sa.select(Episode.id).where(Episode.assignment_id == a.id).limit(1)):
+    if _has_episode(session, a):
         raise CampaignStateError(
             f"run {a.run_code} already has an episode; complete it instead of releasing it"
         )
@@ -352,8 +365,7 @@ def free_station(
     )
     released = requeued = 0
     for a in held:
-        ran = session.scalar(sa.select(Episode.id).where(Episode.assignment_id == a.id).limit(1))
-        if ran is None:
+        if not _has_episode(session, a):
             a.status, a.station_id, a.claimed_at = AssignmentStatus.pending, None, None
             released += 1
         else:

@@ -183,6 +183,10 @@ def test_completion_refuses_what_does_not_fit(db_session) -> None:
             Assignment.campaign_id == c.id, Assignment.status == AssignmentStatus.pending
         )
     ).first()
+    with pytest.raises(UsageError, match="belongs to another run"):
+        claims.complete(db_session, run_code=pending, episode_id=bad.id)
+    bad.run_code = None
+    db_session.flush()
     with pytest.raises(CampaignStateError, match="is pending, not claimed"):
         claims.complete(db_session, run_code=pending, episode_id=bad.id)
 
@@ -258,9 +262,6 @@ def test_a_dead_stations_claims_can_be_freed(db_session) -> None:
     _, c2 = _running(db_session)
     started = claim_next(db_session, campaign_id=c2.id, station_id=dead.id)
     _episode(db_session, started, dead.id, None, state=EpisodeState.running)
-    ep = db_session.scalars(sa.select(Episode).where(Episode.run_code == started.run_code)).one()
-    ep.assignment_id = _assignment(db_session, started.run_code).id
-    db_session.flush()
 
     assert claims.free_station(db_session, campaign=c.id, station=dead.name, actor=ADMIN) == (1, 0)
     assert _assignment(db_session, idle.run_code).status == AssignmentStatus.pending
