@@ -1,28 +1,337 @@
-"""``proctor station`` and ``proctor policy``.
-
-NOT YET BUILT: arrives with issues #4 (station on the simulated cell),
-#5 (hardware drivers) and #9 (conformance checks).
-"""
+"""``proctor station`` and ``proctor policy``."""
 
 from __future__ import annotations
 
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
-from proctor.errors import NotAvailableYet
+from proctor.errors import ProctorError, UsageError
 
 station_app = typer.Typer(help="The station daemon.", no_args_is_help=True)
 policy_app = typer.Typer(
     help="Policy servers: demo policies, conformance checks.", no_args_is_help=True
 )
 
+ProfileOpt = Annotated[str, typer.Option("--profile", help="Station profile: sim, twin or real.")]
+StationConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", help="Station config file (TOML); defaults when omitted."),
+]
+
+
+def _settings(ctx: typer.Context) -> Any:
+    from proctor.cli import cli_context
+
+    return cli_context(ctx).settings()
+
+
+def open_database(url: str) -> Any:
+    """A session factory on a database at the newest schema. The embedded
+    SQLite default is migrated on first use; any other database must be
+    migrated explicitly (``proctor db upgrade``)."""
+    from sqlalchemy.engine import make_url
+
+    from proctor.db import make_engine, make_session_factory, migrate
+
+    current, head = migrate.current(url), migrate.head()
+    if current != head:
+        if make_url(url).get_backend_name() == "sqlite":
+            migrate.upgrade(url)
+        else:
+            raise ProctorError(
+                f"the database is at revision {current or 'base'}, not {head}: "
+                "run `proctor db upgrade` first"
+            )
+    return make_session_factory(make_engine(url))
+
+
+def spool_root(settings: Any, station_name: str, config: Any) -> Path:
+    if config.spool_dir is not None:
+        return Path(config.spool_dir)
+    return Path(settings.data_dir) / "station" / station_name / "spool"
+
 
 @station_app.command()
-def run() -> None:
-    """Start the station daemon."""
-    raise NotAvailableYet("proctor station is not available yet (issue #4)")
+def run(
+    ctx: typer.Context,
+    profile: ProfileOpt = "sim",
+    config: StationConfigOpt = None,
+    port: Annotated[
+        int | None, typer.Option(help="Local API port (overrides [api] port; 0: any free).")
+    ] = None,
+) -> None:
+    """Start the station daemon and its local API for the operator console."""
+    import uvicorn
+
+    from proctor.artifacts import open_store
+    from station.api import create_app
+    from station.config import load_station_config
+    from station.daemon import StationDaemon
+
+    settings = _settings(ctx)
+    cfg = load_station_config(config)
+    if port is not None:
+        cfg = cfg.model_copy(update={"api": cfg.api.model_copy(update={"port": port})})
+    sessions = open_database(settings.db_url)
+    daemon = StationDaemon(
+        cfg,
+        profile,
+        sessions=sessions,
+        store=open_store(settings.artifacts_location),
+        spool_root=spool_root(settings, cfg.name, cfg),
+    )
+    for r in daemon.recovered:
+        typer.echo(
+            f"recovered interrupted episode {r.uid}: {r.telemetry_rows} telemetry rows, "
+            f"frames {r.frames}" + (f" ({'; '.join(r.notes)})" if r.notes else "")
+        )
+    daemon.open()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(daemon),
+            host=cfg.api.host,
+            port=cfg.api.port,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
+
+    def announce() -> None:
+        while not server.started:
+            time.sleep(0.05)
+        sock = server.servers[0].sockets[0]
+        host, bound = sock.getsockname()[:2]
+        typer.echo(f"station {cfg.name} ({profile}) listening on http://{host}:{bound}", err=False)
+        sys.stdout.flush()
+
+    import threading
+
+    threading.Thread(target=announce, daemon=True).start()
+    try:
+        server.run()
+    finally:
+        daemon.close()
+
+
+@station_app.command()
+def episode(
+    ctx: typer.Context,
+    policy: Annotated[str, typer.Option(help="The policy server's WebSocket URL (ws://…).")],
+    object_name: Annotated[str, typer.Option("--object", help="Object type, e.g. spoons.")],
+    profile: ProfileOpt = "sim",
+    items: Annotated[int, typer.Option(help="Items set out in the source bin.")] = 8,
+    seed: Annotated[int | None, typer.Option(help="Simulated cell seed.")] = None,
+    per_item_cap: Annotated[float, typer.Option(help="Time budget per item, s.")] = 30.0,
+    tote: Annotated[str, typer.Option(help="Target tote side: left or right.")] = "left",
+    camera: Annotated[str, typer.Option(help="Exterior camera side: left or right.")] = "right",
+    config: StationConfigOpt = None,
+    ground_truth_log: Annotated[
+        bool,
+        typer.Option(
+            "--ground-truth-log",
+            help="DEMO/TEST ONLY: close the episode with a log filled from the simulator's "
+            "ground truth (labelled as such) instead of waiting for an operator.",
+        ),
+    ] = False,
+) -> None:
+    """Run one episode headless and print where it was recorded."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from proctor.artifacts import open_store
+    from station.config import load_station_config
+    from station.profiles import build_cell
+    from station.runner import EpisodeRunner, RunnerState
+    from station.work import Work, new_run_code
+
+    if ground_truth_log and profile != "sim":
+        raise UsageError("--ground-truth-log: only the simulated cell has a ground truth")
+    settings = _settings(ctx)
+    cfg = load_station_config(config)
+    work = Work(
+        run_code=new_run_code(),
+        object_name=object_name,
+        items=items,
+        per_item_cap_s=per_item_cap,
+        tote_side=tote,  # type: ignore[arg-type]
+        camera_side=camera,  # type: ignore[arg-type]
+        policy_url=policy,
+        sim_seed=seed if seed is not None else (0 if profile == "sim" else None),
+    )
+    if profile == "sim":
+        from station.sim.objects import object_spec
+
+        object_spec(object_name)  # a clear error before anything is built
+    sessions = open_database(settings.db_url)
+    store = open_store(settings.artifacts_location)
+    cell = build_cell(profile, cfg)
+    runner = EpisodeRunner(
+        cell,
+        config=cfg,
+        sessions=sessions,
+        store=store,
+        spool_root=spool_root(settings, cfg.name, cfg),
+    )
+    runner.open()
+    try:
+        uid = runner.arm(work)
+        typer.echo(
+            f"episode {uid}: run {work.run_code}, {items} {object_name}, "
+            f"budget {work.budget_s:g} s, seed {work.sim_seed}"
+        )
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[clock]}"),
+            TimeElapsedColumn(),
+            transient=True,
+        ) as progress:
+            task = progress.add_task("running", total=work.budget_s, clock="")
+            runner.start(background=True)
+            while runner.state in (RunnerState.running, RunnerState.finishing):
+                st = runner.status()
+                elapsed = st.get("elapsed_s", 0.0)
+                progress.update(
+                    task,
+                    completed=elapsed,
+                    clock=f"{elapsed:6.1f} s on the station clock",
+                    description=runner.state.value,
+                )
+                time.sleep(0.1)
+            runner.wait()
+        last = runner.last
+        if last is None or last.uid != uid:
+            raise ProctorError(f"episode {uid}: the runner stopped without a result")
+        typer.echo(f"ended: proposed outcome {last.proposed.value} — {last.reason}")
+        typer.echo(
+            f"recorded {last.duration_s:.1f} s: telemetry {last.telemetry_rows} rows at "
+            f"{last.telemetry_rate_hz:.1f} Hz; frames {last.frames}; "
+            f"dropped {last.dropped_frames}; policy calls {last.policy_calls}"
+            + (f" (latency p50 {last.latency_p50_s * 1000:.1f} ms)" if last.latency_p50_s else "")
+        )
+        for name, sha in sorted(last.artifacts.items()):
+            path = store.local_path(sha)
+            typer.echo(f"  {name:22s} {sha}  {path if path is not None else store.uri_for(sha)}")
+        for note in last.notes:
+            typer.echo(f"  note: {note}")
+        if ground_truth_log:
+            from station.demo_log import GROUND_TRUTH_LABEL, close_with_ground_truth
+
+            _, _, outcome = runner.close_with(
+                lambda s, u: close_with_ground_truth(s, store=store, uid=u)
+            )
+            typer.echo(f"closed with outcome {outcome.value} [{GROUND_TRUTH_LABEL}]")
+        else:
+            typer.echo(
+                f"awaiting the operator's log: proctor station log {uid} --placed N --lost N "
+                "--dropped N --outcome OUTCOME"
+            )
+    finally:
+        runner.close()
+
+
+@station_app.command("log")
+def log_cmd(
+    ctx: typer.Context,
+    episode_uid: Annotated[str, typer.Argument(help="The episode's id.")],
+    placed: Annotated[int, typer.Option(help="Items placed in the target bin.")],
+    lost: Annotated[int, typer.Option(help="Items lost outside the workspace.")],
+    dropped: Annotated[int, typer.Option(help="Items dropped in the workspace, uncollected.")],
+    outcome: Annotated[
+        str, typer.Option(help="success, ran_out_of_time, operator_stop, safety or system.")
+    ],
+    notes: Annotated[str, typer.Option(help="Free text.")] = "",
+) -> None:
+    """Save an episode's post-rollout log (the operator's counts and outcome)."""
+    from proctor.db import session_scope
+    from station import episodes
+
+    settings = _settings(ctx)
+    sessions = open_database(settings.db_url)
+    entry = episodes.OperatorLog.parse(
+        {"placed": placed, "lost": lost, "dropped": dropped, "outcome": outcome, "notes": notes}
+    )
+    with session_scope(sessions) as s:
+        ep = episodes.submit_log(s, uid=episode_uid, log=entry)
+        typer.echo(f"episode {ep.uid}: closed ({ep.outcome.value if ep.outcome else '?'})")
+
+
+@station_app.command()
+def recover(
+    ctx: typer.Context,
+    config: StationConfigOpt = None,
+) -> None:
+    """Finish episodes a killed daemon left behind (also done when the daemon starts)."""
+    from proctor.artifacts import open_store
+    from station.config import load_station_config
+    from station.recovery import recover_interrupted
+
+    settings = _settings(ctx)
+    cfg = load_station_config(config)
+    found = recover_interrupted(
+        sessions=open_database(settings.db_url),
+        store=open_store(settings.artifacts_location),
+        station_name=cfg.name,
+        spool_root=spool_root(settings, cfg.name, cfg),
+    )
+    if not found:
+        typer.echo("nothing to recover")
+    for r in found:
+        typer.echo(
+            f"recovered {r.uid}: {r.telemetry_rows} telemetry rows, frames {r.frames}"
+            + (f" ({'; '.join(r.notes)})" if r.notes else "")
+        )
 
 
 @policy_app.command("serve-demo")
-def serve_demo() -> None:
-    """Serve a scripted demo policy over the policy protocol."""
-    raise NotAvailableYet("proctor policy serve-demo is not available yet (issue #4)")
+def serve_demo(
+    profile: Annotated[
+        str, typer.Option(help="Demo profile (see `proctor policy demo-profiles`).")
+    ],
+    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    seed: Annotated[int, typer.Option(help="Seed of the controller's own randomness.")] = 0,
+    fault: Annotated[
+        str | None,
+        typer.Option(
+            help="DRILL: misbehave on purpose after N requests per connection — "
+            "hang[:N], disconnect[:N], bad-shape[:N] or error[:N].",
+        ),
+    ] = None,
+) -> None:
+    """Serve a scripted demo policy over the policy protocol (openpi WebSocket)."""
+    from station.policy.demo import DemoPolicy, demo_profile
+    from station.policy.server import Fault, PolicyServer
+
+    try:
+        p = demo_profile(profile)
+        drill = Fault.parse(fault) if fault else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    logging.basicConfig(level=logging.WARNING)
+    server = PolicyServer(DemoPolicy(p, seed=seed), host=host, port=port, fault=drill)
+
+    def started() -> None:
+        typer.echo(f"serving demo policy '{p.name}' on {server.url}")
+        sys.stdout.flush()
+
+    try:
+        server.serve_forever(started)
+    except OSError as exc:
+        raise ProctorError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    except KeyboardInterrupt:
+        pass
+
+
+@policy_app.command("demo-profiles")
+def demo_profiles() -> None:
+    """List the demo policies and the reference agent."""
+    from station.policy.demo import DEMO_PROFILES
+
+    for p in DEMO_PROFILES.values():
+        tag = " (reference)" if p.reference else ""
+        typer.echo(f"{p.name:10s}{tag:12s} {p.description}")

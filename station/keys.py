@@ -137,7 +137,8 @@ class ItemState(StrEnum):
 
     @property
     def code(self) -> int:
-        return list(ItemState).index(self)
+        return _ITEM_CODES[self]
 
 
-ITEM_STATE_BY_CODE = {s.code: s for s in ItemState}
+_ITEM_CODES = {s: i for i, s in enumerate(ItemState)}
+ITEM_STATE_BY_CODE = {i: s for s, i in _ITEM_CODES.items()}

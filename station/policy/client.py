@@ -1,0 +1,216 @@
+"""The station's policy client: one WebSocket connection per episode.
+
+Errors never carry the policy's URL or anything the server said about
+itself: in a campaign the URL is a sealed handle and a server's error text
+may name the policy, so messages describe what went wrong in the station's
+own words.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.sync.client import ClientConnection, connect
+
+from proctor.domain import EndpointDialect
+from station import keys
+from station.clock import Clock, MonotonicClock
+from station.policy import codec
+from station.policy.spec import (
+    ActionSpace,
+    ProtocolError,
+    ServerInfo,
+    extract_chunk,
+    parse_metadata,
+)
+
+
+class PolicyError(RuntimeError):
+    """Talking to the policy failed; the message is safe to show and store."""
+
+
+class PolicyUnavailable(PolicyError):
+    """Could not connect, or the server sent no metadata."""
+
+
+class PolicyTimeout(PolicyError):
+    pass
+
+
+class PolicyDisconnected(PolicyError):
+    pass
+
+
+class PolicyProtocolError(PolicyError):
+    pass
+
+
+@dataclass(frozen=True)
+class Reply:
+    actions: np.ndarray  # (H, D) float64
+    latency_s: float  # wall clock, request sent → reply decoded
+    t_request: float  # wall clock when the request went out
+
+
+class PolicyClient:
+    def __init__(
+        self,
+        url: str,
+        *,
+        dialect: EndpointDialect | None = None,
+        headers: dict[str, str] | None = None,
+        connect_timeout_s: float = 10.0,
+        default_image_size: tuple[int, int] = (224, 224),
+        exterior_cameras: int = 1,
+        wall: Clock | None = None,
+    ) -> None:
+        self._url = url
+        self._dialect = dialect
+        self._headers = dict(headers or {})
+        self._connect_timeout = connect_timeout_s
+        self._default_image_size = default_image_size
+        self._exterior_cameras = exterior_cameras
+        # latency and timeouts are wall-clock matters even when the cell runs on a virtual clock
+        self.wall = wall or MonotonicClock()
+        self._ws: ClientConnection | None = None
+        self.info: ServerInfo | None = None
+        self.session_id = uuid.uuid4().hex
+        self.calls = 0
+
+    def __repr__(self) -> str:  # never the URL
+        return f"PolicyClient(dialect={self.info.dialect.value if self.info else '?'})"
+
+    # -- lifecycle ----------------------------------------------------------
+    def connect(self) -> ServerInfo:
+        try:
+            ws = connect(
+                self._url,
+                open_timeout=self._connect_timeout,
+                close_timeout=1.0,
+                max_size=None,
+                compression=None,
+                additional_headers=self._headers or None,
+            )
+        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            raise PolicyUnavailable(f"policy endpoint unreachable ({type(exc).__name__})") from None
+        try:
+            raw = ws.recv(timeout=self._connect_timeout)
+        except TimeoutError:
+            ws.close()
+            raise PolicyUnavailable(
+                f"policy server sent no metadata within {self._connect_timeout:g} s"
+            ) from None
+        except ConnectionClosed:
+            raise PolicyUnavailable(
+                "policy server closed the connection before its metadata"
+            ) from None
+        try:
+            if isinstance(raw, str):
+                raise ProtocolError("metadata arrived as text, not msgpack")
+            metadata = codec.unpackb(raw)
+            self.info = parse_metadata(
+                metadata,
+                dialect=self._dialect,
+                default_image_size=self._default_image_size,
+                n_cameras_available=self._exterior_cameras,
+            )
+        except (codec.CodecError, ProtocolError) as exc:
+            ws.close()
+            raise PolicyProtocolError(f"policy metadata rejected: {exc}") from None
+        self._ws = ws
+        return self.info
+
+    def close(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            # closing a broken socket: nothing left to save
+            with contextlib.suppress(Exception):
+                ws.close()
+
+    # -- requests -----------------------------------------------------------
+    def _exchange(self, message: dict[str, Any], timeout_s: float) -> Any:
+        ws = self._ws
+        if ws is None:
+            raise PolicyDisconnected("not connected to the policy server")
+        try:
+            ws.send(codec.packb(message))
+            raw = ws.recv(timeout=timeout_s)
+        except TimeoutError:
+            self.close()  # a late reply must not be read as the next one's
+            raise PolicyTimeout(f"policy did not answer within {timeout_s:g} s") from None
+        except ConnectionClosed as exc:
+            self._ws = None
+            code = exc.rcvd.code if exc.rcvd is not None else None
+            raise PolicyDisconnected(
+                f"policy server closed the connection (close code {code})"
+            ) from None
+        except OSError as exc:
+            self._ws = None
+            raise PolicyDisconnected(f"policy connection failed ({type(exc).__name__})") from None
+        return raw
+
+    def reset(self, timeout_s: float) -> None:
+        """RoboArena ``reset`` at an episode's start (openpi servers have none)."""
+        if self.info is None or self.info.dialect != EndpointDialect.roboarena:
+            return
+        message: dict[str, Any] = {keys.ROBOARENA_ENDPOINT: "reset"}
+        if self.info.needs_session_id:
+            message[keys.ROBOARENA_SESSION_ID] = self.session_id
+        self._exchange(message, timeout_s)  # any reply (text or msgpack) acknowledges
+
+    def infer(self, observation: dict[str, Any], timeout_s: float) -> Reply:
+        info = self.info
+        if info is None:
+            raise PolicyDisconnected("not connected to the policy server")
+        message = dict(observation)
+        if info.dialect == EndpointDialect.roboarena:
+            message[keys.ROBOARENA_ENDPOINT] = "infer"
+            if info.needs_session_id:
+                message[keys.ROBOARENA_SESSION_ID] = self.session_id
+        t0 = self.wall.now()
+        raw = self._exchange(message, timeout_s)
+        if isinstance(raw, str):
+            # openpi servers send their traceback as text; it may name the
+            # policy, so it is not repeated here
+            self.close()
+            raise PolicyProtocolError(
+                f"policy server sent an error message ({len(raw)} characters) instead of actions"
+            )
+        try:
+            actions = extract_chunk(codec.unpackb(raw), info.action_space)
+        except (codec.CodecError, ProtocolError) as exc:
+            raise PolicyProtocolError(f"malformed policy reply: {exc}") from None
+        self.calls += 1
+        return Reply(actions=actions, latency_s=self.wall.now() - t0, t_request=t0)
+
+    @property
+    def action_space(self) -> ActionSpace:
+        if self.info is None:
+            raise PolicyDisconnected("not connected to the policy server")
+        return self.info.action_space
+
+
+class PolicyWorker:
+    """Runs a client's requests on its own thread, so a real-time control loop
+    keeps sampling (and can stop the arm) while a request is in flight."""
+
+    def __init__(self, client: PolicyClient) -> None:
+        self.client = client
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="policy")
+        self._lock = threading.Lock()
+
+    def submit(
+        self, observation: dict[str, Any], timeout_s: float
+    ) -> concurrent.futures.Future[Reply]:
+        return self._pool.submit(self.client.infer, observation, timeout_s)
+
+    def close(self) -> None:
+        self.client.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)

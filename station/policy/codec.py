@@ -1,0 +1,93 @@
+"""msgpack with numpy arrays, as openpi and RoboArena put them on the wire.
+
+An array is a map ``{"__ndarray__": True, "data": <bytes>, "dtype": <str>,
+"shape": [..]}``; a numpy scalar ``{"__npgeneric__": True, "data": <value>,
+"dtype": <str>}``. openpi writes those keys as msgpack *bin* (bytes), so we
+write bytes keys too (its decoder only recognises those) and accept both
+bytes and str keys when reading. Object, void and complex dtypes are
+refused in both directions: they are how pickle sneaks in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+
+_ND = b"__ndarray__"
+_NG = b"__npgeneric__"
+_REFUSED_KINDS = ("O", "V", "c")
+
+
+class CodecError(ValueError):
+    """A message that is not valid msgpack-numpy."""
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind in _REFUSED_KINDS:
+            raise CodecError(f"refusing to send a {obj.dtype} array")
+        arr = np.ascontiguousarray(obj)
+        return {
+            _ND: True,
+            b"data": arr.tobytes(),
+            b"dtype": arr.dtype.str,
+            b"shape": list(arr.shape),
+        }
+    if isinstance(obj, np.generic):
+        if obj.dtype.kind in _REFUSED_KINDS:
+            raise CodecError(f"refusing to send a {obj.dtype} scalar")
+        return {_NG: True, b"data": obj.item(), b"dtype": obj.dtype.str}
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise CodecError(f"cannot encode {type(obj).__name__}")
+
+
+def _get(obj: dict[Any, Any], key: bytes) -> Any:
+    if key in obj:
+        return obj[key]
+    return obj.get(key.decode())
+
+
+def _hook(obj: dict[Any, Any]) -> Any:
+    if _get(obj, _ND) is True:
+        try:
+            dtype = np.dtype(_get(obj, b"dtype"))
+            shape = tuple(int(s) for s in _get(obj, b"shape"))
+            data = _get(obj, b"data")
+        except (TypeError, ValueError) as exc:
+            raise CodecError(f"malformed array: {exc}") from None
+        if dtype.kind in _REFUSED_KINDS:
+            raise CodecError(f"refusing a {dtype} array")
+        if not isinstance(data, bytes | bytearray):
+            raise CodecError("malformed array: data is not bytes")
+        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if len(data) != expected:
+            raise CodecError(
+                f"malformed array: {len(data)} bytes for shape {shape} of {dtype} "
+                f"(needs {expected})"
+            )
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
+    if _get(obj, _NG) is True:
+        try:
+            dtype = np.dtype(_get(obj, b"dtype"))
+        except (TypeError, ValueError) as exc:
+            raise CodecError(f"malformed scalar: {exc}") from None
+        if dtype.kind in _REFUSED_KINDS:
+            raise CodecError(f"refusing a {dtype} scalar")
+        return dtype.type(_get(obj, b"data"))
+    return obj
+
+
+def packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, default=_default, use_bin_type=True)
+
+
+def unpackb(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, object_hook=_hook, raw=False, strict_map_key=False)
+    except CodecError:
+        raise
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
+        raise CodecError(f"not a msgpack message: {exc}") from None
