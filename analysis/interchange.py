@@ -272,21 +272,17 @@ def read_interchange(path: str | Path, *, reference: str | None = None) -> Episo
             continue
         if header is None:
             unknown_keys.update(k for k in row if k not in COLUMNS)
-        ep = _episode(line, row, problems)
-        if ep is None:
-            continue
-        if ep.episode_id in first_line:
+        eid = _text(row.get("episode_id"))
+        if eid is not None and eid in first_line:
             problems.append(
-                FileProblem(
-                    line,
-                    ep.episode_id,
-                    "episode_id",
-                    f"duplicate (first on line {first_line[ep.episode_id]})",
-                )
+                FileProblem(line, eid, "episode_id", f"duplicate (first on line {first_line[eid]})")
             )
             continue
-        first_line[ep.episode_id] = line
-        episodes.append(ep)
+        if eid is not None:
+            first_line[eid] = line
+        ep = _episode(line, row, problems)
+        if ep is not None:
+            episodes.append(ep)
     if unknown_keys:
         notes.append(f"ignored unknown fields: {', '.join(sorted(unknown_keys))}")
     if not problems and not episodes:

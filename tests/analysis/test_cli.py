@@ -1,0 +1,156 @@
+"""``proctor analyze`` and ``proctor power`` as a user runs them: real
+subprocesses on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.interchange import write_interchange
+from analysis.synthetic import cohort, phail_like_models
+
+OBJECTS = {"spoons": ("rigid",), "towels": ("deformable",)}
+
+
+def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The same entry point without a new interpreter (for the quick cases)."""
+    from proctor.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err
+
+
+def proctor(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+    return subprocess.run(
+        [sys.executable, "-m", "proctor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def episodes_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    eps = cohort(
+        phail_like_models()[:3], OBJECTS, episodes_per_cell=10, rng=np.random.default_rng(21)
+    )
+    path = tmp_path_factory.mktemp("cli") / "episodes.csv"
+    write_interchange(eps, path)
+    return path
+
+
+def test_analyze_prints_writes_json_and_figures(episodes_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    plots = tmp_path / "figures"
+    r = proctor(
+        "analyze", str(episodes_csv), "--bootstrap", "200", "--seed", "3", "--json", str(out),
+        "--plots", str(plots),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for text in ("Leaderboard", "human", "alpha", "beta", "HRT", "Pairwise verdicts", "τ = 300"):
+        assert text in r.stdout
+    js = json.loads(out.read_text())
+    assert js["protocol"]["bootstrap"] == 200 and js["protocol"]["seed"] == 3
+    assert js["protocol"]["reference"] == "human"
+    assert js["data_version"] and js["code_version"].startswith("proctor-")
+    assert {p["policy"] for p in js["policies"]} == {"human", "alpha", "beta"}
+    names = {p.name for p in plots.iterdir()}
+    for stem in ("cdf_spoons", "pp_towels", "qq_spoons", "rmst_grid", "tau_sweep"):
+        assert {f"{stem}.png", f"{stem}.svg"} <= names
+    assert (plots / "rmst_grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in (plots / "cdf_towels.svg").read_bytes()[:2000]
+
+
+def test_bad_file_one_line_per_problem_exit_2_nothing_written(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text(
+        "episode_id,policy,object,items,duration_s,placements_s,lost,dropped,outcome\n"
+        "a,p,o,2,10,5 3,0,0,ran_out_of_time\n"
+        "b,p,o,2,10,1,0,0,unknown\n"
+    )
+    out = tmp_path / "r.json"
+    plots = tmp_path / "plots"
+    r = proctor("analyze", str(bad), "--json", str(out), "--plots", str(plots))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"error: {bad} line 2 (episode a): placements_s:")
+    assert lines[1].startswith(f"error: {bad} line 3 (episode b): outcome:")
+    assert "Traceback" not in r.stderr
+    assert not out.exists() and not plots.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--bootstrap", "0"], "bootstrap"),
+        (["--alpha", "2"], "alpha"),
+        (["--tau", "-5"], "tau"),
+        (["--json", "/nonexistent-dir/x.json"], "does not exist"),
+        (["--at", "ten"], "--at"),
+    ],
+)
+def test_bad_options_exit_2(
+    episodes_csv: Path, args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = in_process(capsys, "analyze", str(episodes_csv), *args)
+    assert code == 2, out
+    assert err.startswith("error: ") and fragment in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_power_planning_formulas(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = in_process(
+        capsys, "power", "--wilson", "0.05", "--connor-delta", "0.05", "--psi", "0.2,0.5"
+    )
+    assert code == 0, err
+    assert "n ≈ 385" in out
+    assert "n = 626 pairs" in out and "n = 1568 pairs" in out
+    code, _, err = in_process(capsys, "power")
+    assert code == 2 and "give a FILE" in err
+
+
+def test_power_from_episodes_with_detection_and_calibration(
+    episodes_csv: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "power.json"
+    r = proctor(
+        "power", str(episodes_csv), "--pair", "alpha,beta", "--detection", "--calibrate",
+        "--outer", "20", "--inner", "20", "--n", "3,6", "--sims", "300", "--json", str(out),
+        "--plots", str(tmp_path / "fig"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "alpha vs beta" in r.stdout and "detection rate" in r.stdout
+    assert "Null calibration" in r.stdout
+    js = json.loads(out.read_text())
+    (pair,) = js["pairs"]
+    assert pair["a"] == "alpha" and pair["b"] == "beta"
+    assert pair["n_needed_per_cell"] is None or pair["n_needed_per_cell"] >= 1
+    (det,) = js["detection"]
+    assert det["n"] == [3, 6] and set(det["rate"]) == {"macro_ks", "rmst", "binary@30", "binary@60"}
+    assert {row["setup"] for row in js["null_calibration"]} >= {"split", "reference split"}
+    assert (tmp_path / "fig" / "detection_alpha_vs_beta.svg").is_file()
+    r = proctor("power", str(episodes_csv), "--pair", "alpha,nobody")
+    assert r.returncode == 2 and "no policy 'nobody'" in r.stderr
+
+
+def test_power_reads_an_analysis_result(episodes_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    assert (
+        proctor("analyze", str(episodes_csv), "--bootstrap", "100", "--json", str(out)).returncode
+        == 0
+    )
+    r = proctor("power", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "Power of unresolved pairs" in r.stdout

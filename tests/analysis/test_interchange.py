@@ -1,0 +1,109 @@
+"""Reading and writing the interchange file (METHODS.md §8)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.interchange import InvalidFile, read_interchange, write_interchange
+from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+from proctor.errors import UsageError
+
+HEADER = "episode_id,policy,object,items,duration_s,placements_s,lost,dropped,outcome"
+
+
+def test_csv_and_jsonl_round_trip(tmp_path: Path) -> None:
+    eps = cohort(phail_like_models()[:2], PHAIL_OBJECTS, episodes_per_cell=3,
+                 rng=np.random.default_rng(0))  # fmt: skip
+    for name in ("e.csv", "e.jsonl"):
+        write_interchange(eps, tmp_path / name)
+        table = read_interchange(tmp_path / name)
+        assert list(table.episodes) == eps
+        assert table.reference == "human"
+
+
+def test_minimal_csv_with_optional_columns(tmp_path: Path) -> None:
+    f = tmp_path / "x.csv"
+    f.write_text(
+        HEADER + ",tote_placement,external_camera,reference,object_tags,extra\n"
+        "a,human,cup,3,9.5,1.5 3 4.25,0,0,success,left,right,true,rigid small,?\n"
+        "b,bot,cup,3,90,,1,0,ran_out_of_time,,,,,\n"
+    )
+    table = read_interchange(f)
+    a, b = table.episodes
+    assert a.placements_s == (1.5, 3.0, 4.25) and a.reference and a.configuration
+    assert a.object_tags == ("rigid", "small")
+    assert b.placements_s == () and b.tote_placement is None and not b.reference
+    assert table.reference == "human"
+    assert table.notes == ("ignored unknown columns: extra",)
+
+
+def test_every_problem_is_reported_with_line_episode_and_field(tmp_path: Path) -> None:
+    f = tmp_path / "bad.csv"
+    f.write_text(
+        HEADER + "\n"
+        "e1,p,o,3,10,4 2,0,0,ran_out_of_time\n"  # line 2: not increasing
+        "e2,p,o,two,10,,0,0,ran_out_of_time\n"  # line 3: items not an integer
+        "e3,p,o,2,10,1,0,0,success\n"  # line 4: success with an item left
+        "e4,p,o,2,10,1,0,0,exploded\n"  # line 5: unknown outcome
+        "e1,p,o,2,10,1,0,0,ran_out_of_time\n"  # line 6: duplicate id
+        "e6,p,o,2,10,1 2 3,0,0,ran_out_of_time\n"  # line 7: 3 placed of 2 items
+        "e7,p,o,2,,1,0,0,ran_out_of_time\n"  # line 8: duration missing
+    )
+    with pytest.raises(InvalidFile) as err:
+        read_interchange(f)
+    lines = err.value.lines
+    assert len(lines) == 7
+    expected = [
+        ("line 2 (episode e1): placements_s:", "not strictly increasing"),
+        ("line 3 (episode e2): items:", "expected an integer, got 'two'"),
+        ("line 4 (episode e3): outcome:", "'success' but 1 of 2 items are unhandled"),
+        ("line 5 (episode e4): outcome:", "unknown outcome 'exploded'"),
+        ("line 6 (episode e1): episode_id:", "duplicate (first on line 2)"),
+        ("line 7 (episode e6): items:", "exceeds items = 2"),
+        ("line 8 (episode e7): duration_s:", "missing"),
+    ]
+    for line, (where, why) in zip(lines, expected, strict=True):
+        assert line.startswith(f"{f} {where}"), line
+        assert why in line
+
+
+def test_missing_columns_and_bad_json(tmp_path: Path) -> None:
+    f = tmp_path / "cols.csv"
+    f.write_text("episode_id,policy,object,items\na,p,o,1\n")
+    with pytest.raises(InvalidFile) as err:
+        read_interchange(f)
+    assert [ln.split(": ")[1] for ln in err.value.lines] == [
+        "duration_s", "placements_s", "lost", "dropped", "outcome"
+    ]  # fmt: skip
+    j = tmp_path / "bad.jsonl"
+    good = {"episode_id": "a", "policy": "p", "object": "o", "items": 1, "duration_s": 2,
+            "placements_s": [1.0], "lost": 0, "dropped": 0, "outcome": "success"}  # fmt: skip
+    j.write_text(
+        json.dumps(good) + "\n{not json\n[1, 2]\n"
+        + json.dumps(good | {"episode_id": "b", "reference": "maybe"}) + "\n"
+    )  # fmt: skip
+    with pytest.raises(InvalidFile) as err:
+        read_interchange(j)
+    assert [ln.split(f"{j} ")[1].split(":")[0] for ln in err.value.lines] == [
+        "line 2", "line 3", "line 4 (episode b)"
+    ]  # fmt: skip
+    assert "not valid JSON" in err.value.lines[0]
+    assert "reference: expected true or false" in err.value.lines[2]
+
+
+def test_reference_conflicts_and_empty_files(tmp_path: Path) -> None:
+    f = tmp_path / "r.csv"
+    f.write_text(HEADER + ",reference\na,h,o,1,2,1,0,0,success,true\nb,m,o,1,2,1,0,0,success,\n")
+    with pytest.raises(InvalidFile, match="--reference names 'm'"):
+        read_interchange(f, reference="m")
+    assert read_interchange(f, reference="h").reference == "h"
+    empty = tmp_path / "e.csv"
+    empty.write_text(HEADER + "\n")
+    with pytest.raises(InvalidFile, match="no episodes"):
+        read_interchange(empty)
+    with pytest.raises(UsageError, match="no such file"):
+        read_interchange(tmp_path / "missing.csv")

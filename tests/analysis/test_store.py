@@ -1,0 +1,200 @@
+"""The store layer on both databases: episodes per label stream, and the
+leaderboard snapshot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.report import SCHEMA
+from analysis.results import Protocol
+from analysis.store import build_snapshot, load_episodes
+from proctor.db.models import AnalysisSnapshot, PlacementEvent
+from proctor.domain import (
+    EpisodeState,
+    LabelStatus,
+    LabelStream,
+    Outcome,
+    PlacementSource,
+    PlacementStatus,
+    PolicyKind,
+    Side,
+)
+from tests import factories as f
+
+
+class World:
+    """A small campaign: a reference and a policy on two objects."""
+
+    def __init__(self, session) -> None:
+        self.s = session
+        self.campaign = f.campaign(session, tau_s=60.0, items_per_episode=3)
+        self.human = f.policy(session, "human-ref", kind=PolicyKind.reference)
+        self.bot = f.policy(session, "bot-1")
+        self.cup = f.object_type(session, "cup", tags=["rigid", "small"])
+        self.towel = f.object_type(session, "towel", tags=["deformable"])
+        self.seq = 0
+
+    def episode(
+        self,
+        policy,
+        obj,
+        *,
+        placed: list[float],
+        status: LabelStatus = LabelStatus.reviewed,
+        outcome: Outcome = Outcome.ran_out_of_time,
+        detector: list[float] | None = None,
+        lost: int = 0,
+        dropped: int = 0,
+        state: EpisodeState = EpisodeState.closed,
+        items: int = 3,
+        duration: float = 50.0,
+    ):
+        a = f.assignment(self.s, self.campaign, policy, obj, self.seq)
+        self.seq += 1
+        e = f.episode(
+            self.s,
+            obj,
+            items=items,
+            assignment_id=a.id,
+            campaign_id=self.campaign.id,
+            state=state,
+            clock_start_s=1000.0,
+            clock_end_s=1000.0 + duration,
+            outcome=outcome,
+            placed=len(placed),
+            lost=lost,
+            dropped=dropped,
+            label_status=status,
+        )
+        e.camera_side = Side.right
+        for t in placed:
+            self.s.add(PlacementEvent(episode_id=e.id, t_s=t, source=PlacementSource.reviewer,
+                                      status=PlacementStatus.confirmed))  # fmt: skip
+        for t in placed if detector is None else detector:
+            st = (
+                PlacementStatus.accepted if status == LabelStatus.auto else PlacementStatus.proposed
+            )
+            self.s.add(PlacementEvent(episode_id=e.id, t_s=t, source=PlacementSource.detector,
+                                      status=st))  # fmt: skip
+        # a superseded reviewer row must never be read
+        self.s.add(PlacementEvent(episode_id=e.id, t_s=0.5, source=PlacementSource.reviewer,
+                                  status=PlacementStatus.superseded))  # fmt: skip
+        self.s.flush()
+        return e
+
+
+@pytest.fixture
+def world(db_session) -> World:
+    w = World(db_session)
+    for obj in (w.cup, w.towel):
+        for k in range(3):
+            w.episode(w.human, obj, placed=[2.0 + k, 4.0 + k, 6.0 + k], outcome=Outcome.success,
+                      status=LabelStatus.auto)  # fmt: skip
+            w.last_bot = w.episode(w.bot, obj, placed=[10.0 + k, 30.0], status=LabelStatus.reviewed)
+    return w
+
+
+def test_auto_and_reviewed_stream(world: World) -> None:
+    w = world
+    pending = w.episode(w.bot, w.cup, placed=[5.0], status=LabelStatus.pending)
+    flagged = w.episode(w.bot, w.cup, placed=[5.0], status=LabelStatus.flagged)
+    running = w.episode(w.bot, w.cup, placed=[], state=EpisodeState.running)
+    system = w.episode(
+        w.bot, w.towel, placed=[], outcome=Outcome.system, status=LabelStatus.pending
+    )
+    table = load_episodes(w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed)
+    assert table.reference == "human-ref"
+    scored = {e.episode_id: e for e in table.episodes}
+    assert len(scored) == 13  # 12 labelled + the system episode, passed through
+    assert scored[system.uid].outcome == "system"
+    reasons = {x.episode_id: x.reason for x in table.excluded}
+    assert set(reasons) == {pending.uid, flagged.uid, running.uid}
+    assert "pending" in reasons[pending.uid] and "flagged" in reasons[flagged.uid]
+    assert "not closed" in reasons[running.uid]
+    bot = next(e for e in table.episodes if e.policy == "bot-1" and e.outcome != "system")
+    # times from the reviewer's confirmed rows (not the superseded one), counts
+    # and duration (clock_end − clock_start) from the operator's log
+    assert bot.placements_s[1] == 30.0 and bot.placements_s[0] >= 10.0
+    assert bot.duration_s == 50.0 and bot.items == 3 and bot.outcome == "ran_out_of_time"
+    assert bot.tote_placement == "left" and bot.external_camera == "right"
+    cup = next(e for e in table.episodes if e.object == "cup")
+    assert cup.object_tags == ("rigid", "small")
+    human = next(e for e in table.episodes if e.policy == "human-ref")
+    assert human.reference and human.placements_s[0] >= 2.0
+
+
+def test_reviewed_only_and_count_mismatch(world: World) -> None:
+    w = world
+    bad = w.episode(w.bot, w.cup, placed=[5.0, 9.0], status=LabelStatus.reviewed)
+    # the reviewer confirmed two placements but the operator now logs three
+    bad.placed = 3
+    w.s.flush()
+    table = load_episodes(w.s, campaign_id=w.campaign.id, stream=LabelStream.reviewed_only)
+    assert {e.policy for e in table.episodes} == {"bot-1"}  # the human labels were auto
+    reasons = {x.episode_id: x.reason for x in table.excluded}
+    assert "2 reviewer placements (confirmed) but the operator logged 3 placed" in reasons[bad.uid]
+    assert sum("label status auto" in r for r in reasons.values()) == 6
+
+
+def test_detector_only_reconciles_counts(world: World) -> None:
+    w = world
+    over = w.episode(w.bot, w.cup, placed=[5.0], detector=[5.0, 7.0, 8.0, 9.0], lost=1,
+                     status=LabelStatus.needs_review)  # fmt: skip
+    under = w.episode(w.bot, w.towel, placed=[5.0, 7.0, 8.0], detector=[5.0],
+                      outcome=Outcome.success, status=LabelStatus.reviewed)  # fmt: skip
+    table = load_episodes(w.s, campaign_id=w.campaign.id, stream=LabelStream.detector_only)
+    eps = {e.episode_id: e for e in table.episodes}
+    # over-count: room for items − lost − dropped = 2 placements; latest extras dropped
+    assert eps[over.uid].placements_s == (5.0, 7.0)
+    # under-count on a success: for the detector the episode stopped with items left
+    assert eps[under.uid].placements_s == (5.0,)
+    assert eps[under.uid].outcome == "operator_stop"
+    assert any("detector counts differ" in n for n in table.notes)
+    assert len(eps) == 14
+
+
+def test_build_snapshot(world: World) -> None:
+    w = world
+    protocol = Protocol(tau=60.0, bootstrap=100, seed=2)
+    snap = build_snapshot(
+        w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed, protocol=protocol
+    )
+    assert isinstance(snap, AnalysisSnapshot) and snap.id is not None
+    assert snap.label_stream == LabelStream.auto_and_reviewed
+    assert snap.result["schema"] == SCHEMA
+    assert snap.protocol["tau"] == 60.0 and snap.protocol["label_stream"] == "auto_and_reviewed"
+    assert snap.protocol["campaign_id"] == w.campaign.id
+    assert len(snap.data_version) == 64 and snap.code_version.startswith("proctor-")
+    names = [p["policy"] for p in snap.result["policies"]]
+    assert names == ["human-ref", "bot-1"]
+    json.dumps(snap.result, allow_nan=False)
+    # read back from the database: the JSON survived the column type
+    w.s.expire_all()
+    again = w.s.get(AnalysisSnapshot, snap.id)
+    assert again.result["policies"][1]["hrt"] == snap.result["policies"][1]["hrt"]
+    # the same data hash twice; a moved placement changes it
+    second = build_snapshot(
+        w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed, protocol=protocol
+    )
+    assert second.data_version == snap.data_version
+    ev = (
+        w.s.query(PlacementEvent)
+        .filter_by(episode_id=w.last_bot.id, source=PlacementSource.reviewer,
+                   status=PlacementStatus.confirmed)
+        .first()
+    )  # fmt: skip
+    ev.t_s += 0.25
+    w.s.flush()
+    third = build_snapshot(
+        w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed, protocol=protocol
+    )
+    assert third.data_version != snap.data_version
+
+
+def test_campaign_tau_is_the_default_protocol(world: World) -> None:
+    snap = build_snapshot(
+        world.s, campaign_id=world.campaign.id, stream=LabelStream.auto_and_reviewed
+    )
+    assert snap.protocol["tau"] == 60.0 and snap.protocol["bootstrap"] == 2000
