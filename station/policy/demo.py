@@ -51,6 +51,8 @@ class DemoProfile:
     risky_prob: float = 0.0  # chance of a diagonal approach that may clip a wall
     jitter: float = 0.0  # m: noise on every commanded position
     recovers_drops: bool = True  # goes back for items dropped on the table, first
+    decel: float = 2.5  # m/s²: how gently it brings a move to rest (hasty ones stop short)
+    careful_near_walls: bool = True  # creeps down when the fingers come close to a wall
     chunk: int = 10  # actions per reply
     dialect: str = "roboarena"  # metadata style: "roboarena" or "openpi"
     image_size: tuple[int, int] | None = (96, 128)  # what the server asks for (H, W)
@@ -76,14 +78,15 @@ DEMO_PROFILES: dict[str, DemoProfile] = {
             name="swift",
             description="fast but unreliable: hurried aim, low hover, risky approaches",
             speed=1.0,
-            descent_speed=0.45,
+            descent_speed=0.32,
             aim_sigma=0.011,
             hover=0.02,
             grasp_dwell_s=0.02,
             release_dwell_s=0.0,
-            risky_prob=0.025,
+            risky_prob=0.02,
             jitter=0.002,
             recovers_drops=False,
+            decel=6.0,
         ),
         DemoProfile(
             name="steady",
@@ -141,6 +144,8 @@ DEMO_PROFILES: dict[str, DemoProfile] = {
             risky_prob=0.01,
             jitter=0.004,
             recovers_drops=False,
+            decel=4.0,
+            careful_near_walls=False,
         ),
     )
 }
@@ -196,12 +201,17 @@ class ScriptedController:
     plan_started: float = 0.0
     grip_cmd: float = 0.0
     calls: int = 0
+    # attempts per item; an item tried this often is left for later (or for good, if dropped)
+    attempts: dict[int, int] = field(default_factory=dict)
+    target: int | None = None
 
     def reset(self) -> None:
         self.rng = None
         self.mode = ""
         self.plan = []
         self.grip_cmd = 0.0
+        self.attempts = {}
+        self.target = None
 
     # -- the protocol -------------------------------------------------------
     def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
@@ -267,11 +277,15 @@ class ScriptedController:
             return
 
         codes = items[:, 3] if len(items) else np.empty(0)
-        dropped = np.flatnonzero(codes == keys.ItemState.dropped.code)
+        tries = np.array([self.attempts.get(i, 0) for i in range(len(codes))], dtype=int)
+        dropped = np.flatnonzero((codes == keys.ItemState.dropped.code) & (tries < 3))
         if p.recovers_drops and len(dropped):
             pickable = dropped  # clear up the table before it is forgotten
         else:
-            pickable = np.flatnonzero(codes == keys.ItemState.source.code)
+            in_source = np.flatnonzero(codes == keys.ItemState.source.code)
+            # items that keep slipping away are tried again only after the others
+            fresh = in_source[tries[in_source] < 4] if len(in_source) else in_source
+            pickable = fresh if len(fresh) else in_source
         if grip > 0.08 or self.grip_cmd > 0.0:
             plan.append(Hold(0.0, 0.5))  # open before going for the next one
         if len(pickable) == 0:
@@ -283,6 +297,8 @@ class ScriptedController:
         # the nearest of the top few, with a human-like bit of arbitrariness
         order = pickable[np.argsort(d)]
         choice = int(order[min(len(order) - 1, int(rng.integers(0, 2)))])
+        self.attempts[choice] = self.attempts.get(choice, 0) + 1
+        self.target = choice
         item = items[choice]
         aim = item[:2] + rng.normal(0.0, p.aim_sigma, size=2)
         # fingertips a few millimetres above the floor, never into it
@@ -296,7 +312,10 @@ class ScriptedController:
             if tcp[2] < travel - 0.02 and math.hypot(*(aim - tcp[:2])) > 0.02:
                 plan.append(Move(np.array([tcp[0], tcp[1], travel]), p.descent_speed))
             plan.append(Move(np.array([aim[0], aim[1], travel]), p.speed))
-        plan.append(Move(np.array([aim[0], aim[1], z_grasp]), p.descent_speed, tol=0.004))
+        descent = p.descent_speed
+        if p.careful_near_walls and _near_wall(obs, aim, 0.035):
+            descent = min(descent, 0.15)
+        plan.append(Move(np.array([aim[0], aim[1], z_grasp]), descent, tol=0.004))
         plan.append(Hold(1.0, 0.6 + p.grasp_dwell_s))  # closing takes ~0.6 s
         plan.append(Move(np.array([aim[0], aim[1], travel]), p.descent_speed))
         self.plan = plan
@@ -336,12 +355,14 @@ class ScriptedController:
                     if dist <= 1e-6:
                         i_seg += 1
                         continue
-                    if dist <= seg.speed * dt:
+                    # slow towards the end of the move, as a person (or a planner) would
+                    speed = min(seg.speed, max(0.02, math.sqrt(2 * p.decel * dist)))
+                    if dist <= speed * dt:
                         pos = seg.target.copy()
                         if seg.settle:
                             i_seg = len(self.plan)  # hold here until the arm arrives
                     else:
-                        pos = pos + step * (seg.speed * dt / dist)
+                        pos = pos + step * (speed * dt / dist)
                     break
                 # a hold: stay for its dwell
                 if seg.started is None:
@@ -359,6 +380,21 @@ class ScriptedController:
             rows[k, 3:6] = DOWN
             rows[k, 6] = grip
         return rows
+
+
+def _near_wall(obs: dict[str, Any], xy: np.ndarray, margin: float) -> bool:
+    """Whether (x, y) lies within ``margin`` of either bin's walls."""
+    for key in (keys.SIM_SOURCE_BIN, keys.SIM_TARGET_BIN):
+        if key not in obs:
+            continue
+        cx, cy, hx, hy = (float(v) for v in np.asarray(obs[key]).ravel()[:4])
+        dx, dy = abs(xy[0] - cx) - hx, abs(xy[1] - cy) - hy
+        if dx <= 0 and dy <= 0:
+            if min(-dx, -dy) < margin:
+                return True
+        elif math.hypot(max(dx, 0.0), max(dy, 0.0)) < margin:
+            return True
+    return False
 
 
 class DemoPolicy:
