@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import socket
 from dataclasses import dataclass
 
 import msgpack
@@ -215,3 +216,14 @@ def test_close_code_mapping() -> None:
     assert to_upstream_code(1000) == 1000
     assert gateway_url("http://host:8000/", "abc") == "ws://host:8000/policy/abc"
     assert gateway_url("https://host", "abc") == "wss://host/policy/abc"
+
+
+def test_a_station_vanishing_closes_the_policy_connection(gateway: Gateway) -> None:
+    with PolicyServer(API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.url)
+        with _connect(gateway, run.handle) as ws:
+            assert ws.recv(timeout=10) == METADATA
+            ws.socket.shutdown(socket.SHUT_RDWR)  # no close frame: the station crashed
+            ws.socket.close()
+            assert upstream.closed.wait(10)
+        assert upstream.seen.close_codes == [1001]  # going away
