@@ -30,6 +30,7 @@ from proctor.settings import Settings
 from scheduler import routes as campaigns
 from scheduler.gateway import GatewayConfig, gateway_router
 from web.accounts import routes as accounts
+from web.artifacts import routes as artifacts
 from web.auth.passwords import Passwords
 from web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
 from web.auth.throttle import ThrottlePolicy
@@ -49,12 +50,18 @@ DOMAINS: tuple[ModuleType, ...] = (
     accounts,
     home,
     campaigns,
+    artifacts,
 )
 
 OPENAPI_TAGS = [
     {"name": "system", "description": "Health of the server and its database."},
     {"name": "accounts", "description": "Users, roles, API tokens, the audit log."},
     {"name": "campaigns", "description": "Campaigns, their sealed allocation, unblinding."},
+    {
+        "name": "recordings",
+        "description": "Episode recordings: artifact bytes (with Range), frame tables, "
+        "telemetry. Public once the campaign is released; staff only before.",
+    },
 ]
 
 

@@ -1,0 +1,147 @@
+"""Real recordings for the explorer's and the artifacts' tests: synthetic
+frames and telemetry pushed through the station's own recorder
+(``station.recorder.Recorder``) and archived by ``station.archive`` into
+the artifact store and the database, exactly as the runner does.
+
+Every frame carries its index as a bar code — ten vertical stripes, stripe
+``i`` white when bit ``i`` of the index is set — so a browser test can read
+which frame a video is showing from its pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy.orm import sessionmaker
+
+from proctor.artifacts import ArtifactStore
+from proctor.db.engine import ProctorSession
+from station import keys
+from station.archive import Archived, archive_recording
+from station.drivers.camera.base import Frame
+from station.recorder import Recorder, VideoSettings
+
+CODE_BITS = 10
+
+
+def coded_frame(index: int, width: int, height: int, camera: int, salt: int = 0) -> np.ndarray:
+    """An RGB frame whose stripes spell ``index`` in binary (LSB left);
+    ``salt`` shades the bottom band, so two recordings never share bytes."""
+    img = np.zeros((height, width, 3), dtype=np.uint8)
+    stripe = width // CODE_BITS
+    for bit in range(CODE_BITS):
+        if (index >> bit) & 1:
+            img[: height * 3 // 4, bit * stripe : (bit + 1) * stripe] = 255
+    # the bottom quarter tells the cameras apart (red: exterior, blue: wrist)
+    img[height * 3 // 4 :, :, 0 if camera == 0 else 2] = 120 + salt % 120
+    return img
+
+
+def read_code(pixels: list[int]) -> int:
+    """The index from the stripes' brightness, as sampled by a page."""
+    return sum(1 << i for i, v in enumerate(pixels) if v > 127)
+
+
+@dataclass(frozen=True)
+class RecordingSpec:
+    duration_s: float = 12.0
+    fps: int = 15
+    width: int = 320
+    height: int = 240
+    telemetry_hz: float = 100.0
+    clock_start_s: float = 1000.0
+    # times (s since start) at which the synthetic gripper closes on an item
+    picks_s: tuple[float, ...] = (2.0, 6.0, 9.5)
+
+
+def _telemetry_row(t_rel: float, spec: RecordingSpec, rng: np.random.Generator) -> np.ndarray:
+    floats = np.full(len(keys.TELEMETRY_FLOAT_COLUMNS), np.nan)
+    col = {c: i for i, c in enumerate(keys.TELEMETRY_FLOAT_COLUMNS)}
+    holding = any(p <= t_rel < p + 1.5 for p in spec.picks_s)
+    target = 1.0 if holding else 0.0
+    # the fingers follow the target with a 0.15 s lag
+    lagging = any(p + 0.15 <= t_rel < p + 1.65 for p in spec.picks_s)
+    for i in range(keys.N_JOINTS):
+        floats[col[keys.JOINT_POSITION[i]]] = 0.3 * math.sin(0.5 * t_rel + i)
+        floats[col[keys.JOINT_VELOCITY[i]]] = 0.15 * math.cos(0.5 * t_rel + i)
+    floats[col[keys.EE_X]] = 0.4 + 0.1 * math.sin(0.7 * t_rel)
+    floats[col[keys.EE_Y]] = 0.1 * math.cos(0.7 * t_rel)
+    floats[col[keys.EE_Z]] = 0.25 - 0.15 * math.exp(-(((t_rel % 4.0) - 2.0) ** 2) / 0.2)
+    for name, value in zip(keys.EE_POSE[3:], (0.0, 0.0, 0.0, 1.0), strict=True):
+        floats[col[name]] = value  # a fixed orientation: qx qy qz qw
+    floats[col[keys.EE_SPEED]] = abs(0.2 * math.sin(1.3 * t_rel))
+    floats[col[keys.GRIPPER_TARGET_REQUESTED]] = target
+    floats[col[keys.GRIPPER_TARGET]] = target
+    floats[col[keys.GRIPPER_POSITION]] = 0.8 if lagging else 0.02
+    floats[col[keys.POLICY_LATENCY]] = 0.08 + 0.02 * rng.random() if t_rel > 0.2 else np.nan
+    return floats
+
+
+def record_episode(
+    *,
+    sessions: sessionmaker[ProctorSession],
+    store: ArtifactStore,
+    episode_id: int,
+    spool: Path,
+    spec: RecordingSpec = RecordingSpec(),
+    seed: int = 0,
+) -> Archived:
+    """Record and archive one episode (the row must exist, with its
+    ``clock_start_s`` equal to ``spec.clock_start_s``)."""
+    rng = np.random.default_rng(seed)
+    t0 = spec.clock_start_s
+    video = VideoSettings(spec.width, spec.height, spec.fps)
+    cameras = {keys.CAMERA_EXTERIOR: video, keys.CAMERA_WRIST: video}
+    rec = Recorder(
+        spool,
+        t0=t0,
+        cameras=cameras,
+        telemetry_hz=spec.telemetry_hz,
+        segment_s=5.0,
+        virtual_clock=True,
+        state={"episode_uid": "test", "run_code": "R-TEST"},
+    )
+    n_frames = int(spec.duration_s * spec.fps)
+    n_rows = int(spec.duration_s * spec.telemetry_hz)
+    frame_k = 0
+    for k in range(n_rows):
+        t_rel = k / spec.telemetry_hz
+        rec.telemetry.append(
+            t0 + t_rel,
+            keys.TelemetryPhase.running,
+            "joint_position",
+            int(t_rel * 15),
+            _telemetry_row(t_rel, spec, rng),
+            any(p <= t_rel < p + 1.5 for p in spec.picks_s),
+            int(t_rel * 15),
+        )
+        while frame_k < n_frames and frame_k / spec.fps <= t_rel:
+            t_frame = t0 + frame_k / spec.fps
+            for cam_i, name in enumerate(cameras):
+                rec.add_frame(
+                    name,
+                    Frame(
+                        t=t_frame,
+                        index=frame_k,
+                        image=coded_frame(frame_k, spec.width, spec.height, cam_i, seed),
+                    ),
+                )
+            frame_k += 1
+    result = rec.close()
+    return archive_recording(
+        sessions=sessions,
+        store=store,
+        episode_id=episode_id,
+        spool=spool,
+        cameras=list(cameras),
+        camera_settings={
+            n: {"width": spec.width, "height": spec.height, "fps": spec.fps} for n in cameras
+        },
+        recording=result,
+        ground_truth=None,
+        extra_manifest={},
+        interrupted=False,
+    )
