@@ -411,6 +411,7 @@ class EpisodeRunner:
         prev_t = t0
         floats = np.empty(len(keys.TELEMETRY_FLOAT_COLUMNS))
         n_act = cfg.open_loop_steps
+        missed_ticks = 0
         velocity_space = space in (ActionSpace.joint_velocity, ActionSpace.cartesian_velocity)
 
         while True:
@@ -424,6 +425,15 @@ class EpisodeRunner:
                     f"({act.work.items} items × {act.work.per_item_cap_s:g} s) used up"
                 )
             clock.sleep_until(t_next)
+            if not cell.is_virtual:
+                # behind schedule (a stall): resume from now rather than catch up in a burst
+                now = clock.now()
+                behind = math.floor((now - t0) / dt_tel) - k_tel
+                if behind > 0:
+                    k_tel += behind
+                    missed_ticks += behind
+                    act.end_details["telemetry_missed_ticks"] = missed_ticks
+                k_act = max(k_act, math.floor((now - t0) / dt_act))
             if self._stop_event.is_set():
                 kind = act.stop_kind
                 if kind == StopKind.safety:
@@ -494,6 +504,9 @@ class EpisodeRunner:
                 k_tel += 1
                 a = arm.read_state()
                 g = gripper.read_state()
+                if a.t <= prev_t and prev_ee is not None:
+                    # the arm has no newer state than the last sample: never record a duplicate
+                    continue
                 if a.error is not None:
                     self._stop_arm_now()
                     return Outcome.safety, f"arm fault: {a.error}"

@@ -90,6 +90,7 @@ class PolicyClient:
     # -- lifecycle ----------------------------------------------------------
     def connect(self) -> ServerInfo:
         try:
+            # entered as a context manager (what websockets ≥ 17.1 asks for); closed in close()
             ws = connect(
                 self._url,
                 open_timeout=self._connect_timeout,
@@ -97,7 +98,7 @@ class PolicyClient:
                 max_size=None,
                 compression=None,
                 additional_headers=self._headers or None,
-            )
+            ).__enter__()
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             raise PolicyUnavailable(f"policy endpoint unreachable ({type(exc).__name__})") from None
         try:

@@ -90,6 +90,8 @@ class PolicyServer:
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
         self.connections = 0
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._main: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -97,6 +99,10 @@ class PolicyServer:
 
     async def _handler(self, ws: ServerConnection) -> None:
         self.connections += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
         session = self.policy.new_session()
         await ws.send(codec.packb(self.policy.metadata()))
         requests = 0
@@ -180,7 +186,8 @@ class PolicyServer:
             loop = asyncio.new_event_loop()
             self._loop = loop
             try:
-                loop.run_until_complete(self._serve(self._ready.set))
+                self._main = loop.create_task(self._serve(self._ready.set))
+                loop.run_until_complete(self._main)
             except asyncio.CancelledError:
                 pass
             except BaseException as exc:
@@ -201,9 +208,12 @@ class PolicyServer:
         if loop is not None and server is not None and not loop.is_closed():
 
             def shutdown() -> None:
-                server.close()
-                for task in asyncio.all_tasks(loop):
+                # handlers first (a drilled hang sleeps), then the serving task;
+                # websockets' own closing task must be left to finish
+                for task in list(self._handlers):
                     task.cancel()
+                if self._main is not None:
+                    self._main.cancel()
 
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(shutdown)

@@ -519,7 +519,12 @@ class SimWorld:
                 continue
             reach = b.wall / 2 + p.finger_radius
             d_new = b.wall_distance(new[0], new[1])
-            if d_new < reach and d_new < b.wall_distance(old[0], old[1]) - 1e-9:
+            if d_new >= reach:
+                continue
+            d_old = b.wall_distance(old[0], old[1])
+            was_in = d_old < reach and old[2] < b.height
+            # into the wall, sideways or from above; moving out of it is allowed
+            if not was_in or d_new < d_old - 1e-9 or new[2] < old[2] - 1e-9:
                 return f"{name} bin wall"
         return None
 

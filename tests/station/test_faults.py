@@ -1,0 +1,183 @@
+"""Fault handling, done for real: misbehaving policy servers in their own
+processes on real sockets, a real-time clock, and a daemon killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import av
+import httpx
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from proctor.artifacts import LocalArtifactStore
+from proctor.db import session_scope
+from proctor.db.models import Episode, EpisodeEvent
+from proctor.domain import ArtifactKind, EpisodeState, Outcome, Side
+from station import keys
+from station.recording import load_recording
+from station.work import Work
+from tests.station.conftest import PROCTOR, clean_env, sim_config, sim_runner
+
+TIMEOUT_S = 0.5
+CONTROL_HZ = 15.0
+
+
+def _realtime_config() -> object:
+    # real time: the policy's silence is measured against the station's clock too
+    return sim_config(
+        policy_timeout_s=TIMEOUT_S,
+        control_hz=CONTROL_HZ,
+        sim={"clock": "monotonic"},
+    )
+
+
+def _work(url: str) -> Work:
+    return Work(
+        run_code="R-FAULT1",
+        object_name="towels",
+        items=2,
+        per_item_cap_s=30.0,
+        tote_side=Side.left,
+        camera_side=Side.left,
+        policy_url=url,
+        sim_seed=1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ("hang:3", f"policy did not answer within {TIMEOUT_S:g} s"),
+        ("disconnect:3", "policy server closed the connection"),
+        (
+            "bad-shape:3",
+            r"malformed policy reply: reply 'actions' has shape \(4, 4\); "
+            r"cartesian_position needs \(H, 7\)",
+        ),
+        ("error:3", r"policy server sent an error message \(\d+ characters\) instead of actions"),
+    ],
+)
+def test_a_failing_policy_stops_the_arm_and_ends_the_episode_system(
+    fault: str, reason: str, station_db, serve_demo, tmp_path: Path, backend: str
+) -> None:
+    if backend != "sqlite" and fault != "hang:3":
+        pytest.skip("the database does not change how faults are handled; one fault on each")
+    _, sessions = station_db
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    url = serve_demo("reference", fault=fault)
+    with sim_runner(sessions, store, tmp_path, _realtime_config()) as runner:
+        uid = runner.arm(_work(url))
+        runner.start(background=False)
+        summary = runner.last
+    assert summary is not None and summary.proposed == Outcome.system
+    import re
+
+    assert re.search(reason, summary.reason), summary.reason
+    assert "ws://" not in summary.reason and "Traceback" not in summary.reason
+    with session_scope(sessions) as s:
+        ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+        finished = s.scalar(
+            sa.select(EpisodeEvent).where(
+                EpisodeEvent.episode_id == ep.id, EpisodeEvent.kind == "finished"
+            )
+        )
+        assert ep.state == EpisodeState.awaiting_log and ep.outcome_reason == summary.reason
+        assert finished.details["proposed_outcome"] == "system"
+        rec = load_recording(s, store, uid)
+    t = rec.column(keys.T)
+    speed = rec.column(keys.EE_SPEED)
+    phase = rec.column(keys.PHASE)
+    stopped = phase == keys.TelemetryPhase.stopped.value
+    assert stopped.sum() >= 40  # the half-second tail after the stop is on record
+    # the arm is at rest by the end of the tail
+    assert speed[stopped][-5:].max() < 1e-3
+    if fault.startswith("hang"):
+        details = finished.details
+        # stopped within one control period plus the timeout of the unanswered request
+        lag = details["t_stop_s"] - details["t_request_s"]
+        assert TIMEOUT_S <= lag <= TIMEOUT_S + 1.0 / CONTROL_HZ + 0.05, details
+        # while it waited, the loop kept sampling at 100 Hz (real time)
+        waiting = (t - t[0] >= details["t_request_s"]) & (t - t[0] <= details["t_stop_s"])
+        assert (phase[waiting] == keys.TelemetryPhase.awaiting_policy.value).mean() > 0.9
+        assert np.median(np.diff(t[waiting])) == pytest.approx(0.01, abs=0.002)
+    rec.close()
+
+
+def test_a_killed_daemon_leaves_a_recoverable_episode(
+    serve_demo, processes, tmp_path: Path
+) -> None:
+    """SIGKILL mid-episode; on restart the partial episode is found, marked
+    interrupted, and its recorded segments are readable."""
+    url = serve_demo("steady")
+    data = tmp_path / "data"
+    cfg = tmp_path / "station.toml"
+    cfg.write_text(
+        'name = "cell-kill"\nsegment_s = 0.5\n'
+        "[api]\nport = 0\n"
+        '[sim]\nclock = "monotonic"\n'
+        "[cameras.exterior]\nwidth = 160\nheight = 120\nfps = 10\n"
+        "[cameras.wrist]\nwidth = 160\nheight = 120\nfps = 10\n"
+        '[work]\nsource = "adhoc"\n'
+        f'[work.options]\npolicy = "{url}"\nobject = "towels"\nitems = 8\nseed = 3\n'
+    )
+    env = clean_env(PROCTOR_DATA_DIR=str(data))
+    daemon = processes([*PROCTOR, "station", "run", "--profile", "sim", "--config", str(cfg)], env)
+    api = daemon.wait_for(r"listening on (http://127\.0\.0\.1:\d+)").group(1)
+    with httpx.Client(base_url=api, timeout=10) as http:
+        assert http.get("/api/status").json()["state"] == "idle"
+        armed = http.post("/api/next").json()
+        uid = armed["episode"]
+        assert armed["state"] == "armed" and armed["work"]["object"] == "towels"
+        assert http.post("/api/start").json()["state"] == "running"
+        spool = data / "station" / "cell-kill" / "spool" / uid
+        deadline = time.monotonic() + 30
+        while len(list((spool / "telemetry").glob("seg-*.parquet"))) < 3:
+            assert time.monotonic() < deadline, daemon.output()
+            time.sleep(0.05)
+        time.sleep(0.3)
+    daemon.kill(signal.SIGKILL)
+    assert daemon.popen.returncode == -signal.SIGKILL
+
+    restarted = processes(
+        [*PROCTOR, "station", "run", "--profile", "sim", "--config", str(cfg)], env
+    )
+    found = restarted.wait_for(r"recovered interrupted episode (\w+): (\d+) telemetry rows")
+    assert found.group(1) == uid and int(found.group(2)) >= 150  # ≥ 3 segments of 50 rows
+    api = restarted.wait_for(r"listening on (http://127\.0\.0\.1:\d+)").group(1)
+    with httpx.Client(base_url=api, timeout=10) as http:
+        status = http.get("/api/status").json()
+    assert status["state"] == "idle" and uid in status["notice"]["message"]
+    restarted.kill(signal.SIGTERM)
+
+    engine = sa.create_engine(f"sqlite:///{data / 'proctor.db'}")
+    store = LocalArtifactStore(data / "artifacts")
+    try:
+        with engine.connect() as conn:
+            from proctor.db.engine import ProctorSession
+
+            s = ProctorSession(bind=conn)
+            ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+            assert ep.state == EpisodeState.interrupted and ep.outcome == Outcome.system
+            assert "recovered on restart" in ep.outcome_reason
+            rec = load_recording(s, store, uid)
+            assert rec.manifest["interrupted"] is True
+            t = rec.column(keys.T)
+            assert len(t) == int(found.group(2)) and np.all(np.diff(t) > 0)
+            assert ep.clock_end_s == pytest.approx(t[-1])
+            for camera in keys.CAMERAS:
+                path = rec.video_path(camera)
+                with av.open(str(path)) as c:
+                    decoded = sum(1 for _ in c.decode(c.streams.video[0]))
+                n = rec.frames[camera].num_rows
+                assert decoded == n == rec.artifact(ArtifactKind.video, camera).frame_count > 0
+                assert rec.frames[camera].column(keys.FRAME_T).to_numpy()[-1] <= t[-1] + 1.0
+            assert json.loads(json.dumps(rec.manifest))["telemetry"]["rows"] == len(t)
+            s.close()
+    finally:
+        engine.dispose()
+    assert not (data / "station" / "cell-kill" / "spool" / uid).exists()
