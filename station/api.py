@@ -10,8 +10,12 @@
 ``POST /api/recover``        clear an arm error after a safety stop (explicit)
 ``POST /api/disarm``         give up an armed, not yet started episode
 ``POST /api/log``            the post-rollout log: ``{placed, lost, dropped,
-                             outcome, notes}``; 422 names the bad field
+                             outcome, notes}`` and optionally ``operator_id``
+                             (the signed-in user, from the console); 422 names
+                             the bad field
 ``GET  /api/preview/{cam}``  the latest frame of ``exterior`` or ``wrist`` (JPEG)
+``GET  /api/reference/{cam}`` the armed run's initial scene as rendered when it
+                             was armed (JPEG; simulated cell only, else 404)
 ``WS   /api/events``         status as JSON text, on every change (≥ 1 Hz)
 ``WS   /api/preview/{cam}``  binary JPEG frames at ``api.preview_fps``
 ==========================  ===============================================
@@ -107,11 +111,21 @@ def create_app(daemon: StationDaemon) -> FastAPI:
             raise episodes.LogRejected("body: expected a JSON object") from None
         if not isinstance(data, dict):
             raise episodes.LogRejected("body: expected a JSON object")
-        return await run_in_threadpool(daemon.submit_log, data)
+        operator_id = data.pop("operator_id", None)
+        if operator_id is not None and (
+            isinstance(operator_id, bool) or not isinstance(operator_id, int) or operator_id < 1
+        ):
+            raise episodes.LogRejected("operator_id: must be a user id (a positive integer)")
+        return await run_in_threadpool(daemon.submit_log, data, operator_id)
 
     @app.get("/api/preview/{camera}")
     async def preview(camera: str) -> Response:
         jpeg = await run_in_threadpool(daemon.preview_jpeg, camera)
+        return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/reference/{camera}")
+    async def reference(camera: str) -> Response:
+        jpeg = daemon.reference_jpeg(camera)
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
     @app.websocket("/api/events")

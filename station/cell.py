@@ -42,6 +42,11 @@ class Scene(Protocol):
         """The ``sim/…`` observation keys (station.keys); never sent by real cells."""
         ...
 
+    def still(self, camera: str, width: int, height: int) -> Any:
+        """The cell as it stands now, rendered for ``camera`` (H×W×3 uint8): the
+        reference photo of a freshly laid-out scene (the console shows it)."""
+        ...
+
     def all_handled(self) -> bool:
         """Nothing left to do: no item in the source bin, held, or dropped on the table.
         Stands in for the operator who ends a finished episode on the real station."""

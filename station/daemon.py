@@ -94,6 +94,8 @@ class StationDaemon:
         self._changed = threading.Condition()
         self._version = 0
         self.notice: Notice | None = None
+        # the armed run's reference photo (simulated cell): episode uid, camera → JPEG
+        self._reference: tuple[str, dict[str, bytes]] | None = None
         if self.recovered:
             self.notice = Notice(
                 "warning",
@@ -150,7 +152,7 @@ class StationDaemon:
             if work is None:
                 raise NoWork("no work: nothing is scheduled for this station right now")
             try:
-                self.runner.arm(work)
+                uid = self.runner.arm(work)
             except PolicyUnreachable as exc:
                 self.source.abandoned(work, reason=str(exc))
                 self.notice = Notice("warning", f"run {work.run_code} skipped: {exc}")
@@ -159,9 +161,26 @@ class StationDaemon:
             except BaseException:
                 self.source.abandoned(work, reason="arming failed")
                 raise
+            self._reference = self._render_reference(uid)
             self.notice = None
             self._bump()
             return self.status()
+
+    def _render_reference(self, uid: str) -> tuple[str, dict[str, bytes]] | None:
+        """A simulated cell renders its freshly laid-out, homed scene: the
+        reference photo the console shows. Real cells have none (the console
+        shows a registered photo instead); a failure here never blocks a run."""
+        scene = self.cell.scene
+        if scene is None:
+            return None
+        try:
+            return uid, {
+                name: self._jpeg(scene.still(name, cam.config.width, cam.config.height))
+                for name, cam in self.cell.cameras.items()
+            }
+        except Exception:
+            log.error("rendering the reference photo failed", exc_info=True)
+            return None
 
     def start(self) -> dict[str, Any]:
         self.runner.start(background=True)
@@ -229,17 +248,33 @@ class StationDaemon:
         out["version"] = self._version
         return out
 
-    def preview_jpeg(self, camera: str, quality: int | None = None) -> bytes:
+    def _check_camera(self, camera: str) -> None:
         if camera not in self.cell.cameras:
             raise UsageError(f"camera: '{camera}' is not one of {', '.join(self.cell.cameras)}")
-        frame = self.runner.hub.latest(camera)
-        if frame is None:
-            raise NoWork(f"camera {camera}: no frame yet")
+
+    def _jpeg(self, image: Any, quality: int | None = None) -> bytes:
         buf = io.BytesIO()
-        Image.fromarray(frame.image).save(
+        Image.fromarray(image).save(
             buf, format="JPEG", quality=quality or self.config.api.preview_jpeg_quality
         )
         return buf.getvalue()
+
+    def preview_jpeg(self, camera: str, quality: int | None = None) -> bytes:
+        self._check_camera(camera)
+        frame = self.runner.hub.latest(camera)
+        if frame is None:
+            raise NoWork(f"camera {camera}: no frame yet")
+        return self._jpeg(frame.image, quality)
+
+    def reference_jpeg(self, camera: str) -> bytes:
+        """The current run's initial scene as rendered when it was armed."""
+        self._check_camera(camera)
+        ref, active = self._reference, self.runner.active
+        if ref is None or active is None or ref[0] != active.uid:
+            raise NoWork(
+                "reference photo: none for the current run (only a simulated cell renders one)"
+            )
+        return ref[1][camera]
 
 
 def _empty_source() -> WorkSource:

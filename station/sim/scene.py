@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from station import keys
+from station.sim.render import RENDERERS
 from station.sim.world import SimWorld
 from station.work import Work
 
@@ -36,6 +37,14 @@ class SimScene:
                 keys.SIM_SEED: np.array([w.seed if w.seed is not None else 0], dtype=np.int64),
                 keys.SIM_TIME: np.array([w.t - t0]),
             }
+
+    def still(self, camera: str, width: int, height: int) -> np.ndarray:
+        """The cell as it stands now, rendered for ``camera`` (H×W×3 uint8):
+        right after ``prepare`` and homing, the reference photo of the initial scene."""
+        with self.world.lock:
+            self.world.sync()
+            snap = self.world.snapshot(0)
+        return RENDERERS[camera](snap, width, height)
 
     def all_handled(self) -> bool:
         return self.world.all_handled()
