@@ -13,8 +13,16 @@ import tomllib
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -39,6 +47,26 @@ class WebSettings(BaseModel):
     session_max_hours: int = Field(default=12, ge=1, le=30 * 24)
     # send the session cookie over HTTPS only; default: on in prod, off otherwise
     secure_cookies: bool | None = None
+    # the station daemon's local API that this server's operator console drives; it
+    # binds to loopback only, so the console runs on the station's machine (or tunnels)
+    station_url: str = "http://127.0.0.1:8100"
+
+    @field_validator("station_url")
+    @classmethod
+    def _loopback_station(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if (
+            parts.scheme != "http"
+            or parts.hostname not in ("127.0.0.1", "localhost", "::1")
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+        ):
+            raise ValueError(
+                "must be an http:// origin on loopback, e.g. http://127.0.0.1:8100 (the "
+                f"station's API is loopback-only), got {value!r}"
+            )
+        return value.rstrip("/")
 
 
 class Settings(BaseSettings):
