@@ -36,8 +36,10 @@ from web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
 from web.auth.throttle import ThrottlePolicy
 from web.errors import install_error_handlers
 from web.home import routes as home
+from web.leaderboard import routes as leaderboard
 from web.middleware import SecurityHeadersMiddleware
 from web.placeholders import routes as placeholders
+from web.policies import routes as policies
 from web.state import AppState, Clock
 from web.system import routes as system
 from web.templating import SHARED_STATIC, make_templates, static_fingerprint
@@ -51,6 +53,8 @@ DOMAINS: tuple[ModuleType, ...] = (
     home,
     campaigns,
     artifacts,
+    leaderboard,
+    policies,
 )
 
 OPENAPI_TAGS = [
@@ -61,6 +65,11 @@ OPENAPI_TAGS = [
         "name": "recordings",
         "description": "Episode recordings: artifact bytes (with Range), frame tables, "
         "telemetry. Public once the campaign is released; staff only before.",
+    },
+    {
+        "name": "leaderboard",
+        "description": "Leaderboards read from stored snapshots: released campaigns are "
+        "public; unreleased ones are admin previews with blinded arm labels.",
     },
 ]
 

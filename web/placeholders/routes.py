@@ -29,14 +29,6 @@ class Placeholder:
 
 PLACEHOLDERS: tuple[Placeholder, ...] = (
     Placeholder(
-        "/leaderboard",
-        "Leaderboard",
-        8,
-        "The public leaderboard: Human-Relative Throughput and RMST with their "
-        "intervals, completion and failure rates, the pairwise verdicts, all read "
-        "from stored leaderboard snapshots.",
-    ),
-    Placeholder(
         "/submit",
         "My policies",
         9,

@@ -16,6 +16,7 @@ say so in every result it publishes.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, fields
@@ -250,4 +251,17 @@ def snapshot_result(session: ProctorSession, snapshot_id: int) -> dict[str, Any]
     )
     if result is None:
         raise UsageError(f"snapshot {snapshot_id}: no such snapshot")
-    return RESULTS.put(key, result)
+    return RESULTS.put(key, json_safe(result))
+
+
+def json_safe(value: Any) -> Any:
+    """Non-finite floats (NaN, ±inf) as ``null``, the result schema's mark of
+    a number that does not exist: strict JSON has no NaN, and browsers'
+    ``JSON.parse`` rejects it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value

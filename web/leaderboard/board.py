@@ -1,0 +1,180 @@
+"""Opening a campaign's leaderboard for a caller: which campaign, which
+snapshot, and whether it must be blinded.
+
+* A **released** campaign's latest snapshot is public, with names.
+* An unreleased campaign is invisible (404, as if it did not exist) to
+  everyone but admins, who see a **blinded preview**: arm labels instead of
+  policy names, no owners, no endpoints, no checkpoints.
+
+Everything a page shows of a policy is keyed by its *label*: its name once
+released, its arm label before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import sqlalchemy as sa
+from fastapi import HTTPException, status
+
+from proctor.db.engine import ProctorSession
+from proctor.db.models import AnalysisSnapshot, Campaign, CampaignPolicy, Policy
+from proctor.domain import CampaignStatus, LabelStream
+from web.auth.identity import Principal
+from web.errors import FieldError
+from web.snapshots import service as snapshots
+from web.snapshots.blinding import arm_labels, blind_result
+
+CAMPAIGN_NOT_FOUND = "campaign not found"
+
+
+@dataclass(frozen=True)
+class CampaignInfo:
+    id: int
+    name: str
+    status: CampaignStatus
+    started_at: datetime | None
+    closed_at: datetime | None
+    released_at: datetime | None
+    tau_s: float
+    per_item_cap_s: float
+    items_per_episode: int
+    episodes_per_cell: int
+
+    @property
+    def released(self) -> bool:
+        return self.status == CampaignStatus.released
+
+    @classmethod
+    def of(cls, c: Campaign) -> CampaignInfo:
+        return cls(
+            id=c.id,
+            name=c.name,
+            status=CampaignStatus(c.status),
+            started_at=c.started_at,
+            closed_at=c.closed_at,
+            released_at=c.released_at,
+            tau_s=float(c.tau_s),
+            per_item_cap_s=float(c.per_item_cap_s),
+            items_per_episode=c.items_per_episode,
+            episodes_per_cell=c.episodes_per_cell,
+        )
+
+
+@dataclass(frozen=True)
+class Board:
+    campaign: CampaignInfo
+    stream: LabelStream
+    meta: snapshots.SnapshotMeta
+    result: dict[str, Any]  # blinded when ``blinded``
+    blinded: bool
+    streams: list[LabelStream]
+    # label → policy id (the route from a page's label back to rows)
+    policy_ids: dict[str, int]
+
+    # -- links: every number points at what it was computed from
+    def _q(self, **params: str | None) -> str:
+        if self.stream != snapshots.DEFAULT_STREAM:
+            params["stream"] = self.stream.value
+        clean = {k: v for k, v in params.items() if v is not None}
+        return ("?" + urlencode(clean)) if clean else ""
+
+    def board_url(self) -> str:
+        return f"/leaderboard/{self.campaign.id}" + self._q()
+
+    def policy_url(self, label: str, anchor: str = "") -> str:
+        return (
+            f"/leaderboard/{self.campaign.id}/policies/{quote(label, safe='')}"
+            + self._q()
+            + (f"#{anchor}" if anchor else "")
+        )
+
+    def episodes_url(self, label: str | None = None, obj: str | None = None) -> str:
+        return f"/leaderboard/{self.campaign.id}/episodes" + self._q(policy=label, object=obj)
+
+    def policy(self, label: str) -> dict[str, Any]:
+        for p in self.result["policies"]:
+            if p["policy"] == label:
+                return p
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "policy not found in this leaderboard")
+
+
+def visible_campaign(session: ProctorSession, campaign_id: int, who: Principal | None) -> Campaign:
+    c = session.get(Campaign, campaign_id)
+    if c is None or (c.status != CampaignStatus.released and not (who and who.is_admin)):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, CAMPAIGN_NOT_FOUND)
+    return c
+
+
+def parse_stream(raw: str | None) -> LabelStream:
+    if raw is None or raw == "":
+        return snapshots.DEFAULT_STREAM
+    try:
+        return LabelStream(raw)
+    except ValueError:
+        raise FieldError(
+            "stream",
+            f"unknown label stream '{raw}'; one of {', '.join(s.value for s in LabelStream)}",
+        ) from None
+
+
+def _policy_ids(session: ProctorSession, campaign: Campaign, blinded: bool) -> dict[str, int]:
+    rows = session.execute(
+        sa.select(Policy.id, Policy.name)
+        .join(CampaignPolicy, CampaignPolicy.policy_id == Policy.id)
+        .where(CampaignPolicy.campaign_id == campaign.id)
+    ).all()
+    if not blinded:
+        return {r.name: r.id for r in rows}
+    labels = arm_labels(session, campaign)
+    return {labels[r.name]: r.id for r in rows}
+
+
+def open_board(
+    session: ProctorSession, campaign_id: int, stream: LabelStream, who: Principal | None
+) -> Board:
+    campaign = visible_campaign(session, campaign_id, who)
+    meta = snapshots.latest_meta(session, campaign_id=campaign.id, stream=stream)
+    if meta is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"no leaderboard has been computed for this campaign under {stream.value} yet",
+        )
+    blinded = campaign.status != CampaignStatus.released
+    if blinded:
+        key = ("blinded", meta.id)
+        result = snapshots.RESULTS.get(key)
+        if result is None:
+            raw = snapshots.snapshot_result(session, meta.id)
+            result = snapshots.RESULTS.put(key, blind_result(raw, arm_labels(session, campaign)))
+    else:
+        result = snapshots.snapshot_result(session, meta.id)
+    return Board(
+        campaign=CampaignInfo.of(campaign),
+        stream=stream,
+        meta=meta,
+        result=result,
+        blinded=blinded,
+        streams=snapshots.streams_available(session, campaign_id=campaign.id),
+        policy_ids=_policy_ids(session, campaign, blinded),
+    )
+
+
+def listed_campaigns(session: ProctorSession, who: Principal | None) -> list[CampaignInfo]:
+    """Campaigns with a leaderboard the caller may see, newest release first
+    (admins also see unreleased ones, as previews)."""
+    has_snapshot = sa.exists().where(AnalysisSnapshot.campaign_id == Campaign.id)
+    q = sa.select(Campaign).where(has_snapshot)
+    if not (who and who.is_admin):
+        q = q.where(Campaign.status == CampaignStatus.released)
+    rows = [CampaignInfo.of(c) for c in session.scalars(q)]
+
+    def when(c: CampaignInfo) -> float:
+        at = c.released_at or c.closed_at or c.started_at
+        return at.timestamp() if at else 0.0
+
+    rows.sort(key=lambda c: (c.released, when(c), c.id), reverse=True)
+    return rows

@@ -1,0 +1,98 @@
+"""The policy page and its JSON: ``/leaderboard/{id}/policies/{label}`` and
+``/api/leaderboard/{id}/policies/{label}`` (``?vs=LABEL`` compares with
+another policy instead of the reference). The label is the policy's name
+once the campaign is released, its arm label in an admin's preview."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import HTMLResponse
+
+from web.deps import DbId, OptionalUser, SessionDep
+from web.errors import error_responses
+from web.leaderboard import caching
+from web.leaderboard.board import open_board, parse_stream
+from web.leaderboard.episodes import episode_list
+from web.leaderboard.format import FORMATS
+from web.leaderboard.routes import StreamQuery
+from web.policies.view import PolicyOut, policy_view
+from web.templating import render
+
+api_router = APIRouter(tags=["leaderboard"], responses=error_responses(404, 422))
+page_router = APIRouter()
+
+Label = Annotated[str, Path(max_length=200, description="the policy's label in this leaderboard")]
+VsQuery = Annotated[
+    str | None, Query(max_length=200, description="compare with this policy (default: reference)")
+]
+
+
+@api_router.get(
+    "/leaderboard/{campaign_id}/policies/{label:path}",
+    summary="One policy's curves and scores in a campaign's leaderboard",
+    response_model=PolicyOut,
+)
+def get_policy(
+    campaign_id: DbId,
+    label: Label,
+    request: Request,
+    session: SessionDep,
+    who: OptionalUser,
+    stream: StreamQuery = None,
+    vs: VsQuery = None,
+) -> Response:
+    board = open_board(session, campaign_id, parse_stream(stream), who)
+    public = not board.blinded and who is None
+    etag = caching.etag_for("policy", board.meta.id, board.blinded, label, vs)
+    hit = caching.conditional(request, etag, public=public)
+    if hit is not None:
+        return hit
+    view = policy_view(session, board, label, vs)
+    return Response(
+        view.model_dump_json(),
+        media_type="application/json",
+        headers=caching.cache_headers(public=public, etag=etag),
+    )
+
+
+@page_router.get("/leaderboard/{campaign_id}/policies/{label:path}", response_class=HTMLResponse)
+def policy_page(
+    campaign_id: DbId,
+    label: Label,
+    request: Request,
+    session: SessionDep,
+    who: OptionalUser,
+    stream: StreamQuery = None,
+    vs: VsQuery = None,
+) -> Response:
+    board = open_board(session, campaign_id, parse_stream(stream), who)
+    view = policy_view(session, board, label, vs)
+    episodes = episode_list(session, board, policy=label, obj=None, offset=0, limit=50)
+    chart = {
+        "label": view.label,
+        "comparator": view.comparator,
+        "reference": view.reference_label,
+        "tau": view.tau_s,
+        "objects": [
+            {
+                "object": o.object,
+                "km": o.km,
+                "comparator_km": o.comparator_km,
+                "pp": o.pp,
+                "qq": o.qq,
+                "sweep": o.tau_sweep,
+            }
+            for o in view.per_object
+        ],
+        "sweep": view.tau_sweep,
+        "failure_modes": {
+            k: (v.model_dump() if v else None) for k, v in view.failure_modes.items()
+        },
+    }
+    return render(
+        request,
+        "policies/policy.html",
+        {**FORMATS, "board": board, "view": view, "episodes": episodes, "chart": chart},
+    )
