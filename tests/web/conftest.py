@@ -81,8 +81,20 @@ class TemplateDatabases:
                 conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{self._pg_template}"'))
         finally:
             admin.dispose()
-        self.pg.created.append(name)
         return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+    def drop(self, url: str) -> None:
+        """Drop a PostgreSQL copy as soon as its test is done (SQLite files go
+        with the test's temporary folder)."""
+        parsed = make_url(url)
+        if parsed.get_backend_name() != "postgresql":
+            return
+        admin = make_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)'))
+        finally:
+            admin.dispose()
 
 
 @pytest.fixture(scope="session")
@@ -96,9 +108,11 @@ def web_template_dbs(
 
 
 @pytest.fixture
-def web_db_url(backend: str, web_template_dbs: TemplateDatabases) -> str:
+def web_db_url(backend: str, web_template_dbs: TemplateDatabases) -> Iterator[str]:
     """A migrated database of its own for this test (on each backend)."""
-    return web_template_dbs.copy(backend)
+    url = web_template_dbs.copy(backend)
+    yield url
+    web_template_dbs.drop(url)
 
 
 @dataclass

@@ -207,3 +207,44 @@ def test_serve_migrates_then_serves(tmp_path: Path) -> None:
     assert migrate.current(url) == migrate.head()
     assert "migrating the database" in output and f"http://127.0.0.1:{port}/" in output
     assert "PROCTOR_SECRET_KEY is not set" in output  # dev default, said loudly
+
+
+def test_create_admin_prompts_at_a_terminal_without_echo(tmp_path: Path) -> None:
+    """At a terminal the password is asked twice, hidden; it never shows."""
+    import pty
+    import select
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+    env |= {"PROCTOR_DATA_DIR": str(tmp_path), "PROCTOR_ENV": "test"}
+    migrate.upgrade(f"sqlite:///{tmp_path / 'proctor.db'}")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [str(ROOT / ".venv/bin/proctor"), "user", "create-admin", "root"],
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+    )  # fmt: skip
+    os.close(slave)
+    seen = b""
+
+    def read_until(marker: bytes) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + 30
+        while marker not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(master, 1024)
+                except OSError:
+                    return
+
+    try:
+        read_until(b"Password for root:")
+        os.write(master, b"typed at a terminal\n")
+        read_until(b"Repeat for confirmation:")
+        os.write(master, b"typed at a terminal\n")
+        assert proc.wait(timeout=30) == 0
+        read_until(b"created user")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert b"created user 'root'" in seen
+    assert b"typed at a terminal" not in seen  # hidden input
