@@ -202,6 +202,10 @@ class StationDaemon:
         return self.status()
 
     def submit_log(self, data: dict[str, Any], operator_id: int | None = None) -> dict[str, Any]:
+        if self.runner.state != RunnerState.awaiting_log:
+            raise episodes.WrongState(
+                f"station is {self.runner.state.value}: no episode is awaiting its log"
+            )
         entry = episodes.OperatorLog.parse(data)
         work, uid, outcome = self.runner.submit_log(entry, operator_id=operator_id)
         self._report(work, uid, outcome)

@@ -1,0 +1,150 @@
+"""The daemon's local API, as the operator console uses it: a whole rollout,
+the post-rollout form's validation, a safety stop and the explicit recovery,
+and nothing that names the policy in any response."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from proctor.artifacts import LocalArtifactStore
+from station.api import create_app
+from station.daemon import StationDaemon
+from tests.station.conftest import sim_config
+
+
+@pytest.fixture
+def console(
+    station_db, policy_server, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Any]:
+    _, sessions = station_db
+    realtime = getattr(request, "param", False)
+    server = policy_server("reference")
+    cfg = sim_config(
+        name="cell-api",
+        sim={"clock": "monotonic"} if realtime else {},
+        work={
+            "source": "adhoc",
+            "options": {
+                "policy": server.url,
+                "object": "towels",
+                "items": 2,
+                "seed": 1,
+                "repeat": 3,
+            },
+        },
+    )
+    daemon = StationDaemon(
+        cfg,
+        "sim",
+        sessions=sessions,
+        store=LocalArtifactStore(tmp_path / "artifacts"),
+        spool_root=tmp_path / "spool",
+    )
+    daemon.open()
+    seen: list[str] = []
+    try:
+        with TestClient(create_app(daemon)) as client:
+            original = client.request
+
+            def recording(method: str, url: str, **kw: Any):  # every response body is checked
+                response = original(method, url, **kw)
+                seen.append(
+                    response.text if "json" in response.headers.get("content-type", "") else ""
+                )
+                seen.append(str(response.headers))
+                return response
+
+            client.request = recording  # type: ignore[method-assign]
+            yield client, server, seen
+    finally:
+        daemon.close()
+
+
+def _until(client: TestClient, state: str, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = client.get("/api/status").json()
+        if status["state"] == state:
+            return status
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
+
+
+def test_a_whole_rollout_through_the_api(console) -> None:
+    client, server, seen = console
+    assert client.get("/api/status").json()["state"] == "idle"
+    assert client.post("/api/start").status_code == 409
+    assert client.post("/api/log", json={}).status_code == 409
+
+    armed = client.post("/api/next")
+    assert armed.status_code == 200
+    body = armed.json()
+    assert body["state"] == "armed"
+    assert body["work"]["run_code"].startswith("X-")
+    assert body["work"] | {} == {**body["work"], "object": "towels", "items": 2, "budget_s": 60.0}
+    assert set(body["work"]) == {
+        "run_code",
+        "object",
+        "items",
+        "per_item_cap_s",
+        "budget_s",
+        "tote_side",
+        "camera_side",
+    }
+    assert client.post("/api/next").status_code == 409  # one run at a time
+
+    assert client.post("/api/start").json()["state"] in ("running", "finishing", "awaiting_log")
+    with client.websocket_connect("/api/events") as ws:
+        assert ws.receive_json()["state"] in ("running", "finishing", "awaiting_log")
+    status = _until(client, "awaiting_log")
+    assert status["proposed_outcome"] == "success"
+    assert status["last_episode"]["telemetry_rate_hz"] >= 100.0
+
+    jpeg = client.get("/api/preview/wrist")
+    assert jpeg.status_code == 200 and jpeg.content[:2] == b"\xff\xd8"
+    bad_cam = client.get("/api/preview/top")
+    assert bad_cam.status_code == 422 and bad_cam.json()["field"] == "camera"
+
+    too_many = client.post(
+        "/api/log", json={"placed": 2, "lost": 1, "dropped": 0, "outcome": "success"}
+    )
+    assert too_many.status_code == 422
+    assert too_many.json()["field"] == "placed + lost + dropped"
+    not_all = client.post(
+        "/api/log", json={"placed": 1, "lost": 0, "dropped": 0, "outcome": "success"}
+    )
+    assert not_all.status_code == 422 and not_all.json()["field"] == "outcome"
+    assert _until(client, "awaiting_log")  # nothing was half-written
+    saved = client.post(
+        "/api/log", json={"placed": 2, "lost": 0, "dropped": 0, "outcome": "success"}
+    )
+    assert saved.status_code == 200 and saved.json()["state"] == "idle"
+
+    port = server.url.rsplit(":", 1)[1]
+    for text in seen:
+        assert "ws://" not in text and f":{port}" not in text and "reference" not in text
+
+
+@pytest.mark.parametrize("console", [True], indirect=True)
+def test_safety_stop_halts_the_arm_and_needs_a_recovery(console) -> None:
+    client, _, _ = console
+    assert client.post("/api/next").status_code == 200
+    client.post("/api/start")
+    time.sleep(0.8)
+    stopped = client.post("/api/safety-stop")
+    assert stopped.status_code == 200
+    status = _until(client, "awaiting_log", timeout=20)
+    assert status["proposed_outcome"] == "safety" and status["reason"] == "safety stop pressed"
+    assert status["arm_error"] == "safety stop pressed"
+    client.post("/api/log", json={"placed": 0, "lost": 0, "dropped": 0, "outcome": "safety"})
+    refused = client.post("/api/next")
+    assert refused.status_code == 409 and "recover it first" in refused.json()["detail"]
+    assert client.post("/api/recover").json()["arm_error"] is None
+    assert client.post("/api/next").json()["state"] == "armed"
+    assert client.post("/api/disarm").json()["state"] == "awaiting_log"
