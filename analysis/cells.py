@@ -11,7 +11,7 @@ ratios and differences between cells can pair replicate b with replicate b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,7 @@ class CellWork:
     weights: np.ndarray  # (E, 1 + B)
     s: np.ndarray  # (J, 1 + B)
     tau: float
+    _cache: dict[object, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def n_episodes(self) -> int:
@@ -48,10 +49,17 @@ class CellWork:
         return self.s[:, 0]
 
     def rmst(self, tau: float | None = None) -> np.ndarray:
-        return rmst(self.rs.grid, self.s, self.tau if tau is None else tau)
+        t = self.tau if tau is None else tau
+        key = ("rmst", t)
+        if key not in self._cache:
+            self._cache[key] = rmst(self.rs.grid, self.s, t)
+        return self._cache[key]
 
     def survival_at(self, t: float) -> np.ndarray:
-        return survival_at(self.rs.grid, self.s, t)
+        key = ("s_at", t)
+        if key not in self._cache:
+            self._cache[key] = survival_at(self.rs.grid, self.s, t)
+        return self._cache[key]
 
     def quantile(self, p: float) -> np.ndarray:
         return quantile_time(self.rs.grid, self.s, p)
@@ -64,10 +72,15 @@ class CellWork:
 
     def per_episode(self, values: np.ndarray) -> np.ndarray:
         """Σ over episodes of ``values`` (E,) weighted by each replicate."""
-        return np.asarray(values, dtype=float) @ self.weights
+        return np.einsum("e,er->r", np.asarray(values, dtype=float), self.weights)
 
     def episode_counts(self) -> dict[str, np.ndarray]:
         """Per-episode counts the rates are built from, shape (E,) each."""
+        if "counts" not in self._cache:
+            self._cache["counts"] = self._episode_counts()  # type: ignore[assignment]
+        return self._cache["counts"]  # type: ignore[return-value]
+
+    def _episode_counts(self) -> dict[str, np.ndarray]:
         eps = self.episodes
         ops_per = self.ops.per_episode().astype(float)
         ghost = np.bincount(self.ops.episode[self.ops.ghost], minlength=self.n_episodes).astype(

@@ -89,7 +89,7 @@ def trial_pvalues(
     tau: float,
     thresholds: Sequence[float],
     rng: np.random.Generator,
-    chunk: int = 25,
+    chunk: int | None = None,
     progress: Progress | None = None,
 ) -> TrialPValues:
     """p-values of the three tests for T trials.
@@ -99,6 +99,9 @@ def trial_pvalues(
     inner resamples draw each arm from all m_o slots with replacement.
     """
     n_trials = slots[0].shape[0]
+    # about a thousand replicate columns an arm per block: large enough that
+    # the per-row loops are cheap, small enough to stay in cache
+    chunk = chunk or max(1, 1000 // inner)
     keys = ["macro_ks", "rmst", *(f"binary@{t:g}" for t in thresholds)]
     p_out = {k: np.empty(n_trials) for k in keys}
     k_obj = len(pools)

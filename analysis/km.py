@@ -121,7 +121,7 @@ def survival(rs: RiskSet, weights: np.ndarray | None = None) -> np.ndarray:
     d = np.asarray(rs.events @ w)
     x = np.asarray(rs.exits @ w)
     x[1:] += d[:-1]  # successes at grid[j-1] leave the risk set at grid[j]
-    total = rs.n_ops @ w
+    total = np.einsum("e,er->r", rs.n_ops, w)  # not @ (see rmst)
     row_loop = n_rep >= _ROW_LOOP_MIN_COLUMNS
     if row_loop:
         for j in range(1, x.shape[0]):
@@ -199,7 +199,9 @@ def rmst(grid: np.ndarray, s: np.ndarray, tau: float) -> np.ndarray:
         return np.full(s.shape[1], float(tau))
     knots = grid[:m]
     widths = np.diff(np.append(knots, tau))
-    return knots[0] + widths @ s[:m]
+    # einsum, not @: a BLAS gemv here wakes OpenBLAS worker threads that spin
+    # on a small shared machine for no gain
+    return knots[0] + np.einsum("j,jr->r", widths, s[:m])
 
 
 def quantile_time(grid: np.ndarray, s: np.ndarray, p: float) -> np.ndarray:
@@ -228,14 +230,25 @@ def auc_against(
     and the tail beyond the last success) is placed at +∞, tied there.
     """
     n_rep = s_ref.shape[1]
-    f_ref = 1.0 - np.vstack([np.ones((1, n_rep)), s_ref])
-    jumps = np.diff(f_ref, axis=0)  # (J_ref, R)
-    f_m = 1.0 - np.vstack([np.ones((1, n_rep)), s_m])  # row 0 is t < first time
-    right = np.searchsorted(grid_m, grid_ref, side="right")  # row index into f_m at t
-    left = np.searchsorted(grid_m, grid_ref, side="left")  # row index at t−
-    mid = 0.5 * (f_m[left] + f_m[right])
-    area = np.sum(jumps * mid, axis=0)
-    return area + (1.0 - f_ref[-1]) * 0.5 * (1.0 + f_m[-1])
+    if s_ref.shape[0] == 0:
+        last_m = s_m[-1] if s_m.shape[0] else np.ones(n_rep)
+        return 0.5 * (2.0 - last_m)
+    # S_m just after each of the reference's times (row -1 of the padded
+    # array is S = 1, before the model's first time), and just before it
+    right = np.searchsorted(grid_m, grid_ref, side="right") - 1
+    left = np.searchsorted(grid_m, grid_ref, side="left") - 1
+    padded = np.vstack([s_m, np.ones((1, n_rep))]) if s_m.shape[0] else np.ones((1, n_rep))
+    # F_m(t−) + F_m(t) = 2 − S_m(t−) − S_m(t); halved below
+    mid = padded[left]
+    mid += padded[right]
+    np.subtract(2.0, mid, out=mid)
+    # ΔF_ref at each time = S_ref(previous) − S_ref(t)
+    jumps = np.empty_like(s_ref)
+    jumps[0] = 1.0 - s_ref[0]
+    np.subtract(s_ref[:-1], s_ref[1:], out=jumps[1:])
+    area = 0.5 * np.einsum("jr,jr->r", jumps, mid)
+    last_m = s_m[-1] if s_m.shape[0] else np.ones(n_rep)
+    return area + s_ref[-1] * 0.5 * (2.0 - last_m)
 
 
 def ks_distance(s_a: np.ndarray, s_b: np.ndarray) -> np.ndarray:

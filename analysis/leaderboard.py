@@ -291,7 +291,7 @@ def _object_result(
     pp = qq = None
     if ref_cell is not None and ref_rmst is not None:
         hrt = _interval(_hrt(ref_rmst, rm), a)
-        auc = _interval(auc_against(ref_cell.rs.grid, ref_cell.s, cell.rs.grid, cell.s), a)
+        auc = _interval(_auc(ref_cell, cell), a)
         pp = _pp(ref_cell, cell)
         qq = _qq(ref_cell, cell)
     return ObjectResult(
@@ -321,7 +321,10 @@ def _object_result(
 
 def _auc(ref: CellWork, model: CellWork) -> np.ndarray:
     """P(T_model < T_ref) + ½ ties, per replicate (column-paired)."""
-    return auc_against(ref.rs.grid, ref.s, model.rs.grid, model.s)
+    key = ("auc", ref.policy, ref.object)
+    if key not in model._cache:
+        model._cache[key] = auc_against(ref.rs.grid, ref.s, model.rs.grid, model.s)
+    return model._cache[key]
 
 
 def _pooled_sums(cells: Sequence[CellWork], key: str) -> np.ndarray:
@@ -369,18 +372,7 @@ def _policy_result(
             )
             if is_ref:
                 hrt = Interval(100.0, None, None)
-            auc = _interval(
-                np.mean(
-                    [
-                        auc_against(
-                            ref_cells[c.object].rs.grid, ref_cells[c.object].s, c.rs.grid, c.s
-                        )
-                        for c in with_ref
-                    ],
-                    axis=0,
-                ),
-                a,
-            )
+            auc = _interval(np.mean([_auc(ref_cells[c.object], c) for c in with_ref], axis=0), a)
         else:
             notes.append("no reference episodes on this policy's objects: HRT undefined")
 
