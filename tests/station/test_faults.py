@@ -93,7 +93,8 @@ def test_a_failing_policy_stops_the_arm_and_ends_the_episode_system(
     speed = rec.column(keys.EE_SPEED)
     phase = rec.column(keys.PHASE)
     stopped = phase == keys.TelemetryPhase.stopped.value
-    assert stopped.sum() >= 40  # the half-second tail after the stop is on record
+    # the half-second tail after the stop is on record (real time: a busy machine may skip ticks)
+    assert t[stopped][-1] - t[stopped][0] >= 0.45 and stopped.sum() >= 25
     # the arm is at rest by the end of the tail
     assert speed[stopped][-5:].max() < 1e-3
     if fault.startswith("hang"):
