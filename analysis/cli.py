@@ -611,17 +611,20 @@ def _run_detection(
         task = bar.add_task("detection trials", total=total)
         for a, b in pairs:
             pools = _pools(kept, a, b)
-            curve = detection_rates(
-                pools,
-                n_values=n_values,
-                outer=outer,
-                inner=inner,
-                tau=tau,
-                thresholds=thresholds,
-                alpha=alpha,
-                rng=child_rng(seed, "detection", a, b),
-                progress=lambda k: bar.advance(task, k),
-            )
+            try:
+                curve = detection_rates(
+                    pools,
+                    n_values=n_values,
+                    outer=outer,
+                    inner=inner,
+                    tau=tau,
+                    thresholds=thresholds,
+                    alpha=alpha,
+                    rng=child_rng(seed, "detection", a, b),
+                    progress=lambda k: bar.advance(task, k),
+                )
+            except ValueError as exc:
+                raise UsageError(f"--detection {a},{b}: {exc}") from None
             results.append((a, b, curve))
     out = []
     for a, b, curve in results:
@@ -679,15 +682,19 @@ def _run_calibration(
     ) as bar:
         task = bar.add_task("null calibration trials", total=outer * len(jobs))
         for setup, a, b in jobs:
-            cal = null_calibration(
-                _pools(kept, a, b),
-                setup=setup,
-                outer=outer,
-                inner=inner,
-                tau=tau,
-                rng=child_rng(seed, "null", setup, a, b or ""),
-                progress=lambda k: bar.advance(task, k),
-            )
+            try:
+                cal = null_calibration(
+                    _pools(kept, a, b),
+                    setup=setup,
+                    outer=outer,
+                    inner=inner,
+                    tau=tau,
+                    rng=child_rng(seed, "null", setup, a, b or ""),
+                    progress=lambda k: bar.advance(task, k),
+                )
+            except ValueError as exc:
+                arms = a if b is None else f"{a},{b}"
+                raise UsageError(f"--calibrate ({setup} {arms}): {exc}") from None
             rows.append((setup, a, b, cal))
     t = Table(title=f"Null calibration of macro-KS ({outer} trials × {inner} resamples)")
     for col in ("setup", "arms", "mean p", "α=0.01", "α=0.05", "α=0.10"):

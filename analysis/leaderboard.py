@@ -132,14 +132,20 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
             return (0, 0.0)
         if r.hrt is not None and r.hrt.estimate is not None:
             return (1, -r.hrt.estimate)
-        return (1, r.rmst.estimate if r.rmst.estimate is not None else math.inf)
+        # without an HRT (no reference, or none on its objects): after those
+        # with one, by macro RMST
+        return (2, r.rmst.estimate if r.rmst.estimate is not None else math.inf)
 
     order = sorted(policies, key=lambda p: (*rank_key(p), p))
-    n_pairs = len(order) * (len(order) - 1) // 2
-    pairs = [
-        _pair_result(a, b, cells, objects, protocol, n_pairs)
-        for a, b in itertools.combinations(order, 2)
-    ]
+    objects_of = {p: {o for q, o in by_cell if q == p} for p in policies}
+    comparable = []
+    for a, b in itertools.combinations(order, 2):
+        if objects_of[a] & objects_of[b]:
+            comparable.append((a, b))
+        else:
+            notes.append(f"{a} and {b} were run on no common object: not compared")
+    n_pairs = len(comparable)
+    pairs = [_pair_result(a, b, cells, objects, protocol, n_pairs) for a, b in comparable]
     letters = compact_letters(order, [(pr.a, pr.b) for pr in pairs if pr.significant])
     letters_completion = compact_letters(
         order,
@@ -444,13 +450,14 @@ def _per_configuration(
     a = protocol.alpha
     for conf in configurations:
         subs = []
+        objs_list = []
         for c in cells:
             eps = [e for e in c.episodes if e.configuration == conf]
             if eps:
                 subs.append(
                     build_cell(
                         policy,
-                        f"{c.object}|{conf}",
+                        f"{c.object}|{conf}",  # names the random stream only
                         eps,
                         tau=protocol.tau,
                         replicates=protocol.bootstrap,
@@ -458,9 +465,10 @@ def _per_configuration(
                         label="configuration",
                     )
                 )
+                objs_list.append(c.object)
         if not subs:
             continue
-        objs = tuple(s.object.split("|", 1)[0] for s in subs)
+        objs = tuple(objs_list)
         with_ref = [(s, o) for s, o in zip(subs, objs, strict=True) if o in ref_rmst]
         hrt = (
             _interval(np.mean([_hrt(ref_rmst[o], s.rmst()) for s, o in with_ref], axis=0), a)

@@ -226,3 +226,15 @@ def test_protocol_rejects_bad_values(kw: dict, message: str) -> None:
 def test_nothing_to_score() -> None:
     with pytest.raises(ValueError, match="no episodes to score"):
         analyze(EpisodeTable((Episode("s", "p", "o", 1, 1.0, (), 0, 0, "system"),)), PROTOCOL)
+
+
+def test_policies_without_a_common_object_are_not_compared() -> None:
+    eps = (
+        single("a1", "A", "o1", 2.0),
+        single("a2", "A", "o1", 3.0),
+        single("b1", "B", "o2", 2.0),
+        single("b2", "B", "o2", 4.0),
+    )
+    lb = analyze(EpisodeTable(eps), PROTOCOL)
+    assert lb.pairs == ()
+    assert any("no common object" in n for n in lb.notes)
