@@ -34,6 +34,7 @@ from web.artifacts import routes as artifacts
 from web.auth.passwords import Passwords
 from web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
 from web.auth.throttle import ThrottlePolicy
+from web.console import routes as console
 from web.errors import install_error_handlers
 from web.home import routes as home
 from web.leaderboard import routes as leaderboard
@@ -53,6 +54,7 @@ DOMAINS: tuple[ModuleType, ...] = (
     home,
     campaigns,
     artifacts,
+    console,
     leaderboard,
     policies,
 )
