@@ -44,10 +44,6 @@ class CellWork:
     def n_operations(self) -> int:
         return len(self.ops)
 
-    @property
-    def observed_survival(self) -> np.ndarray:
-        return self.s[:, 0]
-
     def rmst(self, tau: float | None = None) -> np.ndarray:
         t = self.tau if tau is None else tau
         key = ("rmst", t)

@@ -249,11 +249,3 @@ def auc_against(
     area = 0.5 * np.einsum("jr,jr->r", jumps, mid)
     last_m = s_m[-1] if s_m.shape[0] else np.ones(n_rep)
     return area + s_ref[-1] * 0.5 * (2.0 - last_m)
-
-
-def ks_distance(s_a: np.ndarray, s_b: np.ndarray) -> np.ndarray:
-    """sup |F_A − F_B| over the rows (a shared grid already cut at τ), per
-    replicate; 0 on an empty grid (both curves are 0 on [0, τ])."""
-    if s_a.shape[0] == 0:
-        return np.zeros(s_a.shape[1])
-    return np.max(np.abs(s_a - s_b), axis=0)

@@ -221,12 +221,12 @@ def _curve(cell: CellWork, alpha: float) -> Curve:
 
 def _pp(ref: CellWork, cell: CellWork) -> PPData:
     grid = np.union1d(ref.rs.grid, cell.rs.grid)
-    f_ref = 1.0 - rmst_free_survival(ref, grid)
-    f_m = 1.0 - rmst_free_survival(cell, grid)
+    f_ref = 1.0 - _observed_survival_at(ref, grid)
+    f_m = 1.0 - _observed_survival_at(cell, grid)
     return PPData(ref=np.concatenate([[0.0], f_ref]), model=np.concatenate([[0.0], f_m]))
 
 
-def rmst_free_survival(cell: CellWork, times: np.ndarray) -> np.ndarray:
+def _observed_survival_at(cell: CellWork, times: np.ndarray) -> np.ndarray:
     """The observed S of a cell at arbitrary times (step function)."""
     j = np.searchsorted(cell.rs.grid, times, side="right") - 1
     s0 = np.concatenate([[1.0], cell.s[:, 0]])

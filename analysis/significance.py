@@ -26,37 +26,8 @@ import numpy as np
 from scipy import stats
 
 from analysis.bootstrap import draw_counts
-from analysis.km import at_risk, risk_set, rmst, survival, survival_at
+from analysis.km import at_risk, risk_set, survival
 from analysis.operations import Operations, concat_operations
-
-
-@dataclass(frozen=True)
-class PooledStatistics:
-    """Two-arm statistics on one object's pooled grid, per replicate: the KS
-    distance on [0, τ], RMST_A − RMST_B, and F_A(t) − F_B(t) at each
-    threshold (shape (n_thresholds, R))."""
-
-    ks: np.ndarray
-    rmst_diff: np.ndarray
-    f_diff: np.ndarray
-
-
-def pooled_statistics(
-    grid: np.ndarray,
-    s_a: np.ndarray,
-    s_b: np.ndarray,
-    *,
-    tau: float,
-    thresholds: Sequence[float] = (),
-) -> PooledStatistics:
-    """KS, RMST and F(t) differences of paired columns of two (J, R) survival
-    matrices on a grid already cut at τ."""
-    ks = np.max(np.abs(s_a - s_b), axis=0) if grid.size else np.zeros(s_a.shape[1])
-    rd = rmst(grid, s_a, tau) - rmst(grid, s_b, tau)
-    fd = np.array(
-        [survival_at(grid, s_b, t) - survival_at(grid, s_a, t) for t in thresholds]
-    ).reshape(len(thresholds), s_a.shape[1])
-    return PooledStatistics(ks=ks, rmst_diff=rd, f_diff=fd)
 
 
 def two_arm_survival(
