@@ -120,10 +120,14 @@ def leaderboard_figures(lb: Leaderboard, out: Path) -> list[Path]:
     fig = Figure(figsize=(1.6 + 1.4 * len(lb.objects), 1.2 + 0.5 * len(lb.policies)))
     ax = fig.add_subplot()
     im = ax.imshow(grid, cmap="viridis_r", aspect="auto")
+    finite = grid[np.isfinite(grid)]
+    middle = float(np.mean([finite.min(), finite.max()])) if finite.size else 0.0
     for i in range(grid.shape[0]):
         for j in range(grid.shape[1]):
             if np.isfinite(grid[i, j]):
-                ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color="white")
+                # dark text on the light (fast) end of the reversed colormap
+                ink = "black" if grid[i, j] < middle else "white"
+                ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", color=ink)
     ax.set_xticks(range(len(lb.objects)), lb.objects)
     ax.set_yticks(range(len(lb.policies)), names)
     ax.set_title(f"RMST(τ = {tau:g} s) per cell (s)")
