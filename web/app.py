@@ -36,11 +36,13 @@ from web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
 from web.auth.throttle import ThrottlePolicy
 from web.console import routes as console
 from web.errors import install_error_handlers
+from web.explorer import routes as explorer
 from web.home import routes as home
 from web.leaderboard import routes as leaderboard
 from web.middleware import SecurityHeadersMiddleware
 from web.placeholders import routes as placeholders
 from web.policies import routes as policies
+from web.snapshots import routes as snapshots
 from web.state import AppState, Clock
 from web.system import routes as system
 from web.templating import SHARED_STATIC, make_templates, static_fingerprint
@@ -57,6 +59,8 @@ DOMAINS: tuple[ModuleType, ...] = (
     console,
     leaderboard,
     policies,
+    explorer,
+    snapshots,
 )
 
 OPENAPI_TAGS = [
@@ -72,6 +76,10 @@ OPENAPI_TAGS = [
         "name": "leaderboard",
         "description": "Leaderboards read from stored snapshots: released campaigns are "
         "public; unreleased ones are admin previews with blinded arm labels.",
+    },
+    {
+        "name": "snapshots",
+        "description": "Admin: recompute leaderboard snapshots now or in the background.",
     },
 ]
 

@@ -145,3 +145,32 @@ def record_episode(
         extra_manifest={},
         interrupted=False,
     )
+
+
+def attach_recording(
+    *,
+    sessions: sessionmaker[ProctorSession],
+    store: ArtifactStore,
+    uid: str,
+    spool: Path,
+    spec: RecordingSpec = RecordingSpec(),
+    seed: int = 0,
+) -> Archived:
+    """Record an existing episode: its clock times are moved onto the
+    recording's (start ``spec.clock_start_s``, same duration, at least the
+    recording's length), so placements, frames and telemetry share one clock."""
+    import sqlalchemy as sa
+
+    from proctor.db.engine import session_scope
+    from proctor.db.models import Episode
+
+    with session_scope(sessions) as s:
+        ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+        assert ep is not None, uid
+        duration = ep.duration_s or spec.duration_s
+        ep.clock_start_s = spec.clock_start_s
+        ep.clock_end_s = spec.clock_start_s + duration
+        episode_id = ep.id
+    return record_episode(
+        sessions=sessions, store=store, episode_id=episode_id, spool=spool, spec=spec, seed=seed
+    )

@@ -8,18 +8,18 @@ same).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, status
-from fastapi.responses import FileResponse, Response, StreamingResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from proctor.domain import ArtifactKind
-from proctor.errors import IntegrityError
 from station import keys
 from web.artifacts import telemetry as tel
 from web.artifacts.access import cache_control, visible_episode
 from web.artifacts.service import TABLES, latest_artifact, visible_artifact
+from web.artifacts.serving import serve_artifact
 from web.deps import OptionalUser, SessionDep, StoreDep
 from web.errors import error_responses
 
@@ -32,18 +32,6 @@ EpisodeUid = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="
 Camera = Annotated[
     str, Path(pattern=r"^[a-z][a-z0-9_]{0,31}$", description="camera name: exterior or wrist")
 ]
-
-
-def _etag(sha256: str) -> str:
-    return f'"{sha256}"'
-
-
-def _matches(request: Request, etag: str) -> bool:
-    header = request.headers.get("if-none-match")
-    if not header:
-        return False
-    tags = {t.strip().removeprefix("W/") for t in header.split(",")}
-    return etag in tags or "*" in tags
 
 
 @api_router.api_route(
@@ -69,34 +57,7 @@ def artifact_bytes(
     ] = False,
 ) -> Response:
     found = visible_artifact(session, sha256, who)
-    etag = _etag(sha256)
-    headers = {
-        "etag": etag,
-        "cache-control": cache_control(found.access),
-        "vary": "cookie, authorization",
-        "content-disposition": (
-            f'{"attachment" if download else "inline"}; filename="{found.filename()}"'
-        ),
-    }
-    if _matches(request, etag):
-        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
-    media_type = found.row.media_type or "application/octet-stream"
-    path = store.local_path(sha256)
-    if path is not None:
-        if not path.is_file():
-            raise IntegrityError(f"artifact {sha256}: registered but not in the store")
-        return FileResponse(path, media_type=media_type, headers=headers)
-    # a store without local files (S3): the whole object, verified as it streams
-    headers["accept-ranges"] = "none"
-
-    def body() -> Any:
-        with store.open_verified(sha256) as chunks:
-            yield from chunks
-
-    if request.method == "HEAD":
-        headers["content-length"] = str(store.size(sha256))
-        return Response(status_code=200, media_type=media_type, headers=headers)
-    return StreamingResponse(body(), media_type=media_type, headers=headers)
+    return serve_artifact(request, store, found, download=download)
 
 
 class FrameTableOut(BaseModel):

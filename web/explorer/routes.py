@@ -1,0 +1,63 @@
+"""The run explorer: ``/episodes/{uid}`` (the page), ``/api/episodes/{uid}``
+(everything it shows) and ``/api/episodes/{uid}/rrd`` (the recording for the
+Rerun viewer). Frame tables, telemetry and video bytes come from the
+recordings API (``web.artifacts``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, Response
+from fastapi.responses import HTMLResponse
+
+from web.artifacts.access import cache_control, visible_episode
+from web.artifacts.service import VisibleArtifact
+from web.artifacts.serving import serve_artifact
+from web.deps import OptionalUser, SessionDep, StoreDep
+from web.errors import error_responses
+from web.explorer.export import episode_rrd
+from web.explorer.service import EpisodeOut, episode_bundle
+from web.leaderboard.format import FORMATS
+from web.templating import render
+
+api_router = APIRouter(tags=["recordings"], responses=error_responses(404, 422))
+page_router = APIRouter()
+
+EpisodeUid = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="the episode's uid")]
+
+
+@api_router.get("/episodes/{uid}", summary="One episode: what the run explorer shows")
+def get_episode(
+    uid: EpisodeUid, session: SessionDep, who: OptionalUser, response: Response
+) -> EpisodeOut:
+    episode, access = visible_episode(session, uid, who)
+    response.headers["cache-control"] = "private, no-cache" if who else cache_control(access)
+    return episode_bundle(session, episode, access, who)
+
+
+@api_router.get(
+    "/episodes/{uid}/rrd",
+    summary="The episode's recording as a Rerun .rrd file (built on first request)",
+    response_class=Response,
+    responses={200: {"content": {"application/x-rerun": {}}, "description": "the .rrd file"}},
+)
+def get_rrd(
+    uid: EpisodeUid, request: Request, session: SessionDep, store: StoreDep, who: OptionalUser
+) -> Response:
+    episode, access = visible_episode(session, uid, who)
+    row = episode_rrd(session, store, episode)  # a sync route: runs in the thread pool
+    return serve_artifact(request, store, VisibleArtifact(row, episode, access), download=True)
+
+
+@page_router.get("/episodes/{uid}", response_class=HTMLResponse)
+def explorer_page(
+    uid: EpisodeUid, request: Request, session: SessionDep, who: OptionalUser
+) -> Response:
+    episode, access = visible_episode(session, uid, who)
+    bundle = episode_bundle(session, episode, access, who)
+    return render(
+        request,
+        "explorer/episode.html",
+        {**FORMATS, "e": bundle, "data": bundle.model_dump(mode="json")},
+        headers={"cache-control": "private, no-cache"},
+    )
