@@ -294,6 +294,17 @@ class EpisodeRunner:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def run_headless(self, work: Work) -> EpisodeSummary:
+        """Arm, run to the end on this thread, and return the summary; the
+        episode is left awaiting its log (close it with ``submit_log`` or, in a
+        demo, ``close_with`` and the labelled ground-truth helper)."""
+        uid = self.arm(work)
+        self.start(background=False)
+        last = self.last
+        if last is None or last.uid != uid:
+            raise ProctorError(f"episode {uid}: the runner stopped without a result")
+        return last
+
     def request_stop(self, kind: StopKind, reason: str = "") -> None:
         """Operator stop or safety stop, from any thread. A safety stop halts the
         arm here and now (the gripper keeps what it holds)."""
@@ -473,8 +484,15 @@ class EpisodeRunner:
                     current = to_commands(chunk[chunk_i], space)
                     chunk_i += 1
                     step += 1
-                    sent_arm = arm.send(current.arm)
-                    sent_grip = gripper.send(current.gripper).position
+                    try:
+                        sent_arm = arm.send(current.arm)
+                        sent_grip = gripper.send(current.gripper).position
+                    except ArmFault as exc:
+                        self._stop_arm_now()
+                        return Outcome.safety, f"arm fault: {exc}"
+                    except GripperFault as exc:
+                        self._stop_arm_now()
+                        return Outcome.safety, f"gripper fault: {exc}"
                 if scene is not None and scene.all_handled():
                     self._stop_arm_now()
                     return (

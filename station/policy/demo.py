@@ -53,6 +53,7 @@ class DemoProfile:
     recovers_drops: bool = True  # goes back for items dropped on the table, first
     decel: float = 2.5  # m/s²: how gently it brings a move to rest (hasty ones stop short)
     careful_near_walls: bool = True  # creeps down when the fingers come close to a wall
+    release_early: bool = False  # opens the fingers while still moving in: items fly a little
     chunk: int = 10  # actions per reply
     dialect: str = "roboarena"  # metadata style: "roboarena" or "openpi"
     image_size: tuple[int, int] | None = (96, 128)  # what the server asks for (H, W)
@@ -79,7 +80,7 @@ DEMO_PROFILES: dict[str, DemoProfile] = {
             description="fast but unreliable: hurried aim, low hover, risky approaches",
             speed=1.0,
             descent_speed=0.32,
-            aim_sigma=0.011,
+            aim_sigma=0.006,
             hover=0.02,
             grasp_dwell_s=0.02,
             release_dwell_s=0.0,
@@ -87,6 +88,7 @@ DEMO_PROFILES: dict[str, DemoProfile] = {
             jitter=0.002,
             recovers_drops=False,
             decel=6.0,
+            release_early=True,
         ),
         DemoProfile(
             name="steady",
@@ -269,8 +271,17 @@ class ScriptedController:
             plan.append(Hold(1.0, p.grasp_dwell_s))
             if tcp[2] < travel - 0.02:
                 plan.append(Move(np.array([tcp[0], tcp[1], travel]), p.descent_speed))
-            plan.append(Move(np.array([drop[0], drop[1], travel]), p.speed))
-            plan.append(Move(np.array([drop[0], drop[1], rim + 0.03]), p.descent_speed))
+            plan.append(
+                Move(np.array([drop[0], drop[1], travel]), p.speed, settle=not p.release_early)
+            )
+            plan.append(
+                Move(
+                    np.array([drop[0], drop[1], rim + 0.03]),
+                    p.descent_speed,
+                    tol=0.03 if p.release_early else 0.008,
+                    settle=not p.release_early,
+                )
+            )
             plan.append(Hold(0.0, 0.45 + p.release_dwell_s))  # the fingers take ~0.45 s to let go
             plan.append(Move(np.array([drop[0], drop[1], travel]), p.descent_speed))
             self.plan = plan

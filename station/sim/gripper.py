@@ -58,7 +58,7 @@ class SimGripper(Gripper):
             raise GripperFault("simulated gripper: not connected")
         w = self.world
         if w.grip_fault:
-            raise GripperFault(f"gripper fault: {w.grip_fault}")
+            raise GripperFault(w.grip_fault)
         if not w.grip_activated:
             raise GripperFault("gripper is not activated")
         n = self.config.quantisation

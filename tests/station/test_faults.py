@@ -182,3 +182,36 @@ def test_a_killed_daemon_leaves_a_recoverable_episode(
     finally:
         engine.dispose()
     assert not (data / "station" / "cell-kill" / "spool" / uid).exists()
+
+
+@pytest.mark.parametrize("device", ["gripper", "arm"])
+def test_a_device_fault_mid_episode_is_a_safety_stop(
+    device: str, station_db, policy_server, tmp_path: Path, backend: str
+) -> None:
+    if backend != "sqlite":
+        pytest.skip("the database does not change how faults are handled")
+    _, sessions = station_db
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    server = policy_server("steady")
+    with sim_runner(sessions, store, tmp_path, sim_config()) as runner:
+        world = runner.cell.arm.world
+        runner.arm(_work(server.url))
+        runner.start(background=True)
+        deadline = time.monotonic() + 30
+        while runner.status().get("elapsed_s", 0.0) < 3.0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        if device == "gripper":
+            runner.cell.gripper.inject_fault("overcurrent (gFLT 0x0C)")
+        else:
+            with world.lock:
+                world.error = "communication_constraints_violation"
+        runner.wait(30)
+        summary = runner.last
+        assert summary is not None and summary.proposed == Outcome.safety
+        expected = (
+            "gripper fault: overcurrent" if device == "gripper" else "arm fault: communication"
+        )
+        assert summary.reason.startswith(expected)
+        # a fault leaves the station needing the operator's explicit recovery
+        assert runner.arm_error == summary.reason
