@@ -38,13 +38,25 @@ IDENTITY_ATTRS = {
     "owner_id",
 }
 IDENTITY_TABLES = {"policies", "submissions", "campaign_policies", "assignments"}
-_SQL = re.compile(r"\b(select|from|join|update|insert)\b", re.IGNORECASE)
+# a table name right after a SQL keyword: `FROM policies`, `JOIN "assignments"`
+_SQL = re.compile(
+    r"\b(from|join|update|into)\s+\"?(" + "|".join(sorted(IDENTITY_TABLES)) + r")\b",
+    re.IGNORECASE,
+)
 
 
 def violations(source: str, where: str) -> list[str]:
     tree = ast.parse(source)
+    # prose (docstrings, bare string statements) may talk about policies freely
+    prose = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
     out = []
     for node in ast.walk(tree):
+        if id(node) in prose:
+            continue
         line = f"{where}:{getattr(node, 'lineno', '?')}"
         if isinstance(node, ast.ImportFrom):
             module = node.module or ""
@@ -70,9 +82,7 @@ def violations(source: str, where: str) -> list[str]:
             text = node.value
             if text in IDENTITY_CLASSES or text in IDENTITY_ATTRS:
                 out.append(f"{line} spells {text!r}")
-            elif _SQL.search(text) and any(
-                re.search(rf"\b{t}\b", text, re.IGNORECASE) for t in IDENTITY_TABLES
-            ):
+            elif _SQL.search(text):
                 out.append(f"{line} queries an identity table in SQL")
     return out
 
@@ -89,6 +99,7 @@ def _blind_files() -> list[Path]:
 def test_the_walk_sees_the_station() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _blind_files()}
     assert "station/work.py" in names and "station/cli.py" in names
+    assert "web/console/routes.py" in names  # the operator console, since it landed
 
 
 def test_blind_code_cannot_read_policy_identity() -> None:
@@ -108,7 +119,8 @@ def test_blind_code_cannot_read_policy_identity() -> None:
         "def f(a):\n    return a.policy_id",
         "def f(s):\n    return s.endpoint_url",
         "q = 'SELECT name FROM policies WHERE id = 1'",
-        "q = 'select * from assignments join episodes on true'",
+        "q = 'select * from episodes join assignments on true'",
+        'q = """UPDATE "submissions" SET x = 1"""',
         "from scheduler.claims import claim_next",
         "import scheduler.gateway",
         "from scheduler import service",
@@ -125,6 +137,8 @@ def test_the_checker_catches_each_way_in(snippet: str) -> None:
         "from station.work import Work\nw.policy_url",
         "msg = 'the policy server returned actions of shape (10, 7)'",
         "x = 'policies'",  # a word is not a query
+        "m = 'never from the browser; policies and submissions stay sealed'",
+        '"""A docstring may say: SELECT name FROM policies."""',
     ],
 )
 def test_the_checker_lets_ordinary_station_code_through(snippet: str) -> None:
