@@ -74,6 +74,7 @@ class Board:
     streams: list[LabelStream]
     # label → policy id (the route from a page's label back to rows)
     policy_ids: dict[str, int]
+    db: str  # which database (cache keys)
 
     # -- links: every number points at what it was computed from
     def _q(self, **params: str | None) -> str:
@@ -145,7 +146,7 @@ def open_board(
         )
     blinded = campaign.status != CampaignStatus.released
     if blinded:
-        key = ("blinded", meta.id)
+        key = ("blinded", snapshots.db_key(session), meta.id)
         result = snapshots.RESULTS.get(key)
         if result is None:
             raw = snapshots.snapshot_result(session, meta.id)
@@ -160,6 +161,7 @@ def open_board(
         blinded=blinded,
         streams=snapshots.streams_available(session, campaign_id=campaign.id),
         policy_ids=_policy_ids(session, campaign, blinded),
+        db=snapshots.db_key(session),
     )
 
 

@@ -65,14 +65,19 @@ def _view(
     board = open_board(session, campaign_id, parse_stream(stream), who)
     public = not board.blinded and who is None
     etag = caching.etag_for(
-        "leaderboard", board.meta.id, board.blinded, request.url.path, request.url.query
+        "leaderboard",
+        board.meta.id,
+        board.meta.data_version,
+        board.blinded,
+        request.url.path,
+        request.url.query,
     )
     view = caching_view(board)
     return board, view, etag, public
 
 
 def caching_view(board: Board) -> LeaderboardOut:
-    key = ("leaderboard-view", board.meta.id, board.blinded, board.stream)
+    key = ("leaderboard-view", board.db, board.meta.id, board.blinded, board.stream)
     view = RESULTS.get(key)
     if view is None:
         view = RESULTS.put(key, leaderboard_view(board))
@@ -124,7 +129,7 @@ def get_snapshot_result(
 ) -> Response:
     board = open_board(session, campaign_id, parse_stream(stream), who)
     public = not board.blinded and who is None
-    etag = caching.etag_for("snapshot", board.meta.id, board.blinded)
+    etag = caching.etag_for("snapshot", board.meta.id, board.meta.data_version, board.blinded)
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit

@@ -45,7 +45,9 @@ def get_policy(
 ) -> Response:
     board = open_board(session, campaign_id, parse_stream(stream), who)
     public = not board.blinded and who is None
-    etag = caching.etag_for("policy", board.meta.id, board.blinded, label, vs)
+    etag = caching.etag_for(
+        "policy", board.meta.id, board.meta.data_version, board.blinded, label, vs
+    )
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit

@@ -240,9 +240,17 @@ class ResultCache:
 RESULTS = ResultCache()
 
 
+def db_key(session: ProctorSession) -> str:
+    """Which database a session reads: part of every cache key (one process
+    may serve several databases, e.g. in tests and benchmarks)."""
+    bind: Any = session.get_bind()
+    engine = getattr(bind, "engine", bind)
+    return engine.url.render_as_string(hide_password=True)
+
+
 def snapshot_result(session: ProctorSession, snapshot_id: int) -> dict[str, Any]:
     """A snapshot's result JSON (cached: snapshot rows never change)."""
-    key = ("result", snapshot_id)
+    key = ("result", db_key(session), snapshot_id)
     cached = RESULTS.get(key)
     if cached is not None:
         return cached

@@ -1,0 +1,342 @@
+"""The leaderboard's JSON API and pages, over campaigns whose rows are real
+and whose snapshots the real analysis computed (tests/web/leaderboard_data).
+Every number checked here is compared with the stored snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import sqlalchemy as sa
+
+from analysis.report import data_version
+from analysis.store import load_episodes
+from proctor.db.models import AnalysisSnapshot, Episode
+from proctor.domain import LabelStream, Outcome, Role
+from tests.web.conftest import Web, login, page_csrf
+from tests.web.html_tree import parse
+from tests.web.leaderboard_data import SeededCampaign, seed_campaign
+from web.leaderboard.format import num, pct
+from web.snapshots import service
+from web.snapshots.worker import recompute_after_commit, worker_for
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def released(web: Web) -> SeededCampaign:
+    with web.db() as s:
+        return seed_campaign(s, released=True, episodes_per_cell=6, seed=11)
+
+
+def latest(web: Web, campaign_id: int, stream: str = "auto_and_reviewed") -> AnalysisSnapshot:
+    with web.db() as s:
+        row = service.latest_row(s, campaign_id=campaign_id, stream=LabelStream(stream))
+        assert row is not None
+        s.expunge(row)
+        return row
+
+
+def iv(x: dict[str, Any] | None) -> tuple[Any, Any, Any] | None:
+    if x is None:
+        return None
+    return (x["estimate"], *x["ci"])
+
+
+def test_the_api_serves_the_snapshots_numbers(web: Web, released: SeededCampaign) -> None:
+    snap = latest(web, released.campaign_id)
+    r = web.client().get(f"/api/leaderboard/{released.campaign_id}")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["blinded"] is False
+    assert body["snapshot"]["id"] == snap.id
+    assert body["snapshot"]["data_version"] == snap.data_version
+    assert body["snapshot"]["code_version"] == snap.code_version == service.code_version()
+    assert body["protocol"]["tau_s"] == snap.result["protocol"]["tau"] == 120.0
+    assert body["protocol"]["bootstrap"] == 300 and body["protocol"]["seed"] == 0
+    result = snap.result
+    assert [row["label"] for row in body["rows"]] == [p["policy"] for p in result["policies"]]
+    for row, p in zip(body["rows"], result["policies"], strict=True):
+        fm = p["failure_modes"]
+        pairs = {
+            "hrt": p["hrt"],
+            "rmst": p["rmst"],
+            "completion": p["completion"],
+            "drops_per_operation": fm["drops_per_operation"],
+            "safety_stops_per_episode": fm["safety_stops_per_episode"],
+            "interventions_per_episode": fm["operator_stops_per_episode"],
+        }
+        for key, expected in pairs.items():
+            got = row[key]
+            assert (got["estimate"], got["lo"], got["hi"]) == iv(expected), (row["label"], key)
+        assert row["episodes"] == p["episodes"] and row["letters"] == p["letters"]
+        assert row["rank"] == p["rank"] and row["reference"] == p["reference"]
+    for got, pr in zip(body["pairs"], result["pairs"], strict=True):
+        assert (got["a"], got["b"], got["verdict"]) == (pr["a"], pr["b"], pr["verdict"])
+        assert got["ks_p_bonferroni"] == pr["macro_ks"]["p_bonferroni"]
+        want_more = (pr["power"] or {}).get("more_episodes_per_cell")
+        assert got["more_episodes_per_cell"] == want_more
+    # the snapshot's data version is the hash of exactly these episodes
+    with web.db() as s:
+        table = load_episodes(
+            s, campaign_id=released.campaign_id, stream=LabelStream.auto_and_reviewed
+        )
+    assert snap.data_version == data_version(table)
+    # the stored result itself, for whoever wants every curve
+    full = web.client().get(f"/api/leaderboard/{released.campaign_id}/snapshot").json()
+    assert full["schema"] == "proctor.analysis/1"
+    assert [p["policy"] for p in full["policies"]] == [p["policy"] for p in result["policies"]]
+
+
+def test_the_page_prints_the_snapshots_numbers(web: Web, released: SeededCampaign) -> None:
+    result = latest(web, released.campaign_id).result
+    html = web.client().get(f"/leaderboard/{released.campaign_id}").text
+    doc = parse(html)
+    protocol = {dd.get("data-protocol"): dd.text() for dd in doc.find_all("dd", data_protocol=True)}
+    assert (
+        protocol["tau"] == "120.0 s" and protocol["bootstrap"] == "300" and protocol["seed"] == "0"
+    )
+    assert protocol["code"] == service.code_version()
+    assert result["data_version"].startswith(protocol["data"])
+    formats = {"hrt": num, "rmst": num, "completion": pct, "drops": pct, "safety": num}
+    sources = {
+        "hrt": lambda p: p["hrt"],
+        "rmst": lambda p: p["rmst"],
+        "completion": lambda p: p["completion"],
+        "drops": lambda p: p["failure_modes"]["drops_per_operation"],
+        "safety": lambda p: p["failure_modes"]["safety_stops_per_episode"],
+    }
+    rows = doc.find("table", id="board-table").find_all("tr", data_policy=True)
+    assert [r.get("data-policy") for r in rows] == [p["policy"] for p in result["policies"]]
+    for tr, p in zip(rows, result["policies"], strict=True):
+        for key, fmt in formats.items():
+            value = sources[key](p)["estimate"]
+            span = tr.find("span", data_key=key)
+            assert float(span.get("data-value")) == value, (p["policy"], key)
+            assert span.text() == fmt(value)
+        episodes = tr.find("span", data_key="episodes")
+        assert episodes.text() == str(p["episodes"])
+        assert tr.find("td", data_cell="letters").text() == p["letters"]
+    pair_rows = doc.find("table", id="pair-table").find_all("tr", data_pair=True)
+    assert len(pair_rows) == len(result["pairs"])
+    for tr, pr in zip(pair_rows, result["pairs"], strict=True):
+        assert tr.get("data-pair") == f"{pr['a']}|{pr['b']}"
+        assert tr.get("data-verdict") == pr["verdict"]
+        more = (pr["power"] or {}).get("more_episodes_per_cell")
+        if more is not None:
+            assert f"≈ {more} more episodes per cell needed" in tr.text()
+
+
+def test_every_number_links_to_what_it_was_computed_from(
+    web: Web, released: SeededCampaign
+) -> None:
+    c = web.client()
+    result = latest(web, released.campaign_id).result
+    doc = parse(c.get(f"/leaderboard/{released.campaign_id}").text)
+    links = set()
+    for table in ("board-table", "pair-table", "pair-matrix"):
+        for a in doc.find("table", id=table).find_all("a"):
+            links.add(a.get("href"))
+    assert len(links) >= 3 * len(result["policies"])
+    for href in sorted(links):
+        path = href.split("#")[0]
+        assert c.get(path).status_code == 200, href
+    # the episode count links to a list whose counted episodes are those episodes
+    for p in result["policies"]:
+        body = c.get(
+            f"/api/leaderboard/{released.campaign_id}/episodes", params={"policy": p["policy"]}
+        ).json()
+        assert sum(e["counted"] for e in body["episodes"]) == p["episodes"]
+        assert {e["policy"] for e in body["episodes"]} == {p["policy"]}
+        # each episode links to its explorer page
+        first = body["episodes"][0]
+        assert first["explorer"] == f"/episodes/{first['uid']}"
+    # a cell's page shows that cell's numbers
+    p = result["policies"][1]
+    cell = p["per_object"][0]
+    doc = parse(
+        c.get(
+            f"/leaderboard/{released.campaign_id}/episodes",
+            params={"policy": p["policy"], "object": cell["object"]},
+        ).text
+    )
+    assert (
+        float(doc.find("span", data_key="cell_rmst").get("data-value")) == cell["rmst"]["estimate"]
+    )
+    assert (
+        len(doc.find("table", id="episode-table").find_all("tr", data_episode=True))
+        == cell["episodes"]
+    )
+
+
+def test_snapshots_are_cacheable(web: Web, released: SeededCampaign) -> None:
+    c = web.client()
+    path = f"/api/leaderboard/{released.campaign_id}"
+    r = c.get(path)
+    etag = r.headers["etag"]
+    assert r.headers["cache-control"].startswith("public, max-age=")
+    again = c.get(path, headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    page = c.get(f"/leaderboard/{released.campaign_id}")
+    assert page.headers["cache-control"].startswith("public")
+    assert (
+        c.get(
+            f"/leaderboard/{released.campaign_id}", headers={"If-None-Match": page.headers["etag"]}
+        ).status_code
+        == 304
+    )
+    # a new snapshot is a new version
+    with web.db() as s:
+        service.recompute(
+            s,
+            campaign_id=released.campaign_id,
+            streams=(LabelStream.auto_and_reviewed,),
+            force=True,
+        )
+    assert c.get(path, headers={"If-None-Match": etag}).status_code == 200
+    # signed in: private
+    web.add_user("ada", Role.submitter)
+    r = c.get(path, headers=bearer(web.token("ada", ("submitter",))))
+    assert r.status_code == 200 and r.headers["cache-control"] == "private, no-cache"
+
+
+def test_label_streams(web: Web, released: SeededCampaign) -> None:
+    c = web.client()
+    cid = released.campaign_id
+    reviewed = c.get(f"/api/leaderboard/{cid}", params={"stream": "reviewed_only"}).json()
+    assert reviewed["snapshot"]["label_stream"] == "reviewed_only"
+    assert reviewed["snapshot"]["id"] == latest(web, cid, "reviewed_only").id
+    assert sorted(reviewed["streams"]) == sorted(s.value for s in LabelStream)
+    # reviewed-only reads fewer episodes than auto + reviewed
+    everything = c.get(f"/api/leaderboard/{cid}").json()
+    assert sum(r["episodes"] for r in reviewed["rows"]) < sum(
+        r["episodes"] for r in everything["rows"]
+    )
+    page = c.get(f"/leaderboard/{cid}?stream=reviewed_only").text
+    assert 'data-protocol="stream">reviewed_only' in page
+    bad = c.get(f"/api/leaderboard/{cid}", params={"stream": "gossip"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "stream"
+
+
+def test_not_found_and_empty(web: Web) -> None:
+    c = web.client()
+    home = c.get("/leaderboard")
+    assert home.status_code == 200 and "No campaign has been released yet" in home.text
+    assert c.get("/api/leaderboard").json() == []
+    for path in ("/leaderboard/999", "/api/leaderboard/999", "/api/leaderboard/999/episodes"):
+        r = c.get(path)
+        assert r.status_code == 404, path
+    with web.db() as s:
+        seeded = seed_campaign(s, released=True, episodes_per_cell=2, compute=False)
+    r = c.get(f"/api/leaderboard/{seeded.campaign_id}")
+    assert r.status_code == 404 and "no leaderboard has been computed" in r.json()["detail"]
+    r = c.get(f"/api/leaderboard/{seeded.campaign_id}/policies/nobody")
+    assert r.status_code == 404
+
+
+def test_unreleased_results_are_an_admin_only_blinded_preview(web: Web) -> None:
+    with web.db() as s:
+        closed = seed_campaign(s, released=False, episodes_per_cell=4, seed=3)
+    c = web.client()
+    for path in (
+        f"/leaderboard/{closed.campaign_id}",
+        f"/api/leaderboard/{closed.campaign_id}",
+        f"/api/leaderboard/{closed.campaign_id}/snapshot",
+    ):
+        assert c.get(path).status_code == 404
+    assert c.get("/api/leaderboard").json() == []
+    web.add_user("root", Role.admin)
+    admin = bearer(web.token("root", ("admin",)))
+    body = c.get(f"/api/leaderboard/{closed.campaign_id}", headers=admin).json()
+    assert body["blinded"] is True
+    labels = [r["label"] for r in body["rows"]]
+    assert all(label.startswith("arm ") for label in labels), labels
+    assert not any(
+        i.name in r.text
+        for i in closed.identities
+        for r in [c.get(f"/api/leaderboard/{closed.campaign_id}", headers=admin)]
+    )
+    assert r_private(c.get(f"/api/leaderboard/{closed.campaign_id}", headers=admin))
+
+
+def r_private(r: Any) -> bool:
+    return r.headers["cache-control"] == "private, no-cache"
+
+
+def test_recompute_after_a_reviewed_episode_runs_in_the_background(
+    web: Web, released: SeededCampaign
+) -> None:
+    cid = released.campaign_id
+    before = latest(web, cid)
+    worker = worker_for(web.app.state.web.engine)
+    # a rolled-back change queues nothing
+    with pytest.raises(RuntimeError), web.db() as s:
+        recompute_after_commit(s, campaign_id=cid)
+        raise RuntimeError("the review failed")
+    assert worker.wait_idle(60)
+    assert latest(web, cid).id == before.id
+    # a committed one does: one episode turns out to have been a system fault
+    uid = released.episode_uids[2]
+    with web.db() as s:
+        ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+        ep.outcome = Outcome.system
+        recompute_after_commit(s, campaign_id=cid)
+        recompute_after_commit(s, campaign_id=cid)  # twice in one transaction: queued once
+    assert worker.wait_idle(120)
+    after = latest(web, cid)
+    assert after.id > before.id and after.data_version != before.data_version
+    assert uid in {e["episode_id"] for e in after.result["excluded"]}
+    run = worker.status().recent[-1]
+    assert run.campaign_id == cid and run.error is None
+    assert {o.status for o in run.outcomes} == {"created"}
+    # the pages read the new snapshot
+    assert web.client().get(f"/api/leaderboard/{cid}").json()["snapshot"]["id"] == after.id
+    # nothing changed since: recomputing stores nothing new
+    with web.db() as s:
+        again = service.recompute(s, campaign_id=cid)
+    assert {o.status for o in again} == {"unchanged"}
+
+
+def test_admins_recompute_on_demand(web: Web, released: SeededCampaign) -> None:
+    cid = released.campaign_id
+    web.add_user("root", Role.admin)
+    web.add_user("rita", Role.reviewer)
+    c = web.client()
+    assert c.post("/api/snapshots", json={"campaign_id": cid}).status_code == 401
+    r = c.post(
+        "/api/snapshots",
+        json={"campaign_id": cid},
+        headers=bearer(web.token("rita", ("reviewer",))),
+    )
+    assert r.status_code == 403
+    admin = bearer(web.token("root", ("admin",)))
+    r = c.post(
+        "/api/snapshots",
+        json={"campaign_id": cid, "wait": True, "force": True, "streams": ["reviewed_only"]},
+        headers=admin,
+    )
+    assert r.status_code == 200
+    (outcome,) = r.json()["outcomes"]
+    assert outcome["stream"] == "reviewed_only" and outcome["status"] == "created"
+    assert latest(web, cid, "reviewed_only").id == outcome["snapshot_id"]
+    r = c.post("/api/snapshots", json={"campaign_id": 4242}, headers=admin)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "campaign_id"
+    r = c.post("/api/snapshots", json={"campaign_id": cid, "stream": "x"}, headers=admin)
+    assert r.status_code == 422  # unknown field named
+    r = c.post("/api/snapshots", json={"campaign_id": cid}, headers=admin)
+    assert r.status_code == 202 and r.json()["queued"] is True
+    assert worker_for(web.app.state.web.engine).wait_idle(120)
+    listed = c.get(f"/api/snapshots?campaign_id={cid}", headers=admin).json()
+    assert listed[0]["id"] == latest(web, cid, listed[0]["label_stream"]).id
+    assert c.get("/api/snapshots/worker", headers=admin).json()["pending"] == []
+    # the page's button
+    login(c, "root")
+    csrf = page_csrf(c, f"/leaderboard/{cid}")
+    r = c.post(f"/leaderboard/{cid}/recompute", data={"csrf_token": csrf})
+    assert r.status_code == 303 and r.headers["location"] == f"/leaderboard/{cid}"
+    assert "Recomputing the leaderboard in the background" in c.get(f"/leaderboard/{cid}").text
+    assert worker_for(web.app.state.web.engine).wait_idle(120)
+    assert urlsplit(r.headers["location"]).path == f"/leaderboard/{cid}"
