@@ -1,0 +1,240 @@
+"""The review UI and its JSON API.
+
+Pages: ``/review`` (the queue: episodes whose detector count disagrees with
+the operator's, oldest first; admins also see flagged counts) and
+``/review/{uid}`` (one episode: both videos with frame-accurate scrubbing,
+gripper and height traces with the candidates marked, and the decisions).
+
+API under ``/api/review``: the queue, one episode's review state, and one
+POST per decision — confirm, move, reject, add, flag (reviewers) and
+resolve (admins). Each decision calls the same service function
+(``annotator.review``) the demo's automatic reviewer calls, inside the
+request's transaction, and answers with the episode's new review state.
+Video bytes, frame tables and telemetry come from the recordings API
+(``web.artifacts``), which lets reviewers (staff) read unreleased episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Request, status
+from fastapi.responses import HTMLResponse
+
+from annotator import review as svc
+from proctor.domain import ArtifactKind, Outcome, Role
+from web.artifacts.service import episode_artifacts
+from web.auth.identity import Principal
+from web.deps import NowDep, SessionDep, require_role
+from web.errors import error_responses
+from web.review.schemas import (
+    AddIn,
+    CameraMedia,
+    ConfirmIn,
+    FlagIn,
+    MoveIn,
+    QueueEntryOut,
+    RejectIn,
+    ResolveIn,
+    ReviewOut,
+)
+from web.templating import render
+
+api_router = APIRouter(
+    prefix="/review", tags=["review"], responses=error_responses(401, 403, 404, 409, 422)
+)
+page_router = APIRouter()
+
+ReviewerDep = Annotated[Principal, require_role(Role.reviewer, Role.admin)]
+AdminDep = Annotated[Principal, require_role(Role.admin)]
+EpisodeUid = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="the episode's uid")]
+
+
+def reviewer_of(who: Principal) -> svc.Reviewer:
+    return svc.Reviewer(user_id=who.id, admin=who.is_admin)
+
+
+@contextmanager
+def _service_errors() -> Iterator[None]:
+    """The service's errors as HTTP answers (the request's transaction rolls back)."""
+    try:
+        yield
+    except svc.NotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    except svc.Forbidden as exc:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from None
+    except svc.Conflict as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except svc.ReviewError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+
+
+def _media(session: SessionDep, uid: str) -> tuple[list[CameraMedia], str | None]:
+    from annotator.reconcile import find_episode
+
+    episode = find_episode(session, uid)
+    cameras = []
+    seen: set[str] = set()
+    for art in reversed(episode_artifacts(session, episode, ArtifactKind.video)):
+        if art.camera is None or art.camera in seen:
+            continue
+        seen.add(art.camera)
+        cameras.append(
+            CameraMedia(
+                camera=art.camera,
+                video_url=f"/api/artifacts/{art.sha256}",
+                frames_url=f"/api/episodes/{uid}/frames/{art.camera}",
+                frames=art.frame_count,
+            )
+        )
+    # the exterior view first, as on the station's console
+    cameras.sort(key=lambda c: (c.camera != "exterior", c.camera))
+    has_telemetry = bool(episode_artifacts(session, episode, ArtifactKind.telemetry))
+    telemetry = (
+        f"/api/episodes/{uid}/telemetry?columns=gripper_target,gripper_position,"
+        "gripper_object,ee_z&max_points=20000"
+        if has_telemetry
+        else None
+    )
+    return cameras, telemetry
+
+
+def _out(session: SessionDep, state: svc.ReviewState) -> ReviewOut:
+    cameras, telemetry = _media(session, state.uid)
+    return ReviewOut.of(state, cameras, telemetry)
+
+
+@api_router.get("/queue", summary="Episodes waiting for review, oldest first")
+def queue(session: SessionDep, who: ReviewerDep) -> list[QueueEntryOut]:
+    return [QueueEntryOut.of(e) for e in svc.review_queue(session, admin=who.is_admin)]
+
+
+@api_router.get("/episodes/{uid}", summary="One episode's candidates, placements and history")
+def episode_review(uid: EpisodeUid, session: SessionDep, who: ReviewerDep) -> ReviewOut:
+    with _service_errors():
+        return _out(session, svc.review_state(session, uid=uid))
+
+
+@api_router.post("/episodes/{uid}/confirm", summary="Confirm a candidate as a placement")
+def confirm(
+    uid: EpisodeUid, body: ConfirmIn, session: SessionDep, who: ReviewerDep, now: NowDep
+) -> ReviewOut:
+    with _service_errors():
+        state = svc.confirm(
+            session,
+            uid=uid,
+            candidate_id=body.candidate_id,
+            reviewer=reviewer_of(who),
+            note=body.note,
+            now=now,
+        )
+    return _out(session, state)
+
+
+@api_router.post("/episodes/{uid}/move", summary="Move a placement or a candidate to t_s")
+def move(
+    uid: EpisodeUid, body: MoveIn, session: SessionDep, who: ReviewerDep, now: NowDep
+) -> ReviewOut:
+    with _service_errors():
+        state = svc.move(
+            session,
+            uid=uid,
+            t_s=body.t_s,
+            placement_id=body.placement_id,
+            candidate_id=body.candidate_id,
+            reviewer=reviewer_of(who),
+            note=body.note,
+            now=now,
+        )
+    return _out(session, state)
+
+
+@api_router.post("/episodes/{uid}/reject", summary="Reject a placement or a candidate")
+def reject(
+    uid: EpisodeUid, body: RejectIn, session: SessionDep, who: ReviewerDep, now: NowDep
+) -> ReviewOut:
+    with _service_errors():
+        state = svc.reject(
+            session,
+            uid=uid,
+            placement_id=body.placement_id,
+            candidate_id=body.candidate_id,
+            reviewer=reviewer_of(who),
+            note=body.note,
+            now=now,
+        )
+    return _out(session, state)
+
+
+@api_router.post("/episodes/{uid}/add", summary="Add a placement the detector missed")
+def add(
+    uid: EpisodeUid, body: AddIn, session: SessionDep, who: ReviewerDep, now: NowDep
+) -> ReviewOut:
+    with _service_errors():
+        state = svc.add(
+            session, uid=uid, t_s=body.t_s, reviewer=reviewer_of(who), note=body.note, now=now
+        )
+    return _out(session, state)
+
+
+@api_router.post("/episodes/{uid}/flag", summary="Flag the operator's count as wrong (to an admin)")
+def flag(
+    uid: EpisodeUid, body: FlagIn, session: SessionDep, who: ReviewerDep, now: NowDep
+) -> ReviewOut:
+    with _service_errors():
+        state = svc.flag_count(session, uid=uid, reviewer=reviewer_of(who), note=body.note, now=now)
+    return _out(session, state)
+
+
+@api_router.post(
+    "/episodes/{uid}/resolve",
+    summary="Resolve a flagged count (admin): let it stand or correct the log",
+)
+def resolve(
+    uid: EpisodeUid, body: ResolveIn, session: SessionDep, who: AdminDep, now: NowDep
+) -> ReviewOut:
+    correction = None
+    if body.placed is not None:
+        assert body.lost is not None and body.dropped is not None
+        try:
+            outcome = Outcome(body.outcome) if body.outcome is not None else None
+        except ValueError:
+            known = ", ".join(o.value for o in Outcome)
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_ENTITY, f"outcome: must be one of {known}"
+            ) from None
+        correction = svc.CountCorrection(body.placed, body.lost, body.dropped, outcome)
+    with _service_errors():
+        state = svc.resolve_flag(
+            session,
+            uid=uid,
+            reviewer=reviewer_of(who),
+            note=body.note,
+            correction=correction,
+            now=now,
+        )
+    return _out(session, state)
+
+
+# -- pages ---------------------------------------------------------------------------
+
+
+@page_router.get("/review", response_class=HTMLResponse)
+def queue_page(request: Request, session: SessionDep, who: ReviewerDep) -> HTMLResponse:
+    entries = svc.review_queue(session, admin=who.is_admin)
+    return render(request, "review/queue.html", {"entries": entries, "is_admin": who.is_admin})
+
+
+@page_router.get("/review/{uid}", response_class=HTMLResponse)
+def episode_page(
+    request: Request, uid: EpisodeUid, session: SessionDep, who: ReviewerDep
+) -> HTMLResponse:
+    with _service_errors():
+        state = svc.review_state(session, uid=uid)
+    return render(
+        request,
+        "review/episode.html",
+        {"state": state, "is_admin": who.is_admin, "outcomes": [o.value for o in Outcome]},
+    )
