@@ -142,7 +142,13 @@ def claim_next(
         .limit(1)
     ).first()
     if held is not None:
-        return _claim(session, held, campaign, resumed=True)
+        ran = _episodes_of(session, held)
+        if not ran:
+            return _claim(session, held, campaign, resumed=True)
+        # the station restarted after an episode began under this run and lost
+        # track of it (recovered as interrupted, or left awaiting a log it will
+        # never get): settle the run from that episode, then hand out the next
+        _settle(session, held, ran[-1])
 
     active = sa.select(CampaignPolicy.policy_id).where(
         CampaignPolicy.campaign_id == campaign_id, CampaignPolicy.active.is_(True)
@@ -184,17 +190,35 @@ def _by_run_code(session: Session, run_code: str) -> Assignment:
     return a
 
 
-def _has_episode(session: Session, a: Assignment) -> bool:
-    """Whether an episode ran under this run (the station links it by run code
-    when it arms; completion links the assignment)."""
-    return (
-        session.scalar(
-            sa.select(Episode.id)
+def _episodes_of(session: Session, a: Assignment) -> list[Episode]:
+    """Episodes that ran under this run, oldest first (the station links them by
+    run code when it arms; completion links the assignment)."""
+    return list(
+        session.scalars(
+            sa.select(Episode)
             .where(sa.or_(Episode.assignment_id == a.id, Episode.run_code == a.run_code))
-            .limit(1)
+            .order_by(Episode.id)
         )
-        is not None
     )
+
+
+def _counts(ep: Episode) -> bool:
+    """A closed episode with the operator's log and a non-system outcome counts."""
+    return (
+        ep.state == EpisodeState.closed and ep.outcome is not None and ep.outcome != Outcome.system
+    )
+
+
+def _settle(session: Session, a: Assignment, ep: Episode) -> AssignmentStatus:
+    """Link ``ep`` to the run and close the slot: ``done`` if it counts, else
+    ``requeued`` with a fresh slot appended."""
+    ep.assignment_id, ep.campaign_id, ep.run_code = a.id, a.campaign_id, a.run_code
+    a.completed_at = utcnow()
+    a.status = AssignmentStatus.done if _counts(ep) else AssignmentStatus.requeued
+    session.flush()
+    if a.status == AssignmentStatus.requeued:
+        _replace(session, a, not_before=None)
+    return a.status
 
 
 def _holder_check(a: Assignment, station_id: int | None) -> None:
@@ -276,18 +300,12 @@ def complete(
                 f"prescribes {want}"
             )
     requeue = ep.state == EpisodeState.interrupted or ep.outcome == Outcome.system
-    if not requeue and (ep.outcome is None or ep.state != EpisodeState.closed):
+    if not requeue and not _counts(ep):
         raise CampaignStateError(
             f"episode {episode_id} is {ep.state.value}; it counts once the operator's log "
             "is saved and the episode is closed"
         )
-    ep.assignment_id, ep.campaign_id, ep.run_code = a.id, a.campaign_id, a.run_code
-    a.completed_at = utcnow()
-    a.status = AssignmentStatus.requeued if requeue else AssignmentStatus.done
-    session.flush()
-    if requeue:
-        _replace(session, a, not_before=None)
-    return a.status
+    return _settle(session, a, ep)
 
 
 def report_preflight_failure(
@@ -298,16 +316,19 @@ def report_preflight_failure(
     reason: str,
     actor: Actor | None = None,
     now: datetime | None = None,
-) -> datetime:
+) -> datetime | None:
     """The policy could not be reached before the episode: skip the run (the
     operator just moves on to the next code, learning nothing about whose it
-    was) and reschedule its slot after a growing delay. Returns when."""
+    was) and reschedule its slot after a growing delay. Returns when; None
+    if an episode had in fact begun under the run (it is settled instead,
+    as ``complete`` would)."""
     a = _by_run_code(session, run_code)
     _holder_check(a, station_id)
-    if _has_episode(session, a):
-        raise CampaignStateError(
-            f"run {a.run_code} already has an episode; complete it instead of skipping"
-        )
+    ran = _episodes_of(session, a)
+    if ran:
+        # it did start after all: an episode that ran is settled, never skipped
+        _settle(session, a, ran[-1])
+        return None
     now = now or utcnow()
     delay = min(PREFLIGHT_RETRY_S * 2 ** (a.attempt - 1), PREFLIGHT_RETRY_MAX_S)
     a.status = AssignmentStatus.skipped
@@ -331,7 +352,7 @@ def release_claim(session: Session, *, run_code: str, station_id: int) -> None:
     pending again, same code, same place in the order."""
     a = _by_run_code(session, run_code)
     _holder_check(a, station_id)
-    if _has_episode(session, a):
+    if _episodes_of(session, a):
         raise CampaignStateError(
             f"run {a.run_code} already has an episode; complete it instead of releasing it"
         )
@@ -346,8 +367,9 @@ def free_station(
 ) -> tuple[int, int]:
     """An admin's remedy for a station that died holding a claim and is not
     coming back: runs it held with no episode go back to pending (same code,
-    same place); runs with an episode are requeued (a fresh slot at the end).
-    Returns (released, requeued); audit-logged."""
+    same place); runs with an episode are settled from it (requeued as a fresh
+    slot at the end unless it was closed and counts). Returns (released,
+    requeued); audit-logged."""
     c = get_campaign(session, campaign)
     st = session.scalar(sa.select(Station).where(Station.name == station))
     if st is None:
@@ -365,13 +387,11 @@ def free_station(
     )
     released = requeued = 0
     for a in held:
-        if not _has_episode(session, a):
+        ran = _episodes_of(session, a)
+        if not ran:
             a.status, a.station_id, a.claimed_at = AssignmentStatus.pending, None, None
             released += 1
-        else:
-            a.status, a.completed_at = AssignmentStatus.requeued, utcnow()
-            session.flush()
-            _replace(session, a, not_before=None)
+        elif _settle(session, a, ran[-1]) == AssignmentStatus.requeued:
             requeued += 1
     session.flush()
     audit(

@@ -274,3 +274,35 @@ def test_a_dead_stations_claims_can_be_freed(db_session) -> None:
         claims.free_station(db_session, campaign=c.id, station="nowhere", actor=ADMIN)
     with pytest.raises(UsageError, match="station_id: no station"):
         claim_next(db_session, campaign_id=c.id, station_id=10**9)
+
+
+def test_a_restarted_station_settles_the_run_it_lost_track_of(db_session) -> None:
+    _, c = _running(db_session)
+    st = builders.station(db_session)
+
+    # crashed mid-episode: the station's recovery marked it interrupted
+    held = claim_next(db_session, campaign_id=c.id, station_id=st.id)
+    _episode(db_session, held, st.id, Outcome.system, state=EpisodeState.interrupted)
+    nxt = claim_next(db_session, campaign_id=c.id, station_id=st.id)
+    assert nxt is not None and nxt.run_code != held.run_code and not nxt.resumed
+    lost = _assignment(db_session, held.run_code)
+    assert lost.status == AssignmentStatus.requeued
+    ep = db_session.scalars(sa.select(Episode).where(Episode.run_code == held.run_code)).one()
+    assert ep.assignment_id == lost.id
+    assert db_session.scalars(sa.select(Assignment).where(Assignment.replaces_id == lost.id)).one()
+
+    # crashed after the log was saved, before it was reported: it counts
+    _episode(db_session, nxt, st.id, Outcome.success)
+    third = claim_next(db_session, campaign_id=c.id, station_id=st.id)
+    assert _assignment(db_session, nxt.run_code).status == AssignmentStatus.done
+    assert third is not None and third.run_code not in (held.run_code, nxt.run_code)
+
+    # an abandoned run under which an episode did begin is settled, not skipped
+    _episode(db_session, third, st.id, None, state=EpisodeState.awaiting_log)
+    assert (
+        claims.report_preflight_failure(
+            db_session, run_code=third.run_code, station_id=st.id, reason="arming failed"
+        )
+        is None
+    )
+    assert _assignment(db_session, third.run_code).status == AssignmentStatus.requeued
