@@ -54,6 +54,7 @@ class DemoProfile:
     decel: float = 2.5  # m/s²: how gently it brings a move to rest (hasty ones stop short)
     careful_near_walls: bool = True  # creeps down when the fingers come close to a wall
     release_early: bool = False  # opens the fingers while still moving in: items fly a little
+    drop_spread: float = 0.55  # where in the target bin it lets go, as a fraction of its half size
     chunk: int = 10  # actions per reply
     dialect: str = "roboarena"  # metadata style: "roboarena" or "openpi"
     image_size: tuple[int, int] | None = (96, 128)  # what the server asks for (H, W)
@@ -84,11 +85,12 @@ DEMO_PROFILES: dict[str, DemoProfile] = {
             hover=0.02,
             grasp_dwell_s=0.02,
             release_dwell_s=0.0,
-            risky_prob=0.02,
+            risky_prob=0.006,
             jitter=0.002,
             recovers_drops=False,
             decel=6.0,
             release_early=True,
+            drop_spread=0.9,
         ),
         DemoProfile(
             name="steady",
@@ -114,7 +116,7 @@ DEMO_PROFILES: dict[str, DemoProfile] = {
             release_dwell_s=0.15,
             pause_prob=0.15,
             pause_mean_s=1.0,
-            risky_prob=0.004,
+            risky_prob=0.002,
             jitter=0.002,
         ),
         DemoProfile(
@@ -128,7 +130,7 @@ DEMO_PROFILES: dict[str, DemoProfile] = {
             release_dwell_s=0.15,
             pause_prob=0.3,
             pause_mean_s=1.2,
-            risky_prob=0.004,
+            risky_prob=0.002,
             jitter=0.002,
             dialect="openpi",
         ),
@@ -143,7 +145,7 @@ DEMO_PROFILES: dict[str, DemoProfile] = {
             release_dwell_s=0.1,
             pause_prob=0.1,
             pause_mean_s=1.0,
-            risky_prob=0.01,
+            risky_prob=0.004,
             jitter=0.004,
             recovers_drops=False,
             decel=4.0,
@@ -264,8 +266,9 @@ class ScriptedController:
         if mode == "holding":
             target_bin = np.asarray(obs[keys.SIM_TARGET_BIN], dtype=np.float64)
             cx, cy, hx, hy = target_bin
+            spread = p.drop_spread
             drop = np.array(
-                [cx + rng.uniform(-0.55, 0.55) * hx, cy + rng.uniform(-0.55, 0.55) * hy]
+                [cx + rng.uniform(-spread, spread) * hx, cy + rng.uniform(-spread, spread) * hy]
             )
             self.grip_cmd = 1.0  # keep holding it
             plan.append(Hold(1.0, p.grasp_dwell_s))

