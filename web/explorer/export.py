@@ -109,7 +109,7 @@ def rrd_input(
         for e in session.scalars(
             sa.select(EpisodeEvent)
             .where(EpisodeEvent.episode_id == episode.id)
-            .order_by(EpisodeEvent.t_s, EpisodeEvent.id)
+            .order_by(EpisodeEvent.t_s.asc().nulls_last(), EpisodeEvent.id)
         )
         if e.t_s is not None
     ]

@@ -235,7 +235,7 @@ def episode_bundle(
             for e in session.scalars(
                 sa.select(EpisodeEvent)
                 .where(EpisodeEvent.episode_id == episode.id)
-                .order_by(EpisodeEvent.t_s, EpisodeEvent.id)
+                .order_by(EpisodeEvent.t_s.asc().nulls_last(), EpisodeEvent.id)
             )
         ],
         candidates=[

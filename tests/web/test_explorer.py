@@ -1,0 +1,161 @@
+"""The run explorer's JSON and page, and the .rrd built from a real
+recording (made by the station's recorder) — checked by ``rerun rrd
+verify`` and against the video's own frame timestamps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from proctor.db.models import Artifact, Episode, ReviewAction
+from proctor.domain import ArtifactKind, ReviewActionKind, Role
+from tests.web.conftest import Web
+from tests.web.html_tree import parse
+from tests.web.leaderboard_data import SeededCampaign, seed_campaign
+from tests.web.recordings import RecordingSpec, attach_recording
+from web.explorer.rrd import RRD_FORMAT, verify_rrd
+
+SPEC = RecordingSpec(duration_s=130.0, fps=5, width=160, height=120, telemetry_hz=50.0)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _recorded(web: Web, tmp_path: Path, *, released: bool, seed: int) -> tuple[SeededCampaign, str]:
+    with web.db() as s:
+        seeded = seed_campaign(s, released=released, episodes_per_cell=2, seed=seed)
+    uid = seeded.episode_uids[1]
+    attach_recording(
+        sessions=web.app.state.web.session_factory,
+        store=web.app.state.web.store,
+        uid=uid,
+        spool=tmp_path / f"spool-{uid}",
+        spec=SPEC,
+        seed=seed,
+    )
+    return seeded, uid
+
+
+def test_the_episode_json_names_the_policy_only_after_release(web: Web, tmp_path: Path) -> None:
+    web.add_user("rita", Role.reviewer)
+    web.add_user("root", Role.admin)
+    public, pub_uid = _recorded(web, tmp_path, released=True, seed=1)
+    closed, closed_uid = _recorded(web, tmp_path, released=False, seed=2)
+    with web.db() as s:
+        ep = s.scalar(sa.select(Episode).where(Episode.uid == closed_uid))
+        s.add(
+            ReviewAction(
+                episode_id=ep.id,
+                reviewer_id=web.add_user("vic", Role.reviewer),
+                action=ReviewActionKind.confirm,
+                before={"t_s": 1.0},
+                after={"t_s": 1.2},
+            )
+        )
+    c = web.client()
+
+    body = c.get(f"/api/episodes/{pub_uid}").json()
+    assert body["policy"] == public.episode_policy[pub_uid] and body["released"] is True
+    assert body["arm"] is None
+    assert [cam["name"] for cam in body["cameras"]] == ["exterior", "wrist"]
+    assert body["cameras"][0]["frames"] == int(SPEC.duration_s * SPEC.fps)
+    assert body["telemetry_rows"] == int(SPEC.duration_s * SPEC.telemetry_hz)
+    assert body["links"]["policy"].startswith(f"/leaderboard/{public.campaign_id}/policies/")
+    assert {p["source"] for p in body["placements"]} == {"detector", "reviewer"} or body[
+        "placements"
+    ] == []
+    assert body["events"][0]["kind"] == "started"
+
+    assert c.get(f"/api/episodes/{closed_uid}").status_code == 404
+    assert c.get(f"/episodes/{closed_uid}").status_code == 404
+    rita = bearer(web.token("rita", ("reviewer",)))
+    blind = c.get(f"/api/episodes/{closed_uid}", headers=rita).json()
+    assert blind["policy"] is None and blind["arm"] is None and "policy" not in blind["links"]
+    assert "vic" in {r["reviewer"] for r in blind["reviews"]}  # staff see who reviewed
+    admin = c.get(
+        f"/api/episodes/{closed_uid}", headers=bearer(web.token("root", ("admin",)))
+    ).json()
+    assert admin["policy"] is None and admin["arm"].startswith("arm ")
+    page = c.get(f"/episodes/{closed_uid}", headers=rita)
+    assert page.status_code == 200 and 'data-blinded="true"' in page.text
+    assert closed.episode_policy[closed_uid] not in page.text
+
+    # the page: both cameras, the events table, the .rrd link
+    doc = parse(c.get(f"/episodes/{pub_uid}").text)
+    videos = doc.find_all("video")
+    assert [v.get("data-camera") for v in videos] == ["exterior", "wrist"]
+    assert videos[0].get("src") == body["cameras"][0]["video_url"]
+    assert doc.find("a", id="rrd-download").get("href") == f"/api/episodes/{pub_uid}/rrd"
+    rows = doc.find("table", id="event-table").find_all("tr", data_marker_row=True)
+    assert len(rows) == len(body["placements"]) + len(body["candidates"]) + sum(
+        e["t_s"] is not None for e in body["events"]
+    )
+
+
+def test_the_rrd_is_built_from_the_recording_and_verifies(web: Web, tmp_path: Path) -> None:
+    rr = pytest.importorskip("rerun", reason="the rerun extra is part of ./run test")
+    _, uid = _recorded(web, tmp_path, released=True, seed=3)
+    c = web.client()
+    r = c.get(f"/api/episodes/{uid}/rrd")
+    assert r.status_code == 200
+    assert r.headers["content-disposition"] == f'attachment; filename="{uid}-rrd.rrd"'
+    path = tmp_path / "episode.rrd"
+    path.write_bytes(r.content)
+    assert "verified" in verify_rrd(path)
+    with web.db() as s:
+        ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+        rows = s.scalars(
+            sa.select(Artifact).where(
+                Artifact.episode_id == ep.id, Artifact.kind == ArtifactKind.rrd
+            )
+        ).all()
+        assert len(rows) == 1 and rows[0].details["format"] == RRD_FORMAT
+        assert rows[0].details["frames"] == {"exterior": 650, "wrist": 650}
+        video = s.scalars(
+            sa.select(Artifact).where(
+                Artifact.episode_id == ep.id,
+                Artifact.kind == ArtifactKind.video,
+                Artifact.camera == "exterior",
+            )
+        ).one()
+        video_path = web.app.state.web.store.local_path(video.sha256)
+    # the frame references we log are the video's own timestamps
+    table = c.get(f"/api/episodes/{uid}/frames/exterior").json()
+    from_video = np.asarray(rr.AssetVideo(path=str(video_path)).read_frame_timestamps_nanos())
+    np.testing.assert_array_equal(
+        from_video, np.round(np.asarray(table["pts_s"]) * 1e9).astype(np.int64)
+    )
+    # the second download is the stored file, not a rebuild
+    again = c.get(f"/api/episodes/{uid}/rrd")
+    assert again.content == r.content
+    with web.db() as s:
+        assert (
+            s.scalar(
+                sa.select(sa.func.count())
+                .select_from(Artifact)
+                .where(Artifact.kind == ArtifactKind.rrd)
+            )
+            == 1
+        )
+    # a range, as a download manager would ask
+    part = c.get(f"/api/episodes/{uid}/rrd", headers={"Range": "bytes=0-15"})
+    assert part.status_code == 206 and part.content == r.content[:16]
+
+
+def test_unknown_and_unrecorded_episodes(web: Web) -> None:
+    c = web.client()
+    assert c.get("/api/episodes/0123456789abcdef").status_code == 404
+    assert c.get("/episodes/0123456789abcdef").status_code == 404
+    assert c.get("/api/episodes/bad%20uid").status_code == 422
+    with web.db() as s:
+        seeded = seed_campaign(s, released=True, episodes_per_cell=1, compute=False)
+    uid = seeded.episode_uids[0]
+    body = c.get(f"/api/episodes/{uid}").json()
+    assert body["cameras"] == [] and body["telemetry_sha256"] is None
+    assert "No video was recorded" in c.get(f"/episodes/{uid}").text
+    r = c.get(f"/api/episodes/{uid}/rrd")
+    assert r.status_code == 400 and "nothing was recorded" in r.json()["detail"]
