@@ -433,7 +433,9 @@ class CampaignReport:
         return max(spreads, default=0)
 
 
-def _arm_labels(c: Campaign, policy_ids: Sequence[int], names: dict[int, str]) -> dict[int, str]:
+def arm_labels(c: Campaign, policy_ids: Sequence[int], names: dict[int, str]) -> dict[int, str]:
+    """Policy id → label: ``names`` when given (identities shown), else blinded
+    ``arm A``, ``arm B``, … (also used by web/snapshots for blinded previews)."""
     if names:
         return {pid: names[pid] for pid in policy_ids}
     # blinded: letters in an order drawn from the sealed seed, so neither the
@@ -474,7 +476,7 @@ def campaign_status(
     obj_rows = {co.object_type_id: session.get(ObjectType, co.object_type_id) for co in c.objects}
     proto = AllocationProtocol.from_json(c.allocation_protocol) if c.allocation_protocol else None
     arm_ids = list(proto.policies) if proto else sorted(policies)
-    labels = _arm_labels(
+    labels = arm_labels(
         c, arm_ids, {pid: pol_rows[pid].name for pid in arm_ids} if identities else {}
     )
     configs = _configs(c)
@@ -768,6 +770,10 @@ def release_campaign(session: Session, *, campaign: int | str, actor: Actor) -> 
     c.released_at = utcnow()
     session.flush()
     audit(session, actor=actor, action="campaign.release", target_type="campaign", target_id=c.id)
+
+
+# the name web/snapshots/blinding.py imported before it was public
+_arm_labels = arm_labels
 
 
 def list_campaigns(session: Session) -> list[Campaign]:
