@@ -211,6 +211,11 @@ def load_episodes(
     reference = None
     if len(references) == 1:
         reference = next(iter(references))
+        if not any(e.policy == reference and e.outcome != SYSTEM for e in episodes):
+            notes.append(
+                f"the reference {reference} has no scored episodes in stream {stream.value}"
+            )
+            reference = None
     elif len(references) > 1:
         notes.append(f"more than one reference policy in scope: {sorted(references)}")
     return EpisodeTable(
@@ -246,6 +251,27 @@ def _reconcile_detector(
     return times, outcome, changed
 
 
+# protocol fields a campaign may set in ``protocol_extra`` (τ is ``tau_s``)
+_PROTOCOL_KEYS = ("bootstrap", "ks_resamples", "seed", "alpha", "success_at", "power_target", "rho")
+
+
+def campaign_protocol(campaign: Campaign) -> Protocol:
+    """The campaign's analysis protocol: τ = ``tau_s``; bootstrap, seed, α,
+    success-at thresholds … from ``protocol_extra`` when it names them,
+    defaults otherwise."""
+    extra = {
+        k: campaign.protocol_extra[k]
+        for k in _PROTOCOL_KEYS
+        if k in (campaign.protocol_extra or {})
+    }
+    if "success_at" in extra:
+        extra["success_at"] = tuple(float(t) for t in extra["success_at"])
+    try:
+        return Protocol(tau=float(campaign.tau_s), **extra)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"campaign {campaign.id}: protocol_extra: {exc}") from None
+
+
 def snapshot_result(
     session: Session,
     *,
@@ -262,7 +288,7 @@ def snapshot_result(
     if protocol is None:
         if campaign is None:
             raise UsageError("a protocol (at least τ) is needed without a campaign")
-        protocol = Protocol(tau=float(campaign.tau_s))
+        protocol = campaign_protocol(campaign)
     table = load_episodes(session, campaign_id=campaign_id, stream=stream)
     try:
         lb = analyze(table, protocol)
@@ -287,7 +313,7 @@ def build_snapshot(
 ) -> AnalysisSnapshot:
     """Score a campaign under ``stream`` and add the leaderboard snapshot to
     the session (flushed, not committed: the caller owns the transaction).
-    ``protocol`` defaults to the campaign's τ with the default bootstrap."""
+    ``protocol`` defaults to :func:`campaign_protocol`."""
     result, _protocol, _table = snapshot_result(
         session, campaign_id=campaign_id, stream=stream, protocol=protocol
     )

@@ -21,6 +21,7 @@ from proctor.domain import (
     PolicyKind,
     Side,
 )
+from proctor.errors import UsageError
 from tests import factories as f
 
 
@@ -198,3 +199,19 @@ def test_campaign_tau_is_the_default_protocol(world: World) -> None:
         world.s, campaign_id=world.campaign.id, stream=LabelStream.auto_and_reviewed
     )
     assert snap.protocol["tau"] == 60.0 and snap.protocol["bootstrap"] == 2000
+    assert snap.campaign_id == world.campaign.id
+
+
+def test_campaign_protocol_extra(world: World) -> None:
+    world.campaign.protocol_extra = {"bootstrap": 150, "seed": 9, "success_at": [5, 20]}
+    world.s.flush()
+    snap = build_snapshot(world.s, campaign_id=world.campaign.id, stream=LabelStream.reviewed_only)
+    assert snap.protocol["bootstrap"] == 150 and snap.protocol["seed"] == 9
+    assert snap.protocol["success_at"] == [5.0, 20.0]
+    # the reference's labels were all auto: in this stream it has no episodes,
+    # so the leaderboard has no HRT and says why
+    assert snap.result["protocol"]["reference"] is None
+    assert any("human-ref has no scored episodes" in n for n in snap.result["notes"])
+    world.campaign.protocol_extra = {"bootstrap": 0}
+    with pytest.raises(UsageError, match="protocol_extra: bootstrap"):
+        build_snapshot(world.s, campaign_id=world.campaign.id, stream=LabelStream.reviewed_only)
