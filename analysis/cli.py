@@ -286,7 +286,13 @@ def power(
         typer.Option(help="A pair as 'A,B' (repeatable; default: every pair)."),
     ] = None,
     reference: Annotated[str | None, typer.Option(help="The reference policy.")] = None,
-    tau: Annotated[float | None, typer.Option(help="τ in seconds (default as in analyze).")] = None,
+    tau: Annotated[
+        float | None,
+        typer.Option(
+            help="τ in seconds (default as in analyze; PhAIL's detection runs used a "
+            "shorter cap, e.g. --tau 60, to limit censoring at small n)."
+        ),
+    ] = None,
     alpha: Annotated[float, typer.Option(help="Significance level of one pair's test.")] = 0.05,
     target: Annotated[float, typer.Option("--power", help="Target power.")] = 0.8,
     rho: Annotated[
