@@ -1,0 +1,186 @@
+"""The run explorer in headless Chromium: the videos play in sync, the
+telemetry cursor follows playback, and clicking an event shows exactly its
+frame — read back from the pixels (each synthetic frame carries its index as
+a bar code), not from the page's own bookkeeping. Every request stays on
+loopback (the ``page`` fixture fails the test otherwise)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from proctor.db.models import Episode, PlacementEvent
+from proctor.domain import PlacementSource
+from tests.browser import LiveServer
+from tests.web.leaderboard_data import seed_campaign
+from tests.web.recordings import CODE_BITS, RecordingSpec, attach_recording, read_code
+
+pytestmark = pytest.mark.browser
+
+SPEC = RecordingSpec(fps=15, width=320, height=240, telemetry_hz=100.0)
+
+# the frame a video is showing, read from its stripes
+READ_FRAME = f"""(video) => {{
+  const c = document.createElement('canvas');
+  c.width = video.videoWidth; c.height = video.videoHeight;
+  const g = c.getContext('2d');
+  g.drawImage(video, 0, 0);
+  const stripe = c.width / {CODE_BITS};
+  const y = Math.floor(c.height * 3 / 8);
+  const out = [];
+  for (let i = 0; i < {CODE_BITS}; i++) {{
+    const px = g.getImageData(Math.floor((i + 0.5) * stripe), y, 1, 1).data;
+    out.push((px[0] + px[1] + px[2]) / 3);
+  }}
+  return out;
+}}"""
+
+
+def _episode(server: LiveServer, tmp_path: Path) -> tuple[str, list[tuple[int, float]]]:
+    with server.db() as s:
+        seeded = seed_campaign(s, released=True, episodes_per_cell=2, seed=5)
+    # a policy episode with several placements
+    with server.db() as s:
+        uid = next(
+            u
+            for u in seeded.episode_uids
+            if not seeded.episode_policy[u].startswith("human")
+            and s.scalar(sa.select(Episode.placed).where(Episode.uid == u)) >= 2
+        )
+        ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+        duration = ep.duration_s
+        placements = [
+            (p.id, p.t_s)
+            for p in s.scalars(
+                sa.select(PlacementEvent)
+                .where(
+                    PlacementEvent.episode_id == ep.id,
+                    PlacementEvent.source == PlacementSource.reviewer,
+                )
+                .order_by(PlacementEvent.t_s)
+            )
+        ]
+    if not placements:
+        with server.db() as s:
+            ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+            placements = [
+                (p.id, p.t_s)
+                for p in s.scalars(
+                    sa.select(PlacementEvent)
+                    .where(PlacementEvent.episode_id == ep.id)
+                    .order_by(PlacementEvent.t_s)
+                )
+            ]
+    spec = RecordingSpec(
+        duration_s=float(np.ceil(duration + 1.0)),
+        fps=SPEC.fps,
+        width=SPEC.width,
+        height=SPEC.height,
+        telemetry_hz=SPEC.telemetry_hz,
+    )
+    attach_recording(
+        sessions=server.app.state.web.session_factory,
+        store=server.app.state.web.store,
+        uid=uid,
+        spool=tmp_path / "spool",
+        spec=spec,
+    )
+    return uid, placements
+
+
+def _wait_settled(page: Any) -> None:
+    page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('video'))"
+        ".every(v => !v.seeking && v.readyState >= 2)"
+    )
+
+
+def test_the_explorer_plays_seeks_and_follows(
+    page: Any, live_server: LiveServer, tmp_path: Path
+) -> None:
+    uid, placements = _episode(live_server, tmp_path)
+    page.goto(f"/episodes/{uid}")
+    page.wait_for_selector("body[data-explorer-ready='1']", timeout=20_000)
+    assert page.locator("video").count() == 2
+    assert page.locator("[data-plot] svg").count() == 4
+    # every plot carries every marker
+    n_markers = page.locator("[data-plot='gripper'] .chart-marker").count()
+    assert n_markers >= len(placements)
+
+    # click a placement marker: both videos show the frame of its time
+    pid, t = placements[-1]
+    expected = int(np.floor(t * SPEC.fps + 1e-9))  # frames at k / fps: the last one at or before t
+    marker = page.locator(f"[data-plot='height'] .chart-marker[data-marker='placement-{pid}']")
+    marker.click(force=True)  # a candidate at the same time may sit on top: same time either way
+    _wait_settled(page)
+    seek = page.evaluate("() => window.proctorExplorer.state.lastSeek")
+    assert seek["t"] == pytest.approx(t, abs=1e-9) and seek["frame"] == expected
+    for camera in ("exterior", "wrist"):
+        pixels = page.eval_on_selector(f"video[data-camera='{camera}']", READ_FRAME)
+        assert read_code(pixels) == expected, camera
+    assert page.locator("#clock").text_content().endswith(f"frame {expected}")
+    # the event's row is highlighted (the placement's, or its candidate's at the same time)
+    assert page.locator("#event-table tr.active td").first.text_content() == f"{t:.3f}"
+
+    # a row of the events table seeks too
+    pid0, t0 = placements[0]
+    page.click(f"#event-table button[data-marker='placement-{pid0}']")
+    _wait_settled(page)
+    first = int(np.floor(t0 * SPEC.fps + 1e-9))
+    assert read_code(page.eval_on_selector("video[data-camera='exterior']", READ_FRAME)) == first
+
+    # the next-frame button steps exactly one frame
+    page.click("#next-frame")
+    _wait_settled(page)
+    assert (
+        read_code(page.eval_on_selector("video[data-camera='exterior']", READ_FRAME)) == first + 1
+    )
+
+    # play: the cursor follows the video
+    page.click("#play")
+    page.wait_for_function(
+        f"() => document.querySelector('video').currentTime > {t0 + 0.6}", timeout=15_000
+    )
+    sample = page.evaluate(
+        """() => {
+          const v = document.querySelector("video[data-camera='exterior']");
+          const w = document.querySelector("video[data-camera='wrist']");
+          const cursor = document.querySelector("[data-plot='gripper'] .chart-cursor");
+          return {t: v.currentTime, wrist: w.currentTime, paused: v.paused,
+                  wristPaused: w.paused, x: Number(cursor.getAttribute('data-x')),
+                  visible: cursor.getAttribute('visibility')};
+        }"""
+    )
+    assert sample["paused"] is False and sample["wristPaused"] is False
+    assert sample["visible"] == "visible"
+    assert sample["x"] == pytest.approx(sample["t"], abs=0.3)
+    assert sample["wrist"] == pytest.approx(sample["t"], abs=0.3)
+    page.wait_for_function(
+        "(x) => Number(document.querySelector(\"[data-plot='latency'] .chart-cursor\")"
+        ".getAttribute('data-x')) > x",
+        arg=sample["x"] + 0.3,
+        timeout=15_000,
+    )
+    page.click("#play")  # pause
+    page.wait_for_function("() => document.querySelector('video').paused")
+    assert page.page_errors == []
+
+
+def test_a_chart_exports_as_svg_and_png(page: Any, live_server: LiveServer, tmp_path: Path) -> None:
+    uid, _ = _episode(live_server, tmp_path)
+    page.goto(f"/episodes/{uid}")
+    page.wait_for_selector("body[data-explorer-ready='1']", timeout=20_000)
+    with page.expect_download() as dl:
+        page.click(".chart-toolbar[data-export='gripper'] button[data-export='svg']")
+    svg = Path(dl.value.path()).read_text()
+    assert dl.value.suggested_filename == f"{uid}-gripper.svg"
+    assert svg.startswith("<?xml") and "<svg" in svg and "measured" in svg
+    with page.expect_download() as dl:
+        page.click(".chart-toolbar[data-export='gripper'] button[data-export='png']")
+    png = Path(dl.value.path()).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 2000
+    assert page.page_errors == []
