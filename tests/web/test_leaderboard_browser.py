@@ -1,0 +1,149 @@
+"""The leaderboard and policy pages in headless Chromium: the numbers the
+browser shows are the snapshot's, the charts render (SVG drawn by the
+page's script), export as SVG and PNG, and the pages fit a tablet. Every
+request stays on loopback (the ``page`` fixture fails the test otherwise)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from proctor.domain import LabelStream
+from tests.browser import LiveServer
+from tests.web.leaderboard_data import seed_campaign
+from web.leaderboard.format import num, pct
+from web.snapshots import service
+
+pytestmark = pytest.mark.browser
+
+
+def _seed(server: LiveServer) -> tuple[int, dict[str, Any]]:
+    with server.db() as s:
+        seeded = seed_campaign(s, released=True, episodes_per_cell=6, seed=17)
+    with server.db() as s:
+        row = service.latest_row(
+            s, campaign_id=seeded.campaign_id, stream=LabelStream.auto_and_reviewed
+        )
+        return seeded.campaign_id, row.result
+
+
+def test_the_leaderboard_shows_the_snapshots_numbers(page: Any, live_server: LiveServer) -> None:
+    cid, result = _seed(live_server)
+    page.goto("/leaderboard")
+    page.wait_for_selector("#hrt-chart svg")
+    shown = page.eval_on_selector_all(
+        "#board-table tbody tr",
+        """rows => rows.map(tr => ({
+            policy: tr.dataset.policy,
+            cells: Object.fromEntries(Array.from(tr.querySelectorAll('span.num[data-key]')).map(
+                s => [s.dataset.key,
+                      {value: Number(s.dataset.value), text: s.textContent.trim()}])),
+            letters: tr.querySelector('[data-cell=letters]').textContent.trim()}))""",
+    )
+    assert [r["policy"] for r in shown] == [p["policy"] for p in result["policies"]]
+    for row, p in zip(shown, result["policies"], strict=True):
+        want = {
+            "hrt": (p["hrt"]["estimate"], num),
+            "rmst": (p["rmst"]["estimate"], num),
+            "completion": (p["completion"]["estimate"], pct),
+            "drops": (p["failure_modes"]["drops_per_operation"]["estimate"], pct),
+            "safety": (p["failure_modes"]["safety_stops_per_episode"]["estimate"], num),
+            "interventions": (p["failure_modes"]["operator_stops_per_episode"]["estimate"], num),
+            "episodes": (p["episodes"], str),
+        }
+        for key, (value, fmt) in want.items():
+            assert row["cells"][key]["value"] == pytest.approx(value, rel=1e-12), (p["policy"], key)
+            assert row["cells"][key]["text"] == fmt(value)
+        assert row["letters"] == p["letters"]
+    # the chart: one row per policy with an HRT, each linking to its page
+    rows = page.eval_on_selector_all(
+        "#hrt-chart svg g[data-row]", "gs => gs.map(g => g.dataset.row)"
+    )
+    assert rows == [p["policy"] for p in result["policies"] if p["hrt"] is not None]
+    page.check("input[name=metric][value=rmst]")
+    page.wait_for_selector("#hrt-chart[data-metric=rmst] svg")
+    page.click(f"#hrt-chart svg g[data-row='{result['policies'][1]['policy']}'] rect:last-of-type")
+    page.wait_for_url(
+        f"**/leaderboard/{cid}/policies/{quote(result['policies'][1]['policy'], safe='')}"
+    )
+    assert page.page_errors == []
+
+
+def test_the_leaderboard_chart_exports_and_fits_a_tablet(
+    page: Any, live_server: LiveServer
+) -> None:
+    cid, _ = _seed(live_server)
+    page.set_viewport_size({"width": 820, "height": 1180})  # a tablet in portrait
+    page.goto(f"/leaderboard/{cid}")
+    page.wait_for_selector("#hrt-chart svg")
+    assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
+    chart_width = page.eval_on_selector("#hrt-chart svg", "s => s.getBoundingClientRect().width")
+    assert chart_width <= 820
+    with page.expect_download() as dl:
+        page.click("button[data-export=svg]")
+    svg = Path(dl.value.path()).read_text()
+    assert svg.startswith("<?xml") and "HRT with 95 % intervals" in svg
+    with page.expect_download() as dl:
+        page.click("button[data-export=png]")
+    assert Path(dl.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # touch-sized controls
+    heights = page.eval_on_selector_all(
+        ".tabs a", "as => as.map(a => a.getBoundingClientRect().height)"
+    )
+    assert heights and min(heights) >= 34
+    assert page.page_errors == []
+
+
+def test_the_policy_pages_charts_render(page: Any, live_server: LiveServer) -> None:
+    cid, result = _seed(live_server)
+    policy = result["policies"][1]
+    page.goto(f"/leaderboard/{cid}/policies/{quote(policy['policy'], safe='')}")
+    page.wait_for_selector("[data-chart=tradeoff] svg")
+    n_objects = len(policy["per_object"])
+    # a CDF per object: this policy and the reference, each with a band
+    for i in range(n_objects):
+        paths = page.eval_on_selector_all(
+            f"[data-chart=cdf][data-index='{i}'] svg path[data-series]",
+            "ps => ps.map(p => p.dataset.series)",
+        )
+        assert paths == [policy["policy"], result["protocol"]["reference"]]
+        bands = page.eval_on_selector_all(
+            f"[data-chart=cdf][data-index='{i}'] svg path[fill-opacity]", "ps => ps.length"
+        )
+        assert bands == 2
+    assert page.locator("[data-chart=pp] svg").count() == n_objects
+    assert page.locator("[data-chart=qq] svg circle").count() > 0
+    assert page.locator("[data-chart=failures] svg g[data-row]").count() == 6
+    # hovering a CDF reads its values out
+    box = page.locator("[data-chart=cdf][data-index='0'] svg").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    tip = page.locator("[data-chart=cdf][data-index='0'] .chart-tip")
+    assert tip.is_visible() and policy["policy"] in tip.text_content()
+    # a legend entry hides its series
+    page.click(f"[data-chart=cdf][data-index='0'] g[data-legend='{policy['policy']}']")
+    assert (
+        page.locator(
+            f"[data-chart=cdf][data-index='0'] path[data-series='{policy['policy']}']"
+        ).count()
+        == 0
+    )
+    # compare with another policy instead of the reference
+    other = result["policies"][2]["policy"]
+    page.select_option("#vs", other)
+    page.click("form.compare button")
+    page.wait_for_selector("[data-chart=cdf] svg")
+    series = page.eval_on_selector_all(
+        "[data-chart=cdf][data-index='0'] svg path[data-series]",
+        "ps => ps.map(p => p.dataset.series)",
+    )
+    assert series == [policy["policy"], other]
+    # the headline numbers are the snapshot's
+    hrt = page.eval_on_selector("[data-score=hrt] span.num", "s => Number(s.dataset.value)")
+    assert hrt == pytest.approx(policy["hrt"]["estimate"], rel=1e-12)
+    with page.expect_download() as dl:
+        page.click(".chart-toolbar[data-export=tradeoff] button[data-export=svg]")
+    assert "UPH (units per hour)" in Path(dl.value.path()).read_text()
+    assert page.page_errors == []
