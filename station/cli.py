@@ -75,6 +75,10 @@ def run(
 
     settings = _settings(ctx)
     cfg = load_station_config(config)
+    if profile == "sim" and "clock" not in cfg.sim:
+        # a daemon serves a person at the console: the simulated cell runs in real time
+        # unless its config asks for the virtual clock
+        cfg = cfg.model_copy(update={"sim": {**cfg.sim, "clock": "monotonic"}})
     if port is not None:
         cfg = cfg.model_copy(update={"api": cfg.api.model_copy(update={"port": port})})
     sessions = open_database(settings.db_url)
