@@ -11,14 +11,23 @@ Decisions: candidates that match a true placement (closest first, within
 ``tolerance_s``) are confirmed, or moved to the true time when they are off
 by more than ``exact_s``; true placements no candidate matches are added;
 success candidates that match nothing are rejected. When the ground truth
-disagrees with the operator's count, the count is flagged instead.
+disagrees with the operator's count, the count is flagged instead; the
+demo's automatic admin (``resolve_flag_with_ground_truth``) then corrects
+the log to the ground truth's counts, and the episode is reviewed again.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from annotator.review import Reviewer, ReviewState, flag_count, review_state
+from annotator.review import (
+    CountCorrection,
+    Reviewer,
+    ReviewState,
+    flag_count,
+    resolve_flag,
+    review_state,
+)
 from annotator.review import add as add_placement
 from annotator.review import confirm as confirm_candidate
 from annotator.review import move as move_candidate
@@ -98,3 +107,37 @@ def review_with_ground_truth(
         if i not in matched_t:
             state = add_placement(session, uid=uid, reviewer=reviewer, t_s=t, now=now)
     return state
+
+
+AUTOMATIC_ADMIN = "automatic admin (demo): counts corrected from the simulator's ground truth"
+
+
+def resolve_flag_with_ground_truth(
+    session: ProctorSession,
+    *,
+    store: ArtifactStore,
+    uid: str,
+    label: str = AUTOMATIC_ADMIN,
+    now: datetime | None = None,
+) -> ReviewState:
+    """Resolve a flagged count from the ground truth: the log is corrected to
+    the simulator's final counts (the outcome stays), or stands if they agree."""
+    truth = load_ground_truth(session, store, uid)
+    if truth is None:
+        raise UsageError(f"episode {uid}: no ground truth (not a simulated episode)")
+    state = review_state(session, uid=uid)
+    final = truth["final"]
+    counts = (int(final["placed"]), int(final["lost"]), int(final["dropped"]))
+    admin = Reviewer(label=label, admin=True)
+    if counts == (state.placed, state.lost, state.dropped):
+        return resolve_flag(
+            session, uid=uid, reviewer=admin, note="the ground truth agrees with the log", now=now
+        )
+    return resolve_flag(
+        session,
+        uid=uid,
+        reviewer=admin,
+        note="log corrected to the simulator's ground truth",
+        correction=CountCorrection(*counts),
+        now=now,
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import pyarrow as pa
 import sqlalchemy as sa
 
 from annotator.config import Thresholds
@@ -43,7 +44,7 @@ from proctor.domain import (
     PlacementSource,
     PlacementStatus,
 )
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import IntegrityError, ProctorError, UsageError
 from station.recording import read_json, read_parquet
 
 
@@ -124,8 +125,15 @@ def detect_episode(
     manifest_row = _artifact(session, episode, ArtifactKind.manifest)
     manifest = read_json(store, manifest_row.sha256) if manifest_row is not None else None
     assert episode.clock_start_s is not None
+    try:
+        table = read_parquet(store, telemetry.sha256)
+    except (pa.ArrowException, OSError) as exc:
+        raise IntegrityError(
+            f"episode {episode.uid}: telemetry {telemetry.sha256[:12]}… is unreadable "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     return analyze_table(
-        read_parquet(store, telemetry.sha256),
+        table,
         t0=episode.clock_start_s,
         items=episode.items,
         tote_side=episode.tote_side.value,

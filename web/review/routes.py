@@ -68,7 +68,7 @@ def _service_errors() -> Iterator[None]:
     except svc.Conflict as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     except svc.ReviewError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+        raise HTTPException(422, str(exc)) from None
 
 
 def _media(session: SessionDep, uid: str) -> tuple[list[CameraMedia], str | None]:
@@ -202,9 +202,7 @@ def resolve(
             outcome = Outcome(body.outcome) if body.outcome is not None else None
         except ValueError:
             known = ", ".join(o.value for o in Outcome)
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_ENTITY, f"outcome: must be one of {known}"
-            ) from None
+            raise HTTPException(422, f"outcome: must be one of {known}") from None
         correction = svc.CountCorrection(body.placed, body.lost, body.dropped, outcome)
     with _service_errors():
         state = svc.resolve_flag(

@@ -1,0 +1,162 @@
+"""The simulated corpus the acceptance tests measure the annotator on, and
+the figures they print.
+
+The corpus: ``CORPUS_EPISODES`` episodes over every demo policy profile and
+object (telemetry only: ``annotator.simulate``), each run through the real
+episode runner on the simulated cell and closed with the station's labelled
+ground-truth log. Simulating costs minutes of CPU, so the finished corpus
+(a SQLite file and an artifact folder) is kept in the system's temporary
+folder under a key that hashes everything that determines it — the
+station's and the simulation's source code, the migrations and the plan —
+so any change there simulates afresh; the annotator's own code is not in
+the key (it is what is measured, every run). Each test session works on a
+copy of the database. ``PROCTOR_ANNOTATOR_CORPUS_CACHE=0`` disables the
+cache (the corpus is then simulated into the session's tmp folder).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from annotator.simulate import EpisodeSpec, corpus_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS_EPISODES = 216  # 9 per (profile, object) cell
+CORPUS_SEED = 20_250_707  # not the calibration's seed: measured on unseen episodes
+FIGURES = pytest.StashKey[list[str]]()
+
+
+@dataclass(frozen=True)
+class Corpus:
+    db_path: Path  # this session's copy
+    artifacts: Path
+    plan: tuple[EpisodeSpec, ...]
+
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.db_path}"
+
+
+# cameras are off in the corpus and hardware drivers never run in it
+_NOT_IN_KEY = ("station/sim/render.py", "station/sim/camera.py", "station/camerahub.py")
+
+
+def _in_key(path: Path) -> bool:
+    rel = path.relative_to(ROOT).as_posix()
+    if rel in _NOT_IN_KEY:
+        return False
+    return not (rel.startswith("station/drivers/") and path.name != "base.py")
+
+
+def _key(plan: list[EpisodeSpec]) -> str:
+    h = hashlib.sha256()
+    sources = sorted(
+        p
+        for p in [
+            *(ROOT / "station").rglob("*.py"),
+            *(ROOT / "migrations" / "versions").glob("*.py"),
+            *(ROOT / "proctor" / "db").rglob("*.py"),
+            *(ROOT / "proctor" / "artifacts").rglob("*.py"),
+            ROOT / "proctor" / "domain.py",
+            ROOT / "annotator" / "simulate.py",
+        ]
+        if _in_key(p)
+    )
+    for path in sources:
+        h.update(str(path.relative_to(ROOT)).encode())
+        h.update(path.read_bytes())
+    h.update(repr(plan).encode())
+    return h.hexdigest()[:20]
+
+
+def _simulate(folder: Path, plan: list[EpisodeSpec]) -> None:
+    from annotator.simulate import simulate
+    from proctor.artifacts import LocalArtifactStore
+    from proctor.db import migrate
+    from proctor.db.engine import make_engine, make_session_factory
+
+    url = f"sqlite:///{folder / 'corpus.db'}"
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    try:
+        simulate(
+            plan,
+            sessions=make_session_factory(engine),
+            store=LocalArtifactStore(folder / "artifacts"),
+            spool_root=folder / "spool",
+            link_campaign=True,
+        )
+    finally:
+        engine.dispose()
+    shutil.rmtree(folder / "spool", ignore_errors=True)
+
+
+def _cached_corpus(plan: list[EpisodeSpec], tmp: Path) -> Path:
+    if os.environ.get("PROCTOR_ANNOTATOR_CORPUS_CACHE", "1") == "0":
+        folder = tmp / "corpus"
+        folder.mkdir()
+        _simulate(folder, plan)
+        return folder
+    cache = Path(tempfile.gettempdir()) / "proctor-test-cache"
+    key = _key(plan)
+    final = cache / f"annotator-corpus-{key}"
+    if (final / "complete").is_file():
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    # one session simulates, any other waits for it rather than doing it twice
+    with (cache / f"annotator-corpus-{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "complete").is_file():
+            return final
+        building = cache / f".building-{uuid.uuid4().hex[:8]}"
+        building.mkdir()
+        try:
+            _simulate(building, plan)
+            (building / "complete").write_text("ok\n")
+            shutil.rmtree(final, ignore_errors=True)  # a half-built leftover
+            building.rename(final)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+    return final
+
+
+@pytest.fixture(scope="session")
+def sim_corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+    plan = corpus_plan(CORPUS_EPISODES, seed=CORPUS_SEED)
+    tmp = tmp_path_factory.mktemp("annotator-corpus")
+    source = _cached_corpus(plan, tmp)
+    copy = tmp / "session.db"
+    # the backup API copies a consistent image, WAL content included
+    with sqlite3.connect(source / "corpus.db") as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    from proctor.db import migrate
+
+    migrate.upgrade(f"sqlite:///{copy}")  # a corpus cached before a new migration
+    yield Corpus(db_path=copy, artifacts=source / "artifacts", plan=tuple(plan))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(FIGURES, [])
+    if lines:
+        terminalreporter.section("annotator acceptance figures")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def report(config: pytest.Config, *lines: str) -> None:
+    """Figures for the end of the run (shown under -q too) and for -s now."""
+    config.stash.setdefault(FIGURES, []).extend(lines)
+    for line in lines:
+        print(line)  # pytest -s shows the figures as they are measured
