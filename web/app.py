@@ -42,6 +42,7 @@ from web.leaderboard import routes as leaderboard
 from web.middleware import SecurityHeadersMiddleware
 from web.placeholders import routes as placeholders
 from web.policies import routes as policies
+from web.review import routes as review
 from web.snapshots import routes as snapshots
 from web.state import AppState, Clock
 from web.system import routes as system
@@ -60,6 +61,7 @@ DOMAINS: tuple[ModuleType, ...] = (
     leaderboard,
     policies,
     explorer,
+    review,
     snapshots,
 )
 
@@ -80,6 +82,11 @@ OPENAPI_TAGS = [
     {
         "name": "snapshots",
         "description": "Admin: recompute leaderboard snapshots now or in the background.",
+    },
+    {
+        "name": "review",
+        "description": "The review queue and the reviewer's decisions on detected placements "
+        "(reviewers; flagged counts: admins). Every decision is an append-only record.",
     },
 ]
 
