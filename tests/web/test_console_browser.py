@@ -1,0 +1,250 @@
+"""The operator console in headless Chromium (issue 6 acceptance): the real
+app under uvicorn, a real station daemon on the simulated cell running in
+real time (so there is time to press Stop), a scripted demo policy over the
+real protocol. Start, stop, safety stop, the keyboard shortcuts (Space is
+the safety stop, whatever has focus), and the post-rollout form with
+validation errors and then a valid save. Every request the page makes stays
+on loopback (``tests/browser.py``)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from proctor.db.models import Episode
+from proctor.domain import EpisodeState, Outcome, Role
+from station.daemon import StationDaemon
+from station.runner import RunnerState
+from tests.browser import LiveServer, sign_in
+from tests.web.test_console_support import (
+    adhoc_source,
+    bind_loopback,
+    demo_policies,
+    running_station,
+    sock_url,
+)
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def station_sock() -> Iterator[socket.socket]:
+    sock = bind_loopback()
+    yield sock
+    sock.close()
+
+
+@pytest.fixture
+def live_server(
+    start_live_server: Callable[..., LiveServer], station_sock: socket.socket
+) -> LiveServer:
+    """The app, with its console pointed at this test's station."""
+    return start_live_server(web={"station_url": sock_url(station_sock)})
+
+
+@pytest.fixture
+def station(
+    live_server: LiveServer, station_sock: socket.socket, tmp_path: Path
+) -> Iterator[StationDaemon]:
+    with (
+        demo_policies("reference") as (server,),
+        running_station(
+            sock=station_sock,
+            db_url=live_server.settings.db_url,
+            artifacts=live_server.settings.artifacts_location,
+            spool=tmp_path / "spool",
+            source=adhoc_source(server.url, items=3, cap_s=30.0),
+            clock="monotonic",
+        ) as daemon,
+    ):
+        yield daemon
+
+
+def _state(page: Any) -> str:
+    return str(page.get_attribute("#console", "data-state"))
+
+
+def _wait_state(page: Any, state: str, timeout_ms: int = 30_000) -> None:
+    page.wait_for_selector(f'#console[data-state="{state}"]', state="attached", timeout=timeout_ms)
+
+
+def _until(page: Any, script: str, timeout_s: float = 20.0) -> None:
+    """Poll a JavaScript expression until it is true. (``wait_for_function``
+    evaluates strings in the page, which its Content-Security-Policy forbids;
+    ``evaluate`` goes through the DevTools protocol.)"""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(script):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {script}")
+        page.wait_for_timeout(50)
+
+
+def _episode(live: LiveServer, run_code: str) -> Episode:
+    with live.db() as s:
+        ep = s.scalar(sa.select(Episode).where(Episode.run_code == run_code))
+        assert ep is not None
+        s.expunge(ep)
+        return ep
+
+
+def _fill_log(page: Any, placed: str, lost: str, dropped: str, outcome: str) -> None:
+    page.fill("#log-placed", placed)
+    page.fill("#log-lost", lost)
+    page.fill("#log-dropped", dropped)
+    page.check(f"#outcome-{outcome}")
+
+
+def test_start_stop_safety_stop_and_the_post_rollout_form(
+    live_server: LiveServer, station: StationDaemon, page: Any
+) -> None:
+    operator_id = live_server.add_user("olga", Role.operator)
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    sign_in(page, "olga")
+    page.goto("/console")
+    _wait_state(page, "idle")
+    assert page.locator("#station-state").text_content() == "idle"
+    assert page.is_disabled("#btn-start") and page.is_disabled("#btn-stop")
+    assert not page.is_disabled("#btn-safety")  # never disabled
+
+    # N: the next run, and the scene to set out
+    page.keyboard.press("n")
+    _wait_state(page, "armed")
+    run_code = page.locator("#run-code").inner_text()
+    assert run_code.startswith("X-")
+    assert page.locator("#run-items").inner_text() == "3"
+    assert page.locator("#run-object").inner_text() == "spoons"
+    assert page.locator("#run-tote").inner_text() == "left"
+    assert page.locator("#run-camera").inner_text() == "right"
+    assert "opposite" in page.locator("#run-relation").inner_text()
+    layout = page.locator("#layout-picture")
+    assert layout.get_attribute("data-config") == "tote-left-camera-right"
+    _until(page, "document.getElementById('layout-picture').naturalWidth > 0")
+    _until(page, "document.getElementById('reference-photo').naturalWidth === 160")
+    assert page.locator("#reference-photo").get_attribute("data-run") == run_code
+    assert page.locator("#countdown").inner_text() == "01:30.0"
+    # live view: frames keep arriving from both cameras
+    for camera in ("exterior", "wrist"):
+        _until(page, f"Number(document.getElementById('live-{camera}').dataset.frames || 0) >= 3")
+        assert page.is_hidden(f"#no-signal-{camera}")
+
+    # Start (a click); the countdown runs
+    page.click("#btn-start")
+    _wait_state(page, "running")
+    _until(page, "document.getElementById('countdown').textContent < '01:30.0'")
+    first = page.locator("#countdown").inner_text()
+    page.wait_for_timeout(300)
+    assert page.locator("#countdown").inner_text() < first
+
+    # X: operator stop, then the post-rollout form
+    page.keyboard.press("x")
+    _wait_state(page, "awaiting_log")
+    assert page.is_visible("#log-panel")
+    assert page.locator("#log-run-code").inner_text() == run_code
+    assert page.locator("#log-proposed").inner_text() == "operator stop"
+    assert page.is_checked("#outcome-operator_stop")
+
+    # validation errors next to the fields, and nothing sent
+    page.click("#log-save")
+    for name in ("placed", "lost", "dropped"):
+        assert page.locator(f"#{name}-error").inner_text() == "required"
+        assert page.get_attribute(f"#log-{name}", "aria-invalid") == "true"
+    _fill_log(page, "3", "1", "0", "operator_stop")
+    page.click("#log-save")
+    assert (
+        page.locator("#counts-error").inner_text()
+        == "3 + 1 + 0 = 4 is more than the 3 items set out"
+    )
+    assert page.is_hidden("#placed-error")
+    _fill_log(page, "1", "0", "1", "success")
+    page.click("#log-save")
+    assert "'success' means all 3 items were handled" in page.locator("#outcome-error").inner_text()
+    assert not any(u.endswith("/api/console/log") for u in posts)
+    assert station.runner.state == RunnerState.awaiting_log
+    assert _episode(live_server, run_code).state == EpisodeState.awaiting_log
+
+    # a valid save closes the episode
+    _fill_log(page, "1", "0", "1", "operator_stop")
+    page.fill("#log-notes", "one spoon slid under the tote")
+    page.click("#log-save")
+    _wait_state(page, "idle")
+    assert page.is_hidden("#log-panel")
+    assert f"Run {run_code} closed" in page.locator("#action-message").inner_text()
+    ep = _episode(live_server, run_code)
+    assert ep.state == EpisodeState.closed and ep.operator_id == operator_id
+    assert (ep.placed, ep.lost, ep.dropped, ep.outcome) == (1, 0, 1, Outcome.operator_stop)
+    assert ep.operator_notes == "one spoon slid under the tote"
+
+    # a stop mid-motion can leave the simulated arm unable to home (its path meets
+    # a tote wall): then the console holds the next run until the arm is recovered
+    if station.runner.arm_error is not None:
+        assert page.is_visible("#arm-error") and page.is_disabled("#btn-next")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("#btn-recover")
+        _until(page, "document.getElementById('arm-error').hidden")
+
+    # Space when nothing runs: the station says so, plainly
+    page.keyboard.press("Space")
+    _until(
+        page, "document.getElementById('action-message').textContent.includes('nothing to stop')"
+    )
+
+    # next run (click), start (S), then Space with a button focused: the safety
+    # stop, not a click on that button
+    page.click("#btn-next")
+    _wait_state(page, "armed")
+    second = page.locator("#run-code").inner_text()
+    assert second != run_code
+    page.keyboard.press("s")
+    _wait_state(page, "running")
+    assert not page.is_disabled("#btn-stop")
+    page.focus("#btn-stop")  # Space on a focused button would normally click it
+    page.keyboard.press("Space")
+    _wait_state(page, "awaiting_log")
+    assert any(u.endswith("/api/console/safety-stop") for u in posts)
+    assert page.locator("#log-proposed").inner_text() == "safety stop"
+    assert page.is_visible("#arm-error") and page.is_visible("#btn-recover")
+    assert page.is_disabled("#btn-next")
+
+    # Space while typing notes with the arm standing still is just a space
+    page.fill("#log-notes", "")
+    page.type("#log-notes", "arm hit the wall")
+    assert page.input_value("#log-notes") == "arm hit the wall"
+    assert sum(u.endswith("/api/console/safety-stop") for u in posts) == 2
+
+    # the server is the authority: a log whose client-side checks were bypassed
+    # (here: tampered with on the way) is refused, the server's message shown
+    # next to the field it names, and the episode stays open
+    def tamper(route: Any) -> None:
+        body = json.loads(route.request.post_data)
+        route.continue_(post_data=json.dumps({**body, "placed": 7}))
+
+    page.route("**/api/console/log", tamper)
+    _fill_log(page, "0", "0", "0", "safety")
+    page.click("#log-save")
+    _until(page, "!document.getElementById('counts-error').hidden")
+    assert page.locator("#counts-error").inner_text() == (
+        "7 + 0 + 0 = 7 is more than the 3 items set out"
+    )
+    assert _episode(live_server, second).state == EpisodeState.awaiting_log
+    page.unroute("**/api/console/log", tamper)
+    page.click("#log-save")
+    _wait_state(page, "idle")
+    assert _episode(live_server, second).outcome == Outcome.safety
+
+    # the arm must be recovered before the next run
+    assert page.is_visible("#btn-recover") and page.is_disabled("#btn-next")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#btn-recover")
+    _until(page, "document.getElementById('arm-error').hidden")
+    assert not page.is_disabled("#btn-next")
+    assert station.runner.arm_error is None
+
+    assert page.page_errors == []
