@@ -46,15 +46,6 @@ PLACEHOLDERS: tuple[Placeholder, ...] = (
         (Role.operator,),
     ),
     Placeholder(
-        "/review",
-        "Review queue",
-        7,
-        "The review UI: episodes whose detected placements disagree with the "
-        "operator's count, with synced video and traces to confirm, move, reject "
-        "or add placement times.",
-        (Role.reviewer,),
-    ),
-    Placeholder(
         "/campaigns",
         "Campaigns",
         6,
