@@ -83,6 +83,15 @@ class ConformanceStatus(StrEnum):
     failed = "failed"
 
 
+class ConformanceRunStatus(StrEnum):
+    """One conformance check of a submission, from the queue to its report."""
+
+    queued = "queued"  # waiting for a worker
+    running = "running"  # a worker claimed it
+    done = "done"  # the report is written (passed or failed)
+    error = "error"  # the checker itself failed; the submission keeps its status
+
+
 class CampaignStatus(StrEnum):
     draft = "draft"
     running = "running"

@@ -69,6 +69,37 @@ class WebSettings(BaseModel):
         return value.rstrip("/")
 
 
+class SubmissionSettings(BaseModel):
+    """Checkpoint uploads and conformance checks (``web/submissions``)."""
+
+    model_config = {"extra": "forbid"}
+
+    # a checkpoint larger than this is refused before a byte is stored; 50 GiB
+    # holds a π0-sized model with its optimizer state dropped
+    max_upload_bytes: int = Field(default=50 * 2**30, ge=1)
+    # archive inspection: what the archive may unpack to, in bytes and files,
+    # and how much larger than the upload it may be (decompression bombs)
+    max_unpacked_bytes: int = Field(default=200 * 2**30, ge=1)
+    max_files: int = Field(default=100_000, ge=1)
+    max_compression_ratio: float = Field(default=100.0, gt=1)
+    # uploads in progress are staged here (default: data_dir/uploads)
+    upload_dir: Path | None = None
+    # an upload untouched this long is abandoned: its staged bytes are deleted
+    upload_expiry_hours: float = Field(default=48.0, gt=0)
+    # unfinished uploads one submitter may hold at once (each stages up to a checkpoint)
+    max_open_uploads: int = Field(default=4, ge=1)
+    # how a submission's conformance check is started: "subprocess" spawns a
+    # `proctor submission work` process per submission from the web server;
+    # "worker" leaves it queued for a separately run `proctor submission worker`
+    conformance_dispatch: Literal["subprocess", "worker"] = "subprocess"
+    # send the simulated cell's privileged sim/… keys with the recorded
+    # observations, as the sim profile does (the demo policies need them)
+    conformance_sim_keys: bool = True
+    # endpoints on loopback or private networks (default: allowed outside prod,
+    # where they would let a submitter probe the server's own network)
+    allow_private_endpoints: bool | None = None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PROCTOR_", env_nested_delimiter="__", extra="forbid"
@@ -81,6 +112,7 @@ class Settings(BaseSettings):
     # a local folder or an fsspec URL (s3://bucket/prefix); default: data_dir/artifacts
     artifacts: str | None = None
     web: WebSettings = Field(default_factory=WebSettings)
+    submissions: SubmissionSettings = Field(default_factory=SubmissionSettings)
     # signs session cookies; from the environment only
     secret_key: SecretStr | None = None
     # encrypts submitters' endpoint API keys at rest; from the environment only

@@ -8,6 +8,7 @@ from proctor.db.models.campaigns import Assignment, Campaign, CampaignObject, Ca
 from proctor.db.models.catalog import ObjectType, Policy, Station, Submission
 from proctor.db.models.episodes import Artifact, Episode, EpisodeEvent
 from proctor.db.models.people import ApiToken, AuditLog, User, UserRole
+from proctor.db.models.submissions import ConformanceRun, UploadSession
 
 __all__ = [
     "AnalysisSnapshot",
@@ -20,6 +21,7 @@ __all__ = [
     "Campaign",
     "CampaignObject",
     "CampaignPolicy",
+    "ConformanceRun",
     "Episode",
     "EpisodeEvent",
     "ObjectType",
@@ -28,6 +30,7 @@ __all__ = [
     "ReviewAction",
     "Station",
     "Submission",
+    "UploadSession",
     "User",
     "UserRole",
 ]
