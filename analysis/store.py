@@ -26,6 +26,7 @@ silently fixed.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import fields
 from typing import Any
 
 import sqlalchemy as sa
@@ -251,25 +252,30 @@ def _reconcile_detector(
     return times, outcome, changed
 
 
-# protocol fields a campaign may set in ``protocol_extra`` (τ is ``tau_s``)
-_PROTOCOL_KEYS = ("bootstrap", "ks_resamples", "seed", "alpha", "success_at", "power_target", "rho")
+# protocol fields a campaign may set in ``protocol_extra["analysis"]`` (τ is
+# ``tau_s``; the reference is the policy of kind ``reference``) — the same
+# convention as web/snapshots
+_PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"tau", "reference"}
 
 
 def campaign_protocol(campaign: Campaign) -> Protocol:
-    """The campaign's analysis protocol: τ = ``tau_s``; bootstrap, seed, α,
-    success-at thresholds … from ``protocol_extra`` when it names them,
-    defaults otherwise."""
-    extra = {
-        k: campaign.protocol_extra[k]
-        for k in _PROTOCOL_KEYS
-        if k in (campaign.protocol_extra or {})
-    }
+    """The campaign's analysis protocol: τ = ``tau_s``, the other fields from
+    ``protocol_extra["analysis"]`` when it names them, defaults otherwise."""
+    given = (campaign.protocol_extra or {}).get("analysis") or {}
+    if not isinstance(given, dict):
+        raise UsageError(f"campaign {campaign.id}: protocol_extra.analysis must be a table")
+    unknown = sorted(set(given) - _PROTOCOL_KEYS)
+    if unknown:
+        raise UsageError(
+            f"campaign {campaign.id}: protocol_extra.analysis: unknown keys {', '.join(unknown)}"
+        )
+    extra = dict(given)
     if "success_at" in extra:
         extra["success_at"] = tuple(float(t) for t in extra["success_at"])
     try:
         return Protocol(tau=float(campaign.tau_s), **extra)
     except (TypeError, ValueError) as exc:
-        raise UsageError(f"campaign {campaign.id}: protocol_extra: {exc}") from None
+        raise UsageError(f"campaign {campaign.id}: protocol_extra.analysis: {exc}") from None
 
 
 def snapshot_result(

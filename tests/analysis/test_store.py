@@ -203,7 +203,9 @@ def test_campaign_tau_is_the_default_protocol(world: World) -> None:
 
 
 def test_campaign_protocol_extra(world: World) -> None:
-    world.campaign.protocol_extra = {"bootstrap": 150, "seed": 9, "success_at": [5, 20]}
+    world.campaign.protocol_extra = {
+        "analysis": {"bootstrap": 150, "seed": 9, "success_at": [5, 20]}
+    }
     world.s.flush()
     snap = build_snapshot(world.s, campaign_id=world.campaign.id, stream=LabelStream.reviewed_only)
     assert snap.protocol["bootstrap"] == 150 and snap.protocol["seed"] == 9
@@ -212,6 +214,6 @@ def test_campaign_protocol_extra(world: World) -> None:
     # so the leaderboard has no HRT and says why
     assert snap.result["protocol"]["reference"] is None
     assert any("human-ref has no scored episodes" in n for n in snap.result["notes"])
-    world.campaign.protocol_extra = {"bootstrap": 0}
-    with pytest.raises(UsageError, match="protocol_extra: bootstrap"):
+    world.campaign.protocol_extra = {"analysis": {"bootstrap": 0}}
+    with pytest.raises(UsageError, match=r"protocol_extra\.analysis: bootstrap"):
         build_snapshot(world.s, campaign_id=world.campaign.id, stream=LabelStream.reviewed_only)
