@@ -335,6 +335,7 @@ class SimWorld:
     def _fk(self) -> None:
         self.origins, self.axes, self.tool = kin.forward(self.q)
         self._jac: np.ndarray | None = None
+        self._ee_pose: np.ndarray | None = None
 
     @property
     def jac(self) -> np.ndarray:
@@ -347,10 +348,20 @@ class SimWorld:
         return self.tool[:3, 3]
 
     def ee_pose(self) -> np.ndarray:
-        return np.concatenate([self.tool[:3, 3], kin.matrix_to_quat(self.tool[:3, :3])])
+        if self._ee_pose is None:  # once per arm motion step, however many readers
+            self._ee_pose = np.concatenate(
+                [self.tool[:3, 3], kin.matrix_to_quat(self.tool[:3, :3])]
+            )
+        return self._ee_pose.copy()
 
     def tcp_velocity(self) -> np.ndarray:
         return self.jac @ self.dq
+
+    def tcp_speed(self) -> float:
+        if not self.dq.any():
+            return 0.0
+        v = self.jac[:3] @ self.dq
+        return math.sqrt(float(v @ v))
 
     def clip_command(self, command: ArmCommand) -> ArmCommand:
         """The command the arm accepts: joint targets within limits, poses within
@@ -503,6 +514,7 @@ class SimWorld:
         self.q, self.dq = q, dq
         self.origins, self.axes, self.tool = origins, axes, tool
         self._jac = None
+        self._ee_pose = None
         if self._stopping and not self.dq.any():
             self._stopping = False
 
@@ -579,7 +591,7 @@ class SimWorld:
                 best, best_d = it, d
         if best is None:
             return
-        speed = float(np.linalg.norm(self.tcp_velocity()[:3]))
+        speed = self.tcp_speed()
         # aim error, and a moving hand closes on a moving target
         chance = spec.grasp_base * math.exp(-0.5 * (best_d / spec.grasp_tolerance) ** 2)
         chance *= math.exp(-speed / 0.15)
@@ -658,7 +670,7 @@ class SimWorld:
         if self.held is not None:
             it = self.items[self.held]
             it.pos[:] = self.tcp - [0.0, 0.0, self.spec.height * 0.3]
-            speed = float(np.linalg.norm(self.tcp_velocity()[:3]))
+            speed = self.tcp_speed()
             hazard = self.spec.slip_rate * (1 + (speed / 0.5) ** 2)
             if self._rng.random() < 1 - math.exp(-hazard * self.dt):
                 self._release(self.held, "slip")
