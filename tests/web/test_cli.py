@@ -213,6 +213,7 @@ def test_create_admin_prompts_at_a_terminal_without_echo(tmp_path: Path) -> None
     """At a terminal the password is asked twice, hidden; it never shows."""
     import pty
     import select
+    import termios
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
     env |= {"PROCTOR_DATA_DIR": str(tmp_path), "PROCTOR_ENV": "test"}
@@ -225,23 +226,30 @@ def test_create_admin_prompts_at_a_terminal_without_echo(tmp_path: Path) -> None
     os.close(slave)
     seen = b""
 
-    def read_until(marker: bytes) -> None:
+    def wait_for_hidden_prompt(marker: bytes) -> None:
+        """Until the prompt is shown and the terminal stops echoing: typing
+        earlier would be discarded when the prompt turns echo off."""
         nonlocal seen
-        deadline = time.monotonic() + 30
-        while marker not in seen and time.monotonic() < deadline:
-            if select.select([master], [], [], 0.2)[0]:
-                try:
-                    seen += os.read(master, 1024)
-                except OSError:
-                    return
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                seen += os.read(master, 1024)
+            echo = termios.tcgetattr(master)[3] & termios.ECHO
+            if marker in seen and not echo:
+                return
+        raise AssertionError(f"no hidden prompt {marker!r}; the terminal shows {seen!r}")
 
     try:
-        read_until(b"Password for root:")
+        wait_for_hidden_prompt(b"Password for root:")
         os.write(master, b"typed at a terminal\n")
-        read_until(b"Repeat for confirmation:")
+        wait_for_hidden_prompt(b"Repeat for confirmation:")
         os.write(master, b"typed at a terminal\n")
-        assert proc.wait(timeout=30) == 0
-        read_until(b"created user")
+        assert proc.wait(timeout=60) == 0
+        while select.select([master], [], [], 0.5)[0]:
+            try:
+                seen += os.read(master, 1024)
+            except OSError:
+                break
     finally:
         if proc.poll() is None:
             proc.kill()
