@@ -77,6 +77,7 @@ def _register_services() -> None:
     from scheduler import cli as scheduler_cli
     from station import cli as station_cli
     from web import cli as web_cli
+    from web.console import cli as console_cli
 
     app.add_typer(db_cli.db_app, name="db")
     app.command("demo")(demo_cli.demo)
@@ -88,6 +89,7 @@ def _register_services() -> None:
     app.command("annotate")(annotator_cli.annotate)
     app.add_typer(scheduler_cli.campaign_app, name="campaign")
     app.add_typer(web_cli.user_app, name="user")
+    app.add_typer(console_cli.console_app, name="console")
     app.command("export")(export_cli.export)
 
 
