@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,8 @@ import sqlalchemy as sa
 from PIL import Image
 from starlette.websockets import WebSocketDisconnect
 
+from proctor.artifacts import open_store
+from proctor.db import make_engine, make_session_factory
 from proctor.db.models import Episode, EpisodeEvent
 from proctor.domain import EpisodeState, Outcome, Role, Side
 from proctor.settings import Settings, load_settings
@@ -446,3 +449,54 @@ def test_the_status_whitelist_drops_what_it_does_not_name() -> None:
     assert "R-7F3K" in text
     with pytest.raises(ValueError, match="did not validate"):
         public_status({"state": "exploded"})
+
+
+def test_photos_are_registered_from_the_command_line(
+    web_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from proctor.cli import main
+
+    for key in list(os.environ):
+        if key.startswith("PROCTOR_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("PROCTOR_ENV", "test")
+    monkeypatch.setenv("PROCTOR_DATABASE_URL", web_db_url)
+    monkeypatch.setenv("PROCTOR_ARTIFACTS", str(tmp_path / "artifacts"))
+
+    def run(*args: str) -> tuple[int, str, str]:
+        try:
+            main(["console", "photo", *args])
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    scene = _image(tmp_path / "scene.jpg", (30, 60, 90))
+    code, out, _ = run(
+        "add", str(scene), "--object", "spoons", "--tote", "left", "--camera-side", "right"
+    )
+    assert code == 0 and "registered for spoons, tote left, camera right" in out
+    junk = tmp_path / "junk.jpg"
+    junk.write_bytes(b"not a picture")
+    code, _, err = run("add", str(junk), "--object", "spoons")
+    assert code == 2 and err.strip() == f"error: photo: {junk} is not an image"
+    code, _, err = run("add", str(scene), "--object", "spoons", "--tote", "up")
+    assert code == 2 and "--tote" in err
+    code, out, _ = run("list")
+    assert code == 0 and "spoons" in out and "left" in out
+
+    engine = make_engine(web_db_url)
+    try:
+        with make_session_factory(engine)() as session:
+            photo = find_photo(
+                session,
+                object_name="spoons",
+                tote_side=Side.left,
+                camera_side=Side.right,
+                camera="wrist",
+            )
+    finally:
+        engine.dispose()
+    assert photo is not None and photo.media_type == "image/jpeg"
+    assert open_store(str(tmp_path / "artifacts")).read_bytes(photo.sha256) == scene.read_bytes()
