@@ -159,6 +159,10 @@ class EpisodeRunner:
                 self.request_stop(StopKind.operator, "station shutting down")
         if self._thread is not None:
             self._thread.join(30)
+        with self._lock:
+            if self.state == RunnerState.armed and self.active is not None:
+                # never started: the row stays armed and recovery marks it interrupted
+                self.active.worker.close()
         if self._own_hub:
             self.hub.stop()
         self.cell.close()
