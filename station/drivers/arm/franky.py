@@ -70,10 +70,12 @@ class FrankyArmConfig(ArmConfig):
     # libfranka's 1 kHz loop misses deadlines on a stock kernel and the
     # controller then aborts with communication_constraints_violation
     realtime: Realtime = Realtime.enforce
-    # fraction of the FR3's velocity/acceleration/jerk limits for policy
-    # motions: evaluation runs beside bins and people, not at full speed
+    # fraction of the FR3's velocity/acceleration/jerk limits for every
+    # motion (set once on the Robot, so it caps everything): evaluation runs
+    # beside bins and people, not at full speed
     relative_dynamics_factor: float = 0.2
     # homing crosses the whole workspace with no policy watching: slower still
+    # (never faster than relative_dynamics_factor, which caps every motion)
     home_dynamics_factor: float = 0.1
     # how long homing may take before it is a fault: the longest home move
     # (~3 rad on joint 1) at 10 % dynamics takes about 10 s
@@ -81,6 +83,13 @@ class FrankyArmConfig(ArmConfig):
     # homing succeeds within this joint error: the controller's impedance
     # leaves a few mrad (franky-sim 5–15 mrad) short of the target
     home_tolerance_rad: float = 0.03
+    # after the homing trajectory ends the joints still converge on the target
+    # for a moment (impedance control lags the trajectory)
+    settle_timeout_s: float = 1.0
+    # libfranka's connect blocks while the controller serves another client
+    # (Desk, a second station process); a controller that answers at all
+    # answers within a second
+    connect_timeout_s: float = 10.0
     # collision reflex thresholds, the libfranka examples' values: low enough
     # that brushing a bin wall trips a reflex, high enough that the arm's own
     # acceleration with a 1 kg payload does not
@@ -198,12 +207,38 @@ class FrankyArm(Arm):
         with self._lock:
             if self._robot is not None:
                 return
+            self._robot = self._connect_within_timeout()
+
+    def _connect_within_timeout(self) -> Any:
+        """libfranka's connect, on a helper thread so that a controller that
+        never answers is a clear fault instead of a hung station."""
+        c = self.config
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def attempt() -> None:
+            # if this outlives the timeout, the late connection is dropped with
+            # ``outcome`` once the thread ends: nobody else holds it
             try:
-                self._robot = self._robot_factory(self.config)
-            except FRANKY_ERRORS as exc:
+                outcome["robot"] = self._robot_factory(c)
+            except BaseException as exc:
+                outcome["error"] = exc
+            done.set()
+
+        threading.Thread(target=attempt, name="franky-connect", daemon=True).start()
+        if not done.wait(c.connect_timeout_s):
+            raise ArmFault(
+                f"cannot connect to the arm at {c.host}: no answer within "
+                f"{c.connect_timeout_s} s (FCI off, or another client holds the robot)"
+            )
+        error = outcome.get("error")
+        if error is not None:
+            if isinstance(error, FRANKY_ERRORS):
                 raise ArmFault(
-                    f"cannot connect to the arm at {self.config.host}: {describe(exc)}"
-                ) from exc
+                    f"cannot connect to the arm at {c.host}: {describe(error)}"
+                ) from None
+            raise error
+        return outcome.pop("robot")
 
     def disconnect(self) -> None:
         with self._lock:
@@ -213,7 +248,10 @@ class FrankyArm(Arm):
     def is_connected(self) -> bool:
         return self._robot is not None
 
-    def _require(self) -> Any:
+    def _r(self) -> Any:
+        """The robot, looked up at each use. Never bind it to a local: a
+        traceback would keep the frame, and with it the libfranka connection,
+        alive after ``disconnect`` — and the controller takes one client."""
         if self._robot is None:
             raise ArmFault("arm is not connected")
         return self._robot
@@ -240,6 +278,16 @@ class FrankyArm(Arm):
             # a lost link nothing can reach it — either way somebody must look
             log.critical("FAILED TO STOP THE ARM after a fault", exc_info=True)
 
+    @property
+    def moving(self) -> bool:
+        """Whether a motion is still executing (a fault ends it: see ``fault``)."""
+        with self._lock:
+            self._r()
+            self._poll()
+            # not poll_motion()'s return value: in franky 2.0 it is True once
+            # the motion has *finished*, the opposite of its docstring
+            return bool(self._r().is_in_control)
+
     def _poll(self) -> None:
         """Latch an exception out of the asynchronous motion, if any (the
         callers look at ``self._fault``)."""
@@ -252,10 +300,10 @@ class FrankyArm(Arm):
     # -- the Arm role --------------------------------------------------------
     def read_state(self) -> ArmState:
         with self._lock:
-            robot = self._require()
+            self._r()
             self._poll()  # a latched fault is reported in the state below
             try:
-                s = robot.state
+                s = self._r().state
             except FRANKY_ERRORS as exc:
                 raise self._latch(exc) from exc
             t = self.clock.now()
@@ -300,7 +348,9 @@ class FrankyArm(Arm):
         return ArmCommand(command.kind, target)
 
     def _motion(self, command: ArmCommand) -> Any:
-        factor = self.config.relative_dynamics_factor
+        # the Robot already scales every motion by relative_dynamics_factor
+        # (it was given at connect); a motion's own factor multiplies on top
+        factor = 1.0
         hold = franky.Duration(round(self.config.velocity_hold_s * 1000))
         t = command.target
         if command.kind == ArmCommandKind.joint_position:
@@ -318,29 +368,28 @@ class FrankyArm(Arm):
     def send(self, command: ArmCommand) -> ArmCommand:
         sent = self.clip(command)
         with self._lock:
-            robot = self._require()
+            self._r()
             self._poll()
             if self._fault is not None:
                 raise ArmFault(f"arm is faulted, refusing to move: {self._fault}")
             try:
-                robot.move(self._motion(sent), asynchronous=True)
+                self._r().move(self._motion(sent), asynchronous=True)
             except FRANKY_ERRORS as exc:
                 raise self._latch(exc) from exc
         return sent
 
     def stop(self) -> None:
         with self._lock:
-            robot = self._robot
-            if robot is None:
+            if self._robot is None:
                 return
             try:
-                robot.stop()
+                self._r().stop()
             except COMMUNICATION_ERRORS as exc:
                 raise self._latch(exc) from exc
             except CONTROL_ERRORS:
                 log.debug("stop on an idle arm", exc_info=True)
             try:
-                finished = robot.join_motion(timeout=self.config.stop_timeout_s)
+                finished = self._r().join_motion(timeout=self.config.stop_timeout_s)
             except FRANKY_ERRORS as exc:
                 if not _is_preemption(exc):
                     raise self._latch(exc) from exc
@@ -352,27 +401,29 @@ class FrankyArm(Arm):
     def recover(self) -> None:
         """``recover_from_errors`` — only ever on an explicit operator action."""
         with self._lock:
-            robot = self._require()
+            self._r()
             log.warning("operator recovery of the arm (fault was: %s)", self._fault)
             try:
-                ok = robot.recover_from_errors()
+                ok = self._r().recover_from_errors()
             except FRANKY_ERRORS as exc:
                 raise ArmFault(f"recovery failed: {describe(exc)}") from exc
-            if not ok or robot.has_errors:
+            if not ok or self._r().has_errors:
                 raise ArmFault("recovery failed: the controller still reports errors")
             self._fault = None
 
     def home(self) -> None:
         c = self.config
         with self._lock:
-            robot = self._require()
+            self._r()
             self._poll()
             if self._fault is not None:
                 raise ArmFault(f"arm is faulted, refusing to home: {self._fault}")
             target = np.clip(np.asarray(c.home_q), self._q_lo, self._q_hi)
+            # relative to the Robot's global factor, which caps every motion
+            factor = min(1.0, c.home_dynamics_factor / c.relative_dynamics_factor)
             try:
-                robot.move(
-                    franky.JointMotion(target, relative_dynamics_factor=c.home_dynamics_factor),
+                self._r().move(
+                    franky.JointMotion(target, relative_dynamics_factor=factor),
                     asynchronous=True,
                 )
             except FRANKY_ERRORS as exc:
@@ -380,7 +431,7 @@ class FrankyArm(Arm):
         # wait outside the lock so telemetry keeps flowing and an operator
         # stop can preempt the homing motion
         try:
-            finished = robot.join_motion(timeout=c.home_timeout_s)
+            finished = self._r().join_motion(timeout=c.home_timeout_s)
         except FRANKY_ERRORS as exc:
             if _is_preemption(exc):
                 raise ArmFault("homing was interrupted by a stop") from exc
@@ -389,12 +440,17 @@ class FrankyArm(Arm):
         if not finished:
             self.stop()
             raise ArmFault(f"arm did not reach home within {c.home_timeout_s} s")
-        q = self.read_state().q
-        error = float(np.max(np.abs(q - target)))
-        if error > c.home_tolerance_rad:
-            raise ArmFault(
-                f"arm stopped {error:.3f} rad from home (tolerance {c.home_tolerance_rad})"
-            )
+        # the trajectory has ended; the joints converge a little after it
+        settle_until = self.clock.now() + c.settle_timeout_s
+        while True:
+            error = float(np.max(np.abs(self.read_state().q - target)))
+            if error <= c.home_tolerance_rad:
+                return
+            if self.clock.now() >= settle_until:
+                raise ArmFault(
+                    f"arm stopped {error:.3f} rad from home (tolerance {c.home_tolerance_rad})"
+                )
+            self.clock.sleep_until(self.clock.now() + 0.01)
 
 
 def _clip_norm(v: np.ndarray, limit: float) -> np.ndarray:

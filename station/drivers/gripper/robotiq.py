@@ -239,8 +239,8 @@ class RobotiqGripper(Gripper):
 
     def _poll_loop(self) -> None:
         period = 1.0 / self.config.poll_hz
-        next_t = self.clock.now()
-        while not self._stop.is_set():
+        next_t = self.clock.now() + period  # connect() has just read the status
+        while not self._stop.wait(max(0.0, next_t - self.clock.now())):
             try:
                 self._publish(self._read_status())
             except GripperFault as exc:
@@ -253,7 +253,6 @@ class RobotiqGripper(Gripper):
             now = self.clock.now()
             if next_t < now:  # fell behind (a long write): skip, don't burst
                 next_t = now
-            self._stop.wait(next_t - now)
 
     # -- the Gripper role ----------------------------------------------------
     def _fresh_status(self) -> tuple[StatusRegisters, float]:
@@ -284,6 +283,12 @@ class RobotiqGripper(Gripper):
     def status_registers(self) -> StatusRegisters:
         """The raw status as last polled (pre-flight and diagnostics)."""
         return self._fresh_status()[0]
+
+    def read_status_now(self) -> StatusRegisters:
+        """One status exchange on the wire, now, bypassing the poller."""
+        status = self._read_status()
+        self._publish(status)
+        return status
 
     def activate(self) -> None:
         """Reset, then activate, then wait for gSTA = 3 (manual §4.5)."""

@@ -1,0 +1,421 @@
+"""The franky arm driver: the real franky client (libfranka 0.21) against
+franky-sim (MuJoCo behind the libfranka protocol) on a loopback address.
+
+franky-sim's controller stops a few mrad short of joint targets, so
+positions are compared with a tolerance of 0.03 rad (and 5 mm Cartesian).
+The simulator never raises reflex or communication errors: the tests of those
+paths wrap the real robot in ``FaultInjectingRobot`` (below, and only in
+tests), which raises the libfranka exception a real controller would, with
+libfranka's own text, and otherwise passes everything through to franky-sim.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import franky
+import numpy as np
+import pytest
+
+from station.clock import MonotonicClock
+from station.drivers.arm import ARMS, ArmCommand, ArmCommandKind, ArmFault
+from station.drivers.arm.franky import FrankyArm, FrankyArmConfig, _connect_robot
+from tests.station.drivers.conftest import HOME_Q, wait_for
+
+pytestmark = pytest.mark.hardware
+
+JOINT_TOL = 0.03  # rad: franky-sim's impedance controller stops 5–15 mrad short
+POS_TOL = 0.005  # m
+
+
+def config(host: str, **overrides: Any) -> FrankyArmConfig:
+    values: dict[str, Any] = {
+        "host": host,
+        "realtime": "ignore",  # no realtime kernel here
+        # faster than a real station would run: franky-sim has nobody to hurt
+        "relative_dynamics_factor": 0.5,
+        "home_dynamics_factor": 0.5,
+    }
+    values.update(overrides)
+    return FrankyArmConfig(**values)
+
+
+@pytest.fixture
+def arm(franky_sim: str) -> Iterator[FrankyArm]:
+    driver = FrankyArm(config(franky_sim))
+    with driver:  # stops the arm on the way out, even when the test fails
+        driver.home()
+        yield driver
+
+
+def settle(arm: FrankyArm, timeout_s: float = 8.0) -> np.ndarray:
+    """Wait until the arm is at rest; return where it stopped. Rest is judged
+    on positions (< 0.5 mrad of change over 0.1 s): franky-sim's joint 7
+    velocity estimate chatters at ±0.08 rad/s while the joint stands still."""
+    window: list[tuple[float, np.ndarray]] = []
+
+    def still() -> bool:
+        s = arm.read_state()
+        window.append((s.t, s.q))
+        while window[0][0] < s.t - 0.1:
+            window.pop(0)
+        if s.t - window[0][0] < 0.09:
+            return False
+        spread = np.ptp(np.array([q for _, q in window]), axis=0)
+        return float(np.max(spread)) < 5e-4
+
+    wait_for(lambda: not arm.moving, timeout_s, "the motion to finish")
+    wait_for(still, timeout_s, "the arm to come to rest")
+    return arm.read_state().q
+
+
+def test_registry_finds_the_driver() -> None:
+    assert ARMS.load("franky") is FrankyArm
+
+
+def test_config_from_toml_values_is_checked() -> None:
+    c = FrankyArmConfig(host="h", realtime="ignore", home_q=[0, 0, 0, -2, 0, 2, 0])  # type: ignore[arg-type]
+    assert c.home_q == (0.0, 0.0, 0.0, -2.0, 0.0, 2.0, 0.0)
+    with pytest.raises(ValueError, match="collision_force_n needs 6"):
+        FrankyArmConfig(collision_force_n=(1.0, 2.0))
+    with pytest.raises(ValueError, match="relative_dynamics_factor"):
+        FrankyArmConfig(relative_dynamics_factor=0.0)
+    with pytest.raises(ValueError):
+        FrankyArmConfig(realtime="sometimes")  # type: ignore[arg-type]
+
+
+def test_read_state(arm: FrankyArm) -> None:
+    s = arm.read_state()
+    assert s.error is None
+    assert s.q.shape == (7,) and s.dq.shape == (7,) and s.ee_pose.shape == (7,)
+    assert np.allclose(s.q, HOME_Q, atol=JOINT_TOL)
+    # quaternion is [qx, qy, qz, qw] and unit length; at home the flange points
+    # down (a half turn about x), so |qx| ≈ 1
+    assert np.linalg.norm(s.ee_pose[3:]) == pytest.approx(1.0, abs=1e-6)
+    assert abs(s.ee_pose[3]) > 0.9
+    assert 0.2 < s.ee_pose[0] < 0.6 and s.ee_pose[2] > 0.3
+
+
+def test_joint_position_command(arm: FrankyArm) -> None:
+    target = np.asarray(HOME_Q) + np.array([0.3, -0.1, 0.2, 0.15, -0.2, 0.1, 0.3])
+    sent = arm.send(ArmCommand(ArmCommandKind.joint_position, target))
+    assert np.array_equal(sent.target, target)  # inside the limits: unchanged
+    q = settle(arm)
+    assert np.max(np.abs(q - target)) < JOINT_TOL
+    assert arm.read_state().error is None
+
+
+def test_cartesian_pose_command(arm: FrankyArm) -> None:
+    start = arm.read_state().ee_pose
+    target = start.copy()
+    target[:3] += [0.05, -0.04, -0.06]
+    arm.send(ArmCommand(ArmCommandKind.cartesian_pose, target))
+    settle(arm)
+    reached = arm.read_state().ee_pose
+    assert np.linalg.norm(reached[:3] - target[:3]) < POS_TOL
+    # orientation kept: same quaternion up to sign
+    assert abs(float(np.dot(reached[3:], target[3:]))) > 0.999
+
+
+def test_a_newer_command_preempts_the_running_one(arm: FrankyArm) -> None:
+    home = np.asarray(HOME_Q)
+    first = home + np.array([0.8, 0, 0, 0, 0, 0, 0])
+    second = home + np.array([-0.3, 0, 0, 0.2, 0, 0, 0])
+    arm.send(ArmCommand(ArmCommandKind.joint_position, first))
+    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, 5.0, "the first motion to start")
+    arm.send(ArmCommand(ArmCommandKind.joint_position, second))
+    peak = arm.read_state().q[0]
+    while True:  # follow the arm until it settles, tracking how far it got
+        s = arm.read_state()
+        peak = max(peak, s.q[0])
+        if np.max(np.abs(s.q - second)) < JOINT_TOL:
+            break
+        time.sleep(0.005)
+    assert peak < first[0] - 0.2  # the first motion never finished
+    assert arm.read_state().error is None  # preemption is not a fault
+
+
+def test_stop_halts_a_motion_and_the_arm_moves_again(arm: FrankyArm) -> None:
+    home = np.asarray(HOME_Q)
+    target = home + np.array([1.0, 0, 0, 0, 0, 0, 0])
+    arm.send(ArmCommand(ArmCommandKind.joint_position, target))
+    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, 5.0, "the motion to start")
+    arm.stop()
+    q = settle(arm, timeout_s=2.0)
+    assert q[0] < target[0] - 0.3  # stopped well short
+    assert arm.read_state().error is None
+    arm.stop()  # stopping a stopped arm is fine
+    arm.send(ArmCommand(ArmCommandKind.joint_position, home))
+    assert np.max(np.abs(settle(arm) - home)) < JOINT_TOL
+
+
+def test_velocity_commands_move_then_expire(arm: FrankyArm) -> None:
+    # joint velocity: joint 1 turns positive, then the hold runs out and it stops
+    q0 = arm.read_state().q
+    arm.send(ArmCommand(ArmCommandKind.joint_velocity, [0.3, 0, 0, 0, 0, 0, 0]))
+    q1 = settle(arm, timeout_s=3.0)
+    assert q1[0] - q0[0] > 0.01
+    assert np.max(np.abs(np.delete(q1 - q0, 0))) < JOINT_TOL
+
+    # Cartesian velocity: the flange moves along +x, then stops by itself
+    p0 = arm.read_state().ee_pose
+    arm.send(ArmCommand(ArmCommandKind.cartesian_velocity, [0.05, 0, 0, 0, 0, 0]))
+    settle(arm, timeout_s=3.0)
+    d = arm.read_state().ee_pose[:3] - p0[:3]
+    assert d[0] > 0.003 and abs(d[1]) < 0.003 and abs(d[2]) < 0.003
+
+
+def test_commands_are_clipped_and_the_clipped_command_returned() -> None:
+    arm = FrankyArm(config("unused"))
+    c = arm.config
+    wild = np.array([9.0, -9.0, 0.0, 0.0, 0.0, 9.0, -9.0])
+    sent = arm.clip(ArmCommand(ArmCommandKind.joint_position, wild))
+    assert np.all(sent.target <= np.asarray(c.q_max) - c.joint_margin_rad + 1e-12)
+    assert np.all(sent.target >= np.asarray(c.q_min) + c.joint_margin_rad - 1e-12)
+
+    fast = arm.clip(ArmCommand(ArmCommandKind.joint_velocity, np.full(7, 10.0)))
+    assert np.allclose(fast.target, np.asarray(c.max_joint_velocity) * c.relative_dynamics_factor)
+
+    far = arm.clip(ArmCommand(ArmCommandKind.cartesian_pose, [2.0, 0, -1.0, 0, 0, 0, 2.0]))
+    assert np.allclose(far.target, [c.workspace_max[0], 0, c.workspace_min[2], 0, 0, 0, 1])
+
+    twist = arm.clip(ArmCommand(ArmCommandKind.cartesian_velocity, [3.0, 4.0, 0, 0, 0, 0]))
+    assert np.linalg.norm(twist.target[:3]) == pytest.approx(
+        c.max_linear_velocity * c.relative_dynamics_factor
+    )
+    assert np.allclose(twist.target[:2] / np.linalg.norm(twist.target[:2]), [0.6, 0.8])
+
+    with pytest.raises(ValueError, match="zero norm"):
+        arm.clip(ArmCommand(ArmCommandKind.cartesian_pose, [0.5, 0, 0.3, 0, 0, 0, 0]))
+
+
+def test_the_joint_limit_clip_holds_on_the_robot(arm: FrankyArm) -> None:
+    c = arm.config
+    beyond = np.asarray(HOME_Q).copy()
+    beyond[5] = -1.0  # far past joint 6's lower limit (0.54 rad)
+    sent = arm.send(ArmCommand(ArmCommandKind.joint_position, beyond))
+    assert sent.target[5] == pytest.approx(c.q_min[5] + c.joint_margin_rad)
+    q = settle(arm)
+    assert q[5] >= c.q_min[5] and abs(q[5] - sent.target[5]) < JOINT_TOL
+    assert arm.read_state().error is None
+
+
+def test_home_from_elsewhere(arm: FrankyArm) -> None:
+    away = np.asarray(HOME_Q) + np.array([-0.4, 0.2, 0.3, 0.3, 0.2, -0.2, 0.5])
+    arm.send(ArmCommand(ArmCommandKind.joint_position, away))
+    settle(arm)
+    arm.home()
+    assert np.max(np.abs(arm.read_state().q - np.asarray(HOME_Q))) < arm.config.home_tolerance_rad
+
+
+def test_telemetry_at_100_hz_while_moving(arm: FrankyArm) -> None:
+    """A 100 Hz telemetry loop on the station clock, as the recorder runs it,
+    keeps its rate while the arm executes a motion."""
+    clock = MonotonicClock()
+    period = 0.01
+    samples = []
+    target = np.asarray(HOME_Q) + np.array([0.4, 0, 0, 0, 0, 0, 0])
+    arm.send(ArmCommand(ArmCommandKind.joint_position, target))
+    t0 = clock.now()
+    next_t = t0
+    while clock.now() - t0 < 1.0:
+        samples.append(arm.read_state())
+        next_t += period
+        clock.sleep_until(next_t)
+    ts = np.array([s.t for s in samples])
+    rate = (len(ts) - 1) / (ts[-1] - ts[0])
+    assert rate >= 99.0
+    assert np.all(np.diff(ts) > 0)  # one monotonic clock
+    assert np.percentile(np.diff(ts), 50) < 0.0105
+    # and the samples saw the motion
+    assert samples[-1].q[0] - samples[0].q[0] > 0.02
+    settle(arm)
+
+
+def test_connecting_to_nothing_is_a_clear_fault() -> None:
+    # franky-sim binds the first free 127.x.y.z counting up: nothing is up here
+    arm = FrankyArm(config("127.254.253.252"))
+    with pytest.raises(ArmFault, match=r"cannot connect to the arm at 127\.254\.253\.252"):
+        arm.connect()
+    assert not arm.is_connected
+
+
+# -- fault paths: simulated faults, because franky-sim never produces them ----
+
+
+class FaultInjectingRobot:
+    """TEST-ONLY wrapper around a real ``franky.Robot`` connected to
+    franky-sim. Everything passes through, except that a test can arm one
+    libfranka exception (with libfranka's text) to be raised by the next call
+    of a chosen method, as the real controller would after a reflex or a lost
+    link. It also counts ``stop`` and ``recover_from_errors`` calls."""
+
+    def __init__(self, robot: franky.Robot) -> None:
+        self._robot = robot
+        # factories, not exception instances: a stored, raised exception holds
+        # its traceback, whose frames hold this wrapper — a reference cycle
+        # that would keep the robot connection open until the next gc pass
+        self._armed: dict[str, Callable[[], BaseException]] = {}
+        self._sticky: dict[str, Callable[[], BaseException]] = {}
+        self.calls: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def inject(self, method: str, exc: Callable[[], BaseException], sticky: bool = False) -> None:
+        with self._lock:
+            (self._sticky if sticky else self._armed)[method] = exc
+
+    def clear(self) -> None:
+        with self._lock:
+            self._armed.clear()
+            self._sticky.clear()
+
+    def _maybe_raise(self, method: str) -> None:
+        with self._lock:
+            self.calls[method] = self.calls.get(method, 0) + 1
+            make = self._armed.pop(method, None) or self._sticky.get(method)
+        if make is not None:
+            raise make()
+
+    def poll_motion(self) -> bool:
+        self._maybe_raise("poll_motion")
+        return self._robot.poll_motion()
+
+    def join_motion(self, timeout: float | None = None) -> bool:
+        self._maybe_raise("join_motion")
+        return self._robot.join_motion(timeout=timeout)
+
+    def move(self, motion: Any, asynchronous: bool = False) -> None:
+        self._maybe_raise("move")
+        self._robot.move(motion, asynchronous=asynchronous)
+
+    def stop(self) -> None:
+        self._maybe_raise("stop")
+        self._robot.stop()
+
+    def recover_from_errors(self) -> bool:
+        self._maybe_raise("recover_from_errors")
+        return self._robot.recover_from_errors()
+
+    @property
+    def state(self) -> Any:
+        self._maybe_raise("state")
+        return self._robot.state
+
+    @property
+    def has_errors(self) -> bool:
+        return self._robot.has_errors
+
+    @property
+    def is_in_control(self) -> bool:
+        return self._robot.is_in_control
+
+
+REFLEX = 'libfranka: Move command aborted: motion aborted by reflex! ["cartesian_reflex"]'
+LOST_LINK = "libfranka: UDP receive: Timeout"
+
+
+@pytest.fixture
+def faulty(franky_sim: str) -> Iterator[tuple[FrankyArm, FaultInjectingRobot]]:
+    wrapper: list[FaultInjectingRobot] = []
+
+    def factory(c: FrankyArmConfig) -> FaultInjectingRobot:
+        wrapper.append(FaultInjectingRobot(_connect_robot(c)))
+        return wrapper[0]
+
+    arm = FrankyArm(config(franky_sim), robot_factory=factory)
+    arm.connect()
+    try:
+        arm.home()
+        yield arm, wrapper[0]
+    finally:
+        wrapper[0].clear()
+        if arm.is_connected:
+            arm.stop()
+            arm.disconnect()
+        # the controller serves one client: let go of the connection now
+        # (log records with tracebacks may still point at the wrapper's frames)
+        wrapper.clear()
+        gc.collect()
+
+
+def test_a_reflex_latches_a_safety_stop_until_the_operator_recovers(
+    faulty: tuple[FrankyArm, FaultInjectingRobot], caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIMULATED FAULT: the reflex exception is injected by the test wrapper."""
+    arm, robot = faulty
+    target = np.asarray(HOME_Q) + np.array([0.8, 0, 0, 0, 0, 0, 0])
+    arm.send(ArmCommand(ArmCommandKind.joint_position, target))
+    wait_for(lambda: arm.read_state().q[0] - HOME_Q[0] > 0.05, 5.0, "the motion to start")
+    stops_before = robot.calls.get("stop", 0)
+    robot.inject("poll_motion", lambda: franky.ControlException(REFLEX))
+    with caplog.at_level(logging.ERROR):
+        state = arm.read_state()
+    # the fault is in the state, with its kind and libfranka's text
+    assert state.error is not None
+    assert state.error.startswith("reflex error (ControlException)")
+    assert REFLEX in state.error
+    assert "ARM FAULT" in caplog.text
+    # the driver stopped the arm (as the controller itself would have)
+    assert robot.calls.get("stop", 0) == stops_before + 1
+    q = settle(arm, timeout_s=2.0)
+    assert q[0] < target[0] - 0.2
+    # latched: nothing moves, the error stays, until an explicit recover()
+    with pytest.raises(ArmFault, match=r"refusing to move.*reflex"):
+        arm.send(ArmCommand(ArmCommandKind.joint_position, np.asarray(HOME_Q)))
+    with pytest.raises(ArmFault, match="refusing to home"):
+        arm.home()
+    assert arm.read_state().error == state.error
+    assert robot.calls.get("recover_from_errors", 0) == 0
+    arm.recover()
+    assert robot.calls["recover_from_errors"] == 1
+    assert arm.read_state().error is None
+    arm.home()
+
+
+def test_a_lost_link_is_a_communication_fault(
+    faulty: tuple[FrankyArm, FaultInjectingRobot],
+) -> None:
+    """SIMULATED FAULT: the network exception is injected by the test wrapper."""
+    arm, robot = faulty
+    robot.inject("state", lambda: franky.NetworkException(LOST_LINK), sticky=True)
+    with pytest.raises(ArmFault) as excinfo:
+        arm.read_state()
+    assert str(excinfo.value) == f"communication error (NetworkException): {LOST_LINK}"
+    with pytest.raises(ArmFault, match="communication error"):
+        arm.send(ArmCommand(ArmCommandKind.joint_position, np.asarray(HOME_Q)))
+    robot.clear()
+    assert arm.read_state().error == f"communication error (NetworkException): {LOST_LINK}"
+    arm.recover()
+    assert arm.read_state().error is None
+
+
+def test_a_refused_motion_is_a_control_fault(
+    faulty: tuple[FrankyArm, FaultInjectingRobot],
+) -> None:
+    """SIMULATED FAULT: ``move`` raises as the controller does when it rejects
+    a motion (here: a joint-limit violation reported by the command)."""
+    arm, robot = faulty
+    text = 'libfranka: Move command rejected: command not possible in the current mode ("Reflex")!'
+    robot.inject("move", lambda: franky.CommandException(text))
+    with pytest.raises(ArmFault, match="control error \\(CommandException\\)"):
+        arm.send(ArmCommand(ArmCommandKind.joint_position, np.asarray(HOME_Q)))
+    assert text in (arm.read_state().error or "")
+    arm.recover()
+
+
+def test_a_failure_to_stop_is_logged_loudly(
+    faulty: tuple[FrankyArm, FaultInjectingRobot], caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIMULATED FAULT: ``stop`` loses the link. Leaving the ``with`` block
+    must not swallow it: it is logged at CRITICAL and re-raised."""
+    arm, robot = faulty
+    robot.inject("stop", lambda: franky.NetworkException(LOST_LINK))
+    with caplog.at_level(logging.CRITICAL), pytest.raises(ArmFault, match="communication"):
+        arm.__exit__(None, None, None)
+    assert "FAILED TO STOP THE ARM" in caplog.text
+    assert not arm.is_connected

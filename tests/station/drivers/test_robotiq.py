@@ -1,0 +1,294 @@
+"""The Robotiq 2F-85 driver against the simulated gripper on pymodbus's
+server, over a socat pty pair carrying Modbus RTU (and once over TCP with RTU
+framing). Nothing here is mocked: every request and answer is an RTU frame
+with a CRC, through a real serial line discipline."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from station.drivers.gripper import GRIPPERS, GripperCommand, GripperFault
+from station.drivers.gripper import robotiq_registers as regs
+from station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig, quantise
+from station.drivers.gripper.robotiq_registers import (
+    CommandRegisters,
+    GFlt,
+    GObj,
+    GSta,
+    StatusRegisters,
+)
+from station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
+from tests.station.drivers.conftest import PtyPair, wait_for
+
+pytestmark = pytest.mark.hardware
+
+
+# -- the register map, pinned to the frames printed in the Robotiq manual ----
+# (2F-85/2F-140 instruction manual, §4.8 "Control Logic Example": each frame is
+# device id 9, function code, address, count, payload, CRC)
+MANUAL_ACTIVATION_REQUEST = bytes.fromhex("091003E8000306000000000000" + "7330")
+MANUAL_CLOSE_FULL_SPEED_FORCE = bytes.fromhex("091003E8000306090000FFFFFF" + "4229")
+
+
+def test_command_registers_match_the_manual_frames() -> None:
+    assert regs.RESET.encode() == [0x0000, 0x0000, 0x0000]
+    assert regs.move(255, 255, 255).encode() == [0x0900, 0x00FF, 0xFFFF]
+    assert regs.ACTIVATE.encode() == [0x0100, 0x0000, 0x0000]
+    assert CommandRegisters.decode([0x0900, 0x00FF, 0xFFFF]) == regs.move(255, 255, 255)
+
+
+def test_status_registers_decode_the_manual_answers() -> None:
+    # "09 03 02 11 00": activation in progress; "… 31 00": completed
+    assert StatusRegisters.decode([0x1100, 0, 0]).gsta == GSta.activating
+    done = StatusRegisters.decode([0x3100, 0, 0])
+    assert done.gsta == GSta.ready and done.gact and done.ready
+    # closing, not there yet: gOBJ 0, gSTA 3, gGTO 1, gACT 1; gPR FF, gPO 0E, gCU 0A
+    moving = StatusRegisters.decode([0x3900, 0x00FF, 0x0E0A])
+    assert (moving.gobj, moving.gpr, moving.gpo, moving.current_ma) == (
+        GObj.moving,
+        0xFF,
+        0x0E,
+        100.0,
+    )
+    # stopped on an object while closing at gPO BD: gOBJ 2
+    held = StatusRegisters.decode([0xB900, 0x00FF, 0xBD00])
+    assert held.gobj == GObj.contact_closing and held.object_detected and held.gpo == 0xBD
+
+
+def test_status_round_trip_and_fault_text() -> None:
+    s = StatusRegisters(
+        gact=True, ggto=True, gsta=GSta.ready, gobj=GObj.at_position, gflt=0x0E, kflt=0x3,
+        gpr=200, gpo=199, gcu=12,
+    )  # fmt: skip
+    assert StatusRegisters.decode(s.encode()) == s
+    assert s.fault == "gFLT 0x0E: overcurrent triggered"
+    assert regs.fault_text(0) is None
+    assert "unknown" in (regs.fault_text(0x03) or "")
+
+
+def test_a_byte_out_of_range_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="rPR"):
+        regs.move(256, 0, 0).encode()
+
+
+def test_quantise_returns_the_command_the_bytes_carry() -> None:
+    registers, sent = quantise(GripperCommand(position=0.5, speed=0.1, force=1.0))
+    assert (registers.position, registers.speed, registers.force) == (128, 26, 255)
+    assert sent.position == pytest.approx(128 / 255)
+    assert sent.speed == pytest.approx(26 / 255)
+    assert sent.force == 1.0
+
+
+def test_registry_finds_the_driver() -> None:
+    assert GRIPPERS.load("robotiq_2f85") is RobotiqGripper
+
+
+# -- the driver against the simulated gripper over a pty ----------------------
+
+
+@pytest.fixture
+def sim(pty_pair: PtyPair) -> Iterator[SimulatedGripper]:
+    gripper = SimulatedGripper(SimulatedGripperConfig(activation_s=0.3))
+    gripper.start_serial(str(pty_pair.device_end))
+    try:
+        yield gripper
+    finally:
+        gripper.stop()
+
+
+def make_driver(pty_pair: PtyPair, **overrides: object) -> RobotiqGripper:
+    return RobotiqGripper(RobotiqGripperConfig(port=str(pty_pair.driver_end), **overrides))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def gripper(sim: SimulatedGripper, pty_pair: PtyPair) -> Iterator[RobotiqGripper]:
+    driver = make_driver(pty_pair)
+    driver.connect()
+    try:
+        yield driver
+    finally:
+        driver.disconnect()
+
+
+def settle(gripper: RobotiqGripper, timeout_s: float = 3.0) -> None:
+    """Wait until the device has taken the last command (gPR echoes it) and
+    the fingers have stopped (at the target or on an object)."""
+    target = round(gripper.read_state().target * regs.POSITION_MAX)
+
+    def stopped() -> bool:
+        s = gripper.status_registers()
+        return s.gpr == target and s.gobj != GObj.moving
+
+    wait_for(stopped, timeout_s, "the fingers to stop")
+
+
+def test_activation_waits_for_gsta_3(gripper: RobotiqGripper, sim: SimulatedGripper) -> None:
+    assert not gripper.read_state().activated
+    with pytest.raises(GripperFault, match="not activated"):
+        gripper.send(GripperCommand(position=1.0))
+    t0 = time.monotonic()
+    gripper.activate()
+    took = time.monotonic() - t0
+    status = gripper.status_registers()
+    assert status.gsta == GSta.ready and status.gact
+    assert gripper.read_state().activated
+    # it really waited for the device's activation time, not just the write
+    assert took >= sim.config.activation_s * 0.9
+    # the wire carried the manual's activation request byte for byte (reset first)
+    assert MANUAL_ACTIVATION_REQUEST in bytes(sim.noise.heard)
+
+
+def test_close_and_open(gripper: RobotiqGripper, sim: SimulatedGripper) -> None:
+    gripper.activate()
+    sent = gripper.send(GripperCommand(position=1.0, speed=1.0, force=1.0))
+    assert sent == GripperCommand(position=1.0, speed=1.0, force=1.0)
+    assert MANUAL_CLOSE_FULL_SPEED_FORCE in bytes(sim.noise.heard)
+    settle(gripper)
+    closed = gripper.read_state()
+    assert closed.position == 1.0 and closed.target == 1.0 and not closed.object_detected
+    assert closed.fault is None
+
+    sent = gripper.send(GripperCommand(position=0.3, speed=0.5, force=0.2))
+    assert sent.position == pytest.approx(round(0.3 * 255) / 255)
+    settle(gripper)
+    state = gripper.read_state()
+    assert state.position == pytest.approx(sent.position)
+    assert state.target == pytest.approx(sent.position)
+    assert state.t > closed.t
+
+
+def test_object_detected_while_closing(gripper: RobotiqGripper, sim: SimulatedGripper) -> None:
+    gripper.activate()
+    sim.model.place_object(0.6)
+    gripper.send(GripperCommand(position=1.0, speed=1.0, force=0.5))
+    settle(gripper)
+    state = gripper.read_state()
+    assert state.object_detected
+    assert state.position == pytest.approx(0.6, abs=1 / 255)
+    assert state.current_ma is not None and state.current_ma > 0
+    # opening releases it: no object, at the open position
+    gripper.send(GripperCommand(position=0.0))
+    settle(gripper)
+    assert not gripper.read_state().object_detected
+    assert gripper.read_state().position == 0.0
+
+
+def test_a_device_fault_is_surfaced_and_cleared_by_reactivation(
+    gripper: RobotiqGripper, sim: SimulatedGripper
+) -> None:
+    gripper.activate()
+    sim.model.inject_fault(GFlt.overcurrent)
+    wait_for(lambda: gripper.read_state().fault is not None, 1.0, "the fault to be polled")
+    assert gripper.read_state().fault == "gFLT 0x0E: overcurrent triggered"
+    with pytest.raises(GripperFault, match="overcurrent"):
+        gripper.send(GripperCommand(position=1.0))
+    gripper.activate()  # reset + rising edge on rACT clears a major fault (manual §4.7.4)
+    assert gripper.read_state().fault is None
+    gripper.send(GripperCommand(position=1.0))
+
+
+def test_a_silent_peer_times_out_within_the_stale_limit(
+    gripper: RobotiqGripper, sim: SimulatedGripper
+) -> None:
+    gripper.activate()
+    gripper.read_state()
+    sim.noise.silent = True
+    t0 = time.monotonic()
+    with pytest.raises(GripperFault) as excinfo:
+        while time.monotonic() - t0 < 2.0:
+            gripper.read_state()
+            time.sleep(0.005)
+    detected = time.monotonic() - t0
+    assert "silent" in str(excinfo.value) and "No response" in str(excinfo.value)
+    # stale_after_s (0.2 s) plus one poll in flight (3 × 50 ms)
+    assert detected < 0.6
+    with pytest.raises(GripperFault):
+        gripper.send(GripperCommand(position=1.0))
+    # the line comes back: so does the gripper, without an operator
+    sim.noise.silent = False
+    wait_for(lambda: _healthy(gripper), 2.0, "the gripper to answer again")
+
+
+def _healthy(gripper: RobotiqGripper) -> bool:
+    try:
+        gripper.read_state()
+    except GripperFault:
+        return False
+    return True
+
+
+@pytest.fixture
+def quiet_gripper(sim: SimulatedGripper, pty_pair: PtyPair) -> Iterator[RobotiqGripper]:
+    """A driver whose poller stays off the wire for the test's few hundred
+    milliseconds, so frames can be counted exactly."""
+    driver = make_driver(pty_pair, poll_hz=0.2, stale_after_s=30.0)
+    driver.connect()
+    try:
+        yield driver
+    finally:
+        driver.disconnect()
+
+
+def test_dropped_answers_are_retried_a_bounded_number_of_times(
+    quiet_gripper: RobotiqGripper, sim: SimulatedGripper
+) -> None:
+    retries = quiet_gripper.config.retries
+    before = quiet_gripper.stats.frames_sent
+    sim.noise.drop_next(retries)  # every retry is needed, and enough
+    quiet_gripper.read_status_now()
+    assert quiet_gripper.stats.frames_sent - before == retries + 1
+
+    before = quiet_gripper.stats.frames_sent
+    sim.noise.drop_next(retries + 1)  # one more than the driver may try
+    with pytest.raises(GripperFault, match=f"after {retries} retries"):
+        quiet_gripper.read_status_now()
+    assert quiet_gripper.stats.frames_sent - before == retries + 1
+    assert sim.noise.dropped == 2 * retries + 1
+
+
+def test_a_corrupted_answer_fails_its_crc_and_is_retried(
+    quiet_gripper: RobotiqGripper, sim: SimulatedGripper
+) -> None:
+    before = quiet_gripper.stats.frames_sent
+    sim.noise.corrupt_next(1)
+    status = quiet_gripper.read_status_now()
+    assert sim.noise.corrupted == 1
+    assert quiet_gripper.stats.frames_sent - before == 2
+    assert status.gsta == GSta.reset  # the good second answer, decoded
+
+
+def test_no_device_on_the_line_fails_connect_clearly(
+    sim: SimulatedGripper, pty_pair: PtyPair
+) -> None:
+    sim.noise.silent = True
+    driver = make_driver(pty_pair)
+    with pytest.raises(GripperFault, match="No response received"):
+        driver.connect()
+    assert not driver.is_connected
+
+
+def test_a_missing_port_fails_connect_clearly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    driver = RobotiqGripper(RobotiqGripperConfig(port=str(tmp_path / "ttyUSB9")))
+    with pytest.raises(GripperFault, match="cannot open the gripper line"):
+        driver.connect()
+
+
+def test_rtu_framing_over_tcp() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sim = SimulatedGripper(SimulatedGripperConfig(activation_s=0.05))
+    sim.start_tcp("127.0.0.1", port)
+    try:
+        driver = RobotiqGripper(RobotiqGripperConfig(port=f"tcp://127.0.0.1:{port}"))
+        with driver:
+            driver.activate()
+            driver.send(GripperCommand(position=1.0))
+            settle(driver)
+            assert driver.read_state().position == 1.0
+    finally:
+        sim.stop()
