@@ -38,14 +38,6 @@ PLACEHOLDERS: tuple[Placeholder, ...] = (
         (Role.submitter,),
     ),
     Placeholder(
-        "/console",
-        "Operator console",
-        6,
-        "The operator console: the next run code, the scene to set out, Start / "
-        "Stop / Safety stop, live cameras, and the post-rollout form.",
-        (Role.operator,),
-    ),
-    Placeholder(
         "/campaigns",
         "Campaigns",
         6,
