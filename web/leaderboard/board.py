@@ -165,6 +165,46 @@ def open_board(
     )
 
 
+@dataclass(frozen=True)
+class BoardVersion:
+    """What identifies a public leaderboard response, in one cheap query."""
+
+    snapshot_id: int
+    data_version: str
+    released: bool
+    listing: tuple[int, str]  # released campaigns: how many, the latest release
+
+    def key(self) -> tuple[object, ...]:
+        return (self.snapshot_id, self.data_version, self.released, self.listing)
+
+
+def board_version(
+    session: ProctorSession, campaign_id: int, stream: LabelStream
+) -> BoardVersion | None:
+    """The latest snapshot of a campaign under a stream and whether the
+    campaign is released (None: no snapshot or no campaign)."""
+    row = session.execute(
+        sa.select(AnalysisSnapshot.id, AnalysisSnapshot.data_version, Campaign.status)
+        .join(Campaign, Campaign.id == AnalysisSnapshot.campaign_id)
+        .where(AnalysisSnapshot.campaign_id == campaign_id, AnalysisSnapshot.label_stream == stream)
+        .order_by(AnalysisSnapshot.id.desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    count, latest = session.execute(
+        sa.select(sa.func.count(), sa.func.max(Campaign.released_at)).where(
+            Campaign.status == CampaignStatus.released
+        )
+    ).one()
+    return BoardVersion(
+        snapshot_id=row[0],
+        data_version=row[1],
+        released=row[2] == CampaignStatus.released,
+        listing=(int(count), str(latest)),
+    )
+
+
 def listed_campaigns(session: ProctorSession, who: Principal | None) -> list[CampaignInfo]:
     """Campaigns with a leaderboard the caller may see, newest release first
     (admins also see unreleased ones, as previews)."""

@@ -16,14 +16,21 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
+from web.auth.sessions import SESSION_COOKIE
 from web.deps import DbId, OptionalUser, SessionDep
 from web.errors import error_responses
 from web.leaderboard import caching
-from web.leaderboard.board import Board, listed_campaigns, open_board, parse_stream
+from web.leaderboard.board import (
+    Board,
+    board_version,
+    listed_campaigns,
+    open_board,
+    parse_stream,
+)
 from web.leaderboard.episodes import MAX_PAGE, EpisodeListOut, episode_list
 from web.leaderboard.format import FORMATS
 from web.leaderboard.schemas import CampaignOut, LeaderboardOut, leaderboard_view
-from web.snapshots.service import RESULTS
+from web.snapshots.service import RESULTS, db_key
 from web.templating import render
 
 api_router = APIRouter(tags=["leaderboard"], responses=error_responses(404, 422))
@@ -101,10 +108,12 @@ def get_leaderboard(
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit
+    key = ("leaderboard-json", db_key(session), view.snapshot.id, view.blinded)
+    body = RESULTS.get(key)
+    if body is None:
+        body = RESULTS.put(key, view.model_dump_json().encode())
     return Response(
-        view.model_dump_json(),
-        media_type="application/json",
-        headers=caching.cache_headers(public=public, etag=etag),
+        body, media_type="application/json", headers=caching.cache_headers(public=public, etag=etag)
     )
 
 
@@ -180,6 +189,12 @@ def leaderboard_home(
     return leaderboard_page(campaigns[0].id, request, session, who, stream)
 
 
+def _anonymous(request: Request, who: OptionalUser) -> bool:
+    """Nobody signed in and no session (so no flash messages): the page is
+    the same for everyone who asks."""
+    return who is None and SESSION_COOKIE not in request.cookies
+
+
 @page_router.get("/leaderboard/{campaign_id}", response_class=HTMLResponse)
 def leaderboard_page(
     campaign_id: DbId,
@@ -188,6 +203,26 @@ def leaderboard_page(
     who: OptionalUser,
     stream: StreamQuery = None,
 ) -> Response:
+    # the public's fast path: one query says which snapshot; the page is cached
+    page_key: tuple[object, ...] | None = None
+    if _anonymous(request, who):
+        version = board_version(session, campaign_id, parse_stream(stream))
+        if version is not None and version.released:
+            page_key = (
+                "leaderboard-page",
+                db_key(session),
+                *version.key(),
+                request.url.path,
+                request.url.query,
+                request.app.state.web.static_version,
+            )
+            etag = caching.etag_for(*page_key)
+            hit = caching.conditional(request, etag, public=True)
+            if hit is not None:
+                return hit
+            cached = RESULTS.get(page_key)
+            if cached is not None:
+                return HTMLResponse(cached, headers=caching.cache_headers(public=True, etag=etag))
     board, view, etag, public = _view(request, session, who, campaign_id, stream)
     page_etag = caching.etag_for(etag, caching.audience(who), request.app.state.web.static_version)
     hrt_max = max(
@@ -220,7 +255,7 @@ def leaderboard_page(
     }
     labels = [r.label for r in view.rows]
     verdicts = {(p.a, p.b): p for p in view.pairs}
-    return _page(
+    response = _page(
         request,
         "leaderboard/board.html",
         {
@@ -232,9 +267,12 @@ def leaderboard_page(
             "labels": labels,
             "verdicts": verdicts,
         },
-        etag=page_etag,
+        etag=caching.etag_for(*page_key) if page_key else page_etag,
         public=public,
     )
+    if page_key is not None and response.status_code == 200:
+        RESULTS.put(page_key, response.body)
+    return response
 
 
 @page_router.get("/leaderboard/{campaign_id}/episodes", response_class=HTMLResponse)
