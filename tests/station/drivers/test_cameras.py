@@ -1,0 +1,265 @@
+"""Camera drivers.
+
+RealSense: recordings are made with pyrealsense2's software device (a
+SYNTHETIC TEST PATTERN, see ``realsense_record``) and played back through the
+real ``rs.pipeline`` path, then into the station's recorder.
+
+UVC: there is no camera on this machine. The V4L2 path is exercised as far
+as it goes without one (opening fails, clearly); streaming and stall
+detection are exercised by OpenCV's FFmpeg backend playing a VIDEO FILE
+through the driver's same grabber thread — a stand-in source, not a camera.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from station.clock import MonotonicClock
+from station.drivers.camera import CAMERAS, CameraStalled
+from station.drivers.camera.common import CameraUnavailable, DeviceClockMapper
+from station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
+from station.drivers.camera.realsense_record import (
+    DEFAULT_START_MS,
+    pattern,
+    pattern_index,
+    record_pattern,
+)
+from station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
+from station.recorder import Recorder, VideoSettings, finalize_spool
+
+pytestmark = pytest.mark.hardware
+
+W, H, FPS = 64, 48, 30
+SERIAL = "TEST0001"
+
+
+def test_registry_finds_the_drivers() -> None:
+    assert CAMERAS.load("realsense") is RealSenseCamera
+    assert CAMERAS.load("uvc") is UvcCamera
+
+
+# -- device clock → station clock ---------------------------------------------
+
+
+def test_clock_mapper_recovers_capture_times_from_noisy_arrivals() -> None:
+    rng = np.random.default_rng(7)
+    true_offset = 1000.0  # station = device + 1000 s
+    capture_device = 5.0 + np.arange(300) / 30.0
+    # transfer latency: 2 ms floor plus a heavy tail (USB, a busy host)
+    latency = 0.002 + rng.exponential(0.004, size=capture_device.size)
+    arrival = capture_device + true_offset + latency
+    mapper = DeviceClockMapper(window_s=2.0)
+    mapped = np.array([mapper.map(d, a) for d, a in zip(capture_device, arrival, strict=True)])
+    assert np.all(np.diff(mapped) > 0)
+    assert np.all(mapped <= arrival + 1e-9)  # never after the frame arrived
+    error = mapped - (capture_device + true_offset)
+    # after the first window the error is the window's smallest latency
+    assert np.all(error[60:] >= 0) and np.all(error[60:] < 0.0025)
+    assert np.median(np.abs(np.diff(mapped) - 1 / 30)) < 1e-3
+
+
+def test_clock_mapper_starts_afresh_when_the_device_clock_jumps_back() -> None:
+    mapper = DeviceClockMapper()
+    t1 = mapper.map(10.0, 100.0)
+    t2 = mapper.map(0.5, 100.04)  # camera reset (or a looping playback)
+    assert mapper.resets == 1
+    assert t2 > t1 and t2 == pytest.approx(100.04)
+
+
+# -- RealSense through rs.pipeline --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One second of the pattern at 30 fps (recorded in real time: 1 s)."""
+    path = tmp_path_factory.mktemp("rs") / "exterior.db3"
+    return record_pattern(path, width=W, height=H, fps=FPS, frames=30, serial=SERIAL)
+
+
+def rs_config(path: Path, **overrides: object) -> RealSenseCameraConfig:
+    values: dict[str, object] = {
+        "name": "exterior",
+        "width": W,
+        "height": H,
+        "fps": FPS,
+        "serial": SERIAL,
+        "playback_file": str(path),
+        "playback_real_time": False,
+    }
+    values.update(overrides)
+    return RealSenseCameraConfig(**values)  # type: ignore[arg-type]
+
+
+def test_realsense_playback_delivers_every_frame_with_device_timestamps(
+    recording: Path,
+) -> None:
+    cam = RealSenseCamera(rs_config(recording))
+    with cam:
+        assert cam.device_serial == SERIAL
+        assert cam.stream_size == (W, H) and cam.stream_fps == FPS
+        frames = [cam.read(timeout_s=2.0) for _ in range(30)]
+    assert [f.index for f in frames] == list(range(30))
+    for i, f in enumerate(frames):
+        assert f.image.shape == (H, W, 3) and f.image.dtype == np.uint8
+        assert pattern_index(f.image) == i
+        assert np.array_equal(f.image, pattern(i, W, H))  # RGB, byte for byte
+        assert f.device_t == pytest.approx((DEFAULT_START_MS + i * 1000 / FPS) / 1000)
+    ts = np.array([f.t for f in frames])
+    assert np.all(np.diff(ts) > 0)
+
+
+def test_realsense_stall_is_reported_within_the_timeout(recording: Path) -> None:
+    """The recording ends: from then on the pipeline delivers nothing, as a
+    camera that stopped streaming would."""
+    with RealSenseCamera(rs_config(recording)) as cam:
+        for _ in range(30):
+            cam.read(timeout_s=2.0)
+        t0 = time.monotonic()
+        with pytest.raises(CameraStalled, match=r"no frame for 0\.50 s"):
+            cam.read(timeout_s=0.5)
+        assert 0.45 < time.monotonic() - t0 < 1.0
+
+
+def test_realsense_real_time_playback_maps_device_time_onto_the_station_clock(
+    recording: Path,
+) -> None:
+    clock = MonotonicClock()
+    cam = RealSenseCamera(rs_config(recording, playback_real_time=True), clock=clock)
+    with cam:
+        frames, reads = [], []
+        for _ in range(25):
+            frames.append(cam.read(timeout_s=2.0))
+            reads.append(clock.now())
+    t = np.array([f.t for f in frames])
+    d = np.array([f.device_t for f in frames])
+    # capture times follow the device's spacing, not the host's scheduling
+    assert np.median(np.abs(np.diff(t) - np.diff(d))) < 0.002
+    # on the station clock, never after the frame reached us
+    assert np.all(t <= np.array(reads))
+    assert np.all(np.array(reads) - t < 0.1)
+    assert cam.clock_offset is not None
+
+
+def test_realsense_refuses_a_recording_that_does_not_match_the_config(
+    recording: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(CameraUnavailable, match="streams 64x48, configured 640x480"):
+        RealSenseCamera(rs_config(recording, width=640, height=480)).connect()
+    with pytest.raises(CameraUnavailable, match=f"serial {SERIAL}, configured OTHER"):
+        RealSenseCamera(rs_config(recording, serial="OTHER")).connect()
+    with pytest.raises(CameraUnavailable, match="does not exist"):
+        RealSenseCamera(rs_config(tmp_path / "missing.db3")).connect()
+
+
+def test_realsense_without_a_camera_says_which_serial_is_missing() -> None:
+    cam = RealSenseCamera(RealSenseCameraConfig(name="wrist", serial="123456789012"))
+    with pytest.raises(CameraUnavailable, match="RealSense 123456789012 not found"):
+        cam.connect()
+    with pytest.raises(CameraUnavailable, match="no serial number configured"):
+        RealSenseCamera(RealSenseCameraConfig(name="wrist")).connect()
+
+
+def test_realsense_playback_into_the_station_recorder(recording: Path, tmp_path: Path) -> None:
+    """Frames from the pipeline go through the station's recorder (the one
+    episodes use) into an H.264 MP4 and a frame table."""
+    cam = RealSenseCamera(rs_config(recording))
+    spool = tmp_path / "spool"
+    with cam:
+        first = cam.read(timeout_s=2.0)
+        recorder = Recorder(
+            spool,
+            t0=first.t,
+            cameras={"exterior": VideoSettings(W, H, FPS)},
+            telemetry_hz=100,
+            segment_s=2.0,
+            virtual_clock=True,  # block rather than drop: the test wants every frame
+            state={"test": "realsense playback"},
+        )
+        recorder.add_frame("exterior", first)
+        for _ in range(29):
+            recorder.add_frame("exterior", cam.read(timeout_s=2.0))
+    result = recorder.close()
+    assert result.cameras["exterior"].frames == 30
+    assert result.cameras["exterior"].dropped == 0
+    assert result.cameras["exterior"].device_gaps == 0
+    final = finalize_spool(spool, ["exterior"])
+    mp4, n = final.videos["exterior"]
+    assert n == 30
+    with av.open(str(mp4)) as container:
+        decoded = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(decoded) == 30 and decoded[0].shape == (H, W, 3)
+    # lossy H.264, but the picture is the pattern: the white square is where it was
+    for i in (0, 15, 29):
+        assert np.mean(np.abs(decoded[i].astype(int) - pattern(i, W, H).astype(int))) < 12
+    table = pq.read_table(final.frame_tables["exterior"]).to_pydict()
+    assert table["device_index"] == list(range(30))
+    assert np.allclose(table["device_t"], (DEFAULT_START_MS + np.arange(30) * 1000 / FPS) / 1000)
+    assert np.all(np.diff(table["t"]) > 0)
+
+
+# -- UVC through OpenCV ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def video_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A STAND-IN SOURCE: 15 MJPG frames in an AVI, played through the UVC
+    driver's grabber by OpenCV's FFmpeg backend."""
+    path = tmp_path_factory.mktemp("uvc") / "wrist.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"MJPG"), FPS, (W, H))
+    if not writer.isOpened():
+        pytest.fail("OpenCV cannot write MJPG/AVI here")
+    for i in range(15):
+        writer.write(cv2.cvtColor(pattern(i, W, H), cv2.COLOR_RGB2BGR))
+    writer.release()
+    return path
+
+
+def uvc_config(device: str, **overrides: object) -> UvcCameraConfig:
+    values: dict[str, object] = {"name": "wrist", "device": device, "width": W, "height": H}
+    values.update({"fps": FPS, **overrides})
+    return UvcCameraConfig(**values)  # type: ignore[arg-type]
+
+
+def test_uvc_file_source_streams_at_the_configured_rate(video_file: Path) -> None:
+    with UvcCamera(uvc_config(str(video_file))) as cam:
+        frames = [cam.read(timeout_s=1.0) for _ in range(14)]
+    assert [f.index for f in frames] == list(range(14))
+    for i, f in enumerate(frames):
+        assert f.image.shape == (H, W, 3)
+        # MJPG is lossy; the moving square is still where frame i put it
+        assert np.mean(np.abs(f.image.astype(int) - pattern(i, W, H).astype(int))) < 12
+    ts = np.array([f.t for f in frames])
+    assert np.all(np.diff(ts) > 0)
+    assert np.median(np.diff(ts)) == pytest.approx(1 / FPS, abs=0.005)
+
+
+def test_uvc_stall_detected_within_a_second(video_file: Path) -> None:
+    """SOURCE STOPS: the file runs out, as a camera that stops streaming."""
+    with UvcCamera(uvc_config(str(video_file))) as cam:
+        for _ in range(15):
+            cam.read(timeout_s=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(CameraStalled, match="end of file"):
+            cam.read(timeout_s=1.0)
+        assert time.monotonic() - t0 < 1.2
+
+
+def test_uvc_open_failures_are_clear(video_file: Path, tmp_path: Path) -> None:
+    with pytest.raises(CameraUnavailable, match="UVC device /dev/video97 does not exist"):
+        UvcCamera(uvc_config("/dev/video97")).connect()
+    with pytest.raises(CameraUnavailable, match="OpenCV could not open /dev/null"):
+        UvcCamera(uvc_config("/dev/null")).connect()
+    with pytest.raises(CameraUnavailable, match=r"video file .* does not exist"):
+        UvcCamera(uvc_config(str(tmp_path / "none.avi"))).connect()
+    with pytest.raises(CameraUnavailable, match="delivers 64x48, configured 640x480"):
+        UvcCamera(uvc_config(str(video_file), width=640, height=480)).connect()
+    cam = UvcCamera(uvc_config(str(video_file)))
+    with pytest.raises(CameraUnavailable, match="not connected"):
+        cam.read()
