@@ -339,3 +339,130 @@ def demo_profiles() -> None:
     for p in DEMO_PROFILES.values():
         tag = " (reference)" if p.reference else ""
         typer.echo(f"{p.name:10s}{tag:12s} {p.description}")
+
+
+@policy_app.command("check")
+def check(
+    endpoint: Annotated[
+        str, typer.Argument(help="The policy server's WebSocket URL: ws://host:port or wss://…")
+    ],
+    dialect: Annotated[
+        str | None,
+        typer.Option(help="openpi or roboarena (default: detected from the server's metadata)."),
+    ] = None,
+    action_space: Annotated[
+        str | None,
+        typer.Option(
+            "--action-space",
+            help="The action space you declare: joint_position, joint_velocity, "
+            "cartesian_position or cartesian_velocity.",
+        ),
+    ] = None,
+    chunk_length: Annotated[
+        int | None, typer.Option(min=1, help="The number of actions per reply you declare.")
+    ] = None,
+    deterministic: Annotated[
+        bool,
+        typer.Option(
+            "--deterministic", help="Declare that the same observations give the same actions."
+        ),
+    ] = False,
+    name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--name",
+            help="A name that must not appear in the metadata: your policy's, your team's "
+            "(repeatable).",
+        ),
+    ] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            help="An environment variable holding the server's API key (sent as "
+            "'Authorization: Api-Key …', as openpi's client does).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds a reply may take (the station's limit).")
+    ] = 5.0,
+    sim_keys: Annotated[
+        bool,
+        typer.Option(
+            "--sim-keys/--no-sim-keys",
+            help="Send the simulated cell's privileged sim/… keys, as the sim profile does.",
+        ),
+    ] = True,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Also write the report as JSON to this file ('-': stdout)."),
+    ] = None,
+) -> None:
+    """Check that a policy server speaks the station's protocol as declared
+    (exit code 0 when it passes, 1 when it fails)."""
+    import json
+    import os
+
+    from rich.console import Console
+
+    from proctor.domain import EndpointDialect
+    from station.policy.conformance import (
+        CheckOptions,
+        Expectations,
+        Status,
+        check_endpoint,
+        format_report,
+    )
+    from station.policy.spec import ActionSpace
+
+    if not endpoint.startswith(("ws://", "wss://")):
+        raise UsageError(f"ENDPOINT: '{endpoint}' is not a ws:// or wss:// URL")
+    try:
+        chosen = EndpointDialect(dialect) if dialect else None
+    except ValueError:
+        raise UsageError(f"--dialect: '{dialect}' is not one of openpi, roboarena") from None
+    if chosen == EndpointDialect.positronic_v1:
+        raise UsageError(
+            "--dialect: the station's policy client does not speak Positronic's v1 wire yet; "
+            "serve the openpi or RoboArena dialect"
+        )
+    try:
+        space = ActionSpace(action_space) if action_space else None
+    except ValueError:
+        raise UsageError(
+            f"--action-space: '{action_space}' is not one of "
+            f"{', '.join(a.value for a in ActionSpace)}"
+        ) from None
+    headers = {}
+    if api_key_env:
+        key = os.environ.get(api_key_env, "")
+        if not key:
+            raise UsageError(f"--api-key-env: the environment variable {api_key_env} is empty")
+        headers["Authorization"] = f"Api-Key {key}"
+    err = Console(stderr=True)
+    with err.status("checking…") as status:
+        report = check_endpoint(
+            endpoint,
+            expect=Expectations(
+                action_space=space,
+                chunk_length=chunk_length,
+                deterministic=deterministic,
+                identity_terms=tuple(name or ()),
+            ),
+            options=CheckOptions(
+                dialect=chosen, headers=headers, request_timeout_s=timeout, sim_keys=sim_keys
+            ),
+            progress=lambda msg: status.update(f"checking: {msg}…"),
+        )
+    colors = {"[ok  ]": "green", "[FAIL]": "red", "[warn]": "yellow"}
+    for line in format_report(report):
+        color = next((c for mark, c in colors.items() if mark in line[:10]), None)
+        typer.echo(typer.style(line, fg=color) if color else line)
+    if json_out is not None:
+        text = json.dumps(report.to_json(), indent=2)
+        if str(json_out) == "-":
+            typer.echo(text)
+        else:
+            json_out.write_text(text + "\n", encoding="utf-8")
+    if report.verdict != Status.passed:
+        raise typer.Exit(1)
