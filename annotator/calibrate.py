@@ -8,8 +8,9 @@
 Simulates episodes across every demo policy profile and object (telemetry
 only, ``annotator.simulate``), then sweeps the thresholds one at a time
 (coordinate descent, two passes) for the best F1 of placements (ties: the
-smaller 95th-percentile and median timestamp errors), sets each event
-kind's lag to cancel its median signed timing error, and writes the file
+smaller 95th-percentile and median timestamp errors; on a tie the current
+value stays), each candidate value judged with each event kind's lag set
+to cancel its median signed timing error, and writes the file
 with the figures it reached. The calibration seed is deliberately not the
 acceptance test's, so the test measures on episodes calibration never saw.
 """
@@ -74,7 +75,9 @@ def sweep(
             current = getattr(getattr(best, section), name)
             results = []
             for v in values:
-                th = _with(best, section, name, v)
+                # each candidate value with its own lags: timing and the features
+                # read at the event's time are judged as they would ship
+                th = set_lags(corpus, _with(best, section, name, v))
                 score, _ = evaluate(corpus, th)
                 results.append((_objective(score), v == current, v, th, score))
             # the best objective; on a tie keep the current value
@@ -268,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rich.console import Console
 
-    out = Console(highlight=False)
+    out = Console(highlight=False, soft_wrap=True)
     say = out.print
     if args.episodes < 24:
         parser.error("--episodes: at least 24 (one per demo profile × object)")

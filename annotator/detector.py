@@ -246,6 +246,8 @@ def _candidate(
     layout: CellLayout,
     cls: ClassifierThresholds,
 ) -> Candidate:
+    # features where the item left the fingers: at the event's time, lag included
+    i = min(max(int(np.searchsorted(sig.t, t_ev - 1e-9)), 0), len(sig.t) - 1)
     x, y, z = float(sig.x[i]), float(sig.y[i]), float(sig.z[i])
     vx, vy = _velocity(sig, i)
     fall = max(z - cls.item_drop_offset, 0.0)
