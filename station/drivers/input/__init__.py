@@ -1,0 +1,1 @@
+"""Operator input devices (teleoperation), behind the hardware-library boundary."""
