@@ -92,7 +92,7 @@ def test_review_one_queued_episode_end_to_end(
     row = page.locator(f'[data-testid="review-queue"] tr[data-uid="{uid}"]')
     assert row.count() == 1
     row.locator("a").click()
-    page.wait_for_selector('#review[data-ready]', state="attached")
+    page.wait_for_selector("#review[data-ready]", state="attached")
     ready = page.get_attribute("#review", "data-ready")
     assert ready == "true", (
         page.locator('[data-testid="error"]').inner_text(),
@@ -195,3 +195,79 @@ def test_review_one_queued_episode_end_to_end(
         # what the reviewer placed lies within a frame or two of the true times
         for t_true, t_rev in zip(sorted(truth["placements_s"]), placed, strict=True):
             assert abs(t_true - t_rev) < 0.2
+
+
+def test_without_video_scrub_by_telemetry_flag_and_resolve(
+    live_server: LiveServer, page: Any
+) -> None:
+    """A recording with telemetry only: the page scrubs sample by sample; a
+    reviewer flags the operator's count, an admin corrects it on the page."""
+    from annotator.config import Thresholds
+    from tests.annotator.helpers import SOURCE_XY, Op, store_episode
+
+    state = live_server.app.state.web
+    with live_server.db() as s:
+        ep = store_episode(
+            s,
+            state.store,
+            ops=[Op(1.0, 3.0), Op(7.0, 9.0, release_xy=SOURCE_XY), Op(10, 12)],
+            duration=14,
+            items=4,
+            placed=3,
+        )
+        annotate_episode(s, store=state.store, episode=ep, thresholds=Thresholds(version="t"))
+        uid = ep.uid
+    live_server.add_user("rev", Role.reviewer)
+    live_server.add_user("root", Role.admin)
+    sign_in(page, "rev")
+    page.goto(f"/review/{uid}")
+    page.wait_for_selector('#review[data-ready="true"]', state="attached")
+    assert page.locator("video").count() == 0
+    assert int(page.get_attribute("#review", "data-frames") or 0) == 1401  # 100 Hz, 14 s
+    page.locator('[data-testid="candidates"] tbody tr').nth(0).locator('[data-act="jump"]').click()
+    t0 = float(page.get_attribute("#review", "data-t") or "nan")
+    page.keyboard.press("ArrowRight")
+    assert float(page.get_attribute("#review", "data-t") or "nan") == pytest.approx(t0 + 0.01)
+
+    page.locator("details.flag summary").click()
+    page.fill("#flag-note", "only two items went in")
+    page.click('[data-testid="flag-form"] button[type=submit]')
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=\"label-status\"]').textContent === 'flagged'"
+    )
+    assert page.locator('[data-testid="add"]').is_disabled()
+
+    page.context.clear_cookies()  # sign out: the admin takes over
+    sign_in(page, "root")
+    page.goto("/review")
+    assert page.locator(f'tr[data-uid="{uid}"]').count() == 1  # admins see flagged counts
+    page.goto(f"/review/{uid}")
+    page.wait_for_selector('#review[data-ready="true"]', state="attached")
+    form = page.locator('[data-testid="resolve-form"]')
+    form.locator("textarea").fill("the video shows two")
+    form.locator('input[name="placed"]').fill("2")
+    form.locator('input[name="lost"]').fill("0")
+    form.locator('input[name="dropped"]').fill("0")
+    form.locator('select[name="outcome"]').select_option("operator_stop")
+    form.locator("button[type=submit]").click()
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=\"label-status\"]').textContent"
+        " === 'needs review'"
+    )
+    assert "0 of 2" in page.locator('[data-testid="progress"]').inner_text()
+    with live_server.db() as s:
+        row = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+        assert row is not None and row.placed == 2
+        kinds = list(
+            s.scalars(
+                sa.select(ReviewAction.action)
+                .where(ReviewAction.episode_id == row.id)
+                .order_by(ReviewAction.id)
+            )
+        )
+        assert kinds == [
+            ReviewActionKind.flag_count,
+            ReviewActionKind.correct_log,
+            ReviewActionKind.resolve_flag,
+        ]
+    assert not page.page_errors  # type: ignore[attr-defined]
