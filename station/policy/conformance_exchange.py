@@ -230,7 +230,7 @@ class ExchangeChecks(CheckState):
         space = self.info.action_space if self.info else None
         replies = self._replies
         shapes = sorted({c.shape for c in chunks})
-        shape_text = ", ".join(shape_text(np.empty(s)) for s in shapes)
+        shapes_seen = ", ".join(shape_text(np.empty(s)) for s in shapes)
         notes: list[str] = []
         status = Status.passed
         openpi = self.info is not None and self.info.dialect == EndpointDialect.openpi
@@ -256,7 +256,7 @@ class ExchangeChecks(CheckState):
             "replies",
             "Replies",
             status,
-            f"All {len(chunks)} replies were msgpack-numpy with actions of shape {shape_text}"
+            f"All {len(chunks)} replies were msgpack-numpy with actions of shape {shapes_seen}"
             + ("; but " + "; ".join(notes) + "." if notes else "."),
             shapes=[list(s) for s in shapes],
         )
