@@ -216,7 +216,9 @@ def simulate(
     ground-truth operator log. Returns the episodes in plan order."""
     if not plan:
         return []
-    config = StationConfig(name=station_name, spool_dir=spool_root)
+    # one telemetry segment a minute: a simulation needs no crash-safe spool,
+    # and fewer segment files cost less (the recorded samples are the same)
+    config = StationConfig(name=station_name, spool_dir=spool_root, segment_s=60.0)
     links: dict[int, Any] = {}
     if link_campaign:
         with session_scope(sessions) as s:

@@ -40,6 +40,10 @@ from station.recording import load_ground_truth
 from tests.annotator.conftest import Corpus, report
 
 MISCOUNT_EVERY = 4
+# The first test waits for the corpus: ≈ 0.5 CPU-s an episode through the real
+# runner (≈ 2 min on an idle 2-core machine), far longer on a shared, loaded
+# one; afterwards it comes from the cache (see conftest.py).
+pytestmark = pytest.mark.timeout(2400)
 
 
 @dataclass
