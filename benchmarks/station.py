@@ -240,8 +240,8 @@ def bench_recorder(seconds: float) -> None:
     )
 
 
-def bench_episode() -> None:
-    print("\n== a simulated 8-item episode, both cameras at 320×240 @ 15 fps ==")
+def bench_episode(fps: int) -> None:
+    print(f"\n== a simulated 8-item episode, both cameras at 320×240 @ {fps} fps ==")
     from proctor.artifacts import LocalArtifactStore
     from proctor.db import make_engine, make_session_factory, migrate
     from proctor.domain import Side
@@ -255,7 +255,8 @@ def bench_episode() -> None:
         url = f"sqlite:///{Path(tmp) / 'db.sqlite'}"
         migrate.upgrade(url)
         sessions = make_session_factory(make_engine(url))
-        cfg = load_station_config(None)
+        camera = {"width": 320, "height": 240, "fps": fps}
+        cfg = load_station_config(None, cameras={"exterior": camera, "wrist": camera})
         runner = EpisodeRunner(
             build_cell("sim", cfg),
             config=cfg,
@@ -322,13 +323,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="real-time recorder run, s")
     parser.add_argument("--steps", type=int, default=600, help="query steps to time")
     parser.add_argument("--skip-episode", action="store_true")
+    parser.add_argument(
+        "--fps", type=int, nargs="+", default=[15, 10], help="camera rates for the episode runs"
+    )
     args = parser.parse_args(argv)
     load = Path("/proc/loadavg").read_text().split()[:3]
     print(f"machine load average (1/5/15 min): {' '.join(load)} (2 cores; other work skews it)")
     bench_step_overhead(args.steps)
     bench_recorder(args.seconds)
     if not args.skip_episode:
-        bench_episode()
+        for fps in args.fps:
+            bench_episode(fps)
 
 
 if __name__ == "__main__":
