@@ -103,7 +103,7 @@ class DetectorScore:
             f"recall {self.recall:.2%}  precision {self.precision:.2%}  "
             f"|Δt| median {self.median_abs_error_s:.3f} s  p95 {self.p95_abs_error_s:.3f} s  "
             f"max {self.max_abs_error_s:.3f} s",
-            f"sent to review: {self.review_share:.1%} of episodes",
+            f"sent to review (detector count ≠ operator's): {self.review_share:.1%} of episodes",
         ]
         for g, (r, p, s) in sorted(self.per_group.items()):
             out.append(f"  {g:<12} recall {r:.2%}  precision {p:.2%}  to review {s:.1%}")

@@ -127,7 +127,11 @@ def test_disagreements_are_queued_and_agreements_are_not(annotated: Annotated) -
         queued = {e.uid for e in review_queue(s)}
     disagree = {uid for uid, n in annotated.detected.items() if n != rows[uid].placed}
     assert queued == disagree
-    assert set(annotated.miscounted) <= queued  # every miscount was caught
+    # a miscount is caught whenever the detector counted right (when it erred the
+    # same way as the operator, the two agree: an error no count check can see)
+    caught = {uid for uid, true in annotated.miscounted.items() if annotated.detected[uid] == true}
+    assert caught <= queued
+    assert len(caught) >= 0.9 * len(annotated.miscounted)
     for uid, ep in rows.items():
         expected = LabelStatus.needs_review if uid in disagree else LabelStatus.auto
         assert ep.label_status == expected, uid
@@ -141,10 +145,12 @@ def test_review_then_analysis_on_both_label_streams(
         for uid in queued:
             review_with_ground_truth(s, store=annotated.store, uid=uid)
         flagged = [e.uid for e in review_queue(s, admin=True)]
-        assert set(flagged) == set(annotated.miscounted)  # the truth disagreed with the log
+        # the automatic reviewer flags exactly the queued miscounts (truth ≠ log)
+        assert set(flagged) == set(annotated.miscounted) & set(queued)
         for uid in flagged:
-            resolve_flag_with_ground_truth(s, store=annotated.store, uid=uid)
-            review_with_ground_truth(s, store=annotated.store, uid=uid)
+            state = resolve_flag_with_ground_truth(s, store=annotated.store, uid=uid)
+            if state.label_status == LabelStatus.needs_review:  # else: nothing left to confirm
+                review_with_ground_truth(s, store=annotated.store, uid=uid)
         assert review_queue(s, admin=True) == []
 
     with annotated.session() as s:
