@@ -61,7 +61,17 @@ def web_settings(web_db_url: str, tmp_path: Path, station_sock: socket.socket) -
 
 
 @pytest.fixture
-def station(web: Web, station_sock: socket.socket, tmp_path: Path) -> Iterator[StationDaemon]:
+def station_clock() -> str:
+    """The simulated cell's clock: virtual (as fast as it computes) unless a test
+    needs real time — to stop a run at a known moment (a stop that lands late
+    on a virtual clock finds the arm deep in a tote, or the run already over)."""
+    return "virtual"
+
+
+@pytest.fixture
+def station(
+    web: Web, station_sock: socket.socket, tmp_path: Path, station_clock: str
+) -> Iterator[StationDaemon]:
     with (
         demo_policies("reference") as (server,),
         running_station(
@@ -70,6 +80,7 @@ def station(web: Web, station_sock: socket.socket, tmp_path: Path) -> Iterator[S
             artifacts=web.settings.artifacts_location,
             spool=tmp_path / "spool",
             source=adhoc_source(server.url, items=4, cap_s=20.0),
+            clock=station_clock,
         ) as daemon,
     ):
         yield daemon
@@ -286,6 +297,7 @@ def test_a_rollout_and_the_server_side_checks_of_its_log(web: Web, station: Stat
     }
 
 
+@pytest.mark.parametrize("station_clock", ["monotonic"])
 def test_stop_safety_stop_and_recovery(web: Web, station: StationDaemon) -> None:
     op = Operator(web)
     # nothing to stop yet: a clear refusal, not an error page

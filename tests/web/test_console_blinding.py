@@ -10,8 +10,9 @@ server reached only through the gateway. The policy servers even announce
 who they are in their metadata (openpi metadata is free-form, and a real
 server may well do so), so the identity really does reach the station.
 
-Three rollouts run — two driven through the console, one straight through
-the station API — plus the error paths (a policy whose endpoint is down and
+Three runs go by — an operator stop and a run given up before it starts,
+driven through the console, and a safety stop with the arm's recovery,
+straight through the station API — plus the error paths (a policy whose endpoint is down and
 is skipped, wrong states, bad logs, unknown cameras, no work left). Every
 request URL, response header and body, WebSocket handshake and frame of the
 console and the station API is recorded and searched for every needle.
@@ -390,6 +391,7 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
             spool=tmp_path / "spool",
             source=source,
             name="cell-blind",
+            clock="monotonic",  # real time: each stop lands at a known moment
         ):
             console.sign_in("olga")
             for path in (
@@ -421,7 +423,7 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
             def station_status() -> dict[str, Any]:
                 return station_api.get("/api/status").json()
 
-            # 1. through the console, to the end the run comes to by itself
+            # 1. through the console: arm, start, an operator stop, the log
             assert console.post("/api/console/start").status_code == 409
             s = _arm_next(lambda: console.post("/api/console/next"), skipped).json()
             assert s["state"] == "armed" and s["work"]["items"] == 2
@@ -429,7 +431,10 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
                 assert console.get(f"/api/console/reference/{camera}").status_code == 200
             assert console.get("/api/console/reference/thermal").status_code == 422
             assert console.post("/api/console/start").status_code == 200
+            wait_for(lambda: console_status().get("remaining_s") is not None, 30, "the countdown")
+            assert console.post("/api/console/stop").status_code == 200
             s = _wait_state(console_status, "awaiting_log")
+            assert s["proposed_outcome"] == "operator_stop"
             bad = console.post(
                 "/api/console/log", {"placed": 3, "lost": 0, "dropped": 0, "outcome": "success"}
             )
@@ -437,39 +442,40 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
             assert console.post("/api/console/log", {"placed": "x"}).status_code == 422
             ok = console.post(
                 "/api/console/log",
-                {"placed": 1, "lost": 1, "dropped": 0, "outcome": "success", "notes": "fine"},
+                {"placed": 1, "lost": 0, "dropped": 0, "outcome": "operator_stop", "notes": "ok"},
             )
             assert ok.status_code == 200, ok.text
             first_uid = s["episode"]
 
-            # 2. straight through the station API, with an operator stop
+            # 2. straight through the station API, with a safety stop and the recovery
             assert station_api.post("/api/start").status_code == 409
             _arm_next(lambda: station_api.post("/api/next"), skipped)
             assert station_api.get("/api/reference/exterior").status_code == 200
             assert station_api.get("/api/preview/wrist").status_code == 200
             assert station_api.get("/api/preview/thermal").status_code == 422
             assert station_api.post("/api/start").status_code == 200
-            assert station_api.post("/api/stop").status_code == 200
-            _wait_state(station_status, "awaiting_log")
+            assert station_api.post("/api/safety-stop").status_code == 200
+            s = _wait_state(station_status, "awaiting_log")
+            assert s["proposed_outcome"] == "safety"
+            assert station_api.post("/api/next").status_code == 409
             assert station_api.post("/api/log", {"placed": 9}).status_code == 422
             assert station_api.post("/api/log", [1, 2]).status_code == 422
             done = station_api.post(
-                "/api/log", {"placed": 0, "lost": 0, "dropped": 0, "outcome": "operator_stop"}
+                "/api/log", {"placed": 0, "lost": 0, "dropped": 0, "outcome": "safety"}
             )
             assert done.status_code == 200, done.text
+            assert station_api.post("/api/recover").status_code == 200
 
-            # 3. through the console again, with a safety stop and the arm's recovery
+            # 3. through the console again: a run given up before it starts
             _arm_next(lambda: console.post("/api/console/next"), skipped)
-            assert console.post("/api/console/start").status_code == 200
-            assert console.post("/api/console/safety-stop").status_code == 200
-            s = _wait_state(console_status, "awaiting_log")
-            assert s["proposed_outcome"] == "safety"
+            assert console.post("/api/console/disarm").status_code == 200
+            _wait_state(console_status, "awaiting_log")
             assert console.post("/api/console/next").status_code == 409
             saved = console.post(
-                "/api/console/log", {"placed": 0, "lost": 0, "dropped": 0, "outcome": "safety"}
+                "/api/console/log",
+                {"placed": 0, "lost": 0, "dropped": 0, "outcome": "operator_stop"},
             )
             assert saved.status_code == 200
-            assert console.post("/api/console/recover").status_code == 200
 
             # nothing left to run (a skipped run waits before it is tried again); the
             # down policy's run may come last, and is skipped here then

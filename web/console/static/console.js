@@ -239,7 +239,7 @@
     $("log-run-code").textContent = s.work.run_code;
     for (const name of COUNT_FIELDS) $(`log-${name}`).max = String(s.work.items);
     const proposed = s.proposed_outcome;
-    $("log-proposed").textContent = OUTCOME_WORDS[proposed] || "no outcome";
+    $("log-proposed").textContent = OUTCOME_WORDS[proposed] || "no outcome (the run never started)";
     $("log-reason").textContent = s.reason ? ` (${s.reason})` : "";
     if (proposed && $(`outcome-${proposed}`)) $(`outcome-${proposed}`).checked = true;
     $("log-placed").focus();
