@@ -466,3 +466,11 @@ def check(
             json_out.write_text(text + "\n", encoding="utf-8")
     if report.verdict != Status.passed:
         raise typer.Exit(1)
+
+
+# -- hardware profiles (issue #5): pre-flight and teleoperation ---------------
+from station.preflight import check as _preflight_check  # noqa: E402
+from station.teleop.cli import teleop as _teleop  # noqa: E402
+
+station_app.command("check")(_preflight_check)
+station_app.command("teleop")(_teleop)

@@ -13,6 +13,8 @@ data transfer loop" on stderr — never guessed with a sleep.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import select
@@ -33,6 +35,20 @@ log = logging.getLogger(__name__)
 
 class PeerError(RuntimeError):
     """A protocol peer failed to start (with what it printed)."""
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent goes away, so a
+    station that is killed (or a test run that is) leaves no simulator
+    spinning. Linux only; elsewhere the peers' own parent watch covers it."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 def _read_line(stream: IO[bytes], deadline: float, clock: Clock) -> str | None:
@@ -96,6 +112,7 @@ class PeerProcess:
             stdout=pipes["stdout"],
             stderr=pipes["stderr"],
             start_new_session=True,  # a Ctrl-C at the station's terminal is ours to forward
+            preexec_fn=_die_with_parent,
         )
         stream = self.proc.stdout if self.ready_stream == "stdout" else self.proc.stderr
         if stream is None:

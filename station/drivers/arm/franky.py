@@ -186,6 +186,8 @@ def quaternion_normalised(q: np.ndarray) -> np.ndarray:
 
 @ARMS.register("franky")
 class FrankyArm(Arm):
+    config_class: ClassVar[type[FrankyArmConfig]] = FrankyArmConfig
+
     def __init__(
         self,
         config: FrankyArmConfig,

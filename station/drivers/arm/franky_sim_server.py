@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -77,6 +78,19 @@ class FrankySimServer:
         self.stop()
 
 
+def watch_parent(done: threading.Event, period_s: float = 0.5) -> None:
+    """End with the process that started us: a parent that dies without
+    stopping its peer (SIGKILL) must not leave a simulator running."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not done.wait(period_s):
+            if os.getppid() != parent:
+                done.set()
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="franky-sim (MuJoCo) on a loopback address")
     parser.add_argument(
@@ -94,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
+    watch_parent(done)
     host = server.start()
     sys.stdout.write(f"READY {host}\n")
     sys.stdout.flush()

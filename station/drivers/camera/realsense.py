@@ -58,6 +58,8 @@ class RealSenseCameraConfig(CameraConfig):
 
 @CAMERAS.register("realsense")
 class RealSenseCamera(Camera):
+    config_class: ClassVar[type[RealSenseCameraConfig]] = RealSenseCameraConfig
+
     def __init__(self, config: RealSenseCameraConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.clock = clock or MonotonicClock()

@@ -52,6 +52,8 @@ class UvcCameraConfig(CameraConfig):
 
 @CAMERAS.register("uvc")
 class UvcCamera(Camera):
+    config_class: ClassVar[type[UvcCameraConfig]] = UvcCameraConfig
+
     def __init__(self, config: UvcCameraConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.clock = clock or MonotonicClock()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from pymodbus import FramerType, ModbusException
@@ -106,6 +107,8 @@ def quantise(command: GripperCommand) -> tuple[CommandRegisters, GripperCommand]
 
 @GRIPPERS.register("robotiq_2f85")
 class RobotiqGripper(Gripper):
+    config_class: ClassVar[type[RobotiqGripperConfig]] = RobotiqGripperConfig
+
     def __init__(self, config: RobotiqGripperConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.clock = clock or MonotonicClock()
@@ -151,6 +154,12 @@ class RobotiqGripper(Gripper):
     def connect(self) -> None:
         if self._client is not None:
             return
+        port = self.config.port
+        if not port.startswith(TCP_PREFIX) and not Path(port).exists():
+            raise GripperFault(
+                f"cannot open the gripper line {port}: no such device "
+                "(unplugged? check /dev/serial/by-id/)"
+            )
         client = self._make_client()
         if not client.connect():
             client.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import threading
@@ -369,6 +370,19 @@ class SimulatedGripper:
         self.stop()
 
 
+def watch_parent(done: threading.Event, period_s: float = 0.5) -> None:
+    """End with the process that started us: a parent that dies without
+    stopping its peer (SIGKILL) must not leave a simulator running."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not done.wait(period_s):
+            if os.getppid() != parent:
+                done.set()
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Simulated Robotiq 2F-85 on Modbus RTU")
     where = parser.add_mutually_exclusive_group(required=True)
@@ -386,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
+    watch_parent(done)
     sys.stdout.write("READY\n")
     sys.stdout.flush()
     done.wait()

@@ -195,7 +195,8 @@ def test_teleop_is_served_over_the_policy_protocol() -> None:
             reply = client.infer({"prompt": "put the spoons in the bin"}, timeout_s=5.0)
         finally:
             client.close()
-    assert reply.actions.shape == (1, 7)
+    assert reply.actions.shape == (3, 7)  # the command, held over a short chunk
+    assert np.all(reply.actions == reply.actions[0])
     step = to_commands(
         reply.actions[0],
         client.info.action_space if client.info else ActionSpace.cartesian_velocity,

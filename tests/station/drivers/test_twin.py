@@ -1,0 +1,416 @@
+"""The twin profile (real drivers ↔ franky-sim, the simulated 2F-85 over a
+socat pty, RealSense playback), the real profile's config handling, the
+pre-flight checks and `proctor station check`, and one whole episode on the
+twin cell through the station's runner and recorder."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from proctor.artifacts import LocalArtifactStore
+from proctor.db import make_engine, make_session_factory, migrate
+from proctor.domain import Side
+from proctor.errors import ConfigError
+from station import keys
+from station.cell import Cell
+from station.config import StationConfig, load_station_config
+from station.drivers.arm.franky import FrankyArm
+from station.drivers.camera.realsense import RealSenseCamera
+from station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
+from station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
+from station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
+from station.policy.server import PolicyServer
+from station.preflight import (
+    CheckStatus,
+    KernelClock,
+    PreflightSettings,
+    check_arm,
+    check_camera,
+    check_clock,
+    check_disk,
+    check_gripper,
+    preflight,
+    read_kernel_clock,
+)
+from station.profiles import build_cell
+from station.teleop.policy import TeleopPolicy
+from station.teleop.source import TeleopCommand
+from station.work import Work
+from tests.station.drivers.conftest import PtyPair
+
+pytestmark = pytest.mark.hardware
+
+PROCTOR = [sys.executable, "-m", "proctor"]
+SMALL = {"width": 160, "height": 120, "fps": 15}
+
+
+def twin_config(workdir: Path, **twin: object) -> StationConfig:
+    return load_station_config(
+        None,
+        name="twin-test",
+        cameras={"exterior": SMALL, "wrist": SMALL},
+        twin={"workdir": str(workdir), "gripper_activation_s": 0.3, "recording_s": 1.0, **twin},
+    )
+
+
+def peer_processes(marker: str) -> list[str]:
+    """Command lines of running processes that mention ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline and int(proc.name) != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+@pytest.fixture(scope="module")
+def twin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("twin")
+
+
+@pytest.fixture(scope="module")
+def twin_cell(twin_dir: Path) -> Iterator[Cell]:
+    cell = build_cell("twin", twin_config(twin_dir))
+    try:
+        yield cell
+    finally:
+        cell.close()
+        assert peer_processes(str(twin_dir)) == []  # no simulator left running
+
+
+def test_the_twin_cell_is_the_real_drivers_on_protocol_peers(twin_cell: Cell) -> None:
+    assert twin_cell.profile == "twin" and twin_cell.scene is None
+    assert isinstance(twin_cell.arm, FrankyArm)
+    assert isinstance(twin_cell.gripper, RobotiqGripper)
+    assert set(twin_cell.cameras) == set(keys.CAMERAS)
+    assert all(isinstance(c, RealSenseCamera) for c in twin_cell.cameras.values())
+    assert twin_cell.arm.config.host.startswith("127.")  # franky-sim on loopback
+    assert twin_cell.arm.config.realtime == "ignore"
+    assert Path(twin_cell.gripper.config.port).exists()  # socat's pty link
+
+
+# The simulators share two cores with the rest of the suite (and, on a
+# developer's machine, with everything else): a starved franky-sim answers
+# state reads slower, a starved playback thread delivers frames late. The twin
+# tests relax those two rates; the thresholds themselves are pinned by the
+# failure tests below, and the real profile keeps its defaults.
+RELAXED = {"state_rate_hz": 20.0, "camera_rate_tolerance": 0.5}
+
+
+def test_preflight_passes_on_the_twin(twin_cell: Cell, tmp_path: Path) -> None:
+    settings = PreflightSettings.for_profile("twin", {"preflight": RELAXED})
+    results = preflight(twin_cell, settings, tmp_path, "twin")
+    by_name = {r.name: r for r in results}
+    assert list(by_name) == ["disk", "clock", "arm", "gripper", "camera exterior", "camera wrist"]
+    for name in ("disk", "arm", "gripper", "camera exterior", "camera wrist"):
+        assert by_name[name].status == CheckStatus.passed, by_name[name].line()
+    # this host's clock may or may not be NTP-disciplined; the twin never fails on it
+    assert by_name["clock"].status in (CheckStatus.passed, CheckStatus.warning)
+    assert twin_cell.gripper.read_state().activated
+
+
+def test_preflight_fails_an_arm_outside_its_joint_limits(twin_cell: Cell) -> None:
+    arm = twin_cell.arm
+    original = arm.config
+    q = arm.read_state().q
+    try:
+        # as if joint 4 had been moved past its limit by hand (guiding mode)
+        arm.config = dataclasses.replace(
+            original, q_max=(*original.q_max[:3], q[3] - 0.1, *original.q_max[4:])
+        )
+        result = check_arm(twin_cell, PreflightSettings())
+    finally:
+        arm.config = original
+    assert result.status == CheckStatus.failed
+    assert "joint 4" in result.detail and "outside its limits" in result.detail
+
+
+def test_preflight_fails_an_arm_state_stream_below_the_telemetry_rate(twin_cell: Cell) -> None:
+    result = check_arm(twin_cell, PreflightSettings(state_rate_hz=1e6, state_sample_s=0.05))
+    assert result.status == CheckStatus.failed
+    assert "state readable at only" in result.detail and "need 1e+06" in result.detail
+
+
+def test_preflight_fails_a_camera_below_its_rate(twin_cell: Cell) -> None:
+    camera = twin_cell.cameras["wrist"]
+    original = camera.config
+    try:
+        camera.config = dataclasses.replace(original, fps=1000)  # what it can never deliver
+        result = check_camera(
+            "wrist", camera, twin_cell.clock, PreflightSettings(camera_sample_s=0.3)
+        )
+    finally:
+        camera.config = original
+    assert result.status == CheckStatus.failed and "expected 1000" in result.detail
+
+
+def test_preflight_disk_and_clock_verdicts(tmp_path: Path) -> None:
+    assert check_disk(tmp_path, PreflightSettings(min_free_gb=1e9)).status == CheckStatus.failed
+    assert check_disk(tmp_path / "not" / "yet", PreflightSettings(min_free_gb=0.001)).status == (
+        CheckStatus.passed
+    )
+    strict = PreflightSettings(require_ntp=True, max_clock_error_ms=100)
+    unsynced = KernelClock(synchronised=False, max_error_ms=16000)
+    assert check_clock(strict, "real", unsynced).status == CheckStatus.failed
+    assert check_clock(PreflightSettings(require_ntp=False), "twin", unsynced).status == (
+        CheckStatus.warning
+    )
+    assert check_clock(strict, "real", KernelClock(True, 500)).status == CheckStatus.failed
+    assert check_clock(strict, "real", KernelClock(True, 3.2)).status == CheckStatus.passed
+    # the real syscall answers here (Linux): whatever it says, it says something
+    assert read_kernel_clock() is not None
+
+
+def test_preflight_gripper_and_camera_failures(pty_pair: PtyPair, tmp_path: Path) -> None:
+    sim = SimulatedGripper(SimulatedGripperConfig(activation_s=0.05))
+    sim.start_serial(str(pty_pair.device_end))
+    gripper = RobotiqGripper(RobotiqGripperConfig(port=str(pty_pair.driver_end)))
+    try:
+        cell = types.SimpleNamespace(gripper=gripper)
+        assert check_gripper(cell).status == CheckStatus.passed  # type: ignore[arg-type]
+        sim.noise.silent = True  # the gripper stops answering
+        result = check_gripper(cell)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.failed and "No response" in result.detail
+    finally:
+        gripper.disconnect()
+        sim.stop()
+    missing = UvcCamera(UvcCameraConfig(name="wrist", device="/dev/video97"))
+    result = check_camera("wrist", missing, None, PreflightSettings())  # type: ignore[arg-type]
+    assert result.status == CheckStatus.failed and "does not exist" in result.detail
+
+
+def test_preflight_settings_are_validated() -> None:
+    with pytest.raises(ConfigError, match=r"twin\.preflight: unknown setting\(s\) min_free"):
+        PreflightSettings.for_profile("twin", {"preflight": {"min_free": 3}})
+    with pytest.raises(ConfigError, match="require_ntp: must be true or false"):
+        PreflightSettings.for_profile("real", {"preflight": {"require_ntp": "yes"}})
+    assert PreflightSettings.for_profile("real", {}).require_ntp
+    assert not PreflightSettings.for_profile("twin", {}).require_ntp
+
+
+def test_profile_configs_name_the_bad_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"real\.arm\.host: the arm's FCI address is required"):
+        build_cell("real", load_station_config(None, real={"gripper": {"port": "/dev/x"}}))
+    base = {
+        "arm": {"host": "172.16.0.2"},
+        "gripper": {"port": "/dev/ttyUSB0"},
+        "cameras": {
+            "exterior": {"driver": "realsense", "serial": "1"},
+            "wrist": {"driver": "uvc", "device": "/dev/video0"},
+        },
+    }
+    cell = build_cell("real", load_station_config(None, real=base))  # builds, connects nothing
+    assert cell.arm.config.realtime == "enforce" and not cell.arm.is_connected
+    bad_arm = {**base, "arm": {"host": "h", "relative_dynamics_factr": 0.2}}
+    with pytest.raises(
+        ConfigError, match=r"real\.arm: unknown setting\(s\) relative_dynamics_factr"
+    ):
+        build_cell("real", load_station_config(None, real=bad_arm))
+    bad_type = {**base, "gripper": {"port": "/dev/ttyUSB0", "retries": "many"}}
+    with pytest.raises(ConfigError, match=r"real\.gripper\.retries: expected int"):
+        build_cell("real", load_station_config(None, real=bad_type))
+    sized = {**base, "cameras": {**base["cameras"], "wrist": {"driver": "uvc", "width": 320}}}
+    with pytest.raises(ConfigError, match=r"width belong in \[cameras\.wrist\]"):
+        build_cell("real", load_station_config(None, real=sized))
+    with pytest.raises(ConfigError, match=r"twin\.arm: host is set by the profile"):
+        build_cell("twin", twin_config(tmp_path, arm={"host": "10.0.0.1"}))
+    assert peer_processes(str(tmp_path)) == []  # a refused config leaves no peer behind
+
+
+def test_check_cli_on_the_twin(tmp_path: Path) -> None:
+    """`proctor station check --profile twin`: one line per check, exit 0."""
+    config = tmp_path / "station.toml"
+    config.write_text(
+        f"""
+name = "twin-cli"
+[cameras.exterior]
+width = 160
+height = 120
+fps = 15
+[cameras.wrist]
+width = 160
+height = 120
+fps = 15
+[twin]
+workdir = "{tmp_path / "work"}"
+gripper_activation_s = 0.3
+recording_s = 1.0
+[twin.preflight]
+# relaxed for a shared CI machine (see RELAXED above)
+state_rate_hz = 20.0
+camera_rate_tolerance = 0.5
+""",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
+    out = subprocess.run(
+        [*PROCTOR, "station", "check", "--profile", "twin", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln[:4] in ("PASS", "WARN", "FAIL")]
+    assert out.returncode == 0, out.stdout + out.stderr
+    names = [ln[6:22].strip() for ln in lines]
+    assert names == ["disk", "clock", "arm", "gripper", "camera exterior", "camera wrist"]
+    assert all(ln.startswith("PASS") for ln in lines if not ln[6:].startswith("clock"))
+    assert "pre-flight passed" in out.stdout
+    assert peer_processes(str(tmp_path / "work")) == []
+
+
+def test_check_cli_fails_without_the_hardware(tmp_path: Path) -> None:
+    """`proctor station check --profile real` on this machine, which has no
+    robot, gripper or cameras: every device line fails, the exit code is 1."""
+    config = tmp_path / "station.toml"
+    config.write_text(
+        """
+[real.arm]
+host = "127.254.253.252"
+connect_timeout_s = 5.0
+[real.gripper]
+port = "/dev/ttyUSB97"
+[real.cameras.exterior]
+driver = "realsense"
+serial = "123456789012"
+[real.cameras.wrist]
+driver = "uvc"
+device = "/dev/video97"
+[real.preflight]
+min_free_gb = 0.001
+""",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
+    out = subprocess.run(
+        [*PROCTOR, "station", "check", "--profile", "real", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = {
+        ln[6:22].strip(): ln for ln in out.stdout.splitlines() if ln[:4] in ("PASS", "WARN", "FAIL")
+    }
+    assert lines["disk"].startswith("PASS")
+    assert (
+        lines["arm"].startswith("FAIL")
+        and "cannot connect to the arm at 127.254.253.252" in lines["arm"]
+    )
+    assert (
+        lines["gripper"].startswith("FAIL") and "cannot open the gripper line" in lines["gripper"]
+    )
+    assert (
+        lines["camera exterior"].startswith("FAIL")
+        and "123456789012 not found" in lines["camera exterior"]
+    )
+    assert lines["camera wrist"].startswith("FAIL") and "/dev/video97" in lines["camera wrist"]
+    assert "pre-flight FAILED: arm, gripper, camera exterior, camera wrist" in out.stdout.replace(
+        "clock, ", ""
+    )
+
+
+# -- one episode on the twin cell --------------------------------------------------
+
+
+class ScriptedOperator:
+    """A stand-in for the person at the SpaceMouse: drive +x at 3 cm/s with
+    the gripper closing."""
+
+    TWIST = np.array([0.03, 0.0, 0.0, 0.0, 0.0, 0.0])
+
+    def command(self) -> TeleopCommand:
+        return TeleopCommand(t=0.0, twist=self.TWIST, gripper=1.0)
+
+
+def test_an_episode_on_the_twin_cell(twin_cell: Cell, tmp_path: Path) -> None:
+    """The station's runner drives the twin cell for a short episode, the
+    policy being the teleop source over the policy protocol: the arm moves as
+    commanded, the gripper closes, and the recording holds telemetry at
+    ≥ 100 Hz and both cameras' videos."""
+    from station.recording import load_recording
+    from station.runner import EpisodeRunner
+
+    url = f"sqlite:///{tmp_path / 'station.db'}"
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    sessions = make_session_factory(engine)
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    config = twin_config(Path(twin_cell.gripper.config.port).parent)
+    # the runner closes its cell at the end; share the drivers, keep the peers
+    cell = Cell(
+        profile="twin",
+        clock=twin_cell.clock,
+        arm=twin_cell.arm,
+        gripper=twin_cell.gripper,
+        cameras=twin_cell.cameras,
+    )
+    with PolicyServer(TeleopPolicy(ScriptedOperator())) as server:
+        runner = EpisodeRunner(
+            cell, config=config, sessions=sessions, store=store, spool_root=tmp_path / "spool"
+        )
+        runner.open()
+        try:
+            work = Work(
+                run_code="R-TWIN1",
+                object_name="spoons",
+                items=1,
+                per_item_cap_s=3.0,
+                tote_side=Side.right,
+                camera_side=Side.left,
+                policy_url=server.url,
+            )
+            summary = runner.run_headless(work)
+        finally:
+            runner.close()
+    assert summary.proposed.value == "ran_out_of_time", summary.reason
+    with make_session_factory(engine)() as s:
+        rec = load_recording(s, store, summary.uid)
+        t = rec.column(keys.T)
+        ee_x = rec.column(keys.EE_X)
+        rec_yz = (rec.column(keys.EE_Y), rec.column(keys.EE_Z))
+        grip = rec.column(keys.GRIPPER_POSITION)
+        kinds = set(rec.column(keys.ACTION_KIND).tolist())
+        videos = {name: rec.video_path(name) for name in keys.CAMERAS}
+        frames = {name: rec.frames[name] for name in keys.CAMERAS}
+    engine.dispose()
+    running = t <= t[0] + 3.0
+    rate = (running.sum() - 1) / (t[running][-1] - t[0])
+    print(f"twin episode telemetry: {rate:.1f} Hz")
+    # the runner samples on a 100 Hz schedule and skips (and counts) ticks it
+    # misses when the machine is starved: the schedule shows in the spacing;
+    # the ≥ 100 Hz rate itself is pinned by the arm driver's telemetry test
+    assert np.median(np.diff(t[running])) < 0.0105
+    assert rate >= 50.0
+    assert np.all(np.diff(t) > 0)
+    assert "cartesian_velocity" in kinds
+    # 3 cm/s for ~3 s (less the pauses between chunks): the tool went along +x
+    # (a starved franky-sim runs slower than real time, so only the direction
+    # and a clear distance are asserted)
+    ee_y, ee_z = rec_yz
+    dx = ee_x[-1] - ee_x[0]
+    assert dx > 0.005
+    assert abs(ee_y[-1] - ee_y[0]) < dx / 3 and abs(ee_z[-1] - ee_z[0]) < dx / 3
+    assert grip[-1] > 0.9  # closed (nothing between the fingers)
+    for name in keys.CAMERAS:
+        with av.open(str(videos[name])) as c:
+            n = sum(1 for _ in c.decode(video=0))
+        assert n == frames[name].num_rows >= 30  # ≥ 2 s of 15 fps
+        ft = np.asarray(frames[name].column("t"))
+        assert np.all(np.diff(ft) > 0)
