@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from proctor.domain import Role
 from tests.web.conftest import Web, login, page_csrf
 from web.nav import NAV
@@ -56,13 +58,27 @@ def test_a_placeholder_gives_way_to_a_real_page() -> None:
     assert paths == {p.path for p in PLACEHOLDERS} - {"/leaderboard"}
 
 
-def test_a_placeholder_keeps_its_role_boundary(web: Web) -> None:
+def test_a_placeholder_keeps_its_role_boundary(web: Web, monkeypatch: pytest.MonkeyPatch) -> None:
+    from web import app as web_app
+    from web.placeholders import routes as placeholders
+
+    pending = placeholders.Placeholder(
+        "/test-pending", "Pending page", 99, "Arrives later.", (Role.operator,)
+    )
+    monkeypatch.setattr(placeholders, "PLACEHOLDERS", (pending,))
+    web.app.state.web.engine.dispose()
+    web.app = web_app.create_app(web.settings, clock=web.clock)
     web.add_user("sub", Role.submitter)
+    web.add_user("op", Role.operator)
     c = web.client()
-    assert c.get("/console").status_code == 303  # sign in first
+    assert c.get("/test-pending").status_code == 303  # sign in first
     login(c, "sub")
-    r = c.get("/console")
+    r = c.get("/test-pending")
     assert r.status_code == 403 and "this needs the operator role" in r.text
+    op = web.client()
+    login(op, "op")
+    r = op.get("/test-pending")
+    assert r.status_code == 501 and "issue #99" in r.text and "Arrives later." in r.text
 
 
 def test_create_a_token_on_the_account_page_and_revoke_it(web: Web) -> None:
