@@ -192,6 +192,22 @@ def test_a_station_that_is_down_is_reported_not_hidden(web: Web) -> None:
     assert op.get("/console").status_code == 200
 
 
+def test_a_live_feed_ends_when_its_sign_in_does(web: Web, monkeypatch: pytest.MonkeyPatch) -> None:
+    from web.console import routes
+
+    monkeypatch.setattr(routes, "RECHECK_S", 0.1)
+    op = Operator(web)
+    with op.client.websocket_connect("/api/console/events") as ws:
+        assert json.loads(ws.receive_text())["state"] == "offline"
+        web.clock.advance(minutes=web.settings.web.session_idle_minutes + 1)
+        with pytest.raises(WebSocketDisconnect):
+            for _ in range(20):
+                ws.receive_text()  # offline frames until the feed is closed
+    # and a new feed is refused: the session has expired
+    with pytest.raises(WebSocketDisconnect), op.client.websocket_connect("/api/console/events"):
+        pass
+
+
 # -- a rollout -------------------------------------------------------------------------------
 
 

@@ -73,6 +73,8 @@ Operator = Annotated[Principal, require_role(Role.operator)]
 
 # while the station is unreachable, the relays try again this often
 RETRY_S = 2.0
+# a live feed re-checks the sign-in it was opened with this often
+RECHECK_S = 60.0
 CAMERA_NOT_FOUND = "camera not found"
 
 
@@ -258,13 +260,25 @@ _GONE = (WebSocketDisconnect, ConnectionClosed, RuntimeError, OSError)
 
 
 async def _until_gone(ws: WebSocket, pump: Awaitable[None]) -> None:
-    """Run ``pump`` until it ends or the browser goes away, whichever is first."""
+    """Run ``pump`` until it ends, the browser goes away, or the sign-in it
+    was opened with no longer holds (checked every ``RECHECK_S``; the page
+    reconnects with its current cookie), whichever is first."""
 
     async def gone() -> None:
         while (await ws.receive())["type"] != "websocket.disconnect":
             pass
 
-    tasks = {asyncio.ensure_future(pump), asyncio.ensure_future(gone())}
+    async def signed_out() -> None:
+        while True:
+            await asyncio.sleep(RECHECK_S)
+            if await run_in_threadpool(_operator_id, ws) is None:
+                return
+
+    tasks = {
+        asyncio.ensure_future(pump),
+        asyncio.ensure_future(gone()),
+        asyncio.ensure_future(signed_out()),
+    }
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
