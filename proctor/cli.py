@@ -78,6 +78,7 @@ def _register_services() -> None:
     from station import cli as station_cli
     from web import cli as web_cli
     from web.console import cli as console_cli
+    from web.submissions import cli as submissions_cli
 
     app.add_typer(db_cli.db_app, name="db")
     app.command("demo")(demo_cli.demo)
@@ -90,6 +91,7 @@ def _register_services() -> None:
     app.add_typer(scheduler_cli.campaign_app, name="campaign")
     app.add_typer(web_cli.user_app, name="user")
     app.add_typer(console_cli.console_app, name="console")
+    app.add_typer(submissions_cli.submission_app, name="submission")
     app.command("export")(export_cli.export)
 
 

@@ -45,6 +45,7 @@ from web.policies import routes as policies
 from web.review import routes as review
 from web.snapshots import routes as snapshots
 from web.state import AppState, Clock
+from web.submissions import routes as submissions
 from web.system import routes as system
 from web.templating import SHARED_STATIC, make_templates, static_fingerprint
 
@@ -63,6 +64,7 @@ DOMAINS: tuple[ModuleType, ...] = (
     explorer,
     review,
     snapshots,
+    submissions,
 )
 
 OPENAPI_TAGS = [
@@ -87,6 +89,11 @@ OPENAPI_TAGS = [
         "name": "review",
         "description": "The review queue and the reviewer's decisions on detected placements "
         "(reviewers; flagged counts: admins). Every decision is an append-only record.",
+    },
+    {
+        "name": "submissions",
+        "description": "The submitter portal: resumable checkpoint uploads, endpoint "
+        "registration, conformance reports, campaign progress and private results.",
     },
 ]
 

@@ -29,15 +29,6 @@ class Placeholder:
 
 PLACEHOLDERS: tuple[Placeholder, ...] = (
     Placeholder(
-        "/submit",
-        "My policies",
-        9,
-        "The submitter portal: checkpoint upload, endpoint registration, "
-        "conformance reports, campaign progress and private results "
-        "(issue 9, items 2–7).",
-        (Role.submitter,),
-    ),
-    Placeholder(
         "/campaigns",
         "Campaigns",
         6,
