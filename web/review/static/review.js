@@ -238,8 +238,8 @@
     g.fillStyle = "#5b6675";
     for (let tt = Math.ceil(t0 / step) * step; tt <= t1 + 1e-9; tt += step) {
       const xx = x(tt);
-      g.fillRect(xx, 250, 1, 4);
-      g.fillText(tt.toFixed(step < 1 ? 1 : 0), xx + 2, 258);
+      g.fillRect(xx, 246, 1, 4);
+      g.fillText(`${tt.toFixed(step < 1 ? 1 : 0)} s`, xx + 3, 258);
     }
     if (S.tel) {
       const t = S.tel.t;
