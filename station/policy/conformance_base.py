@@ -66,6 +66,8 @@ class CheckOptions:
     headers: dict[str, str] = field(default_factory=dict)
     connect_timeout_s: float = 10.0
     request_timeout_s: float = 5.0  # the station's policy_timeout_s
+    # replies slower than this (90th percentile) get a warning: the arm waits meanwhile
+    slow_reply_s: float = 1.0
     control_hz: float = 15.0
     open_loop_steps: int = 8
     default_image_size: tuple[int, int] = (224, 224)

@@ -386,7 +386,7 @@ class ExchangeChecks(CheckState):
         if pct is None:
             return
         limit = self.options.request_timeout_s
-        if pct["p90"] > 1000.0:
+        if pct["p90"] > 1000.0 * self.options.slow_reply_s:
             self.add(
                 "latency",
                 "Latency",

@@ -1,0 +1,621 @@
+"""The conformance check against policy servers that are right and against
+servers with each kind of mistake — all real WebSocket servers on loopback:
+the demo policies (and their ``--fault`` drills), small purpose-built
+policies behind the station's own ``PolicyServer``, raw servers that break
+the wire conventions, and a server written with openpi-client's own
+msgpack_numpy in its own environment."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from websockets.sync.server import Server, ServerConnection, serve
+
+from proctor.domain import EndpointDialect
+from station.policy import codec
+from station.policy.conformance import (
+    CheckOptions,
+    Expectations,
+    Report,
+    Status,
+    check_endpoint,
+    format_report,
+)
+from station.policy.conformance_observations import recorded_observations
+from station.policy.demo import DemoPolicy
+from station.policy.server import Fault, PolicyServer
+from station.policy.spec import ActionSpace
+from tests.station.conftest import PROCTOR, ROOT, clean_env
+
+QUICK = CheckOptions(observations=3, request_timeout_s=2.0, connect_timeout_s=2.0)
+
+
+def statuses(report: Report) -> dict[str, str]:
+    """check id → status (the last finding of that id wins)."""
+    return {f.check: f.status.value for f in report.findings}
+
+
+def finding(report: Report, check: str) -> Any:
+    found = [f for f in report.findings if f.check == check]
+    assert found, f"no {check} finding in:\n" + "\n".join(format_report(report))
+    return found[-1]
+
+
+# -- policies served by the station's own PolicyServer ---------------------------------
+class Scripted:
+    """A ``ServedPolicy`` whose replies a test writes as a function of
+    (observation, request number within the connection, connection number)."""
+
+    def __init__(
+        self,
+        metadata: dict[str, Any],
+        reply: Callable[[dict[str, Any], int, int], Any],
+        on_reset: Callable[[Any], None] | None = None,
+    ) -> None:
+        self._metadata = metadata
+        self._reply = reply
+        self._on_reset = on_reset
+        self.connections = 0
+        self.seen: list[dict[str, Any]] = []
+
+    def metadata(self) -> dict[str, Any]:
+        return self._metadata
+
+    def new_session(self) -> Any:
+        self.connections += 1
+        outer, conn = self, self.connections
+
+        class Session:
+            calls = 0
+
+            def infer(self, obs: dict[str, Any]) -> Any:
+                self.calls += 1
+                outer.seen.append(obs)
+                return outer._reply(obs, self.calls, conn)
+
+            def reset(self, message: dict[str, Any]) -> None:
+                if outer._on_reset is not None:
+                    outer._on_reset(self)
+                else:
+                    self.calls = 0
+
+        return Session()
+
+
+@pytest.fixture
+def served() -> Iterator[Callable[..., str]]:
+    servers: list[PolicyServer] = []
+
+    def start(policy: Any, fault: str | None = None) -> str:
+        server = PolicyServer(policy, fault=Fault.parse(fault) if fault else None).start()
+        servers.append(server)
+        return server.url
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def chunk(width: int, h: int = 10, value: float = 0.0, dtype: Any = np.float32) -> np.ndarray:
+    out = np.full((h, width), value, dtype=dtype)
+    out[:, -1] = 0.5  # the gripper, in [0, 1]
+    return out
+
+
+OPENPI = {"action_horizon": 10}  # an openpi server's free-form metadata
+ROBOARENA = {
+    "image_resolution": [224, 224],
+    "needs_wrist_camera": True,
+    "n_external_cameras": 1,
+    "needs_stereo_camera": False,
+    "needs_session_id": True,
+    "action_space": "joint_position",
+}
+
+
+# -- servers that are right -----------------------------------------------------------------
+def test_a_demo_policy_passes_with_what_it_declares(served: Callable[..., str]) -> None:
+    url = served(DemoPolicy("reference"))
+    report = check_endpoint(
+        url,
+        expect=Expectations(
+            action_space=ActionSpace.cartesian_position,
+            chunk_length=4,
+            deterministic=True,
+            identity_terms=("reference-bot", "ada"),
+        ),
+    )
+    assert report.passed, "\n".join(format_report(report))
+    assert report.summary == "Passed: the station can run your policy."
+    assert statuses(report) == {
+        "connect": "passed",
+        "metadata_first": "passed",
+        "metadata_encoding": "passed",
+        "metadata": "passed",
+        "identity": "passed",
+        "action_space": "passed",
+        "replies": "passed",
+        "dtype": "passed",
+        "chunk_length": "passed",
+        "action_values": "passed",
+        "determinism": "passed",
+        "reset": "passed",
+        "latency": "passed",
+        "error_convention": "passed",  # the demo server sends its traceback as text
+    }
+    data = report.to_json()
+    assert data["format"] == "proctor.conformance/1" and data["verdict"] == "passed"
+    assert data["dialect"] == "roboarena"
+    assert data["server"]["image_size"] == [96, 128]
+    assert data["observations"]["count"] == len(recorded_observations()[0]) == 10
+    lat = data["latency_ms"]
+    # 10 observations on each of three sessions (the reset session sends 5 first)
+    assert lat["count"] == 35 and 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    json.dumps(data)  # storable as JSON
+
+
+def test_a_plain_openpi_server_passes_and_gets_droid_defaults(served: Callable[..., str]) -> None:
+    policy = Scripted(OPENPI, lambda obs, n, conn: {"actions": chunk(8)})
+    report = check_endpoint(served(policy), expect=Expectations(chunk_length=10))
+    assert report.passed, "\n".join(format_report(report))
+    assert report.dialect == "openpi"
+    assert "joint_velocity (DROID's default" in finding(report, "action_space").message
+    assert finding(report, "reset").status == Status.passed  # a second connection served
+    # what the station sends an openpi server: DROID's keys, 224×224 images, the prompt
+    obs = policy.seen[0]
+    assert obs["observation/exterior_image_1_left"].shape == (224, 224, 3)
+    assert obs["observation/wrist_image_left"].dtype == np.uint8
+    assert obs["observation/joint_position"].shape == (7,)
+    assert obs["observation/cartesian_position"].shape == (6,)
+    assert obs["prompt"] == "put the wooden spoons from the source bin into the target bin"
+    assert "sim/items" in obs  # the sim profile's privileged keys, by default
+    report = check_endpoint(served(policy), options=CheckOptions(observations=2, sim_keys=False))
+    assert not any(k.startswith("sim/") for k in policy.seen[-1])
+
+
+# -- the demo server's fault drills ------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("fault", "check", "message"),
+    [
+        (
+            "bad-shape:1",
+            "replies",
+            "Your server returned actions of shape (4, 4); the cartesian_position action space "
+            "needs 7 columns (x, y, z (m), roll, pitch, yaw, gripper), so a chunk of shape (H, 7).",
+        ),
+        (
+            "error:1",
+            "replies",
+            "Your server answered observation 2 with an error instead of actions: "
+            "RuntimeError: drill Its text is below",
+        ),
+        (
+            "hang:1",
+            "latency",
+            "Your server did not answer observation 2 within 2 s, the station's limit.",
+        ),
+        (
+            "disconnect:0",
+            "replies",
+            "Your server dropped the connection at observation 1, without a close frame "
+            "(as if the process crashed).",
+        ),
+    ],
+)
+def test_each_demo_fault_fails_the_check_with_advice(
+    served: Callable[..., str], fault: str, check: str, message: str
+) -> None:
+    report = check_endpoint(served(DemoPolicy("reference"), fault=fault), options=QUICK)
+    assert report.verdict == Status.failed
+    f = finding(report, check)
+    assert f.status == Status.failed
+    assert f.message.startswith(message), f.message
+    assert report.summary.startswith("Failed: " + message.split(". ")[0].rstrip("."))
+    if fault.startswith("error"):
+        assert (
+            f.details["server_error"] == "Traceback (most recent call last):\nRuntimeError: drill"
+        )
+
+
+# -- purpose-built mistakes ---------------------------------------------------------------------
+def test_the_wrong_action_width_is_explained(served: Callable[..., str]) -> None:
+    # a joint_velocity server (DROID's default) that sends 7 columns
+    policy = Scripted(OPENPI, lambda obs, n, conn: {"actions": chunk(7)})
+    report = check_endpoint(served(policy), options=QUICK)
+    f = finding(report, "replies")
+    assert f.status == Status.failed
+    assert f.message == (
+        "Your server returned actions of shape (10, 7); the joint_velocity action space needs "
+        "8 columns (dq1…dq7 (rad/s), gripper), so a chunk of shape (H, 8)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (
+            lambda: {"action": chunk(8)},
+            "Your reply to observation 1 has no 'actions' key (it has: action). Reply with "
+            "{'actions': array of shape (H, D)}.",
+        ),
+        (
+            lambda: {"actions": np.full((10, 8), np.nan)},
+            "Your reply to observation 1 contains NaN or infinite actions.",
+        ),
+        (
+            lambda: {"actions": np.array(["a"] * 8)},
+            "Your server returned actions of dtype <U1; send numbers (float32 or float64).",
+        ),
+        (
+            lambda: {"actions": [[0.0] * 8] * 10},
+            "The station's client refused your reply to observation 1: malformed policy reply: "
+            "reply 'actions' must be an array, got list.",
+        ),
+    ],
+    ids=["no actions key", "NaN", "strings", "a list, not an array"],
+)
+def test_malformed_replies_fail(
+    served: Callable[..., str], reply: Callable[[], Any], message: str
+) -> None:
+    report = check_endpoint(served(Scripted(OPENPI, lambda o, n, c: reply())), options=QUICK)
+    f = finding(report, "replies")
+    assert (f.status, f.message) == (Status.failed, message)
+
+
+def test_the_declared_action_space_and_chunk_length_are_held_to(served: Callable[..., str]) -> None:
+    policy = Scripted(ROBOARENA, lambda obs, n, conn: {"actions": chunk(8, h=5)})
+    report = check_endpoint(
+        served(policy),
+        expect=Expectations(action_space=ActionSpace.cartesian_position, chunk_length=8),
+        options=QUICK,
+    )
+    assert finding(report, "action_space").message == (
+        "You declared cartesian_position, but your metadata says action_space 'joint_position'. "
+        "Make them agree: the station executes actions in the space the metadata names."
+    )
+    assert finding(report, "chunk_length").message == (
+        "You declared chunks of 8 actions, but your server returned 5."
+    )
+    assert report.summary == (
+        "Failed: You declared cartesian_position, but your metadata says action_space "
+        "'joint_position'. (1 more problem below.)"
+    )
+    # the RoboArena dialect: a session id (the server takes "endpoint" off) and the
+    # image size the metadata asks for
+    obs = policy.seen[0]
+    assert isinstance(obs["session_id"], str) and "endpoint" not in obs
+    assert obs["observation/exterior_image_0_left"].shape == (224, 224, 3)
+
+
+def test_a_policy_declared_deterministic_must_be(served: Callable[..., str]) -> None:
+    # its actions drift with the connection count: a global RNG, never reseeded
+    policy = Scripted(OPENPI, lambda obs, n, conn: {"actions": chunk(8, value=0.01 * conn)})
+    report = check_endpoint(served(policy), expect=Expectations(deterministic=True), options=QUICK)
+    f = finding(report, "determinism")
+    assert f.status == Status.failed
+    assert f.message.startswith(
+        "You declared your policy deterministic, but the same observations gave different "
+        "actions on a fresh connection: differences up to 0.01 (first at reply 1, column 1)."
+    )
+    # not declared: recorded, not required
+    report = check_endpoint(served(policy), options=QUICK)
+    assert finding(report, "determinism").status == Status.skipped
+    assert report.passed
+
+
+def test_a_reset_must_start_the_episode_afresh(served: Callable[..., str]) -> None:
+    # replies depend on the request count, and reset forgets to clear it
+    def reply(obs: dict[str, Any], n: int, conn: int) -> Any:
+        return {"actions": chunk(8, value=0.1 * n)}
+
+    policy = Scripted(ROBOARENA, reply, on_reset=lambda session: None)
+    report = check_endpoint(
+        served(policy),
+        expect=Expectations(deterministic=True),
+        options=CheckOptions(observations=4),
+    )
+    assert finding(report, "determinism").status == Status.passed  # fresh connections agree
+    f = finding(report, "reset")
+    assert f.status == Status.failed
+    assert "after 2 requests and a reset as after a fresh connection" in f.message
+
+
+def test_warnings_do_not_fail_the_check(served: Callable[..., str]) -> None:
+    # float16 actions with the gripper beyond [0, 1], chunk length varying
+    def reply(obs: dict[str, Any], n: int, conn: int) -> Any:
+        a = chunk(8, h=8 + n % 2, dtype=np.float16)
+        a[:, -1] = 1.5
+        return {"actions": a}
+
+    report = check_endpoint(served(Scripted(OPENPI, reply)), options=QUICK)
+    assert report.passed, "\n".join(format_report(report))
+    s = statuses(report)
+    assert s["dtype"] == s["action_values"] == s["chunk_length"] == "warning"
+    assert "float16" in finding(report, "dtype").message
+    assert "the gripper column (last) ranges 1.5…1.5" in finding(report, "action_values").message
+    assert report.summary == "Passed: the station can run your policy (3 warnings below)."
+
+
+def test_metadata_that_names_the_policy_fails(served: Callable[..., str]) -> None:
+    meta = {**OPENPI, "note": "trained by the Acme-Robotics team", "checkpoint_path": "x"}
+    policy = Scripted(meta, lambda obs, n, conn: {"actions": chunk(8)})
+    report = check_endpoint(
+        served(policy), expect=Expectations(identity_terms=("acme robotics",)), options=QUICK
+    )
+    f = finding(report, "identity")
+    assert f.status == Status.failed
+    assert f.message.startswith("Your server's metadata identifies your policy: note mentions")
+    # without the name, the suspicious key still draws a warning
+    report = check_endpoint(served(policy), options=QUICK)
+    f = finding(report, "identity")
+    assert f.status == Status.warning and "checkpoint_path" in f.message
+
+
+def test_a_slow_server_is_warned_about(served: Callable[..., str]) -> None:
+    def reply(obs: dict[str, Any], n: int, conn: int) -> Any:
+        time.sleep(0.25)
+        return {"actions": chunk(8)}
+
+    options = CheckOptions(observations=2, slow_reply_s=0.2)
+    report = check_endpoint(served(Scripted(OPENPI, reply)), options=options)
+    f = finding(report, "latency")
+    assert f.status == Status.warning and f.details["p50"] >= 250
+
+
+# -- raw servers: the wire conventions ---------------------------------------------------------
+@contextmanager
+def raw_server(
+    handler: Callable[[ServerConnection], None],
+    process_request: Callable[..., Any] | None = None,
+) -> Iterator[str]:
+    server: Server = serve(
+        handler, "127.0.0.1", 0, process_request=process_request, compression=None
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}"
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+def _loop(ws: ServerConnection, reply: Callable[[Any], Any]) -> None:
+    for raw in ws:
+        message = codec.unpackb(raw) if isinstance(raw, bytes) else raw
+        ws.send(reply(message))
+
+
+def test_metadata_sent_as_text_fails() -> None:
+    with raw_server(lambda ws: ws.send('{"action_space": "joint_velocity"}')) as url:
+        report = check_endpoint(url, options=QUICK)
+    f = finding(report, "metadata_first")
+    assert f.status == Status.failed and "first message was a text frame" in f.message
+
+
+def test_a_server_that_waits_for_a_request_before_its_metadata_fails() -> None:
+    def handler(ws: ServerConnection) -> None:
+        ws.recv()  # waits for the client to speak first
+
+    with raw_server(handler) as url:
+        report = check_endpoint(url, options=CheckOptions(connect_timeout_s=0.5))
+    f = finding(report, "metadata_first")
+    assert f.status == Status.failed
+    assert f.message.startswith("Your server sent nothing within 0.5 s of the connection.")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        (
+            json.dumps({"a": 1}).encode(),
+            "Your server's metadata is not msgpack-numpy: not a msgpack message",
+        ),
+        (msgpack.packb([1, 2]), "Your server's metadata is a msgpack list; it must be a map"),
+        (
+            codec.packb({"action_space": "ee_delta"}),
+            "The station cannot use your server's metadata: metadata.action_space: 'ee_delta' "
+            "is not one of",
+        ),
+    ],
+    ids=["json", "a list", "unknown action space"],
+)
+def test_unusable_metadata_fails(metadata: bytes, message: str) -> None:
+    with raw_server(lambda ws: (ws.send(metadata), ws.recv())) as url:
+        report = check_endpoint(url, options=QUICK)
+    assert report.verdict == Status.failed
+    assert any(f.message.startswith(message) for f in report.findings), "\n".join(
+        format_report(report)
+    )
+
+
+def test_text_tagged_arrays_and_bare_replies_draw_warnings() -> None:
+    """openpi's msgpack_numpy tags arrays with *binary* keys; a server that
+    writes text keys (or replies with a bare array to openpi clients) works
+    with the station but not with openpi's own client."""
+
+    def reply(_: Any) -> bytes:
+        a = chunk(8, dtype=np.float64)
+        return msgpack.packb(
+            {"__ndarray__": True, "data": a.tobytes(), "dtype": "<f8", "shape": list(a.shape)}
+        )
+
+    def handler(ws: ServerConnection) -> None:
+        ws.send(codec.packb({}))
+        _loop(ws, reply)
+
+    with raw_server(handler) as url:
+        report = check_endpoint(url, options=QUICK)
+    assert report.passed, "\n".join(format_report(report))
+    f = finding(report, "replies")
+    assert f.status == Status.warning
+    assert "your replies are bare arrays" in f.message and "text keys" in f.message
+
+
+def test_closing_without_the_error_text_draws_a_warning() -> None:
+    def handler(ws: ServerConnection) -> None:
+        ws.send(codec.packb({}))
+        for raw in ws:
+            obs = codec.unpackb(raw)
+            if "observation/exterior_image_1_left" not in obs:
+                ws.close(1011)  # no text first
+                return
+            ws.send(codec.packb({"actions": chunk(8)}))
+
+    with raw_server(handler) as url:
+        report = check_endpoint(url, options=QUICK)
+    assert report.passed
+    f = finding(report, "error_convention")
+    assert f.status == Status.warning and "without saying why" in f.message
+
+
+def test_an_api_key_is_sent_as_openpi_does() -> None:
+    def check_key(connection: ServerConnection, request: Any) -> Any:
+        if request.headers.get("Authorization") != "Api-Key s3cret":
+            return connection.respond(401, "no key\n")
+        return None
+
+    def handler(ws: ServerConnection) -> None:
+        ws.send(codec.packb({}))
+        _loop(ws, lambda obs: codec.packb({"actions": chunk(8)}))
+
+    with raw_server(handler, process_request=check_key) as url:
+        refused = check_endpoint(url, options=QUICK)
+        accepted = check_endpoint(
+            url,
+            options=CheckOptions(observations=3, headers={"Authorization": "Api-Key s3cret"}),
+        )
+    f = finding(refused, "connect")
+    assert f.status == Status.failed
+    assert f.message.startswith("Your server refused the WebSocket handshake with HTTP 401.")
+    assert "Api-Key" in f.message
+    assert accepted.passed, "\n".join(format_report(accepted))
+
+
+def test_nothing_listening_fails_at_the_handshake() -> None:
+    with raw_server(lambda ws: None) as url:
+        pass  # the port is free again
+    report = check_endpoint(url, options=QUICK)
+    assert [f.check for f in report.findings] == ["connect"]
+    assert "nothing accepted the connection" in report.findings[0].message
+
+
+def test_the_report_never_carries_the_url_or_the_key(served: Callable[..., str]) -> None:
+    url = served(DemoPolicy("swift"))
+    report = check_endpoint(
+        url, options=CheckOptions(observations=2, headers={"Authorization": "Api-Key topsecret"})
+    )
+    text = json.dumps(report.to_json())
+    assert url not in text and url.split("//")[1] not in text and "topsecret" not in text
+
+
+# -- a server written with openpi-client's own codec -------------------------------------------
+OPENPI_PYTHON = ROOT / ".venv-openpi" / "bin" / "python"
+OPENPI_SERVER = r"""
+import sys, traceback
+import numpy as np
+from openpi_client import msgpack_numpy
+from websockets.sync.server import serve
+
+def handler(ws):
+    ws.send(msgpack_numpy.packb({"action_space": "joint_velocity"}))
+    for raw in ws:
+        try:
+            obs = msgpack_numpy.unpackb(raw)
+            image = obs["observation/exterior_image_1_left"]
+            assert image.shape == (224, 224, 3), image.shape
+            actions = np.zeros((10, 8), dtype=np.float32)
+            actions[:, :7] = obs["observation/joint_position"] * 0.0 + 0.01
+            ws.send(msgpack_numpy.packb({"actions": actions, "server_timing": {"infer_ms": 1.0}}))
+        except Exception:
+            ws.send(traceback.format_exc())
+            ws.close(1011, "Internal server error. Traceback included in previous frame.")
+            return
+
+with serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
+    print(f"ws://127.0.0.1:{server.socket.getsockname()[1]}", flush=True)
+    server.serve_forever()
+"""
+
+
+def test_a_server_written_with_openpi_clients_codec_passes(tmp_path: Path) -> None:
+    if not OPENPI_PYTHON.exists():
+        pytest.fail(
+            f"{OPENPI_PYTHON} is missing: `./run test` creates it "
+            "(python3 -m venv .venv-openpi && .venv-openpi/bin/pip install openpi-client==0.1.2)",
+            pytrace=False,
+        )
+    script = tmp_path / "server.py"
+    script.write_text(OPENPI_SERVER)
+    proc = subprocess.Popen(
+        [str(OPENPI_PYTHON), str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("ws://"), proc.stderr.read() if proc.stderr else ""
+        report = check_endpoint(
+            url,
+            expect=Expectations(
+                action_space=ActionSpace.joint_velocity, chunk_length=10, deterministic=True
+            ),
+            options=CheckOptions(observations=4),
+        )
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert report.passed, "\n".join(format_report(report))
+    assert all(f.status in (Status.passed, Status.skipped) for f in report.findings), "\n".join(
+        format_report(report)
+    )
+    # its traceback arrives as text, as openpi's server sends it
+    assert "Traceback" in finding(report, "error_convention").details["server_error"]
+
+
+# -- the command ---------------------------------------------------------------------------------
+def test_proctor_policy_check_prints_the_report_and_exits_by_verdict(
+    serve_demo: Callable[..., str], tmp_path: Path
+) -> None:
+    good = serve_demo("reference")
+    out = tmp_path / "report.json"
+    r = subprocess.run(
+        [*PROCTOR, "policy", "check", good, "--action-space", "cartesian_position",
+         "--chunk-length", "4", "--deterministic", "--json", str(out)],
+        capture_output=True, text=True, env=clean_env(), cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[0] == "Passed: the station can run your policy."
+    assert json.loads(out.read_text())["verdict"] == "passed"
+    bad = serve_demo("reference", fault="bad-shape")
+    r = subprocess.run(
+        [*PROCTOR, "policy", "check", bad, "--json", "-"],
+        capture_output=True, text=True, env=clean_env(), cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1
+    assert "Failed: Your server returned actions of shape (4, 4)" in r.stdout
+    assert '"verdict": "failed"' in r.stdout
+    r = subprocess.run(
+        [*PROCTOR, "policy", "check", good, "--dialect", "positronic_v1"],
+        capture_output=True, text=True, env=clean_env(), cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "does not speak Positronic's v1 wire yet" in r.stderr
+
+
+def test_the_dialect_can_be_forced(served: Callable[..., str]) -> None:
+    url = served(Scripted(OPENPI, lambda obs, n, conn: {"actions": chunk(8)}))
+    report = check_endpoint(
+        url, options=CheckOptions(observations=2, dialect=EndpointDialect.roboarena)
+    )
+    f = finding(report, "metadata")
+    assert f.status == Status.warning and "your metadata looks like openpi's" in f.message
