@@ -414,3 +414,65 @@ def test_an_episode_on_the_twin_cell(twin_cell: Cell, tmp_path: Path) -> None:
         assert n == frames[name].num_rows >= 30  # ≥ 2 s of 15 fps
         ft = np.asarray(frames[name].column("t"))
         assert np.all(np.diff(ft) > 0)
+
+
+def test_the_daemon_runs_the_twin_profile(tmp_path: Path) -> None:
+    """`proctor station run --profile twin`: the station engineer's daemon on
+    this profile answers its local API, and SIGTERM leaves no peer behind."""
+    import json
+    import signal
+    import time
+    import urllib.request
+
+    config = tmp_path / "station.toml"
+    config.write_text(
+        f"""
+name = "twin-daemon"
+[cameras.exterior]
+width = 160
+height = 120
+fps = 15
+[cameras.wrist]
+width = 160
+height = 120
+fps = 15
+[twin]
+workdir = "{tmp_path / "work"}"
+gripper_activation_s = 0.3
+recording_s = 1.0
+""",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
+    log = (tmp_path / "daemon.log").open("w+")
+    proc = subprocess.Popen(
+        [*PROCTOR, "station", "run", "--profile", "twin", "--config", str(config), "--port", "0"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        url = None
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            text = (tmp_path / "daemon.log").read_text()
+            if "listening on " in text:
+                url = text.split("listening on ", 1)[1].split()[0]
+            else:
+                time.sleep(0.2)
+        assert url is not None, (tmp_path / "daemon.log").read_text()
+        with urllib.request.urlopen(f"{url}/api/status", timeout=10) as r:
+            status = json.loads(r.read())
+        assert status["profile"] == "twin" and status["state"] == "idle"
+        assert status["arm_error"] is None
+        with urllib.request.urlopen(f"{url}/api/preview/wrist", timeout=10) as r:
+            assert r.status == 200 and r.read(3) == b"\xff\xd8\xff"  # a JPEG of the playback
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    assert peer_processes(str(tmp_path / "work")) == []
