@@ -119,7 +119,7 @@ def _seed(app: Any, tmp: Path, *, fps: int, episode_s: float) -> tuple[int, str]
     from analysis.synthetic import PolicyModel
     from proctor.db.engine import session_scope
     from proctor.db.models import Episode
-    from tests.web.leaderboard_data import seed_campaign
+    from tests.web.leaderboard_data import ALL_STREAMS, seed_campaign
     from tests.web.recordings import RecordingSpec, attach_recording
 
     speeds = {"spoons": 1.0, "towels": 1.4, "scissors": 1.2, "batteries": 0.9}
@@ -136,7 +136,14 @@ def _seed(app: Any, tmp: Path, *, fps: int, episode_s: float) -> tuple[int, str]
     t0 = time.perf_counter()
     with session_scope(app.state.web.session_factory) as s:
         seeded = seed_campaign(
-            s, released=True, episodes_per_cell=8, items=8, seed=2, objects=objects, models=models
+            s,
+            released=True,
+            episodes_per_cell=8,
+            items=8,
+            seed=2,
+            objects=objects,
+            models=models,
+            streams=ALL_STREAMS,
         )
     print(f"campaign: {len(seeded.episode_uids)} episodes scored under 3 label streams "
           f"in {time.perf_counter() - t0:.1f} s")  # fmt: skip

@@ -44,6 +44,7 @@ from proctor.domain import (
     EndpointDialect,
     EpisodeState,
     LabelStatus,
+    LabelStream,
     PlacementSource,
     PlacementStatus,
     PolicyKind,
@@ -54,8 +55,9 @@ from proctor.domain import (
 from web.snapshots.service import StreamOutcome, recompute
 
 START = datetime(2031, 5, 1, 9, 0, tzinfo=UTC)
+ALL_STREAMS = tuple(LabelStream)
 # small enough for a test, big enough for stable intervals
-TEST_ANALYSIS = {"bootstrap": 300, "ks_resamples": 300, "power_sims": 100}
+TEST_ANALYSIS = {"bootstrap": 200, "ks_resamples": 200, "power_sims": 60}
 
 
 @dataclass
@@ -118,9 +120,11 @@ def seed_campaign(
     objects: dict[str, list[str]] | None = None,
     models: list[PolicyModel] | None = None,
     compute: bool = True,
+    streams: tuple[LabelStream, ...] = (LabelStream.auto_and_reviewed,),
     tag: str | None = None,
 ) -> SeededCampaign:
-    """A closed (or released) campaign with scored episodes, and its snapshots."""
+    """A closed (or released) campaign with scored episodes, and its snapshots
+    under ``streams`` (``ALL_STREAMS`` for every label stream)."""
     tag = tag or secrets.token_hex(3)
     rng = np.random.default_rng(seed)
     objects = objects or {"spoons": ["rigid"], "towels": ["deformable"]}
@@ -267,7 +271,7 @@ def seed_campaign(
                 seeded.episode_policy[uid] = m.name
     session.flush()
     if compute:
-        seeded.outcomes = recompute(session, campaign_id=campaign.id)
+        seeded.outcomes = recompute(session, campaign_id=campaign.id, streams=streams)
     return seeded
 
 

@@ -172,8 +172,14 @@ def test_the_explorer_plays_seeks_and_follows(
 
 def test_a_chart_exports_as_svg_and_png(page: Any, live_server: LiveServer, tmp_path: Path) -> None:
     uid, _ = _episode(live_server, tmp_path)
+    page.set_viewport_size({"width": 820, "height": 1180})  # the tablet at the robot
     page.goto(f"/episodes/{uid}")
     page.wait_for_selector("body[data-explorer-ready='1']", timeout=20_000)
+    assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
+    heights = page.eval_on_selector_all(
+        ".transport button", "bs => bs.map(b => b.getBoundingClientRect().height)"
+    )
+    assert min(heights) >= 32  # touch-sized
     with page.expect_download() as dl:
         page.click(".chart-toolbar[data-export='gripper'] button[data-export='svg']")
     svg = Path(dl.value.path()).read_text()

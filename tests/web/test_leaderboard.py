@@ -16,7 +16,7 @@ from proctor.db.models import AnalysisSnapshot, Episode
 from proctor.domain import LabelStream, Outcome, Role
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.html_tree import parse
-from tests.web.leaderboard_data import SeededCampaign, seed_campaign
+from tests.web.leaderboard_data import ALL_STREAMS, TEST_ANALYSIS, SeededCampaign, seed_campaign
 from web.leaderboard.format import num, pct
 from web.snapshots import service
 from web.snapshots.worker import recompute_after_commit, worker_for
@@ -29,7 +29,7 @@ def bearer(token: str) -> dict[str, str]:
 @pytest.fixture
 def released(web: Web) -> SeededCampaign:
     with web.db() as s:
-        return seed_campaign(s, released=True, episodes_per_cell=6, seed=11)
+        return seed_campaign(s, released=True, episodes_per_cell=6, seed=11, streams=ALL_STREAMS)
 
 
 def latest(web: Web, campaign_id: int, stream: str = "auto_and_reviewed") -> AnalysisSnapshot:
@@ -56,7 +56,10 @@ def test_the_api_serves_the_snapshots_numbers(web: Web, released: SeededCampaign
     assert body["snapshot"]["data_version"] == snap.data_version
     assert body["snapshot"]["code_version"] == snap.code_version == service.code_version()
     assert body["protocol"]["tau_s"] == snap.result["protocol"]["tau"] == 120.0
-    assert body["protocol"]["bootstrap"] == 300 and body["protocol"]["seed"] == 0
+    assert (
+        body["protocol"]["bootstrap"] == TEST_ANALYSIS["bootstrap"]
+        and body["protocol"]["seed"] == 0
+    )
     result = snap.result
     assert [row["label"] for row in body["rows"]] == [p["policy"] for p in result["policies"]]
     for row, p in zip(body["rows"], result["policies"], strict=True):
@@ -97,7 +100,9 @@ def test_the_page_prints_the_snapshots_numbers(web: Web, released: SeededCampaig
     doc = parse(html)
     protocol = {dd.get("data-protocol"): dd.text() for dd in doc.find_all("dd", data_protocol=True)}
     assert (
-        protocol["tau"] == "120.0 s" and protocol["bootstrap"] == "300" and protocol["seed"] == "0"
+        protocol["tau"] == "120.0 s"
+        and protocol["bootstrap"] == str(TEST_ANALYSIS["bootstrap"])
+        and protocol["seed"] == "0"
     )
     assert protocol["code"] == service.code_version()
     assert result["data_version"].startswith(protocol["data"])
