@@ -7,8 +7,9 @@ episode runner on the simulated cell and closed with the station's labelled
 ground-truth log. Simulating costs minutes of CPU, so the finished corpus
 (a SQLite file and an artifact folder) is kept in the system's temporary
 folder under a key that hashes everything that determines it — the
-station's and the simulation's source code, the migrations and the plan —
-so any change there simulates afresh; the annotator's own code is not in
+simulated cell's, runner's, recorder's and policy protocol's source code,
+the schema and the plan (``_KEY_SOURCES``) — so any change there simulates
+afresh; the annotator's own code is not in
 the key (it is what is measured, every run). Each test session works on a
 copy of the database. ``PROCTOR_ANNOTATOR_CORPUS_CACHE=0`` disables the
 cache (the corpus is then simulated into the session's tmp folder).
@@ -48,30 +49,50 @@ class Corpus:
         return f"sqlite:///{self.db_path}"
 
 
-# cameras are off in the corpus and hardware drivers never run in it
-_NOT_IN_KEY = ("station/sim/render.py", "station/sim/camera.py", "station/camerahub.py")
-
-
-def _in_key(path: Path) -> bool:
-    rel = path.relative_to(ROOT).as_posix()
-    if rel in _NOT_IN_KEY:
-        return False
-    return not (rel.startswith("station/drivers/") and path.name != "base.py")
+# What determines a telemetry-only simulated episode: the simulated cell
+# (cameras off), the runner, recorder and archive, the policy protocol and
+# the demo policies, the schema. Hardware drivers, twin/real profiles,
+# teleop, the daemon and the conformance checks never run in it.
+_KEY_SOURCES = (
+    "station/sim/*.py",
+    "station/profiles/__init__.py",
+    "station/profiles/sim.py",
+    "station/drivers/*/base.py",
+    "station/drivers/registry.py",
+    "station/policy/client.py",
+    "station/policy/codec.py",
+    "station/policy/demo.py",
+    "station/policy/observation.py",
+    "station/policy/server.py",
+    "station/policy/spec.py",
+    "station/*.py",
+    "migrations/versions/*.py",
+    "proctor/db/**/*.py",
+    "proctor/artifacts/*.py",
+    "proctor/domain.py",
+    "annotator/simulate.py",
+)
+_NOT_IN_KEY = {
+    "station/sim/render.py",
+    "station/sim/camera.py",
+    "station/camerahub.py",
+    "station/api.py",
+    "station/cli.py",
+    "station/daemon.py",
+    "station/preflight.py",
+    "station/recovery.py",
+}
 
 
 def _key(plan: list[EpisodeSpec]) -> str:
     h = hashlib.sha256()
     sources = sorted(
-        p
-        for p in [
-            *(ROOT / "station").rglob("*.py"),
-            *(ROOT / "migrations" / "versions").glob("*.py"),
-            *(ROOT / "proctor" / "db").rglob("*.py"),
-            *(ROOT / "proctor" / "artifacts").rglob("*.py"),
-            ROOT / "proctor" / "domain.py",
-            ROOT / "annotator" / "simulate.py",
-        ]
-        if _in_key(p)
+        {
+            p
+            for pattern in _KEY_SOURCES
+            for p in ROOT.glob(pattern)
+            if p.relative_to(ROOT).as_posix() not in _NOT_IN_KEY
+        }
     )
     for path in sources:
         h.update(str(path.relative_to(ROOT)).encode())
