@@ -64,6 +64,29 @@ def _normalize(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", text.lower())
 
 
+def _words(text: str) -> list[str]:
+    # camelCase and snake_case alike: "AcmeRobotics_v2" -> acme, robotics, v2
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
+    return re.findall(r"[a-z0-9]+", spaced.lower())
+
+
+def mentions(text: str, term: str) -> bool:
+    """Whether ``text`` names ``term`` as whole words ("Acme Robotics" is in
+    "acme-robotics-v2" and "AcmeRobotics", but "ada" is not in "adaptive")."""
+    words, wanted = _words(text), _words(term)
+    if not wanted:
+        return False
+    joined = "".join(wanted)
+    n = len(wanted)
+    for i in range(len(words)):
+        if words[i : i + n] == wanted:
+            return True
+        for j in range(i + 1, min(len(words), i + n) + 1):
+            if "".join(words[i:j]) == joined:
+                return True
+    return False
+
+
 def _walk_strings(obj: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
     """(path, key, string value or '') for every key and string in a nested map."""
     if isinstance(obj, dict):
@@ -278,13 +301,12 @@ class WireChecks(CheckState):
         return True
 
     def _identity(self, metadata: dict[Any, Any]) -> None:
-        terms = {_normalize(t): t for t in self.expect.identity_terms if len(_normalize(t)) >= 3}
+        terms = [t for t in self.expect.identity_terms if len(_normalize(t)) >= 3]
         named: list[str] = []
         suspicious: list[str] = []
         for path, key, value in _walk_strings(metadata):
-            text = _normalize(key or value)
-            for norm, term in terms.items():
-                if norm in text:
+            for term in terms:
+                if mentions(key or value, term):
                     named.append(f"{path} mentions '{term}'")
             if key and _normalize(key) in _SUSPICIOUS_KEYS:
                 suspicious.append(path)

@@ -619,3 +619,20 @@ def test_the_dialect_can_be_forced(served: Callable[..., str]) -> None:
     )
     f = finding(report, "metadata")
     assert f.status == Status.warning and "your metadata looks like openpi's" in f.message
+
+
+@pytest.mark.parametrize(
+    ("text", "term", "named"),
+    [
+        ("trained by the Acme-Robotics team", "acme robotics", True),
+        ("AcmeRobotics_v2", "Acme Robotics", True),
+        ("acmediffusion", "acme-diffusion", True),
+        ("by ada", "ada", True),
+        ("adaptive chunking", "ada", False),  # a short username inside a word is no name
+        ("robotics", "acme robotics", False),
+    ],
+)
+def test_names_are_matched_as_whole_words(text: str, term: str, named: bool) -> None:
+    from station.policy.conformance_wire import mentions
+
+    assert mentions(text, term) is named
