@@ -102,7 +102,7 @@ def test_a_failing_policy_stops_the_arm_and_ends_the_episode_system(
         details = finished.details
         # stopped within one control period plus the timeout of the unanswered request
         lag = details["t_stop_s"] - details["t_request_s"]
-        print(f"{fault}: arm stopped {lag:.3f} s after the unanswered request (timeout {TIMEOUT_S})")
+        print(f"{fault}: arm stopped {lag:.3f} s after the unanswered request")
         # (plus scheduling slack: this runs beside other work on a shared 2-core machine)
         assert TIMEOUT_S <= lag <= TIMEOUT_S + 1.0 / CONTROL_HZ + SLACK_S, details
         # while it waited, the loop kept sampling at 100 Hz (real time)
