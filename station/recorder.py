@@ -291,6 +291,10 @@ class VideoWriter(threading.Thread):
         stream.width, stream.height, stream.pix_fmt = s.width, s.height, "yuv420p"
         stream.time_base = VIDEO_TIME_BASE
         stream.codec_context.time_base = VIDEO_TIME_BASE
+        # one encoder thread per camera: x264's own threads only add overhead at these
+        # sizes (measured: 320×240 ultrafast encodes faster single-threaded), and the
+        # recorder already runs one thread per camera
+        stream.codec_context.thread_count = 1
         # a keyframe (hence a fragment) every second bounds what a crash can lose
         stream.codec_context.options = {
             "preset": s.preset,
