@@ -51,6 +51,8 @@ CONTROL_ERRORS: tuple[type[BaseException], ...] = (
     franky.ControlException,
     franky.CommandException,
     franky.InvalidOperationException,
+    franky.InvalidMotionTypeException,
+    franky.MotionReuseException,
     franky.RealtimeException,
 )
 FRANKY_ERRORS = (*COMMUNICATION_ERRORS, *CONTROL_ERRORS)
@@ -200,6 +202,9 @@ class FrankyArm(Arm):
         self._robot: Any = None
         self._lock = threading.RLock()
         self._fault: str | None = None
+        # the control interface of the motion last started (franky runs one
+        # loop per interface; see _start_motion)
+        self._interface: str | None = None
         self._q_lo = np.asarray(config.q_min) + config.joint_margin_rad
         self._q_hi = np.asarray(config.q_max) - config.joint_margin_rad
         self._dq_max = np.asarray(config.max_joint_velocity) * config.relative_dynamics_factor
@@ -375,10 +380,40 @@ class FrankyArm(Arm):
             if self._fault is not None:
                 raise ArmFault(f"arm is faulted, refusing to move: {self._fault}")
             try:
-                self._r().move(self._motion(sent), asynchronous=True)
+                self._start_motion(lambda: self._motion(sent), sent.kind.value)
             except FRANKY_ERRORS as exc:
                 raise self._latch(exc) from exc
         return sent
+
+    def _start_motion(self, make: Callable[[], Any], interface: str) -> None:
+        """Start a motion asynchronously, preempting the running one. A motion
+        preempts only one of its own control interface (joint position,
+        joint velocity, Cartesian pose, Cartesian velocity); for another, the
+        running motion is stopped and allowed to end first — libfranka raises
+        ``InvalidMotionTypeException`` otherwise. Motions are single-use, so
+        ``make`` builds a fresh one for each attempt."""
+        robot = self._r()
+        if self._interface not in (None, interface) and robot.is_in_control:
+            self._end_motion()
+        try:
+            robot.move(make(), asynchronous=True)
+        except franky.InvalidMotionTypeException:
+            # the previous control loop was still winding down: let it end
+            self._end_motion()
+            self._r().move(make(), asynchronous=True)
+        self._interface = interface
+
+    def _end_motion(self) -> None:
+        robot = self._r()
+        try:
+            robot.stop()
+        except CONTROL_ERRORS:
+            log.debug("stop on an idle arm", exc_info=True)
+        try:
+            robot.join_motion(timeout=self.config.stop_timeout_s)
+        except FRANKY_ERRORS as exc:
+            if not _is_preemption(exc):
+                raise
 
     def stop(self) -> None:
         with self._lock:
@@ -424,9 +459,9 @@ class FrankyArm(Arm):
             # relative to the Robot's global factor, which caps every motion
             factor = min(1.0, c.home_dynamics_factor / c.relative_dynamics_factor)
             try:
-                self._r().move(
-                    franky.JointMotion(target, relative_dynamics_factor=factor),
-                    asynchronous=True,
+                self._start_motion(
+                    lambda: franky.JointMotion(target, relative_dynamics_factor=factor),
+                    ArmCommandKind.joint_position.value,
                 )
             except FRANKY_ERRORS as exc:
                 raise self._latch(exc) from exc

@@ -356,7 +356,10 @@ class SimulatedGripper:
         if thread is None:
             return
         if loop is not None and server is not None and loop.is_running():
-            asyncio.run_coroutine_threadsafe(server.shutdown(), loop).result(timeout_s)
+            try:
+                asyncio.run_coroutine_threadsafe(server.shutdown(), loop).result(timeout_s)
+            except TimeoutError:
+                log.error("simulated gripper did not shut down within %.1f s", timeout_s)
         thread.join(timeout_s)
         if thread.is_alive():
             log.error("simulated gripper thread did not stop within %.1f s", timeout_s)
@@ -404,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write("READY\n")
     sys.stdout.flush()
     done.wait()
-    sim.stop()
+    sim.stop(timeout_s=2.0)  # the serving thread is a daemon: exit regardless
     return 0
 
 

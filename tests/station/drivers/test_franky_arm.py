@@ -170,6 +170,22 @@ def test_velocity_commands_move_then_expire(arm: FrankyArm) -> None:
     assert d[0] > 0.003 and abs(d[1]) < 0.003 and abs(d[2]) < 0.003
 
 
+def test_a_command_of_another_kind_replaces_a_running_motion(arm: FrankyArm) -> None:
+    """libfranka cannot preempt a motion with one of another control interface
+    (InvalidMotionTypeException): the driver ends the running one first."""
+    home = np.asarray(HOME_Q)
+    arm.send(ArmCommand(ArmCommandKind.cartesian_velocity, [0.05, 0, 0, 0, 0, 0]))
+    arm.home()  # joint position, while the velocity motion still runs
+    assert np.max(np.abs(arm.read_state().q - home)) < arm.config.home_tolerance_rad
+    arm.send(ArmCommand(ArmCommandKind.joint_position, home + np.array([0.5, 0, 0, 0, 0, 0, 0])))
+    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.05, 5.0, "the joint motion to start")
+    pose = arm.read_state().ee_pose
+    arm.send(ArmCommand(ArmCommandKind.cartesian_pose, pose))  # hold here, Cartesian
+    settle(arm)
+    assert arm.read_state().error is None
+    assert np.linalg.norm(arm.read_state().ee_pose[:3] - pose[:3]) < 0.02
+
+
 def test_commands_are_clipped_and_the_clipped_command_returned() -> None:
     arm = FrankyArm(config("unused"))
     c = arm.config

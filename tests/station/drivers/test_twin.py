@@ -475,4 +475,9 @@ recording_s = 1.0
             proc.kill()
             proc.wait()
         log.close()
-    assert peer_processes(str(tmp_path / "work")) == []
+    # the peers end with the daemon (its closers; if it had to be killed, their
+    # own parent watch): give them a moment to exit
+    deadline = time.monotonic() + 15
+    while peer_processes(str(tmp_path / "work")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert peer_processes(str(tmp_path / "work")) == [], (tmp_path / "daemon.log").read_text()
