@@ -37,7 +37,7 @@ from sqlalchemy.orm import sessionmaker
 from proctor.artifacts import ArtifactStore
 from proctor.db import session_scope
 from proctor.db.engine import ProctorSession
-from proctor.domain import Outcome
+from proctor.domain import EndpointDialect, Outcome
 from proctor.errors import ProctorError
 from station import episodes, keys
 from station.archive import archive_recording
@@ -202,6 +202,18 @@ class EpisodeRunner:
             info = client.connect()
         except PolicyError as exc:
             raise PolicyUnreachable(f"run {work.run_code}: {exc}") from None
+        needed = []
+        if info.dialect == EndpointDialect.openpi or info.n_external_cameras > 0:
+            needed.append(keys.CAMERA_EXTERIOR)
+        if info.dialect == EndpointDialect.openpi or info.needs_wrist_camera:
+            needed.append(keys.CAMERA_WRIST)
+        missing = [name for name in needed if name not in self.cell.cameras]
+        if missing:
+            client.close()
+            raise PolicyUnreachable(
+                f"run {work.run_code}: the policy needs the {' and '.join(missing)} camera(s), "
+                "which this cell does not have"
+            )
         try:
             with session_scope(self.sessions) as s:
                 station = s.get(episodes.Station, self.station_id)
