@@ -59,7 +59,7 @@ def test_submitter_requests_never_get_a_server_error(portal: Web) -> None:
     for operation in operations:
 
         @settings(
-            max_examples=25,
+            max_examples=15,
             derandomize=True,
             deadline=None,
             database=None,
