@@ -125,3 +125,36 @@ def read_table(store: ArtifactStore, sha256: str) -> pa.Table:
 
 
 TABLES = TableCache()
+
+
+class BytesCache:
+    """Serialized JSON of immutable artifacts, by a key naming the artifact
+    and the view of it (bounded by total size)."""
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[object, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: object) -> bytes | None:
+        with self._lock:
+            body = self._items.get(key)
+            if body is not None:
+                self._items.move_to_end(key)
+            return body
+
+    def put(self, key: object, body: bytes) -> bytes:
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._size -= len(old)
+            self._items[key] = body
+            self._size += len(body)
+            while self._size > self.max_bytes and len(self._items) > 1:
+                _, dropped = self._items.popitem(last=False)
+                self._size -= len(dropped)
+        return body
+
+
+JSON_CACHE = BytesCache()

@@ -104,6 +104,28 @@ def get_leaderboard(
     who: OptionalUser,
     stream: StreamQuery = None,
 ) -> Response:
+    if who is None:  # the public's fast path: one query says which snapshot
+        version = board_version(session, campaign_id, parse_stream(stream))
+        if version is not None and version.released:
+            key = ("leaderboard-json-public", db_key(session), *version.key(), stream)
+            etag = caching.etag_for(*key)
+            hit = caching.conditional(request, etag, public=True)
+            if hit is not None:
+                return hit
+            cached = RESULTS.get(key)
+            if cached is not None:
+                return Response(
+                    cached,
+                    media_type="application/json",
+                    headers=caching.cache_headers(public=True, etag=etag),
+                )
+            _, view, _, _ = _view(request, session, who, campaign_id, stream)
+            body = RESULTS.put(key, view.model_dump_json().encode())
+            return Response(
+                body,
+                media_type="application/json",
+                headers=caching.cache_headers(public=True, etag=etag),
+            )
     _, view, etag, public = _view(request, session, who, campaign_id, stream)
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
