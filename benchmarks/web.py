@@ -8,7 +8,11 @@ Setup (not timed): a released campaign (reference + 4 policies × 4 objects ×
 4-minute episode recorded through the station's recorder (two 640×480
 cameras at 30 fps, 100 Hz telemetry) into the artifact store.
 
-1. **Latency under load** — the app under uvicorn in this process (one
+1. **Server CPU per request** — one client in a second process, sequential
+   requests: the server process's CPU time per request, which does not
+   depend on what else the machine runs; ratio to the static-file baseline
+   and the requests per second one core could serve.
+2. **Latency under load** — the app under uvicorn in this process (one
    worker, as ``proctor serve`` runs it); a *second process* on loopback
    opens ``--clients`` concurrent keep-alive connections and requests one
    URL as fast as each connection allows (closed loop) for ``--seconds``,
@@ -17,7 +21,7 @@ cameras at 30 fps, 100 Hz telemetry) into the artifact store.
    requests/s, and the ratio to the **baseline**: a static file
    (``/static/css/proctor.css``) served by the same server under the same
    load. Target: leaderboard p99 < 100 ms.
-2. **Explorer ready** — headless Chromium opens ``/episodes/{uid}`` of the
+3. **Explorer ready** — headless Chromium opens ``/episodes/{uid}`` of the
    4-minute episode: time from navigation start until the page is ready
    (both frame tables and the telemetry fetched and plotted, the first
    video frame decoded: the page's ``explorer-ready`` mark), cold then
@@ -52,7 +56,9 @@ TARGET_EXPLORER_READY_S = 1.0
 # ----------------------------------------------------------------- the load
 
 
-async def _load(base: str, path: str, clients: int, seconds: float, rate: float | None) -> dict:
+async def _load(
+    base: str, path: str, clients: int, seconds: float, rate: float | None, requests: int = 0
+) -> dict:
     import httpx
 
     latencies: list[float] = []
@@ -67,7 +73,7 @@ async def _load(base: str, path: str, clients: int, seconds: float, rate: float 
                 await asyncio.sleep(i / clients / rate)
             while True:
                 t0 = time.perf_counter()
-                if t0 >= deadline:
+                if (requests and len(latencies) >= requests) or (not requests and t0 >= deadline):
                     return
                 try:
                     r = await client.get(path)
@@ -89,16 +95,20 @@ async def _load(base: str, path: str, clients: int, seconds: float, rate: float 
 def load_main() -> None:
     """The second process: ``python -m benchmarks.web --load BASE PATH N S [RATE]``."""
     base, path, clients, seconds = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
-    rate = float(sys.argv[6]) if len(sys.argv) > 6 else None
-    out = asyncio.run(_load(base, path, clients, seconds, rate))
+    rate = float(sys.argv[6]) or None
+    requests = int(sys.argv[7])
+    out = asyncio.run(_load(base, path, clients, seconds, rate, requests))
     json.dump(out, sys.stdout)
 
 
-def run_load(base: str, path: str, clients: int, seconds: float, rate: float | None) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.web", "--load", base, path, str(clients), str(seconds)]
-    if rate:
-        cmd.append(str(rate))
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120, check=True)
+def run_load(
+    base: str, path: str, clients: int, seconds: float, rate: float | None, requests: int = 0
+) -> dict:
+    """Load from a second process: ``clients`` connections for ``seconds``
+    (or ``requests`` requests in all), back to back or at ``rate`` per client."""
+    cmd = [sys.executable, "-m", "benchmarks.web", "--load", base, path, str(clients),
+           str(seconds), str(rate or 0), str(requests)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 600, check=True)
     out = json.loads(r.stdout)
     lat = np.asarray(out["latencies"]) * 1e3
     return {
@@ -240,6 +250,7 @@ def main() -> None:
     ap.add_argument("--fps", type=int, default=30)
     ap.add_argument("--episode-s", type=float, default=240.0)
     ap.add_argument("--explorer-runs", type=int, default=5)
+    ap.add_argument("--cpu-requests", type=int, default=200)
     args = ap.parse_args()
 
     import logging
@@ -278,6 +289,19 @@ def main() -> None:
                 r = httpx.get(base + path, timeout=60)
                 if r.status_code != 200:
                     raise SystemExit(f"{path}: {r.status_code} {r.text[:200]}")
+            # what each request costs the server, whatever else the machine is doing:
+            # CPU time of this process (the server's) over sequential requests
+            print(f"\n== server CPU per request: one client, sequential, {args.cpu_requests} "
+                  f"requests per URL (load avg {os.getloadavg()[0]:.1f}) ==")  # fmt: skip
+            print(f"{'URL':32s} {'CPU ms':>8s} {'×base':>7s} {'req/s per core':>15s}")
+            cpu = {}
+            for name, path in urls.items():
+                before = time.process_time()
+                run_load(base, path, 1, 0.0, None, requests=args.cpu_requests)
+                cpu[name] = (time.process_time() - before) / args.cpu_requests * 1e3
+            for name, ms in cpu.items():
+                print(f"{name:32s} {ms:8.2f} {ms / cpu['static file (baseline)']:6.2f}× "
+                      f"{1000 / ms:15.0f}")  # fmt: skip
             for mode, rate in (("closed loop: back-to-back requests", None),
                                ("paced: 1 request/s per client", 1.0)):  # fmt: skip
                 load = os.getloadavg()[0]
