@@ -282,6 +282,28 @@ def test_private_addresses_are_refused_where_configured(web_db_url: str, tmp_pat
         web.app.state.web.engine.dispose()
 
 
+def test_the_worker_checks_the_address_again_before_it_connects(
+    portal: Web, demo_server: Any
+) -> None:
+    h = submitter(portal)
+    sid = (
+        portal.client()
+        .post("/api/submissions/endpoints", json=endpoint_body(demo_server()), headers=h)
+        .json()["id"]
+    )
+    strict = portal.settings.model_copy(
+        update={
+            "submissions": portal.settings.submissions.model_copy(
+                update={"allow_private_endpoints": False}
+            )
+        }
+    )
+    outcomes = worker.work(portal.app.state.web.session_factory, strict, clock=portal.clock)
+    assert [o.verdict for o in outcomes] == ["failed"]
+    report = portal.client().get(f"/api/submissions/{sid}", headers=h).json()["conformance_report"]
+    assert "resolves to a non-public address" in report["summary"]
+
+
 def test_an_api_key_needs_the_servers_encryption_key(web_db_url: str, tmp_path: Path) -> None:
     from tests.web.conftest import FakeClock
     from web.app import create_app
@@ -375,6 +397,11 @@ def test_role_boundaries_on_the_portal(portal: Web) -> None:
     # the owner sees both, newest first
     names = [p["name"] for p in c.get("/api/submissions/policies", headers=h_ada).json()]
     assert names == ["acme-ckpt", "acme-server"]
+    # nobody but an admin gets a checkpoint's bytes, not even another submitter or an operator
+    art = f"/api/artifacts/{ckpt['checkpoint_sha256']}"
+    for headers in (h_bob, h_op, {}):
+        assert c.get(art, headers=headers).status_code == 404
+    assert c.get(art, headers=h_root).status_code == 200
     # checkpoints cannot be checked until a runner serves them
     r = c.post(f"/api/submissions/{ckpt['id']}/check", headers=h_ada)
     assert r.status_code == 409 and "runner" in r.json()["detail"]
