@@ -173,7 +173,7 @@ def test_the_cli_runs_one_episode_headless(serve_demo, tmp_path: Path) -> None:
             "--object",
             "towels",
             "--items",
-            "2",
+            "1",
             "--seed",
             "5",
             "--config",
@@ -200,7 +200,7 @@ def test_the_cli_runs_one_episode_headless(serve_demo, tmp_path: Path) -> None:
             {"u": uid},
         ).one()
     engine.dispose()
-    assert row[0] == "closed" and row[1] == "success" and row[2] == 2
+    assert row[0] == "closed" and row[1] == "success" and row[2] == 1
     assert row[3].startswith("demo: log filled from the simulator's ground truth")
 
     bad = subprocess.run(
