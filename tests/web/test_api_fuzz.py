@@ -79,15 +79,15 @@ def test_own_operations_anonymous(populated: Web) -> None:
     labels = {op.label for op in operations}
     assert {"POST /api/users", "DELETE /api/tokens/{token_id}", "GET /api/health"} <= labels
     # most answers are 401 before any input is looked at: fewer examples do
-    _fuzz(operations, {}, examples=6)
+    _fuzz(operations, {}, examples=5)
 
 
 def test_own_operations_as_admin(populated: Web) -> None:
-    _fuzz(_operations(populated, OWN_TAGS), _admin(populated), examples=20)
+    _fuzz(_operations(populated, OWN_TAGS), _admin(populated), examples=15)
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_every_operation_as_admin(populated: Web) -> None:
     operations = _operations(populated)
     assert len(operations) > len(_operations(populated, OWN_TAGS))
-    _fuzz(operations, _admin(populated), examples=8)
+    _fuzz(operations, _admin(populated), examples=5)
