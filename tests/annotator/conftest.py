@@ -23,6 +23,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -133,6 +134,7 @@ def _cached_corpus(plan: list[EpisodeSpec], tmp: Path) -> Path:
     key = _key(plan)
     final = cache / f"annotator-corpus-{key}"
     if (final / "complete").is_file():
+        final.touch()  # in use: not pruned
         return final
     cache.mkdir(parents=True, exist_ok=True)
     # one session simulates, any other waits for it rather than doing it twice
@@ -147,10 +149,22 @@ def _cached_corpus(plan: list[EpisodeSpec], tmp: Path) -> Path:
             (building / "complete").write_text("ok\n")
             shutil.rmtree(final, ignore_errors=True)  # a half-built leftover
             building.rename(final)
+            _prune(cache, keep=final)
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
             raise
     return final
+
+
+def _prune(cache: Path, keep: Path, older_than_s: float = 3600.0) -> None:
+    """Corpora of older code (≈ 100 MB each) go once nobody has used them for an hour."""
+    now = time.time()
+    for old in cache.glob("annotator-corpus-*"):
+        if old == keep or not old.is_dir():
+            continue
+        if now - old.stat().st_mtime > older_than_s:
+            shutil.rmtree(old, ignore_errors=True)
+            old.with_name(old.name + ".lock").unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
