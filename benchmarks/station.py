@@ -100,8 +100,10 @@ def bench_step_overhead(steps: int) -> None:
             build_observation(info, arm=state, gripper=gstate, images=images, prompt="x")
             assembly.append(wall.now() - t0)
         full: list[float] = []
+        cpu: list[float] = []
         server_side: list[float] = []
         for _ in range(steps):
+            c0 = time.process_time()
             t0 = wall.now()
             a: ArmState = arm.read_state()
             g: GripperState = grip.read_state()
@@ -111,6 +113,9 @@ def bench_step_overhead(steps: int) -> None:
             arm.send(cmd.arm)
             grip.send(cmd.gripper)
             full.append(wall.now() - t0)
+            # CPU of every thread in this process, the in-process server's included: what
+            # the step costs when no other program competes for the cores
+            cpu.append(time.process_time() - c0)
             server_side.append(reply.latency_s)
         dispatch: list[float] = []
         chunk = np.zeros((10, 8))
@@ -126,6 +131,7 @@ def bench_step_overhead(steps: int) -> None:
         ("observation assembly (2 × 640×480 → 224×224)", assembly),
         ("query step (obs + round trip + dispatch)", full),
         ("open-loop step (dispatch only)", dispatch),
+        ("query step, CPU time (all threads, server too)", cpu),
     ):
         print(f"{name:44s} p50 {pct(xs, 50) * 1e3:7.3f} ms   p99 {pct(xs, 99) * 1e3:7.3f} ms")
     p99 = pct(full, 99)

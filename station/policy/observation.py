@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,10 @@ def cartesian_position(arm: ArmState) -> np.ndarray:
     return np.concatenate([arm.ee_pose[:3], geometry.matrix_to_euler(rot)])
 
 
+# Pillow releases the GIL while it resamples: the cameras' images are resized side by side
+_RESIZERS = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="resize")
+
+
 def build_observation(
     info: ServerInfo,
     *,
@@ -46,11 +51,26 @@ def build_observation(
     prompt: str,
     privileged: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    def image(name: str) -> np.ndarray:
-        img = images[name]
-        if info.image_size is None:
-            return img
-        return resize_with_pad(img, *info.image_size)
+    wanted: dict[str, str] = {}  # observation key → camera
+    if info.dialect == EndpointDialect.openpi:
+        wanted[keys.OBS_EXTERIOR_IMAGE] = keys.CAMERA_EXTERIOR
+        wanted[keys.OBS_WRIST_IMAGE] = keys.CAMERA_WRIST
+    else:
+        for i in range(info.n_external_cameras):
+            wanted[keys.roboarena_exterior_image(i)] = keys.CAMERA_EXTERIOR
+        if info.needs_wrist_camera:
+            wanted[keys.OBS_WRIST_IMAGE] = keys.CAMERA_WRIST
+    cameras = sorted(set(wanted.values()))
+    if info.image_size is None:
+        sized = {name: images[name] for name in cameras}
+    elif len(cameras) > 1:
+        futures = {
+            name: _RESIZERS.submit(resize_with_pad, images[name], *info.image_size)
+            for name in cameras
+        }
+        sized = {name: f.result() for name, f in futures.items()}
+    else:
+        sized = {name: resize_with_pad(images[name], *info.image_size) for name in cameras}
 
     obs: dict[str, Any] = {
         keys.OBS_JOINT_POSITION: arm.q.astype(np.float32),
@@ -58,14 +78,8 @@ def build_observation(
         keys.OBS_GRIPPER_POSITION: np.array([gripper.position], dtype=np.float32),
         keys.OBS_PROMPT: prompt,
     }
-    if info.dialect == EndpointDialect.openpi:
-        obs[keys.OBS_EXTERIOR_IMAGE] = image(keys.CAMERA_EXTERIOR)
-        obs[keys.OBS_WRIST_IMAGE] = image(keys.CAMERA_WRIST)
-    else:
-        for i in range(info.n_external_cameras):
-            obs[keys.roboarena_exterior_image(i)] = image(keys.CAMERA_EXTERIOR)
-        if info.needs_wrist_camera:
-            obs[keys.OBS_WRIST_IMAGE] = image(keys.CAMERA_WRIST)
+    for key, name in wanted.items():
+        obs[key] = sized[name]
     if privileged:
         obs.update(privileged)
     return obs
