@@ -1,18 +1,24 @@
 """Web speed: the leaderboard and the run explorer under load, and the time
 to open a 4-minute episode in the explorer.
 
-    ./run bench web [--clients 50] [--seconds 10] [--fps 30] [--episode-s 240]
+    ./run bench web [--clients 50] [--seconds 10] [--fps 30] [--episode-s 240] [--skip-load]
 
 Setup (not timed): a released campaign (reference + 4 policies × 4 objects ×
 8 episodes) scored by the real analysis into stored snapshots, and one
 4-minute episode recorded through the station's recorder (two 640×480
 cameras at 30 fps, 100 Hz telemetry) into the artifact store.
 
-1. **Server CPU per request** — one client in a second process, sequential
+1. **Explorer ready** — headless Chromium opens ``/episodes/{uid}`` of the
+   4-minute episode: time from navigation start until the page is ready
+   (both frame tables and the telemetry fetched and plotted, the first
+   video frame decoded: the page's ``explorer-ready`` mark), cold then
+   warm, with no other load, before anything else has asked for the episode
+   (so the first open is cold on the server too). Target: < 1 s.
+2. **Server CPU per request** — one client in a second process, sequential
    requests: the server process's CPU time per request, which does not
    depend on what else the machine runs; ratio to the static-file baseline
    and the requests per second one core could serve.
-2. **Latency under load** — the app under uvicorn in this process (one
+3. **Latency under load** — the app under uvicorn in this process (one
    worker, as ``proctor serve`` runs it); a *second process* on loopback
    opens ``--clients`` concurrent keep-alive connections and requests one
    URL as fast as each connection allows (closed loop) for ``--seconds``,
@@ -21,11 +27,6 @@ cameras at 30 fps, 100 Hz telemetry) into the artifact store.
    requests/s, and the ratio to the **baseline**: a static file
    (``/static/css/proctor.css``) served by the same server under the same
    load. Target: leaderboard p99 < 100 ms.
-3. **Explorer ready** — headless Chromium opens ``/episodes/{uid}`` of the
-   4-minute episode: time from navigation start until the page is ready
-   (both frame tables and the telemetry fetched and plotted, the first
-   video frame decoded: the page's ``explorer-ready`` mark), cold then
-   warm, with no other load. Target: < 1 s.
 
 The machine is small and shared: the load average is printed with the
 figures, and every ratio compares runs taken under the same conditions.
@@ -237,6 +238,56 @@ def explorer_ready(base: str, uid: str, runs: int) -> list[dict]:
     return out
 
 
+def load_sections(base: str, cid: int, uid: str, args: argparse.Namespace) -> None:
+    urls = {
+        "static file (baseline)": "/static/css/proctor.css",
+        "leaderboard page": f"/leaderboard/{cid}",
+        "leaderboard JSON": f"/api/leaderboard/{cid}",
+        "policy page": f"/leaderboard/{cid}/policies/alpha",
+        "explorer page": f"/episodes/{uid}",
+        "explorer JSON": f"/api/episodes/{uid}",
+        "explorer telemetry (2400 pts)": f"/api/episodes/{uid}/telemetry?max_points=2400",
+    }
+    import httpx
+
+    for path in urls.values():  # warm the caches once, check every URL answers
+        r = httpx.get(base + path, timeout=60)
+        if r.status_code != 200:
+            raise SystemExit(f"{path}: {r.status_code} {r.text[:200]}")
+    # what each request costs the server, whatever else the machine is doing:
+    # CPU time of this process (the server's) over sequential requests
+    print(f"\n== server CPU per request: one client, sequential, {args.cpu_requests} "
+          f"requests per URL (load avg {os.getloadavg()[0]:.1f}) ==")  # fmt: skip
+    print(f"{'URL':32s} {'CPU ms':>8s} {'×base':>7s} {'req/s per core':>15s}")
+    cpu = {}
+    for name, path in urls.items():
+        before = time.process_time()
+        run_load(base, path, 1, 0.0, None, requests=args.cpu_requests)
+        cpu[name] = (time.process_time() - before) / args.cpu_requests * 1e3
+    for name, ms in cpu.items():
+        print(f"{name:32s} {ms:8.2f} {ms / cpu['static file (baseline)']:6.2f}× "
+              f"{1000 / ms:15.0f}")  # fmt: skip
+    for mode, rate in (("closed loop: back-to-back requests", None),
+                       ("paced: 1 request/s per client", 1.0)):  # fmt: skip
+        load = os.getloadavg()[0]
+        print(f"\n== {args.clients} concurrent clients from a second process, {mode}, "
+              f"{args.seconds:g} s per URL (load avg {load:.1f}) ==")  # fmt: skip
+        print(f"{'URL':32s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'errors':>7s}"
+              f" {'p50 ×base':>10s} {'p99 ×base':>10s}")  # fmt: skip
+        results = {}
+        for name, path in urls.items():
+            results[name] = run_load(base, path, args.clients, args.seconds, rate)
+        b = results["static file (baseline)"]
+        for name, res in results.items():
+            r50, r99 = res["p50"] / b["p50"], res["p99"] / b["p99"]
+            print(f"{name:32s} {res['p50']:8.1f} {res['p99']:8.1f} {res['rps']:8.0f} "
+                  f"{res['errors']:7d} {r50:9.2f}× {r99:9.2f}×")  # fmt: skip
+        p99 = results["leaderboard page"]["p99"]
+        verdict = "MET" if p99 < TARGET_LEADERBOARD_P99_MS else "MISSED"
+        print(f"leaderboard page p99 vs the {TARGET_LEADERBOARD_P99_MS:.0f} ms target: "
+              f"{verdict} ({p99:.1f} ms)")  # fmt: skip
+
+
 # ------------------------------------------------------------------- main
 
 
@@ -251,6 +302,7 @@ def main() -> None:
     ap.add_argument("--episode-s", type=float, default=240.0)
     ap.add_argument("--explorer-runs", type=int, default=5)
     ap.add_argument("--cpu-requests", type=int, default=200)
+    ap.add_argument("--skip-load", action="store_true", help="only the explorer-ready figures")
     args = ap.parse_args()
 
     import logging
@@ -274,54 +326,7 @@ def main() -> None:
         cid, uid = _seed(app, tmp, fps=args.fps, episode_s=args.episode_s)
         base, server, thread = _serve(app)
         try:
-            urls = {
-                "static file (baseline)": "/static/css/proctor.css",
-                "leaderboard page": f"/leaderboard/{cid}",
-                "leaderboard JSON": f"/api/leaderboard/{cid}",
-                "policy page": f"/leaderboard/{cid}/policies/alpha",
-                "explorer page": f"/episodes/{uid}",
-                "explorer JSON": f"/api/episodes/{uid}",
-                "explorer telemetry (2500 pts)": f"/api/episodes/{uid}/telemetry?max_points=2500",
-            }
-            import httpx
-
-            for path in urls.values():  # warm the caches once, check every URL answers
-                r = httpx.get(base + path, timeout=60)
-                if r.status_code != 200:
-                    raise SystemExit(f"{path}: {r.status_code} {r.text[:200]}")
-            # what each request costs the server, whatever else the machine is doing:
-            # CPU time of this process (the server's) over sequential requests
-            print(f"\n== server CPU per request: one client, sequential, {args.cpu_requests} "
-                  f"requests per URL (load avg {os.getloadavg()[0]:.1f}) ==")  # fmt: skip
-            print(f"{'URL':32s} {'CPU ms':>8s} {'×base':>7s} {'req/s per core':>15s}")
-            cpu = {}
-            for name, path in urls.items():
-                before = time.process_time()
-                run_load(base, path, 1, 0.0, None, requests=args.cpu_requests)
-                cpu[name] = (time.process_time() - before) / args.cpu_requests * 1e3
-            for name, ms in cpu.items():
-                print(f"{name:32s} {ms:8.2f} {ms / cpu['static file (baseline)']:6.2f}× "
-                      f"{1000 / ms:15.0f}")  # fmt: skip
-            for mode, rate in (("closed loop: back-to-back requests", None),
-                               ("paced: 1 request/s per client", 1.0)):  # fmt: skip
-                load = os.getloadavg()[0]
-                print(f"\n== {args.clients} concurrent clients from a second process, {mode}, "
-                      f"{args.seconds:g} s per URL (load avg {load:.1f}) ==")  # fmt: skip
-                print(f"{'URL':32s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'errors':>7s}"
-                      f" {'p50 ×base':>10s} {'p99 ×base':>10s}")  # fmt: skip
-                results = {}
-                for name, path in urls.items():
-                    results[name] = run_load(base, path, args.clients, args.seconds, rate)
-                b = results["static file (baseline)"]
-                for name, res in results.items():
-                    r50, r99 = res["p50"] / b["p50"], res["p99"] / b["p99"]
-                    print(f"{name:32s} {res['p50']:8.1f} {res['p99']:8.1f} {res['rps']:8.0f} "
-                          f"{res['errors']:7d} {r50:9.2f}× {r99:9.2f}×")  # fmt: skip
-                p99 = results["leaderboard page"]["p99"]
-                verdict = "MET" if p99 < TARGET_LEADERBOARD_P99_MS else "MISSED"
-                print(f"leaderboard page p99 vs the {TARGET_LEADERBOARD_P99_MS:.0f} ms target: "
-                      f"{verdict} ({p99:.1f} ms)")  # fmt: skip
-
+            # first, while nothing has asked for the episode yet: a truly cold open
             print(f"\n== explorer ready: a {args.episode_s:g} s episode, headless Chromium, "
                   f"no other load (load avg {os.getloadavg()[0]:.1f}) ==")  # fmt: skip
             runs = explorer_ready(base, uid, args.explorer_runs)
@@ -332,10 +337,13 @@ def main() -> None:
                       f"frame tables {r['frames_kb']:.0f} KiB)")  # fmt: skip
             warm = [r["ready_ms"] for r in runs if not r["cold"]] or [runs[0]["ready_ms"]]
             median = statistics.median(warm) / 1e3
-            verdict = "MET" if median < TARGET_EXPLORER_READY_S else "MISSED"
             cold = runs[0]["ready_ms"] / 1e3
-            print(f"explorer ready (median of warm runs) vs the {TARGET_EXPLORER_READY_S:g} s "
-                  f"target: {verdict} ({median:.2f} s; cold {cold:.2f} s)")  # fmt: skip
+            for label, value in (("median of warm runs", median), ("cold, first open", cold)):
+                verdict = "MET" if value < TARGET_EXPLORER_READY_S else "MISSED"
+                print(f"explorer ready ({label}) vs the {TARGET_EXPLORER_READY_S:g} s target: "
+                      f"{verdict} ({value:.2f} s)")  # fmt: skip
+            if not args.skip_load:
+                load_sections(base, cid, uid, args)
         finally:
             server.should_exit = True
             thread.join(timeout=15)

@@ -22,6 +22,8 @@ from web.templating import render
 
 api_router = APIRouter(tags=["recordings"], responses=error_responses(404, 422))
 page_router = APIRouter()
+# samples per telemetry column the page asks for: about two per pixel of a wide plot
+TELEMETRY_POINTS = 2400
 
 EpisodeUid = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="the episode's uid")]
 
@@ -58,6 +60,11 @@ def explorer_page(
     return render(
         request,
         "explorer/episode.html",
-        {**FORMATS, "e": bundle, "data": bundle.model_dump(mode="json")},
+        {
+            **FORMATS,
+            "e": bundle,
+            "data": bundle.model_dump(mode="json"),
+            "telemetry_points": TELEMETRY_POINTS,
+        },
         headers={"cache-control": "private, no-cache"},
     )

@@ -209,7 +209,8 @@
         .then((j) => { if (j) frames[c.name] = j.pts_s; }));
     }
     if (data.telemetry_sha256) {
-      const points = Math.min(20000, Math.max(500, Math.round((document.body.clientWidth || 1200) * 2)));
+      const section = document.querySelector("[data-points]");
+      const points = section ? Number(section.dataset.points) : 2400;  // the URL the page preloads
       pending.push(fetch(`${data.links.telemetry}?max_points=${points}`, { credentials: "same-origin" })
         .then((r) => (r.ok ? r.json() : null))
         .then((tel) => { if (tel) drawTelemetry(tel); }));
