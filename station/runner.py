@@ -337,6 +337,12 @@ class EpisodeRunner:
             self._stop_arm_now()
         self._stop_event.set()
 
+    def _arm_error_text(self) -> str | None:
+        try:
+            return self.cell.arm.read_state().error
+        except ArmFault:
+            return None
+
     def _stop_arm_now(self) -> None:
         try:
             self.cell.arm.stop()
@@ -505,7 +511,9 @@ class EpisodeRunner:
                         sent_grip = gripper.send(current.gripper).position
                     except ArmFault as exc:
                         self._stop_arm_now()
-                        return Outcome.safety, f"arm fault: {exc}"
+                        # the controller's own error text, when it has one, says more
+                        error = self._arm_error_text()
+                        return Outcome.safety, f"arm fault: {error or exc}"
                     except GripperFault as exc:
                         self._stop_arm_now()
                         return Outcome.safety, f"gripper fault: {exc}"
