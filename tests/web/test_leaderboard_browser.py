@@ -13,7 +13,7 @@ import pytest
 
 from proctor.domain import LabelStream
 from tests.browser import LiveServer
-from tests.web.leaderboard_data import seed_campaign
+from tests.web.leaderboard_data import ALL_STREAMS, seed_campaign
 from web.leaderboard.format import num, pct
 from web.snapshots import service
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.browser
 
 def _seed(server: LiveServer) -> tuple[int, dict[str, Any]]:
     with server.db() as s:
-        seeded = seed_campaign(s, released=True, episodes_per_cell=6, seed=17)
+        seeded = seed_campaign(s, released=True, episodes_per_cell=6, seed=17, streams=ALL_STREAMS)
     with server.db() as s:
         row = service.latest_row(
             s, campaign_id=seeded.campaign_id, stream=LabelStream.auto_and_reviewed
