@@ -150,6 +150,7 @@ def test_kernel_does_not_depend_on_services() -> None:
             _within(imp.module, "proctor")
             and imp.module not in KERNEL_ENTRY_POINTS
             and not _within(imp.module, "proctor.demo")
+            and not _within(imp.module, "proctor.export")
             and _root(imp.target) in others
         )
     )

@@ -1,0 +1,22 @@
+"""``proctor export``: a released campaign as a dataset anyone can re-analyse.
+
+Layout of the output folder (written under a temporary name and renamed
+into place when complete, so a half-written export never looks finished)::
+
+    dataset.json           what this is: campaign, protocol, revealed seed and
+                           commitment, label stream, code version, counts, and
+                           the sha256 and size of every file below
+    episodes.csv           the interchange file (METHODS.md §8), one row an episode
+    episodes/<uid>/
+        episode.json       the episode row, its event log (operator log included),
+                           detector candidates, placement events of every label
+                           stream and the append-only review history
+        telemetry.parquet  100 Hz telemetry (columns: station/keys.py)
+        frames-<camera>.parquet   per-frame timestamps of each video
+        video-<camera>.mp4        H.264, one per camera (skipped with --no-media)
+        manifest.json      the station's episode manifest
+        ground-truth.json  simulated cell only
+
+Only released campaigns are exported: before release, who ran what is sealed.
+Every artifact is verified against its sha256 on the way out.
+"""

@@ -1,0 +1,262 @@
+"""Writing the export (layout in ``proctor.export``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from proctor import __version__
+from proctor.artifacts import ArtifactStore
+from proctor.db.engine import ProctorSession
+from proctor.db.models import (
+    AnnotationCandidate,
+    Artifact,
+    Campaign,
+    Episode,
+    EpisodeEvent,
+    PlacementEvent,
+    ReviewAction,
+)
+from proctor.domain import ArtifactKind, CampaignStatus, LabelStream
+from proctor.errors import UsageError
+
+# artifact kind (and camera) → file name inside the episode's folder
+_FILES: dict[ArtifactKind, str] = {
+    ArtifactKind.telemetry: "telemetry.parquet",
+    ArtifactKind.manifest: "manifest.json",
+    ArtifactKind.ground_truth: "ground-truth.json",
+}
+_PER_CAMERA: dict[ArtifactKind, str] = {
+    ArtifactKind.video: "video-{camera}.mp4",
+    ArtifactKind.frame_index: "frames-{camera}.parquet",
+}
+MEDIA = {ArtifactKind.video}
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    folder: Path
+    episodes: int
+    files: int
+    bytes: int
+
+
+def _campaign(session: ProctorSession, ref: str) -> Campaign:
+    q = sa.select(Campaign)
+    c = session.scalar(
+        q.where(Campaign.id == int(ref)) if ref.isdigit() else q.where(Campaign.name == ref)
+    )
+    if c is None:
+        raise UsageError(f"campaign: no campaign '{ref}'")
+    if c.status != CampaignStatus.released:
+        raise UsageError(
+            f"campaign '{c.name}' is {c.status.value}, not released: who ran what is sealed "
+            "until release (`proctor campaign release`)"
+        )
+    return c
+
+
+def _when(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _episode_document(session: ProctorSession, ep: Episode) -> dict[str, Any]:
+    events = session.scalars(
+        sa.select(EpisodeEvent).where(EpisodeEvent.episode_id == ep.id).order_by(EpisodeEvent.id)
+    )
+    candidates = session.scalars(
+        sa.select(AnnotationCandidate)
+        .where(AnnotationCandidate.episode_id == ep.id)
+        .order_by(AnnotationCandidate.t_s)
+    )
+    placements = session.scalars(
+        sa.select(PlacementEvent)
+        .where(PlacementEvent.episode_id == ep.id)
+        .order_by(PlacementEvent.id)
+    )
+    reviews = session.scalars(
+        sa.select(ReviewAction).where(ReviewAction.episode_id == ep.id).order_by(ReviewAction.id)
+    )
+    return {
+        "format": "proctor.export.episode/1",
+        "episode": {
+            "uid": ep.uid,
+            "run_code": ep.run_code,
+            "items": ep.items,
+            "budget_s": ep.budget_s,
+            "tote_side": ep.tote_side.value,
+            "camera_side": ep.camera_side.value,
+            "sim_seed": ep.sim_seed,
+            "clock_start_s": ep.clock_start_s,
+            "clock_end_s": ep.clock_end_s,
+            "started_at": _when(ep.started_at),
+            "ended_at": _when(ep.ended_at),
+            "outcome": ep.outcome.value if ep.outcome else None,
+            "outcome_reason": ep.outcome_reason,
+            "placed": ep.placed,
+            "lost": ep.lost,
+            "dropped": ep.dropped,
+            "operator_notes": ep.operator_notes,
+            "label_status": ep.label_status.value,
+        },
+        "events": [
+            {"t_s": e.t_s, "at": _when(e.at), "kind": e.kind, "message": e.message} for e in events
+        ],
+        "candidates": [
+            {
+                "id": c.id,
+                "t_s": c.t_s,
+                "kind": c.kind,
+                "zone": c.zone,
+                "verdict": c.verdict.value,
+                "rule": c.rule,
+                "score": c.score,
+                "features": c.features,
+                "detector_version": c.detector_version,
+            }
+            for c in candidates
+        ],
+        "placements": [
+            {
+                "id": p.id,
+                "t_s": p.t_s,
+                "source": p.source.value,
+                "status": p.status.value,
+                "candidate_id": p.candidate_id,
+            }
+            for p in placements
+        ],
+        "reviews": [
+            {
+                "at": _when(r.at),
+                "reviewer": r.reviewer_label or (f"user {r.reviewer_id}" if r.reviewer_id else ""),
+                "action": r.action.value,
+                "placement_event_id": r.placement_event_id,
+                "before": r.before,
+                "after": r.after,
+                "note": r.note,
+            }
+            for r in reviews
+        ],
+    }
+
+
+def _copy_verified(store: ArtifactStore, sha256: str, dest: Path) -> int:
+    size = 0
+    with dest.open("wb") as out, store.open_verified(sha256) as chunks:
+        for chunk in chunks:
+            out.write(chunk)
+            size += len(chunk)
+    return size
+
+
+def _file_entry(path: Path, root: Path) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return {
+        "path": path.relative_to(root).as_posix(),
+        "sha256": digest.hexdigest(),
+        "size": path.stat().st_size,
+    }
+
+
+def export_campaign(
+    session: ProctorSession,
+    store: ArtifactStore,
+    *,
+    campaign: str,
+    out: Path,
+    stream: LabelStream = LabelStream.auto_and_reviewed,
+    media: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> ExportSummary:
+    from analysis.interchange import write_interchange
+    from analysis.store import load_episodes
+
+    c = _campaign(session, campaign)
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"out: {out} exists and is not empty; choose a new folder")
+    partial = out.with_name(f".{out.name}.partial")
+    if partial.exists():
+        shutil.rmtree(partial)  # the leftovers of an interrupted export
+    partial.mkdir(parents=True)
+    try:
+        table = load_episodes(session, campaign_id=c.id, stream=stream)
+        write_interchange(table.episodes, partial / "episodes.csv")
+        episodes = list(
+            session.scalars(
+                sa.select(Episode).where(Episode.campaign_id == c.id).order_by(Episode.id)
+            )
+        )
+        files: list[dict[str, Any]] = [_file_entry(partial / "episodes.csv", partial)]
+        for i, ep in enumerate(episodes):
+            folder = partial / "episodes" / ep.uid
+            folder.mkdir(parents=True)
+            doc = folder / "episode.json"
+            doc.write_text(json.dumps(_episode_document(session, ep), indent=1), encoding="utf-8")
+            files.append(_file_entry(doc, partial))
+            for art in session.scalars(sa.select(Artifact).where(Artifact.episode_id == ep.id)):
+                if art.kind in MEDIA and not media:
+                    continue
+                name = _FILES.get(art.kind) or _PER_CAMERA.get(art.kind, "").format(
+                    camera=art.camera
+                )
+                if not name:
+                    continue  # e.g. an .rrd: derived, regenerate it from the recording
+                dest = folder / name
+                _copy_verified(store, art.sha256, dest)
+                files.append(_file_entry(dest, partial))
+            if progress is not None:
+                progress(i + 1, len(episodes))
+        dataset = {
+            "format": "proctor.export/1",
+            "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "code_version": f"proctor-{__version__}",
+            "campaign": {
+                "name": c.name,
+                "description": c.description,
+                "items_per_episode": c.items_per_episode,
+                "per_item_cap_s": c.per_item_cap_s,
+                "tau_s": c.tau_s,
+                "episodes_per_cell": c.episodes_per_cell,
+                "spatial_configs": c.spatial_configs,
+                "allocation_protocol": getattr(c, "allocation_protocol", None),
+                "seed_commitment": c.seed_commitment,
+                "allocation_seed": c.allocation_seed,
+                "started_at": _when(c.started_at),
+                "closed_at": _when(c.closed_at),
+                "released_at": _when(c.released_at),
+            },
+            "label_stream": stream.value,
+            "reference": table.reference,
+            "episodes": len(episodes),
+            "excluded_from_interchange": [
+                {"episode_id": x.episode_id, "reason": x.reason} for x in table.excluded
+            ],
+            "media": media,
+            "files": files,
+        }
+        (partial / "dataset.json").write_text(json.dumps(dataset, indent=1), encoding="utf-8")
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        partial.rename(out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return ExportSummary(
+        folder=out,
+        episodes=len(episodes),
+        files=len(files) + 1,
+        bytes=sum(f["size"] for f in files),
+    )

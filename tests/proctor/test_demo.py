@@ -1,0 +1,219 @@
+"""``proctor demo --no-serve`` end to end, as a user runs it, and
+``proctor export`` on what it produced.
+
+One small demo (one episode per cell: 5 arms × 4 objects) runs once for the
+module in a subprocess with its own data folder: two simulated station
+processes, the policy gateway, real WebSocket policy servers, the annotator,
+the labelled automatic reviewer and the snapshots. The tests then read the
+database, the artifact store and the printed table it left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proctor.demo import world
+
+pytestmark = pytest.mark.slow
+
+
+def _env(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+    env["PROCTOR_DATA_DIR"] = str(data_dir)
+    env["COLUMNS"] = "200"  # the printed tables unclipped
+    return env
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    data_dir = tmp_path_factory.mktemp("demo") / "proctor-data"
+    result = subprocess.run(
+        [sys.executable, "-m", "proctor", "demo", "--no-serve", "--episodes", "1", "--seed", "3"],
+        env=_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return data_dir, result.stdout
+
+
+def _db(data_dir: Path) -> sqlite3.Connection:
+    return sqlite3.connect(data_dir / "proctor.db")
+
+
+def test_the_campaign_ran_every_slot_blinded_and_was_released(demo_run: tuple[Path, str]) -> None:
+    data_dir, _ = demo_run
+    db = _db(data_dir)
+    (status, seed, commitment) = db.execute(
+        "SELECT status, allocation_seed, seed_commitment FROM campaigns"
+    ).fetchone()
+    assert status == "released"
+    assert hashlib.sha256(seed.encode()).hexdigest() == commitment
+    arms, objects = len(world.ARMS), len(world.OBJECTS)
+    done = db.execute(
+        "SELECT count(*) FROM assignments WHERE status = 'done' AND replaces_id IS NULL"
+    ).fetchone()[0]
+    assert done == arms * objects
+    # every closed episode is tied to a run code and the run codes say nothing
+    rows = db.execute("SELECT state, run_code, label_status FROM episodes").fetchall()
+    assert len(rows) >= arms * objects
+    assert {r[0] for r in rows} == {"closed"}
+    assert all(r[1].startswith("R-") for r in rows)
+    # the annotator labelled every episode; the queue was worked
+    assert {r[2] for r in rows} <= {"auto", "reviewed"}
+
+
+def test_stand_ins_are_labelled_wherever_they_left_a_trace(demo_run: tuple[Path, str]) -> None:
+    data_dir, _ = demo_run
+    db = _db(data_dir)
+    logs = db.execute("SELECT message FROM episode_events WHERE kind = 'operator_log'").fetchall()
+    assert logs and all("ground truth" in m for (m,) in logs)
+    reviewers = db.execute("SELECT reviewer_id, reviewer_label FROM review_actions").fetchall()
+    assert all(rid is None and "automatic" in label for rid, label in reviewers)
+
+
+def test_artifacts_are_in_the_store_and_verify(demo_run: tuple[Path, str]) -> None:
+    data_dir, _ = demo_run
+    db = _db(data_dir)
+    arts = db.execute("SELECT kind, camera, sha256, size_bytes FROM artifacts").fetchall()
+    kinds = {(k, c) for k, c, _, _ in arts}
+    for needed in (
+        ("video", "exterior"),
+        ("video", "wrist"),
+        ("frame_index", "exterior"),
+        ("telemetry", None),
+        ("manifest", None),
+        ("ground_truth", None),
+    ):
+        assert needed in kinds
+    for _, _, sha, size in arts[:12]:
+        path = data_dir / "artifacts" / "objects" / sha[:2] / sha
+        data = path.read_bytes()
+        assert len(data) == size and hashlib.sha256(data).hexdigest() == sha
+
+
+def test_snapshots_and_the_printed_leaderboard_agree(demo_run: tuple[Path, str]) -> None:
+    data_dir, stdout = demo_run
+    db = _db(data_dir)
+    streams = {s for (s,) in db.execute("SELECT label_stream FROM analysis_snapshots")}
+    assert "auto_and_reviewed" in streams
+    (raw,) = db.execute(
+        "SELECT result FROM analysis_snapshots WHERE label_stream = 'auto_and_reviewed' "
+        "ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    result = json.loads(raw)
+    names = [p["policy"] for p in result["policies"]]
+    assert sorted(names) == sorted(world.POLICY_NAMES.values())
+    assert result["protocol"]["tau"] == 8 * 30.0  # the episode budget
+    for p in result["policies"]:
+        assert p["policy"] in stdout
+        if not p["reference"]:
+            hrt = p["hrt"]["estimate"]
+            assert f"{hrt:.1f}" in stdout
+    pairs = len(names) * (len(names) - 1) // 2
+    assert len(result["pairs"]) == pairs
+    assert "pairs:" in stdout and "resolved" in stdout
+    assert "episodes in" in stdout and "whole demo" in stdout
+
+
+def test_export_writes_a_verifiable_dataset_that_reanalyses_to_the_snapshot(
+    demo_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    data_dir, _ = demo_run
+    out = tmp_path / "dataset"
+    env = _env(data_dir)
+    result = subprocess.run(
+        [sys.executable, "-m", "proctor", "export", "1", str(out), "--no-media"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    dataset = json.loads((out / "dataset.json").read_text())
+    assert dataset["campaign"]["allocation_seed"]
+    for f in dataset["files"]:
+        data = (out / f["path"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == f["sha256"]
+    assert not list(out.rglob("*.mp4"))  # --no-media
+    first = next((out / "episodes").iterdir())
+    assert {"episode.json", "telemetry.parquet", "manifest.json"} <= {
+        p.name for p in first.iterdir()
+    }
+
+    # anyone can re-run the analysis from the export and get the published numbers
+    db = _db(data_dir)
+    (raw, proto) = db.execute(
+        "SELECT result, protocol FROM analysis_snapshots WHERE label_stream = "
+        "'auto_and_reviewed' ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    snap, proto = json.loads(raw), json.loads(proto)
+    redo = tmp_path / "redo.json"
+    analysed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proctor",
+            "analyze",
+            str(out / "episodes.csv"),
+            "--tau",
+            str(proto["tau"]),
+            "--bootstrap",
+            str(proto["bootstrap"]),
+            "--seed",
+            str(proto["seed"]),
+            "--json",
+            str(redo),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert analysed.returncode == 0, analysed.stderr
+    again = json.loads(redo.read_text())
+    assert again["data_version"] == snap["data_version"]
+    by_name = {p["policy"]: p for p in again["policies"]}
+    for p in snap["policies"]:
+        assert by_name[p["policy"]]["rmst"]["estimate"] == pytest.approx(p["rmst"]["estimate"])
+        assert by_name[p["policy"]]["rmst"]["ci"] == pytest.approx(p["rmst"]["ci"])
+
+
+def test_export_refuses_unreleased_campaigns_and_occupied_folders(
+    demo_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    data_dir, _ = demo_run
+    env = _env(data_dir)
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "keep.txt").write_text("mine")
+    busy = subprocess.run(
+        [sys.executable, "-m", "proctor", "export", "1", str(occupied)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert busy.returncode == 2
+    assert "not empty" in busy.stderr
+    assert [p.name for p in occupied.iterdir()] == ["keep.txt"]
+
+    missing = subprocess.run(
+        [sys.executable, "-m", "proctor", "export", "no-such-campaign", str(tmp_path / "x")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode == 2
+    assert "campaign: no campaign 'no-such-campaign'" in missing.stderr
+    assert not (tmp_path / "x").exists()
