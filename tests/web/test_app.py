@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,27 @@ def test_openapi_documents_the_api_and_not_the_pages(web: Web) -> None:
     assert {"/api/health", "/api/me", "/api/me/tokens", "/api/users", "/api/audit"} <= paths
     assert all(p.startswith("/api/") for p in paths)
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
+
+
+def test_openapi_operation_ids_are_unique(web: Web) -> None:
+    """FastAPI warns (and Swagger UI / client generators misbehave) when two
+    operations share an id, e.g. one function serving GET and HEAD."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the "Duplicate Operation ID" warning fails the test
+        spec = web.app.openapi()
+    ids = [
+        op["operationId"]
+        for methods in spec["paths"].values()
+        for method, op in methods.items()
+        if method in {"get", "head", "post", "put", "patch", "delete", "options"}
+    ]
+    assert len(ids) > 30
+    assert sorted(i for i in set(ids) if ids.count(i) > 1) == []
+    both = spec["paths"]["/api/artifacts/{sha256}"]
+    assert set(both) == {"get", "head"}
+    assert both["get"]["operationId"] != both["head"]["operationId"]
+    r = web.client().head("/api/artifacts/" + "0" * 64)
+    assert r.status_code == 404 and r.content == b""
 
 
 def test_docs_page_uses_only_local_assets(web: Web) -> None:

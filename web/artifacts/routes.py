@@ -9,7 +9,7 @@ same).
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, status
 from fastapi.responses import Response
@@ -35,17 +35,27 @@ Camera = Annotated[
 ]
 
 
-@api_router.api_route(
+_BYTES_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "the whole object", "content": {"application/octet-stream": {}}},
+    206: {"description": "the requested byte range"},
+    304: {"description": "not modified (If-None-Match)"},
+    416: {"description": "range not satisfiable"},
+}
+
+
+@api_router.get(
     "/artifacts/{sha256}",
-    methods=["GET", "HEAD"],
     summary="An artifact's bytes (Range requests supported)",
     response_class=Response,
-    responses={
-        200: {"description": "the whole object", "content": {"application/octet-stream": {}}},
-        206: {"description": "the requested byte range"},
-        304: {"description": "not modified (If-None-Match)"},
-        416: {"description": "range not satisfiable"},
-    },
+    responses=_BYTES_RESPONSES,
+)
+@api_router.head(
+    "/artifacts/{sha256}",
+    # one function serves both methods; OpenAPI needs an operation id for each
+    operation_id="artifact_headers_api_artifacts__sha256__head",
+    summary="An artifact's headers only: size, type, ETag (what a GET would send)",
+    response_class=Response,
+    responses=_BYTES_RESPONSES,
 )
 def artifact_bytes(
     sha256: Sha256,
