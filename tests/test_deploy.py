@@ -1,0 +1,123 @@
+"""The example deployment in deploy/ is read by the code that will read it in
+production, so the files cannot drift from the code."""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from proctor.cli import app
+from proctor.settings import load_settings
+from station.config import load_station_config
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+
+def test_server_config_is_valid_and_holds_no_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("PROCTOR_SECRET_KEY", "PROCTOR_ENV", "PROCTOR_DATABASE_URL", "PROCTOR_ARTIFACTS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("PROCTOR_SECRET_KEY", "x" * 48)  # prod requires it, from the environment
+    settings = load_settings(DEPLOY / "server" / "proctor.toml")
+    assert settings.env == "prod"
+    assert settings.db_url.startswith("postgresql+psycopg://")
+    assert settings.submissions.conformance_dispatch == "worker"
+    raw = (DEPLOY / "server" / "proctor.toml").read_text()
+    assert "secret_key =" not in raw and "encryption_key =" not in raw
+
+
+def test_env_example_names_only_settings_that_exist() -> None:
+    names = [
+        line.split("=", 1)[0].lstrip("# ").strip()
+        for line in (DEPLOY / "server" / "proctor.env.example").read_text().splitlines()
+        if "=" in line and line.lstrip("# ").startswith("PROCTOR_")
+    ]
+    assert "PROCTOR_SECRET_KEY" in names and "PROCTOR_ENCRYPTION_KEY" in names
+    fields = set(type(load_settings()).model_fields)
+    for name in names:
+        assert name.removeprefix("PROCTOR_").lower().split("__")[0] in fields, name
+
+
+@pytest.mark.parametrize("name", ["station-real.toml", "station-twin.toml", "station-sim.toml"])
+def test_station_configs_load(name: str) -> None:
+    config = load_station_config(DEPLOY / "station" / name)
+    assert config.name
+
+
+def test_the_real_station_config_builds_valid_driver_configs() -> None:
+    """Every driver table of [real] is a valid config of its driver, checked
+    without connecting to any hardware."""
+    from station.drivers.arm.base import ARMS
+    from station.drivers.camera.base import CAMERAS
+    from station.drivers.gripper.base import GRIPPERS
+    from station.profiles.real import driver_config
+
+    section = tomllib.loads((DEPLOY / "station" / "station-real.toml").read_text())["real"]
+    arm_cls = ARMS.load("franky")
+    assert driver_config(arm_cls.config_class, dict(section["arm"]), "real.arm").host
+    gripper_cls = GRIPPERS.load("robotiq_2f85")
+    assert driver_config(gripper_cls.config_class, dict(section["gripper"]), "real.gripper").port
+    for cam_name, table in section["cameras"].items():
+        table = dict(table)
+        cam_cls = CAMERAS.load(table.pop("driver"))
+        driver_config(cam_cls.config_class, table, f"real.cameras.{cam_name}", name=cam_name)
+
+
+def _commands_of_units() -> list[list[str]]:
+    commands = []
+    for unit in sorted((DEPLOY / "systemd").glob("*.service")):
+        parser = configparser.ConfigParser(strict=False, interpolation=None)
+        parser.optionxform = str  # type: ignore[assignment,method-assign]
+        parser.read(unit)
+        for key in ("ExecStartPre", "ExecStart"):
+            if parser.has_option("Service", key):
+                commands.append(shlex.split(parser.get("Service", key)))
+    return commands
+
+
+def _commands_of_compose() -> list[list[str]]:
+    doc = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
+    return [
+        svc["command"] for svc in doc["services"].values() if "proctor" in svc.get("command", [])
+    ]
+
+
+def _subcommand(argv: list[str]) -> list[str]:
+    """The `proctor` words of a command line, without its options' values."""
+    words = argv[argv.index(next(a for a in argv if a.endswith("proctor"))) + 1 :]
+    return [w for w in words if not w.startswith("-") and "/" not in w]
+
+
+@pytest.mark.parametrize("source", ["systemd", "compose"])
+def test_every_command_the_deployment_runs_exists(source: str) -> None:
+    commands = _commands_of_units() if source == "systemd" else _commands_of_compose()
+    assert commands
+    runner = CliRunner()
+    for argv in commands:
+        words = _subcommand(argv)
+        # drop the option values that follow flags (e.g. `--profile real`)
+        path = []
+        for w in words:
+            result = runner.invoke(app, [*path, w, "--help"])
+            if result.exit_code != 0:
+                break
+            path.append(w)
+        assert path, argv
+        help_text = runner.invoke(app, [*path, "--help"]).output
+        for flag in (a.split("=")[0] for a in argv if a.startswith("--")):
+            assert flag in help_text, f"{' '.join(argv)}: {flag} is not an option of {path}"
+
+
+def test_nginx_upgrades_the_websocket_paths_the_app_serves() -> None:
+    conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
+    from scheduler.gateway import GATEWAY_PATH
+
+    assert GATEWAY_PATH.startswith("/policy/")
+    for location in ("location /policy/", "location /api/console/"):
+        block = conf.split(location, 1)[1].split("}", 1)[0]
+        assert "proxy_set_header Upgrade $http_upgrade" in block
