@@ -12,6 +12,12 @@ resolve (admins). Each decision calls the same service function
 request's transaction, and answers with the episode's new review state.
 Video bytes, frame tables and telemetry come from the recordings API
 (``web.artifacts``), which lets reviewers (staff) read unreleased episodes.
+
+A decision that finishes an episode (it becomes ``reviewed``) and every
+resolved flag change what the analysis scores: the campaign's leaderboard
+snapshots are recomputed in the background once the request commits
+(``web.snapshots.worker.recompute_after_commit``; a request that rolls back
+queues nothing).
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
+import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Path, Request, status
 from fastapi.responses import HTMLResponse
 
 from annotator import review as svc
-from proctor.domain import ArtifactKind, Outcome, Role
+from proctor.db.engine import ProctorSession
+from proctor.db.models import Episode
+from proctor.domain import ArtifactKind, LabelStatus, Outcome, Role
 from web.artifacts.service import episode_artifacts
 from web.auth.identity import Principal
 from web.deps import NowDep, SessionDep, require_role
@@ -40,6 +49,7 @@ from web.review.schemas import (
     ResolveIn,
     ReviewOut,
 )
+from web.snapshots.worker import recompute_after_commit
 from web.templating import render
 
 api_router = APIRouter(
@@ -101,6 +111,20 @@ def _media(session: SessionDep, uid: str) -> tuple[list[CameraMedia], str | None
     return cameras, telemetry
 
 
+def after_decision(
+    session: ProctorSession, state: svc.ReviewState, *, resolved: bool = False
+) -> bool:
+    """Queue the episode's campaign for a background recomputation of its
+    snapshots when the decision changed what the analysis scores: the episode
+    became ``reviewed``, or an admin resolved a flag (``resolved``). Queued
+    only when the request's transaction commits. True if it was asked for."""
+    if not resolved and state.label_status != LabelStatus.reviewed:
+        return False
+    campaign_id = session.scalar(sa.select(Episode.campaign_id).where(Episode.uid == state.uid))
+    recompute_after_commit(session, campaign_id=campaign_id)
+    return campaign_id is not None
+
+
 def _out(session: SessionDep, state: svc.ReviewState) -> ReviewOut:
     cameras, telemetry = _media(session, state.uid)
     return ReviewOut.of(state, cameras, telemetry)
@@ -130,6 +154,7 @@ def confirm(
             note=body.note,
             now=now,
         )
+    after_decision(session, state)
     return _out(session, state)
 
 
@@ -148,6 +173,7 @@ def move(
             note=body.note,
             now=now,
         )
+    after_decision(session, state)
     return _out(session, state)
 
 
@@ -165,6 +191,7 @@ def reject(
             note=body.note,
             now=now,
         )
+    after_decision(session, state)
     return _out(session, state)
 
 
@@ -176,6 +203,7 @@ def add(
         state = svc.add(
             session, uid=uid, t_s=body.t_s, reviewer=reviewer_of(who), note=body.note, now=now
         )
+    after_decision(session, state)
     return _out(session, state)
 
 
@@ -213,6 +241,7 @@ def resolve(
             correction=correction,
             now=now,
         )
+    after_decision(session, state, resolved=True)
     return _out(session, state)
 
 

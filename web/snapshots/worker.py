@@ -145,7 +145,10 @@ def _after_commit(session: Session) -> None:
         worker.request(campaign_id)
 
 
-def _after_rollback(session: Session) -> None:
+def _after_rollback(session: Session, previous_transaction: Any) -> None:
+    # a savepoint rolled back leaves the outer transaction (and its request) alive
+    if getattr(previous_transaction, "nested", False):
+        return
     session.info.pop(_PENDING_KEY, None)
 
 

@@ -21,6 +21,7 @@ import sys
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -138,7 +139,11 @@ def _after_commit(session: Session) -> None:
             log.exception("could not start the conformance worker for run %s", run_id)
 
 
-def _after_rollback(session: Session) -> None:
+def _after_rollback(session: Session, previous_transaction: Any) -> None:
+    # after_soft_rollback passes the transaction that rolled back; a savepoint's
+    # rollback leaves the outer transaction (and what it registered) alive
+    if getattr(previous_transaction, "nested", False):
+        return
     session.info.pop(_PENDING_KEY, None)
 
 

@@ -251,7 +251,11 @@ def _after_commit(session: Session) -> None:
         path.unlink(missing_ok=True)
 
 
-def _after_rollback(session: Session) -> None:
+def _after_rollback(session: Session, previous_transaction: Any) -> None:
+    # after_soft_rollback passes the transaction that rolled back; a savepoint's
+    # rollback leaves the outer transaction (and what it registered) alive
+    if getattr(previous_transaction, "nested", False):
+        return
     session.info.pop(_CLEANUP_KEY, None)
 
 
