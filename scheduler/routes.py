@@ -30,6 +30,7 @@ from scheduler.schemas import (
 from scheduler.service import Actor, CampaignNotFound, CampaignStateError
 from web.auth.identity import Principal
 from web.deps import DbId, OptionalUser, SessionDep, require_role
+from web.snapshots.blinding import campaign_naming
 
 api_router = APIRouter(tags=["campaigns"])
 AdminUser = Annotated[Principal, require_role(Role.admin)]
@@ -106,7 +107,17 @@ def campaign_status(
             identities=identities or released,
             actor=_actor(who) if who is not None else None,
         )
-    return CampaignStatusOut.of(report)
+    out = CampaignStatusOut.of(report)
+    if released:
+        # a released policy is named only if its submitter opted in to the public
+        # board (its owner and admins: always); the others keep their arm label
+        hidden = campaign_naming(session, c).hidden_from(who)
+        if hidden:
+            for cell in out.cells:
+                cell.arm = hidden.get(cell.arm, cell.arm)
+            # re-sorted, so that a label's place among the names tells nothing
+            out.cells.sort(key=lambda cell: (cell.is_reference is not True, cell.arm))
+    return out
 
 
 @api_router.post("/campaigns/{campaign_id}/start", summary="Seal the seed, write the allocation")

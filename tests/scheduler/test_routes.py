@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import AuditLog
-from proctor.domain import Role
+from proctor.db.models import AuditLog, Policy
+from proctor.domain import Role, Visibility
 from proctor.settings import load_settings
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
@@ -153,8 +153,20 @@ def test_campaign_lifecycle_over_the_api(api: Api) -> None:
 
     released = c.post(f"/api/campaigns/{cid}/release", headers=api.as_("admin"))
     assert released.status_code == 200 and released.json()["status"] == "released"
+    # released: a policy is named only if its submitter opted in to the public
+    # board (the reference: always); admins still see every name
     public = c.get(f"/api/campaigns/{cid}")
-    assert public.status_code == 200 and {x["arm"] for x in public.json()["cells"]} == names
+    arms = {x["arm"] for x in public.json()["cells"]}
+    assert public.status_code == 200 and len(arms) == len(names)
+    assert arms & names == {w.reference.name}
+    admin_view = c.get(f"/api/campaigns/{cid}", headers=api.as_("admin"))
+    assert {x["arm"] for x in admin_view.json()["cells"]} == names
+    with api.db.session() as s:
+        opted = s.get(Policy, w.policies[0].id)
+        assert opted is not None
+        opted.visibility = Visibility.public
+    arms = {x["arm"] for x in c.get(f"/api/campaigns/{cid}").json()["cells"]}
+    assert arms & names == {w.reference.name, w.policies[0].name} and len(arms) == len(names)
     assert c.get(f"/api/campaigns/{cid}/reveal").json()["verified"]
     assert cid in [x["id"] for x in c.get("/api/campaigns").json()]
     assert c.get("/api/campaigns/999999", headers=api.as_("admin")).status_code == 404

@@ -14,6 +14,7 @@ test can tell what the ranking should look like.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -51,6 +52,7 @@ from proctor.domain import (
     ReviewActionKind,
     Side,
     SubmissionKind,
+    Visibility,
 )
 from web.snapshots.service import StreamOutcome, recompute
 
@@ -122,9 +124,12 @@ def seed_campaign(
     compute: bool = True,
     streams: tuple[LabelStream, ...] = (LabelStream.auto_and_reviewed,),
     tag: str | None = None,
+    opted_in: bool | Collection[str] = True,
 ) -> SeededCampaign:
     """A closed (or released) campaign with scored episodes, and its snapshots
-    under ``streams`` (``ALL_STREAMS`` for every label stream)."""
+    under ``streams`` (``ALL_STREAMS`` for every label stream). ``opted_in``:
+    which policies' submitters agreed to be named on the public board (all,
+    none, or these names); the others stay private, the model's default."""
     tag = tag or secrets.token_hex(3)
     rng = np.random.default_rng(seed)
     objects = objects or {"spoons": ["rigid"], "towels": ["deformable"]}
@@ -167,6 +172,11 @@ def seed_campaign(
             kind=PolicyKind.reference if m.reference else PolicyKind.policy,
             owner_id=owner.id,
             description=f"checkpoint trained by {owner.username} on private-data-{m.name}",
+            visibility=(
+                Visibility.public
+                if (opted_in is True or (opted_in is not False and m.name in opted_in))
+                else Visibility.private
+            ),
         )
         session.add(policy)
         session.flush()

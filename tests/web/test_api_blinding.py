@@ -6,11 +6,17 @@ has (API and pages) as every kind of caller and searching each response for
 every policy name, owner, endpoint URL, checkpoint hash and description.
 
 The same search after release finds the names: the test can fail.
+
+After release a policy is named only if its submitter opted in to the public
+board (the reference always is): a withheld one keeps its arm label, with
+the note "identity withheld by the submitter", everywhere the public and the
+staff look — while its owner and admins still see its name.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -18,7 +24,7 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Artifact, Campaign, Episode
+from proctor.db.models import Artifact, Campaign, Episode, User, UserRole
 from proctor.db.types import utcnow
 from proctor.domain import ArtifactKind, CampaignStatus, Role
 from tests.web.conftest import Web
@@ -103,7 +109,12 @@ def _search(responses: list[tuple[str, str, Any]], secrets: list[str]) -> list[s
 
 
 def _crawl(
-    web: Web, seeded: SeededCampaign, uid: str, shas: dict[str, str], labels: list[str]
+    web: Web,
+    seeded: SeededCampaign,
+    uid: str,
+    shas: dict[str, str],
+    labels: list[str],
+    roles: dict[str, Role | None] = ROLES,
 ) -> list[tuple[str, str, Any]]:
     values = {
         "campaign_id": [str(seeded.campaign_id)],
@@ -122,7 +133,7 @@ def _crawl(
     ]
     assert len(paths) > 25
     responses = []
-    for who, role in ROLES.items():
+    for who, role in roles.items():
         c = web.client()
         headers = {}
         if role is not None:
@@ -222,3 +233,148 @@ def test_probing_a_name_is_answered_like_a_made_up_one(web: Web) -> None:
                 episodes_made_up.status_code,
                 episodes_made_up.json(),
             )
+
+
+WITHHELD = "identity withheld by the submitter"
+
+
+def _get_json(web: Web, path: str, headers: dict[str, str] | None = None) -> Any:
+    r = web.client().get(path, headers=headers or {})
+    assert r.status_code == 200, (path, r.status_code, r.text[:300])
+    return r.json()
+
+
+def test_a_withheld_identity_stays_hidden_after_release(web: Web, tmp_path: Path) -> None:
+    tag = "w" + secrets.token_hex(3)
+    ref, swift, steady, slow = (
+        f"human-ref-{tag}",
+        f"swift-vla-{tag}",
+        f"steady-act-{tag}",
+        f"slow-dp-{tag}",
+    )
+    with web.db() as s:
+        seeded = seed_campaign(
+            s,
+            released=True,
+            episodes_per_cell=2,
+            seed=53,
+            streams=ALL_STREAMS,
+            tag=tag,
+            opted_in={steady},  # swift and slow have not opted in; the reference needs not
+        )
+    cid = seeded.campaign_id
+    uid = seeded.episode_uids[1]
+    assert seeded.episode_policy[uid] == swift
+    archived = attach_recording(
+        sessions=web.app.state.web.session_factory,
+        store=web.app.state.web.store,
+        uid=uid,
+        spool=tmp_path / "spool",
+        spec=SPEC,
+    )
+    by_name = {i.name: i for i in seeded.identities}
+    withheld = [by_name[swift], by_name[slow]]
+    hidden = [x for i in withheld for x in i.secrets()]
+
+    # the public board: the reference and the opted-in policy by name, the others by arm
+    board = _get_json(web, f"/api/leaderboard/{cid}")
+    rows = {r["label"]: r for r in board["rows"]}
+    arms = sorted(label for label in rows if label.startswith("arm "))
+    assert set(rows) == {ref, steady, *arms} and len(arms) == 2
+    assert board["identities_withheld"] == 2 and not board["blinded"]
+    for label, row in rows.items():
+        assert row["identity_withheld"] == (label in arms)
+        assert row["note"] == (WITHHELD if label in arms else None)
+        assert row["name"] == (None if label in arms else label)
+    explorer = _get_json(web, f"/api/episodes/{uid}")
+    assert explorer["policy"] is None and explorer["arm"] in arms
+    assert explorer["identity_withheld"] and explorer["note"] == WITHHELD
+    swift_arm = explorer["arm"]
+    assert explorer["links"]["policy"] == f"/leaderboard/{cid}/policies/{quote(swift_arm)}"
+    policy = _get_json(web, f"/api/leaderboard/{cid}/policies/{quote(swift_arm)}")
+    assert policy["identity"] is None and policy["identity_withheld"]
+    assert policy["note"] == WITHHELD
+    listing = _get_json(web, f"/api/leaderboard/{cid}/episodes?policy={quote(swift_arm)}")
+    assert listing["note"] == WITHHELD and {e["policy"] for e in listing["episodes"]} == {swift_arm}
+    assert all(e["identity_withheld"] for e in listing["episodes"])
+    page = web.client().get(f"/leaderboard/{cid}/policies/{quote(swift_arm)}").text
+    assert WITHHELD in page
+    assert "identity withheld" in web.client().get(f"/episodes/{uid}").text
+
+    # every GET route, as everyone but the owner and the admins: the withheld
+    # names, owners, descriptions, endpoints and checkpoints appear nowhere
+    labels = [ref, steady, *arms]
+    public_roles = {k: v for k, v in ROLES.items() if k != "admin"}
+    responses = _crawl(web, seeded, uid, archived.shas, labels, public_roles)
+    responses += [
+        ("anonymous", path, web.client().get(path))
+        for path in (
+            f"/leaderboard/{cid}/policies/{quote(steady)}?vs={quote(swift_arm)}",
+            f"/api/leaderboard/{cid}/policies/{quote(ref)}?vs={quote(swift_arm)}",
+            f"/leaderboard/{cid}/episodes?policy={quote(swift_arm)}&object=spoons",
+        )
+    ]
+    leaks = _search(responses, hidden)
+    assert leaks == [], "\n".join(leaks)
+    assert _search(responses, [i.endpoint_url for i in seeded.identities]) == []
+    # ... while the same search finds the named ones (so it can fail)
+    anonymous = {path: r for who, path, r in responses if who == "anonymous"}
+    for path in (f"/api/leaderboard/{cid}", f"/leaderboard/{cid}", f"/api/campaigns/{cid}"):
+        assert ref in anonymous[path].text and steady in anonymous[path].text, path
+    steady_page = anonymous[f"/leaderboard/{cid}/policies/{quote(steady)}"].text
+    assert f"Lab of {steady}" in steady_page and "private-data-" in steady_page
+    statuses = {(who, path): r.status_code for who, path, r in responses}
+    assert statuses[("anonymous", f"/api/episodes/{uid}/rrd")] == 200
+    assert statuses[("reviewer", f"/api/episodes/{uid}")] == 200
+
+    # a withheld name is answered like a made-up one
+    made_up = web.client().get(f"/api/leaderboard/{cid}/policies/zz-not-a-policy")
+    probe = web.client().get(f"/api/leaderboard/{cid}/policies/{quote(swift)}")
+    assert (probe.status_code, probe.json()) == (made_up.status_code, made_up.json())
+
+    # its owner sees its name (and no other withheld one); admins see every name
+    owner = by_name[swift].owner
+    with web.db() as s:
+        owner_id = s.scalar(sa.select(User.id).where(User.username == owner))
+        s.add(UserRole(user_id=owner_id, role=Role.submitter))
+    mine = bearer(web.token(owner, ("submitter",)))
+    board = _get_json(web, f"/api/leaderboard/{cid}", mine)
+    named = {r["label"]: r["name"] for r in board["rows"]}
+    assert named == {
+        ref: ref,
+        steady: steady,
+        swift_arm: swift,
+        **{a: None for a in arms if a != swift_arm},
+    }
+    assert _get_json(web, f"/api/episodes/{uid}", mine)["policy"] == swift
+    identity = _get_json(web, f"/api/leaderboard/{cid}/policies/{quote(swift_arm)}", mine)[
+        "identity"
+    ]
+    assert identity["name"] == swift and identity["public"] is False
+    web.add_user("root", Role.admin)
+    root = bearer(web.token("root", ("admin",)))
+    board = _get_json(web, f"/api/leaderboard/{cid}", root)
+    assert {r["name"] for r in board["rows"]} == {ref, steady, swift, slow}
+    assert {r["label"] for r in board["rows"]} == set(labels)  # the labels stay the public's
+
+    # opting in after the release names it at once (no stale cached page), opting out hides it
+    anon = web.client()
+    before = anon.get(f"/leaderboard/{cid}")
+    assert before.status_code == 200 and swift not in before.text
+    policy_id = by_name[swift].policy_id
+    for choice, shown in (("public", True), ("private", False)):
+        r = web.client().patch(
+            f"/api/submissions/policies/{policy_id}", json={"visibility": choice}, headers=mine
+        )
+        assert r.status_code == 200, r.text
+        page = anon.get(f"/leaderboard/{cid}", headers={"if-none-match": before.headers["etag"]})
+        assert page.status_code == 200  # a new version, not "304 not modified"
+        assert (swift in page.text) == shown and (f"Lab of {swift}" in page.text) is False
+        board = _get_json(web, f"/api/leaderboard/{cid}")
+        assert (swift in {r["label"] for r in board["rows"]}) == shown
+        assert (_get_json(web, f"/api/episodes/{uid}")["policy"] == swift) == shown
+        page_of = anon.get(f"/leaderboard/{cid}/policies/{quote(swift)}")
+        assert page_of.status_code == (200 if shown else 404)
+        if shown:
+            assert f"Lab of {swift}" in page_of.text
+        before = page

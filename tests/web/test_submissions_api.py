@@ -240,6 +240,11 @@ def test_workers_claim_each_run_once_and_requeue_a_dead_workers_run(
             "dialect",
             "the station's policy client does not speak Positronic's v1 wire yet",
         ),
+        (
+            {"policy_name": "Arm B"},
+            "policy_name",
+            "Value error, must not begin with 'arm ': that is how the leaderboard labels",
+        ),
     ],
 )
 def test_endpoint_fields_are_validated_by_name(
@@ -517,7 +522,18 @@ def test_campaign_progress_hides_my_count_until_the_campaign_closes(portal: Web)
     (progress,) = c.get(f"/api/submissions/policies/{sub['policy_id']}", headers=h).json()[
         "campaigns"
     ]
+    # private (the default): public under its blinded arm label, the name withheld
+    assert progress["leaderboard"].startswith(f"/leaderboard/{cid}/policies/arm%20")
+    assert "withheld" in progress["note"] and "acme-server" not in progress["leaderboard"]
+    r = c.patch(
+        f"/api/submissions/policies/{sub['policy_id']}", json={"visibility": "public"}, headers=h
+    )
+    assert r.status_code == 200, r.text
+    (progress,) = c.get(f"/api/submissions/policies/{sub['policy_id']}", headers=h).json()[
+        "campaigns"
+    ]
     assert progress["leaderboard"] == f"/leaderboard/{cid}/policies/acme-server"
+    assert "under your policy's name" in progress["note"]
 
 
 # -- pages ------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
 """Everything the run explorer shows of one episode, gathered once.
 
-Identity follows ``web.artifacts.access``: the policy's name appears only
-when the campaign is released; an admin previewing an unreleased campaign
-sees the episode's blinded arm label; reviewers and operators see neither
-(knowing which episodes share an arm would bias a review). Reviewer names
+Identity follows ``web.artifacts.access`` and ``web.snapshots.blinding``:
+the policy's name appears only when the campaign is released and its
+submitter opted in to the public board (the reference: always); a withheld
+one shows its arm label with the note "identity withheld by the submitter"
+(its owner and admins also see the name). An admin previewing an unreleased
+campaign sees the episode's blinded arm label; reviewers and operators see
+neither (knowing which episodes share an arm would bias a review). Reviewer names
 are shown to staff; the public sees "a reviewer" (or the label of an
 automatic reviewer, which says what it is).
 """
@@ -32,10 +35,10 @@ from proctor.db.models import (
     Station,
     User,
 )
-from proctor.domain import ArtifactKind, CampaignStatus
+from proctor.domain import ArtifactKind, CampaignStatus, PolicyKind, Visibility
 from web.artifacts.access import EpisodeAccess, is_staff
 from web.auth.identity import Principal
-from web.snapshots.blinding import arm_labels
+from web.snapshots.blinding import WITHHELD_NOTE, campaign_naming
 
 
 class CameraOut(BaseModel):
@@ -90,8 +93,18 @@ class EpisodeOut(BaseModel):
     run_code: str | None
     campaign: dict[str, Any] | None
     released: bool
-    policy: str | None = Field(description="the policy's name: only once the campaign is released")
-    arm: str | None = Field(description="admins, before release: the blinded arm label")
+    policy: str | None = Field(
+        description="the policy's name: once the campaign is released, if its submitter opted "
+        "in to the public board (its owner and admins: always after release)"
+    )
+    arm: str | None = Field(
+        description="the blinded arm label: admins before release; everyone after release when "
+        "the policy's identity is withheld"
+    )
+    identity_withheld: bool = Field(
+        description="released, but the submitter has not opted in to the public board"
+    )
+    note: str | None = Field(description="'identity withheld by the submitter' where it is")
     object: str
     object_display: str
     items: int
@@ -126,18 +139,36 @@ def episode_bundle(
     station = session.get(Station, episode.station_id) if episode.station_id else None
     campaign = session.get(Campaign, episode.campaign_id) if episode.campaign_id else None
     released = campaign is not None and campaign.status == CampaignStatus.released
-    policy_name = arm = None
-    if episode.assignment_id is not None and (released or (who and who.is_admin)):
-        policy = session.scalar(
-            sa.select(Policy)
-            .join(Assignment, Assignment.policy_id == Policy.id)
-            .where(Assignment.id == episode.assignment_id)
+    policy_name = arm = label = None
+    withheld = False
+    if (
+        episode.assignment_id is not None
+        and campaign is not None
+        and (released or (who and who.is_admin))
+    ):
+        policy_id = session.scalar(
+            sa.select(Assignment.policy_id).where(Assignment.id == episode.assignment_id)
         )
-        if policy is not None:
-            if released:
-                policy_name = policy.name
-            elif campaign is not None:
-                arm = arm_labels(session, campaign).get(policy.name)
+        naming = campaign_naming(session, campaign)
+        entry = next((a for a in naming.arms if a.policy_id == policy_id), None)
+        if entry is not None:
+            label = naming.label(entry)
+            if not released:
+                arm = entry.arm  # an admin's preview
+            elif naming.named(entry):
+                policy_name = entry.name
+            else:
+                withheld = True
+                arm = entry.arm
+                policy_name = naming.known_to(who).get(entry.arm)  # its owner, admins
+        elif released:  # not one of the campaign's arms: named only if it opted in
+            policy = session.get(Policy, policy_id) if policy_id is not None else None
+            if policy is not None and (
+                policy.kind == PolicyKind.reference or policy.visibility == Visibility.public
+            ):
+                policy_name = label = policy.name
+            else:
+                withheld = True
     staff = is_staff(who)
     reviewers: dict[int, str] = {}
     reviews = []
@@ -199,7 +230,6 @@ def episode_bundle(
     }
     if campaign is not None and (released or (who and who.is_admin)):
         links["leaderboard"] = f"/leaderboard/{campaign.id}"
-        label = policy_name or arm
         if label is not None:
             links["policy"] = f"/leaderboard/{campaign.id}/policies/{quote(label, safe='')}"
     return EpisodeOut(
@@ -213,6 +243,8 @@ def episode_bundle(
         released=released,
         policy=policy_name,
         arm=arm,
+        identity_withheld=withheld,
+        note=WITHHELD_NOTE if withheld else None,
         object=obj.name if obj else "?",
         object_display=(obj.display_name or obj.name) if obj else "?",
         items=episode.items,

@@ -1,18 +1,22 @@
 """Opening a campaign's leaderboard for a caller: which campaign, which
-snapshot, and whether it must be blinded.
+snapshot, and who is named in it (``web.snapshots.blinding``).
 
-* A **released** campaign's latest snapshot is public, with names.
+* A **released** campaign's latest snapshot is public. A policy appears by
+  name only if its submitter opted in to the public board (the human
+  reference always does); the others keep their blinded arm label, with the
+  note "identity withheld by the submitter" — their owners and admins see
+  the name beside the label.
 * An unreleased campaign is invisible (404, as if it did not exist) to
   everyone but admins, who see a **blinded preview**: arm labels instead of
   policy names, no owners, no endpoints, no checkpoints.
 
-Everything a page shows of a policy is keyed by its *label*: its name once
-released, its arm label before.
+Everything a page shows of a policy is keyed by its *label*: the same for
+every caller (its name when named, its arm label otherwise).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -21,12 +25,12 @@ import sqlalchemy as sa
 from fastapi import HTTPException, status
 
 from proctor.db.engine import ProctorSession
-from proctor.db.models import AnalysisSnapshot, Campaign, CampaignPolicy, Policy
+from proctor.db.models import AnalysisSnapshot, Campaign
 from proctor.domain import CampaignStatus, LabelStream
 from web.auth.identity import Principal
 from web.errors import FieldError
 from web.snapshots import service as snapshots
-from web.snapshots.blinding import arm_labels, blind_result
+from web.snapshots.blinding import WITHHELD_NOTE, blind_result, campaign_naming, named_policy_ids
 
 CAMPAIGN_NOT_FOUND = "campaign not found"
 
@@ -69,12 +73,35 @@ class Board:
     campaign: CampaignInfo
     stream: LabelStream
     meta: snapshots.SnapshotMeta
-    result: dict[str, Any]  # blinded when ``blinded``
-    blinded: bool
+    result: dict[str, Any]  # labels in place of every name the public may not see
+    blinded: bool  # an admin's preview of an unreleased campaign
     streams: list[LabelStream]
     # label → policy id (the route from a page's label back to rows)
     policy_ids: dict[str, int]
     db: str  # which database (cache keys)
+    # labels of released policies whose identity is withheld from the public
+    withheld: frozenset[str] = frozenset()
+    # label → name of the withheld policies this caller may see named (owner, admins)
+    known: dict[str, str] = field(default_factory=dict)
+    naming_key: tuple[object, ...] = ()
+
+    def is_withheld(self, label: str) -> bool:
+        return label in self.withheld
+
+    def name_of(self, label: str) -> str | None:
+        """The policy's name if this caller may know it, else None."""
+        if self.blinded:
+            return None
+        if label in self.withheld:
+            return self.known.get(label)
+        return label if label in self.policy_ids else None
+
+    def note(self, label: str) -> str | None:
+        return WITHHELD_NOTE if label in self.withheld else None
+
+    def cache_key(self) -> tuple[object, ...]:
+        """What a view of this board depends on besides the snapshot."""
+        return (self.blinded, self.naming_key, tuple(sorted(self.known.items())))
 
     # -- links: every number points at what it was computed from
     def _q(self, **params: str | None) -> str:
@@ -122,18 +149,6 @@ def parse_stream(raw: str | None) -> LabelStream:
         ) from None
 
 
-def _policy_ids(session: ProctorSession, campaign: Campaign, blinded: bool) -> dict[str, int]:
-    rows = session.execute(
-        sa.select(Policy.id, Policy.name)
-        .join(CampaignPolicy, CampaignPolicy.policy_id == Policy.id)
-        .where(CampaignPolicy.campaign_id == campaign.id)
-    ).all()
-    if not blinded:
-        return {r.name: r.id for r in rows}
-    labels = arm_labels(session, campaign)
-    return {labels[r.name]: r.id for r in rows}
-
-
 def open_board(
     session: ProctorSession, campaign_id: int, stream: LabelStream, who: Principal | None
 ) -> Board:
@@ -144,24 +159,25 @@ def open_board(
             status.HTTP_404_NOT_FOUND,
             f"no leaderboard has been computed for this campaign under {stream.value} yet",
         )
-    blinded = campaign.status != CampaignStatus.released
-    if blinded:
-        key = ("blinded", snapshots.db_key(session), meta.id)
-        result = snapshots.RESULTS.get(key)
-        if result is None:
-            raw = snapshots.snapshot_result(session, meta.id)
-            result = snapshots.RESULTS.put(key, blind_result(raw, arm_labels(session, campaign)))
-    else:
-        result = snapshots.snapshot_result(session, meta.id)
+    naming = campaign_naming(session, campaign)
+    db = snapshots.db_key(session)
+    key = ("labelled", db, meta.id, naming.key())
+    result = snapshots.RESULTS.get(key)
+    if result is None:
+        raw = snapshots.snapshot_result(session, meta.id)
+        result = snapshots.RESULTS.put(key, blind_result(raw, naming.labels()))
     return Board(
         campaign=CampaignInfo.of(campaign),
         stream=stream,
         meta=meta,
         result=result,
-        blinded=blinded,
+        blinded=not naming.released,
         streams=snapshots.streams_available(session, campaign_id=campaign.id),
-        policy_ids=_policy_ids(session, campaign, blinded),
-        db=snapshots.db_key(session),
+        policy_ids=naming.ids(),
+        db=db,
+        withheld=frozenset(a.arm for a in naming.withheld()),
+        known=naming.known_to(who),
+        naming_key=naming.key(),
     )
 
 
@@ -173,9 +189,10 @@ class BoardVersion:
     data_version: str
     released: bool
     listing: tuple[int, str]  # released campaigns: how many, the latest release
+    named: tuple[int, ...]  # the policies that may be named (their opt-ins change views)
 
     def key(self) -> tuple[object, ...]:
-        return (self.snapshot_id, self.data_version, self.released, self.listing)
+        return (self.snapshot_id, self.data_version, self.released, self.listing, self.named)
 
 
 def board_version(
@@ -202,6 +219,7 @@ def board_version(
         data_version=row[1],
         released=row[2] == CampaignStatus.released,
         listing=(int(count), str(latest)),
+        named=named_policy_ids(session, campaign_id),
     )
 
 

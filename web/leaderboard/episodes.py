@@ -19,7 +19,11 @@ MAX_PAGE = 500
 
 class EpisodeRow(BaseModel):
     uid: str
-    policy: str = Field(description="the policy's label (arm label before release)")
+    policy: str = Field(
+        description="the policy's label: its name, or its arm label before release and when "
+        "its submitter has not opted in to the public board"
+    )
+    identity_withheld: bool = Field(description="the label stands in for a withheld name")
     object: str
     run_code: str | None
     configuration: str = Field(description="tote side / external camera side")
@@ -40,6 +44,7 @@ class EpisodeRow(BaseModel):
 class EpisodeListOut(BaseModel):
     campaign_id: int
     policy: str | None
+    note: str | None = Field(description="'identity withheld by the submitter' where it is")
     object: str | None
     total: int
     offset: int
@@ -84,6 +89,7 @@ def episode_list(
             EpisodeRow(
                 uid=ep.uid,
                 policy=id_to_label.get(pid, "?"),
+                identity_withheld=board.is_withheld(id_to_label.get(pid, "?")),
                 object=obj_name,
                 run_code=ep.run_code,
                 configuration=f"tote {ep.tote_side.value} / camera {ep.camera_side.value}",
@@ -104,6 +110,7 @@ def episode_list(
     return EpisodeListOut(
         campaign_id=board.campaign.id,
         policy=policy,
+        note=board.note(policy) if policy is not None else None,
         object=obj,
         total=total,
         offset=offset,

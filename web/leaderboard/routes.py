@@ -75,7 +75,7 @@ def _view(
         "leaderboard",
         board.meta.id,
         board.meta.data_version,
-        board.blinded,
+        board.cache_key(),
         request.url.path,
         request.url.query,
     )
@@ -84,7 +84,7 @@ def _view(
 
 
 def caching_view(board: Board) -> LeaderboardOut:
-    key = ("leaderboard-view", board.db, board.meta.id, board.blinded, board.stream)
+    key = ("leaderboard-view", board.db, board.meta.id, board.cache_key(), board.stream)
     view = RESULTS.get(key)
     if view is None:
         view = RESULTS.put(key, leaderboard_view(board))
@@ -126,11 +126,11 @@ def get_leaderboard(
                 media_type="application/json",
                 headers=caching.cache_headers(public=True, etag=etag),
             )
-    _, view, etag, public = _view(request, session, who, campaign_id, stream)
+    board, view, etag, public = _view(request, session, who, campaign_id, stream)
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit
-    key = ("leaderboard-json", db_key(session), view.snapshot.id, view.blinded)
+    key = ("leaderboard-json", board.db, view.snapshot.id, board.cache_key())
     body = RESULTS.get(key)
     if body is None:
         body = RESULTS.put(key, view.model_dump_json().encode())
@@ -140,8 +140,9 @@ def get_leaderboard(
 
 
 class SnapshotResult(BaseModel):
-    """The analysis result JSON exactly as stored (schema ``proctor.analysis/1``:
-    see analysis/README.md), blinded on previews."""
+    """The analysis result JSON as stored (schema ``proctor.analysis/1``: see
+    analysis/README.md), with arm labels in place of every name the public may
+    not see (all of them in a preview; after release, those not opted in)."""
 
     model_config = {"extra": "allow"}
 
@@ -160,7 +161,9 @@ def get_snapshot_result(
 ) -> Response:
     board = open_board(session, campaign_id, parse_stream(stream), who)
     public = not board.blinded and who is None
-    etag = caching.etag_for("snapshot", board.meta.id, board.meta.data_version, board.blinded)
+    etag = caching.etag_for(
+        "snapshot", board.meta.id, board.meta.data_version, board.blinded, board.naming_key
+    )
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit

@@ -77,7 +77,19 @@ class Links(BaseModel):
 
 
 class RowOut(BaseModel):
-    label: str = Field(description="the policy's name once released; its arm label before")
+    label: str = Field(
+        description="the policy's name once released if its submitter opted in to the public "
+        "board (the reference: always); its blinded arm label otherwise"
+    )
+    identity_withheld: bool = Field(
+        description="released, but the submitter has not opted in: the arm label stands in "
+        "for the policy's name, owner and description"
+    )
+    name: str | None = Field(
+        description="the policy's name where the caller may know it: named policies; a "
+        "withheld one for its owner and admins; null in a blinded preview"
+    )
+    note: str | None = Field(description="'identity withheld by the submitter' where it is")
     reference: bool
     rank: int | None
     letters: str = Field(description="compact letter display: rows sharing a letter are unresolved")
@@ -121,6 +133,10 @@ class PairOut(BaseModel):
 class LeaderboardOut(BaseModel):
     campaign: CampaignOut
     blinded: bool = Field(description="true on an admin's preview of an unreleased campaign")
+    identities_withheld: int = Field(
+        description="released policies shown under their arm label because their submitters "
+        "have not opted in to the public board"
+    )
     snapshot: SnapshotOut
     protocol: ProtocolOut
     objects: list[str]
@@ -148,6 +164,9 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
         rows.append(
             RowOut(
                 label=label,
+                identity_withheld=board.is_withheld(label),
+                name=board.name_of(label),
+                note=board.note(label),
                 reference=p["reference"],
                 rank=p["rank"],
                 letters=p["letters"],
@@ -196,6 +215,7 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
     return LeaderboardOut(
         campaign=CampaignOut.of(c),
         blinded=board.blinded,
+        identities_withheld=len(board.withheld),
         snapshot=SnapshotOut(
             id=board.meta.id,
             label_stream=board.meta.label_stream,

@@ -1,7 +1,8 @@
 """The policy page and its JSON: ``/leaderboard/{id}/policies/{label}`` and
 ``/api/leaderboard/{id}/policies/{label}`` (``?vs=LABEL`` compares with
 another policy instead of the reference). The label is the policy's name
-once the campaign is released, its arm label in an admin's preview."""
+once the campaign is released and its submitter opted in to the public board
+(the reference: always), its arm label otherwise (``web.snapshots.blinding``)."""
 
 from __future__ import annotations
 
@@ -48,12 +49,12 @@ def get_policy(
     board = open_board(session, campaign_id, parse_stream(stream), who)
     public = not board.blinded and who is None
     etag = caching.etag_for(
-        "policy", board.meta.id, board.meta.data_version, board.blinded, label, vs
+        "policy", board.meta.id, board.meta.data_version, board.cache_key(), label, vs
     )
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit
-    key = ("policy-json", board.db, board.meta.id, board.blinded, label, vs)
+    key = ("policy-json", board.db, board.meta.id, board.cache_key(), label, vs)
     body = RESULTS.get(key)
     if body is None:
         body = RESULTS.put(key, policy_view(session, board, label, vs).model_dump_json().encode())

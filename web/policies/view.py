@@ -1,5 +1,6 @@
 """The policy page's data: the policy's part of a snapshot, the comparator's
-curves (the reference by default), and — once released — who it is."""
+curves (the reference by default), and — once released, if its submitter
+opted in (owners and admins: always) — who it is."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from web.leaderboard.schemas import IntervalOut
 
 
 class Identity(BaseModel):
-    """Shown only once the campaign is released. Endpoint URLs are never
-    shown (they are a submitter's infrastructure), only the dialect."""
+    """Shown once the campaign is released, to everyone if the submitter
+    opted in to the public board (the reference: always), else only to the
+    policy's owner and admins. Endpoint URLs are never shown (they are a
+    submitter's infrastructure), only the dialect."""
 
     name: str
+    public: bool = Field(description="false: shown to this caller only (owner, admins)")
     kind: str
     owner: str | None
     description: str
@@ -66,6 +70,10 @@ class PolicyOut(BaseModel):
     campaign_id: int
     label: str
     blinded: bool
+    identity_withheld: bool = Field(
+        description="released, but the submitter has not opted in to the public board"
+    )
+    note: str | None
     identity: Identity | None
     reference: bool
     rank: int | None
@@ -117,7 +125,7 @@ def _at(values: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def identity(session: ProctorSession, board: Board, label: str) -> Identity | None:
-    if board.blinded:
+    if board.name_of(label) is None:  # a preview, or withheld from this caller
         return None
     pid = board.policy_ids.get(label)
     if pid is None:
@@ -134,6 +142,7 @@ def identity(session: ProctorSession, board: Board, label: str) -> Identity | No
     sub = session.get(Submission, sub_id) if sub_id else None
     return Identity(
         name=policy.name,
+        public=not board.is_withheld(label),
         kind=policy.kind.value,
         owner=(owner.display_name or owner.username) if owner else None,
         description=policy.description or "",
@@ -183,6 +192,8 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
         campaign_id=board.campaign.id,
         label=label,
         blinded=board.blinded,
+        identity_withheld=board.is_withheld(label),
+        note=board.note(label),
         identity=identity(session, board, label),
         reference=p["reference"],
         rank=p["rank"],

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -36,12 +37,27 @@ _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 _SLUG = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 CAMERAS = ("exterior", "wrist")
 
+# released policies whose submitters have not opted in to the public board
+# appear as "arm A", "arm B", …: a name of that form could pass for one
+_ARM_LABEL_LIKE = re.compile(r"^arm\s", re.IGNORECASE)
+
+
+def _not_an_arm_label(name: str) -> str:
+    if _ARM_LABEL_LIKE.match(name):
+        raise ValueError(
+            "must not begin with 'arm ': that is how the leaderboard labels blinded policies"
+        )
+    return name
+
+
 PolicyName = Annotated[
     str,
     StringConstraints(strip_whitespace=True, pattern=POLICY_NAME_PATTERN),
+    AfterValidator(_not_an_arm_label),
     Field(
         description="3–128 characters: letters, digits, space and . _ + ( ) -, "
-        "starting and ending with a letter or digit"
+        "starting and ending with a letter or digit, not beginning with 'arm ' "
+        "(the leaderboard's blinded labels)"
     ),
 ]
 Text = Annotated[str, StringConstraints(max_length=4000, pattern=_PRINTABLE)]

@@ -38,6 +38,7 @@ from web.auth.access import NotFound, check_owner_access, owner_filter
 from web.auth.identity import Principal
 from web.errors import Conflict, FieldError
 from web.snapshots import service as snapshots
+from web.snapshots.blinding import campaign_naming
 from web.submissions import endpoints, queue
 from web.submissions.schemas import (
     CampaignProgressOut,
@@ -391,6 +392,7 @@ def campaign_progress(session: ProctorSession, policy: Policy) -> list[CampaignP
         )
         results = _results(session, campaign, policy) if finished else None
         released = campaign.status == CampaignStatus.released
+        label: str | None = None
         if campaign.status == CampaignStatus.draft:
             note = "The campaign has not started."
         elif campaign.status == CampaignStatus.running:
@@ -408,6 +410,18 @@ def campaign_progress(session: ProctorSession, policy: Policy) -> list[CampaignP
             )
         else:
             note = "Released: the results are public."
+            naming = campaign_naming(session, campaign)
+            entry = next((a for a in naming.arms if a.policy_id == policy.id), None)
+            if entry is not None:
+                label = naming.label(entry)
+                if naming.named(entry):
+                    note = "Released: the results are public, under your policy's name."
+                else:
+                    note = (
+                        f"Released: the results are public under the blinded label {label}; "
+                        "your policy's name, owner and description are withheld because you "
+                        "have not opted in to the public board."
+                    )
         out.append(
             CampaignProgressOut(
                 campaign_id=campaign.id,
@@ -419,8 +433,8 @@ def campaign_progress(session: ProctorSession, policy: Policy) -> list[CampaignP
                 my_episodes=int(mine) if mine is not None else None,
                 results=results,
                 leaderboard=(
-                    f"/leaderboard/{campaign.id}/policies/{quote(policy.name, safe='')}"
-                    if released
+                    f"/leaderboard/{campaign.id}/policies/{quote(label, safe='')}"
+                    if released and label is not None
                     else None
                 ),
                 note=note,
