@@ -286,7 +286,10 @@ def test_a_withheld_identity_stays_hidden_after_release(web: Web, tmp_path: Path
         assert row["identity_withheld"] == (label in arms)
         assert row["note"] == (WITHHELD if label in arms else None)
         assert row["name"] == (None if label in arms else label)
-    explorer = _get_json(web, f"/api/episodes/{uid}")
+    r = web.client().get(f"/api/episodes/{uid}")
+    # it names the policy or not as the opt-in says now: cached briefly, like the board
+    assert r.status_code == 200 and r.headers["cache-control"] == "public, max-age=30"
+    explorer = r.json()
     assert explorer["policy"] is None and explorer["arm"] in arms
     assert explorer["identity_withheld"] and explorer["note"] == WITHHELD
     swift_arm = explorer["arm"]

@@ -10,13 +10,14 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import HTMLResponse
 
-from web.artifacts.access import cache_control, visible_episode
+from web.artifacts.access import visible_episode
 from web.artifacts.service import VisibleArtifact
 from web.artifacts.serving import serve_artifact
 from web.deps import OptionalUser, SessionDep, StoreDep
 from web.errors import error_responses
 from web.explorer.export import episode_rrd
 from web.explorer.service import EpisodeOut, episode_bundle
+from web.leaderboard.caching import PUBLIC_MAX_AGE_S
 from web.leaderboard.format import FORMATS
 from web.templating import render
 
@@ -33,7 +34,13 @@ def get_episode(
     uid: EpisodeUid, session: SessionDep, who: OptionalUser, response: Response
 ) -> EpisodeOut:
     episode, access = visible_episode(session, uid, who)
-    response.headers["cache-control"] = "private, no-cache" if who else cache_control(access)
+    # whether it names the policy follows its submitter's opt-in, which may change:
+    # cached as briefly as the leaderboard, not as long as the recorded bytes
+    response.headers["cache-control"] = (
+        f"public, max-age={PUBLIC_MAX_AGE_S}"
+        if who is None and access.public
+        else "private, no-cache"
+    )
     return episode_bundle(session, episode, access, who)
 
 
