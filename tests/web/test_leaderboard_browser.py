@@ -140,6 +140,31 @@ def test_the_policy_pages_charts_render(page: Any, live_server: LiveServer) -> N
         "ps => ps.map(p => p.dataset.series)",
     )
     assert series == [policy["policy"], other]
+    # the P-P and Q-Q follow the comparator too: the plotted points are the ones computed
+    # from the two stored curves (the API's), not the stored plots against the reference
+    assert page.get_attribute("#pp", "data-comparator") == other
+    assert other in page.text_content("#pp-title")
+    want = page.evaluate(
+        "async (u) => (await (await fetch(u)).json()).per_object",
+        f"/api/leaderboard/{cid}/policies/{quote(policy['policy'], safe='')}?vs={quote(other)}",
+    )
+    for i, o in enumerate(want):
+        plotted = page.evaluate(
+            "k => { const s = window.proctorPolicyCharts[k].series[0]; return [s.x, s.y]; }",
+            f"pp-{i}",
+        )
+        assert plotted == [o["pp"]["ref"], o["pp"]["model"]]
+        assert plotted[0] != policy["per_object"][i]["pp"]["ref"]
+        labels = page.eval_on_selector_all(
+            f"[data-chart=pp][data-index='{i}'] svg text", "ts => ts.map(t => t.textContent)"
+        )
+        assert f"F_c(t) ({other})" in labels
+        qq_x = page.evaluate("k => window.proctorPolicyCharts[k].series[0].x", f"qq-{i}")
+        assert qq_x == [
+            x
+            for x, y in zip(o["qq"]["ref"], o["qq"]["model"], strict=True)
+            if x is not None and y is not None
+        ]
     # the headline numbers are the snapshot's
     hrt = page.eval_on_selector("[data-score=hrt] span.num", "s => Number(s.dataset.value)")
     assert hrt == pytest.approx(policy["hrt"]["estimate"], rel=1e-12)

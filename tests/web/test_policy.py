@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import numpy as np
 import pytest
 
 from proctor.domain import LabelStream, Role
 from tests.web.conftest import Web
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign
+from web.policies import compare
 from web.snapshots import service
 
 
@@ -70,6 +72,71 @@ def test_the_policy_json_is_the_snapshots(web: Web, released: SeededCampaign) ->
     )
     assert vs["comparator"] == other
     assert vs["per_object"][0]["comparator_km"] == result["policies"][1]["per_object"][0]["km"]
+    # ... and P-P / Q-Q follow the comparator, not the reference
+    pair = next(q for q in result["pairs"] if {q["a"], q["b"]} == {p["policy"], other})
+    ks = {o["object"]: o["statistic"] for o in pair["macro_ks"]["per_object"]}
+    other_objects = {o["object"]: o for o in result["policies"][1]["per_object"]}
+    for got, mine in zip(vs["per_object"], p["per_object"], strict=True):
+        theirs = other_objects[got["object"]]
+        assert got["pp"] != mine["pp"]  # the stored plot is against the reference
+        # the Q-Q quantiles are each curve's own: the analysis stored both, against the
+        # reference, at full precision
+        assert got["qq"]["p"] == mine["qq"]["p"]
+        assert got["qq"]["model"] == pytest.approx(mine["qq"]["model"], abs=1e-6)
+        assert got["qq"]["ref"] == pytest.approx(theirs["qq"]["model"], abs=1e-6)
+        # the P-P's largest vertical gap is the pair's KS distance on this object
+        gap = max(abs(a - b) for a, b in zip(got["pp"]["ref"], got["pp"]["model"], strict=True))
+        assert gap == pytest.approx(ks[got["object"]], abs=1e-5)
+        assert got["ks_vs_comparator"] == ks[got["object"]]
+
+
+def test_pp_and_qq_from_curves_reproduce_the_analysis_against_the_reference(
+    web: Web, released: SeededCampaign
+) -> None:
+    """web.policies.compare, given the reference's curve, gives the plots the
+    analysis computed and stored (to the stored curves' 6 digits)."""
+    result = _result(web, released.campaign_id)
+    ref = next(q for q in result["policies"] if q["reference"])
+    ref_km = {o["object"]: o["km"] for o in ref["per_object"]}
+    checked = 0
+    for p in result["policies"]:
+        if p["reference"]:
+            continue
+        for o in p["per_object"]:
+            pp = compare.pp(ref_km[o["object"]], o["km"])
+            assert pp["ref"] == pytest.approx(o["pp"]["ref"], abs=1e-6)
+            assert pp["model"] == pytest.approx(o["pp"]["model"], abs=1e-6)
+            qq = compare.qq(ref_km[o["object"]], o["km"], o["qq"]["p"], None)
+            assert qq["ref"] == pytest.approx(o["qq"]["ref"], abs=1e-6)
+            assert qq["model"] == pytest.approx(o["qq"]["model"], abs=1e-6)
+            checked += 1
+    assert checked == 6
+
+
+def test_pp_and_qq_of_two_hand_made_curves() -> None:
+    # A: F = 0.25 from t = 1, 0.5 from t = 3 (plateau); B: F = 0.5 from t = 2, 1 from t = 4
+    a = {"t": [0.0, 1.0, 3.0], "cdf": [0.0, 0.25, 0.5]}
+    b = {"t": [0.0, 2.0, 4.0], "cdf": [0.0, 0.5, 1.0]}
+    # grid: 1, 2, 3, 4 → B at those times: 0, .5, .5, 1; A: .25, .25, .5, .5
+    assert compare.pp(b, a) == {
+        "ref": [0.0, 0.0, 0.5, 0.5, 1.0],
+        "model": [0.0, 0.25, 0.25, 0.5, 0.5],
+    }
+    qq = compare.qq(b, a, [0.25, 0.5, 0.75], 0.5)
+    assert qq == {
+        "p": [0.25, 0.5, 0.75],
+        "ref": [2.0, 2.0, 4.0],
+        "model": [1.0, 3.0, None],  # A never reaches 0.75
+        "last_reachable": 0.5,
+    }
+    assert compare.cdf_at(a, np.array([0.0, 0.5, 1.0, 2.999, 3.0, 99.0])).tolist() == [
+        0.0,
+        0.0,
+        0.25,
+        0.25,
+        0.5,
+        0.5,
+    ]
 
 
 def test_the_policy_page(web: Web, released: SeededCampaign) -> None:

@@ -10,10 +10,12 @@ import sqlalchemy as sa
 from fastapi import HTTPException, status
 from pydantic import BaseModel, Field
 
+from analysis.leaderboard import QQ_PROBABILITIES
 from proctor.db.engine import ProctorSession
 from proctor.db.models import CampaignPolicy, Policy, Submission, User
 from web.leaderboard.board import Board
 from web.leaderboard.schemas import IntervalOut
+from web.policies import compare
 
 
 class Identity(BaseModel):
@@ -59,8 +61,17 @@ class ObjectPart(BaseModel):
     success_at: list[dict[str, Any]]
     km: dict[str, Any] = Field(description="KM CDF: t, cdf, lo, hi, n_risk (a step function)")
     comparator_km: dict[str, Any] | None = Field(description="the comparator's KM CDF, same form")
-    pp: dict[str, Any] | None = Field(description="P-P vs the reference: ref, model")
-    qq: dict[str, Any] | None = Field(description="Q-Q vs the reference: p, ref, model")
+    pp: dict[str, Any] | None = Field(
+        description="P-P against the comparator (the reference unless ?vs= names another "
+        "policy): ref = the comparator's F(t), model = this policy's, as t sweeps"
+    )
+    qq: dict[str, Any] | None = Field(
+        description="Q-Q against the comparator: p, ref = the comparator's quantile times, "
+        "model = this policy's (null where a curve never reaches p), last_reachable"
+    )
+    ks_vs_comparator: float | None = Field(
+        description="the pair's KS distance on this object (from the snapshot's pairwise tests)"
+    )
     tau_sweep: dict[str, Any]
     notes: list[str]
     links: dict[str, str]
@@ -124,6 +135,34 @@ def _at(values: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _pp(o: dict[str, Any], comp_km: dict[str, Any] | None, *, stored: bool) -> Any:
+    """P-P against the comparator: the analysis's own against the reference,
+    else computed from the two stored curves (``web.policies.compare``)."""
+    if stored and o.get("pp") is not None:
+        return o["pp"]
+    return compare.pp(comp_km, o["km"]) if comp_km is not None else None
+
+
+def _qq(o: dict[str, Any], comp_km: dict[str, Any] | None, *, stored: bool) -> Any:
+    if stored and o.get("qq") is not None:
+        return o["qq"]
+    if comp_km is None:
+        return None
+    probabilities = (o.get("qq") or {}).get("p") or [float(p) for p in QQ_PROBABILITIES]
+    plateau = (o.get("plateau") or {}).get("estimate")
+    return compare.qq(comp_km, o["km"], probabilities, plateau)
+
+
+def _pair_ks(board: Board, label: str, comparator: str | None) -> dict[str, float]:
+    """Per-object KS distances of the pair (label, comparator) from the snapshot."""
+    if comparator is None:
+        return {}
+    for q in board.result.get("pairs", []):
+        if {q["a"], q["b"]} == {label, comparator}:
+            return {o["object"]: o["statistic"] for o in q["macro_ks"]["per_object"]}
+    return {}
+
+
 def identity(session: ProctorSession, board: Board, label: str) -> Identity | None:
     if board.name_of(label) is None:  # a preview, or withheld from this caller
         return None
@@ -161,6 +200,7 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
         raise HTTPException(status.HTTP_404_NOT_FOUND, "comparator not found in this leaderboard")
     comp = board.policy(comparator) if comparator else None
     comp_km = {o["object"]: o["km"] for o in comp["per_object"]} if comp else {}
+    ks = _pair_ks(board, label, comparator)
     fm = p["failure_modes"]
     objects = [
         ObjectPart(
@@ -180,8 +220,9 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
             success_at=_at(o["success_at"]),
             km=o["km"],
             comparator_km=comp_km.get(o["object"]),
-            pp=o["pp"],
-            qq=o["qq"],
+            pp=_pp(o, comp_km.get(o["object"]), stored=comparator == reference),
+            qq=_qq(o, comp_km.get(o["object"]), stored=comparator == reference),
+            ks_vs_comparator=ks.get(o["object"]),
             tau_sweep=o["tau_sweep"],
             notes=o["notes"],
             links={"cell": board.episodes_url(label, o["object"])},

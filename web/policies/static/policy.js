@@ -1,6 +1,6 @@
-// The policy page's charts: KM CDFs with bands per object (against the
-// reference or another policy), P-P and Q-Q against the reference, the
-// UPH vs MTBF/A trajectory as τ sweeps, and the failure modes.
+// The policy page's charts: KM CDFs with bands per object, P-P and Q-Q —
+// all against the comparator (the reference, or the policy ?vs= names) —
+// the UPH vs MTBF/A trajectory as τ sweeps, and the failure modes.
 "use strict";
 
 (function () {
@@ -43,7 +43,7 @@
       if (!o.pp) return;
       const chart = ProctorCharts.line(box, {
         series: [{ name: d.label, x: o.pp.ref, y: o.pp.model, color: POLICY }],
-        xLabel: `F_ref(t) (${d.reference})`, yLabel: "F(t)", xDomain: [0, 1], yDomain: [0, 1],
+        xLabel: `F_c(t) (${d.comparator})`, yLabel: `F(t) (${d.label})`, xDomain: [0, 1], yDomain: [0, 1],
         diagonal: true, height: 260, legend: false, showX: true, nearest: true,
       });
       charts["pp-" + box.dataset.index] = chart;
@@ -61,7 +61,7 @@
       const hi = Math.max(1, ...ref, ...model);
       const chart = ProctorCharts.line(box, {
         series: [{ name: d.label, x: ref, y: model, color: POLICY, points: true }],
-        xLabel: `reference quantile, s (${d.reference})`, yLabel: "policy quantile, s",
+        xLabel: `quantile of ${d.comparator}, s`, yLabel: `quantile of ${d.label}, s`,
         xDomain: [0, hi], yDomain: [0, hi], diagonal: true, height: 260, legend: false, showX: true, nearest: true,
       });
       charts["qq-" + box.dataset.index] = chart;
