@@ -82,6 +82,15 @@ class StationConfig(BaseModel):
     # wall-clock seconds one policy reply may take before the arm is stopped
     policy_timeout_s: float = Field(default=5.0, gt=0, le=600)
     policy_connect_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    # the largest WebSocket message a policy server may send (bytes). A reply is an
+    # action chunk (kilobytes) and metadata less; without a cap one frame from a
+    # broken or hostile server could take the station's memory. Larger = malformed.
+    policy_max_message_bytes: int = Field(default=64 * 2**20, ge=2**16, le=2**31)
+    # control steps between sending the next request and needing its reply, for
+    # velocity action spaces: the request goes out while the current chunk's last
+    # steps run, so the arm keeps moving (≥ the policy's latency in control
+    # periods; 0 = ask only after the chunk is done, the arm stopped meanwhile)
+    policy_lookahead_steps: int = Field(default=1, ge=0, le=100)
     # image size sent to openpi-dialect servers (RoboArena servers declare theirs), (H, W)
     policy_image_size: tuple[int, int] = (224, 224)
     # telemetry and frame tables are flushed in segments of this much station time:

@@ -46,10 +46,10 @@ from station.cell import Cell
 from station.clock import MonotonicClock
 from station.config import StationConfig
 from station.drivers.arm.base import ArmCommand, ArmFault, ArmState
-from station.drivers.camera.base import CameraStalled
+from station.drivers.camera.base import CameraStalled, Frame
 from station.drivers.gripper.base import GripperCommand, GripperFault, GripperState
 from station.policy.client import PolicyClient, PolicyError, PolicyWorker, Reply
-from station.policy.observation import build_observation
+from station.policy.observation import ImageResizer, build_observation
 from station.policy.spec import ActionSpace, StepCommands, to_commands
 from station.recorder import Recorder, VideoSettings
 from station.work import Work
@@ -95,6 +95,48 @@ class EpisodeSummary:
     spool: Path | None
     artifacts: dict[str, str] = field(default_factory=dict)  # name → sha256
     notes: list[str] = field(default_factory=list)
+    # telemetry ticks the loop could not sample (late wake-ups + no newer arm state)
+    telemetry_missed_ticks: int = 0
+
+
+@dataclass
+class TelemetryTicks:
+    """How well the control loop kept the telemetry schedule. On a real-time
+    clock a loop that wakes late passes the ticks it missed over (never
+    back-fills them: every sample carries the time the arm's state was
+    taken), and they are counted here and reported in the manifest."""
+
+    hz: float
+    due: int = 0  # ticks at which the loop read the arm
+    late: int = 0  # ticks passed over because the loop woke after them
+    stale: int = 0  # ticks at which the arm had no newer state (nothing recorded)
+    max_gap_s: float = 0.0  # longest interval between consecutive samples (their own times)
+    max_lag_s: float = 0.0  # latest a sample was read after its tick (real time)
+
+    @property
+    def missed(self) -> int:
+        return self.late + self.stale
+
+    @property
+    def scheduled(self) -> int:
+        return self.due + self.late
+
+    def gap(self, dt: float) -> None:
+        self.max_gap_s = max(self.max_gap_s, dt)
+
+    def lag(self, dt: float) -> None:
+        self.max_lag_s = max(self.max_lag_s, dt)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "hz": self.hz,
+            "scheduled": self.scheduled,
+            "missed": self.missed,
+            "missed_late": self.late,
+            "missed_no_new_state": self.stale,
+            "max_gap_s": round(self.max_gap_s, 4),
+            "max_lag_s": round(self.max_lag_s, 4),
+        }
 
 
 @dataclass
@@ -110,6 +152,12 @@ class _Active:
     stop_reason: str = ""
     latencies: list[float] = field(default_factory=list)
     end_details: dict[str, Any] = field(default_factory=dict)
+    resizer: ImageResizer = field(default_factory=lambda: ImageResizer(None))
+    cameras: frozenset[str] = frozenset()  # the cameras the policy is sent
+    # station time of the next query, when known: frames taken shortly before it are
+    # resized for the policy on the camera's thread as they arrive
+    next_query_t: float = math.inf
+    ticks: TelemetryTicks = field(default_factory=lambda: TelemetryTicks(0.0))
 
 
 _NAN7 = np.full(keys.ACTION_WIDTH, np.nan)
@@ -197,6 +245,7 @@ class EpisodeRunner:
             headers=work.policy_headers,
             connect_timeout_s=cfg.policy_connect_timeout_s,
             default_image_size=cfg.policy_image_size,
+            max_message_bytes=cfg.policy_max_message_bytes,
         )
         try:
             info = client.connect()
@@ -233,7 +282,17 @@ class EpisodeRunner:
             client.close()
             raise
         with self._lock:
-            self.active = _Active(work, uid, episode_id, client, PolicyWorker(client), prompt)
+            self.active = _Active(
+                work,
+                uid,
+                episode_id,
+                client,
+                PolicyWorker(client),
+                prompt,
+                resizer=ImageResizer(info.image_size),
+                cameras=frozenset(needed),
+                ticks=TelemetryTicks(cfg.telemetry_hz),
+            )
         self._set_state(RunnerState.armed)
         return uid
 
@@ -367,6 +426,7 @@ class EpisodeRunner:
         spool = self.spool_root / act.uid
         t0 = clock.now()
         act.t0 = t0
+        act.next_query_t = t0  # the first query, at the start
         if cell.scene is not None:
             cell.scene.start_episode(t0)
         videos = {
@@ -388,7 +448,7 @@ class EpisodeRunner:
                 "telemetry_hz": cfg.telemetry_hz,
             },
         )
-        self.hub.set_sink(recorder.add_frame)
+        self.hub.set_sink(self._frame_sink(act, recorder))
         with session_scope(self.sessions) as s:
             ep = s.get(episodes.Episode, act.episode_id)
             assert ep is not None
@@ -416,6 +476,23 @@ class EpisodeRunner:
         self.hub.set_sink(None)
         self._finish(act, recorder, proposed, reason, t_end)
 
+    def _frame_sink(self, act: _Active, recorder: Recorder) -> Callable[[str, Frame], None]:
+        """Every frame to the recorder; a frame the next query will likely use
+        (taken within 1.5 frame periods before it) is also resized for the
+        policy, here on the camera's thread, so the query finds it done."""
+        window = {name: 1.5 * period for name, period in self.camera_periods.items()}
+        resizer = act.resizer
+
+        def sink(name: str, frame: Frame) -> None:
+            recorder.add_frame(name, frame)
+            if name in act.cameras and frame.t >= act.next_query_t - window[name]:
+                try:
+                    resizer.prepare(name, (frame.index, frame.t), frame.image)
+                except Exception:  # the query resizes it itself; the camera keeps reading
+                    log.warning("camera %s: resizing ahead failed", name, exc_info=True)
+
+        return sink
+
     # -- the control loop ---------------------------------------------------------
     def _control_loop(self, act: _Active, recorder: Recorder) -> tuple[Outcome, str]:
         cfg, cell = self.config, self.cell
@@ -425,12 +502,14 @@ class EpisodeRunner:
         end = t0 + act.work.budget_s
         dt_tel = 1.0 / cfg.telemetry_hz
         dt_act = 1.0 / cfg.control_hz
+        k_tel_end = math.floor(act.work.budget_s / dt_tel + 1e-9)  # the last tick in the budget
         space = act.client.action_space
         periods = self.camera_periods
         timeout = cfg.policy_timeout_s
         k_tel = k_act = 0
         chunk: np.ndarray | None = None
         chunk_i = 0
+        span = 0  # steps of the chunk run open-loop
         step = -1
         pending: concurrent.futures.Future[Reply] | None = None
         pending_wall = 0.0
@@ -444,8 +523,27 @@ class EpisodeRunner:
         prev_t = t0
         floats = np.empty(len(keys.TELEMETRY_FLOAT_COLUMNS))
         n_act = cfg.open_loop_steps
-        missed_ticks = 0
+        ticks = act.ticks
         velocity_space = space in (ActionSpace.joint_velocity, ActionSpace.cartesian_velocity)
+        # velocity chunks are asked for ahead (a position chunk planned from an older
+        # state would pull the arm back to where it was: those are asked for at the end)
+        lookahead = cfg.policy_lookahead_steps if velocity_space else 0
+        halted = False  # a zero velocity was sent and nothing since
+
+        def ask(t: float) -> concurrent.futures.Future[Reply]:
+            nonlocal pending_wall, pending_clock
+            act.next_query_t = math.inf  # known again when the reply's chunk starts
+            obs = self._observation(act, t, periods)
+            future = act.worker.submit(obs, timeout)
+            pending_wall, pending_clock = self.wall.now(), clock.now()
+            return future
+
+        def halt() -> None:
+            # a velocity command must not outlive its chunk: the arm waits at rest
+            nonlocal sent_arm, halted
+            if velocity_space and sent_arm is not None and not halted:
+                sent_arm = arm.send(ArmCommand(space.arm_kind, np.zeros(len(sent_arm.target))))
+                halted = True
 
         while True:
             t_tel = t0 + k_tel * dt_tel
@@ -459,13 +557,13 @@ class EpisodeRunner:
                 )
             clock.sleep_until(t_next)
             if not cell.is_virtual:
-                # behind schedule (a stall): resume from now rather than catch up in a burst
+                # behind schedule (a stall): resume from now rather than catch up in a
+                # burst; the ticks passed over are counted, never back-filled
                 now = clock.now()
-                behind = math.floor((now - t0) / dt_tel) - k_tel
+                behind = min(math.floor((now - t0) / dt_tel), k_tel_end + 1) - k_tel
                 if behind > 0:
                     k_tel += behind
-                    missed_ticks += behind
-                    act.end_details["telemetry_missed_ticks"] = missed_ticks
+                    ticks.late += behind
                 k_act = max(k_act, math.floor((now - t0) / dt_act))
             if self._stop_event.is_set():
                 kind = act.stop_kind
@@ -477,29 +575,26 @@ class EpisodeRunner:
             # -- an action step
             if t_act <= t_next + 1e-9:
                 k_act += 1
-                if chunk is None or chunk_i >= min(n_act, len(chunk)):
+                if chunk is None or chunk_i >= span:
                     chunk = None
                     if pending is None:
-                        if velocity_space and sent_arm is not None:
-                            sent_arm = arm.send(
-                                ArmCommand(space.arm_kind, np.zeros(len(sent_arm.target)))
-                            )
-                        obs = self._observation(act, t_act, periods)
-                        pending = act.worker.submit(obs, timeout)
-                        pending_wall, pending_clock = self.wall.now(), clock.now()
+                        halt()
+                        pending = ask(t_act)
+                    elif not cell.is_virtual and not pending.done():
+                        halt()  # the reply asked for ahead is late
+                    reply: Reply | None = None
                     if cell.is_virtual:
                         # simulated time stands still while the policy thinks
-                        reply = self._await(pending, act, timeout + 1.0)
+                        reply = self._await(pending, pending_wall + timeout + 1.0, timeout)
                         if reply is None:  # stop requested while waiting
                             continue
-                        pending = None
-                        chunk, chunk_i = reply.actions, 0
-                        latency, calls = reply.latency_s, calls + 1
-                        act.latencies.append(latency)
                     elif pending.done():
                         reply = pending.result()  # raises the PolicyError, if any
+                    if reply is not None:
                         pending = None
                         chunk, chunk_i = reply.actions, 0
+                        span = min(n_act, len(chunk))
+                        act.next_query_t = t_act + max(0, span - lookahead) * dt_act
                         latency, calls = reply.latency_s, calls + 1
                         act.latencies.append(latency)
                 if chunk is not None:
@@ -517,6 +612,10 @@ class EpisodeRunner:
                     except GripperFault as exc:
                         self._stop_arm_now()
                         return Outcome.safety, f"gripper fault: {exc}"
+                    halted = False
+                    if pending is None and span - chunk_i < lookahead:
+                        # the next chunk is asked for while this one's last steps run
+                        pending = ask(t_act)
                 if scene is not None and scene.all_handled():
                     self._stop_arm_now()
                     return (
@@ -525,7 +624,10 @@ class EpisodeRunner:
                     )
 
             # a request in flight on a real-time clock: enforce its deadline every tick
-            if pending is not None and not pending.done():
+            # (on a virtual clock the reply is awaited at the chunk's end, deterministically)
+            if cell.is_virtual or pending is None:
+                pass
+            elif not pending.done():
                 waited = self.wall.now() - pending_wall
                 if waited > timeout:
                     self._stop_arm_now()
@@ -536,7 +638,7 @@ class EpisodeRunner:
                     )
                     pending.cancel()
                     return Outcome.system, f"policy did not answer within {timeout:g} s"
-            elif pending is not None and pending.exception() is not None:
+            elif pending.exception() is not None:
                 self._stop_arm_now()
                 act.end_details.update(t_request_s=pending_clock - t0, t_stop_s=clock.now() - t0)
                 raise pending.exception()  # type: ignore[misc]
@@ -544,10 +646,12 @@ class EpisodeRunner:
             # -- a telemetry sample
             if t_tel <= t_next + 1e-9:
                 k_tel += 1
+                ticks.due += 1
                 a = arm.read_state()
                 g = gripper.read_state()
                 if a.t <= prev_t and prev_ee is not None:
                     # the arm has no newer state than the last sample: never record a duplicate
+                    ticks.stale += 1
                     continue
                 if a.error is not None:
                     self._stop_arm_now()
@@ -560,6 +664,10 @@ class EpisodeRunner:
                     if chunk is not None
                     else keys.TelemetryPhase.awaiting_policy
                 )
+                if prev_ee is not None:
+                    ticks.gap(a.t - prev_t)
+                if not cell.is_virtual:
+                    ticks.lag(clock.now() - t_tel)
                 prev_ee, prev_t = self._sample(
                     recorder,
                     a,
@@ -582,16 +690,15 @@ class EpisodeRunner:
                             return Outcome.system, f"camera {name} stopped delivering frames"
 
     def _await(
-        self, pending: concurrent.futures.Future[Reply], act: _Active, timeout: float
+        self, pending: concurrent.futures.Future[Reply], deadline_wall: float, timeout: float
     ) -> Reply | None:
-        deadline = self.wall.now() + timeout
         while True:
             try:
                 return pending.result(timeout=0.05)
             except concurrent.futures.TimeoutError:
                 if self._stop_event.is_set():
                     return None
-                if self.wall.now() > deadline:
+                if self.wall.now() > deadline_wall:
                     self._stop_arm_now()
                     raise PolicyError(f"policy did not answer within {timeout:g} s") from None
 
@@ -599,12 +706,15 @@ class EpisodeRunner:
         cell = self.cell
         a = cell.arm.read_state()
         g = cell.gripper.read_state()
-        images = {}
+        images: dict[str, np.ndarray] = {}
+        frame_keys: dict[str, tuple[int, float]] = {}
         for name, period in periods.items():
             try:
-                images[name] = self.hub.frame_for(name, t, period, timeout_s=2.0).image
+                frame = self.hub.frame_for(name, t, period, timeout_s=2.0)
             except CameraStalled as exc:
                 raise RuntimeError(str(exc)) from None
+            images[name] = frame.image
+            frame_keys[name] = (frame.index, frame.t)
         info = act.client.info
         assert info is not None
         return build_observation(
@@ -614,6 +724,8 @@ class EpisodeRunner:
             images=images,
             prompt=act.prompt,
             privileged=cell.scene.privileged_observation() if cell.scene is not None else None,
+            resizer=act.resizer,
+            frame_keys=frame_keys,
         )
 
     @staticmethod
@@ -714,6 +826,13 @@ class EpisodeRunner:
                 notes.append(f"camera {name}: {cam.error}")
                 if proposed != Outcome.safety:
                     proposed, reason = Outcome.system, f"recording camera {name} failed"
+        ticks = act.ticks
+        if ticks.missed:
+            notes.append(
+                f"telemetry: {ticks.missed} of {ticks.scheduled} ticks at {ticks.hz:g} Hz "
+                f"not sampled ({ticks.late} passed over by a late loop, {ticks.stale} "
+                f"without a newer arm state); longest gap {ticks.max_gap_s * 1000:.0f} ms"
+            )
         lat = np.array(act.latencies) if act.latencies else None
         details = {
             **act.end_details,
@@ -722,6 +841,7 @@ class EpisodeRunner:
             "latency_p99_s": float(np.percentile(lat, 99)) if lat is not None else None,
             "dropped_frames": {n: c.dropped for n, c in result.cameras.items()},
             "device_frame_gaps": {n: c.device_gaps for n, c in result.cameras.items()},
+            "telemetry_ticks": ticks.report(),
         }
         with session_scope(self.sessions) as s:
             ep = s.get(episodes.Episode, act.episode_id)
@@ -762,6 +882,9 @@ class EpisodeRunner:
                 "control_hz": self.config.control_hz,
                 "telemetry_hz": self.config.telemetry_hz,
                 "open_loop_steps": self.config.open_loop_steps,
+                "policy_lookahead_steps": self.config.policy_lookahead_steps,
+                # the control loop's telemetry schedule: ticks it missed are counted here
+                "telemetry_ticks": ticks.report(),
                 "policy": {
                     **(act.client.info.public() if act.client.info else {}),
                     "calls": details["policy_calls"],
@@ -802,6 +925,7 @@ class EpisodeRunner:
             spool=None,
             artifacts=archived.shas,
             notes=notes,
+            telemetry_missed_ticks=ticks.missed,
         )
         # home for the next episode unless a safety stop or fault needs the operator first
         if proposed not in (Outcome.safety,):

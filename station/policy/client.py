@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.frames import CloseCode
 from websockets.sync.client import ClientConnection, connect
 
 from proctor.domain import EndpointDialect
@@ -69,6 +70,7 @@ class PolicyClient:
         connect_timeout_s: float = 10.0,
         default_image_size: tuple[int, int] = (224, 224),
         exterior_cameras: int = 1,
+        max_message_bytes: int = 64 * 2**20,
         wall: Clock | None = None,
     ) -> None:
         self._url = url
@@ -77,6 +79,8 @@ class PolicyClient:
         self._connect_timeout = connect_timeout_s
         self._default_image_size = default_image_size
         self._exterior_cameras = exterior_cameras
+        # a frame announcing more is refused from its header, before its payload is read
+        self._max_message_bytes = max_message_bytes
         # latency and timeouts are wall-clock matters even when the cell runs on a virtual clock
         self.wall = wall or MonotonicClock()
         self._ws: ClientConnection | None = None
@@ -95,7 +99,7 @@ class PolicyClient:
                 self._url,
                 open_timeout=self._connect_timeout,
                 close_timeout=1.0,
-                max_size=None,
+                max_size=self._max_message_bytes,
                 compression=None,
                 additional_headers=self._headers or None,
             ).__enter__()
@@ -108,7 +112,11 @@ class PolicyClient:
             raise PolicyUnavailable(
                 f"policy server sent no metadata within {self._connect_timeout:g} s"
             ) from None
-        except ConnectionClosed:
+        except ConnectionClosed as exc:
+            if _too_big(exc):
+                raise PolicyProtocolError(
+                    f"policy metadata rejected: {self._too_big_text()}"
+                ) from None
             raise PolicyUnavailable(
                 "policy server closed the connection before its metadata"
             ) from None
@@ -127,6 +135,10 @@ class PolicyClient:
             raise PolicyProtocolError(f"policy metadata rejected: {exc}") from None
         self._ws = ws
         return self.info
+
+    def _too_big_text(self) -> str:
+        # the station's own words: the close reason websockets wrote quotes the frame's size
+        return f"a message larger than the station's limit of {self._max_message_bytes} bytes"
 
     def close(self) -> None:
         ws, self._ws = self._ws, None
@@ -148,6 +160,10 @@ class PolicyClient:
             raise PolicyTimeout(f"policy did not answer within {timeout_s:g} s") from None
         except ConnectionClosed as exc:
             self._ws = None
+            if _too_big(exc):
+                raise PolicyProtocolError(
+                    f"malformed policy reply: {self._too_big_text()}"
+                ) from None
             code = exc.rcvd.code if exc.rcvd is not None else None
             raise PolicyDisconnected(
                 f"policy server closed the connection (close code {code})"
@@ -196,6 +212,11 @@ class PolicyClient:
         if self.info is None:
             raise PolicyDisconnected("not connected to the policy server")
         return self.info.action_space
+
+
+def _too_big(exc: ConnectionClosed) -> bool:
+    """The station closed the connection because a frame exceeded ``max_size``."""
+    return exc.sent is not None and exc.sent.code == CloseCode.MESSAGE_TOO_BIG
 
 
 class PolicyWorker:

@@ -24,6 +24,15 @@ class CodecError(ValueError):
     """A message that is not valid msgpack-numpy."""
 
 
+def _buffer(arr: np.ndarray) -> Any:
+    """The array's own bytes without a copy (msgpack copies them once, straight
+    into the message); datetime dtypes export no buffer and are copied."""
+    try:
+        return arr.data
+    except (ValueError, TypeError):
+        return arr.tobytes()
+
+
 def _default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind in _REFUSED_KINDS:
@@ -31,7 +40,7 @@ def _default(obj: Any) -> Any:
         arr = np.ascontiguousarray(obj)
         return {
             _ND: True,
-            b"data": arr.tobytes(),
+            b"data": _buffer(arr),
             b"dtype": arr.dtype.str,
             b"shape": list(arr.shape),
         }
