@@ -7,6 +7,17 @@ the part they grip. Grasp success falls off with the aim error as
 ``base · exp(−½ (d / tolerance)²)``; while held, an item slips with hazard
 ``slip_rate · (1 + (v / 0.5 m/s)²)`` per second (fast transfers shake
 things loose).
+
+The fingers first touch an item at ``hold_position`` and then close on a
+little further while the pads and the item compress under the grip force:
+``squeeze`` (finger travel at the default force, 0.5; 0.01 ≈ 0.85 mm) is
+about half a millimetre for wood or metal and several millimetres for a
+folded towel. Opening, the item comes free only once the fingers are past
+its width by a margin drawn per grasp up to ``release_clearance``: an item
+held off-centre or tilted in the pads needs the wider gap, and cloth springs
+back as the fingers open and follows them for a while. So the item leaves
+the fingers ``squeeze`` + margin below where they stood, a distance the
+release detector cannot know from the recorded signals.
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ class ObjectSpec:
     grasp_tolerance: float  # m: aim error at which success drops to base·e^(−½)
     slip_rate: float  # 1/s while held at rest
     rolls: float = 1.0  # how far it slides or rolls on after landing on the table (1: a flat item)
+    squeeze: float = 0.005  # finger travel past the first touch at the default force
+    release_clearance: float = 0.02  # at most this far past its width before it comes free
 
     @property
     def radius(self) -> float:
@@ -54,6 +67,8 @@ OBJECTS: dict[str, ObjectSpec] = {
             grasp_base=0.93,
             grasp_tolerance=0.014,
             slip_rate=0.010,
+            squeeze=0.006,  # ≈ 0.5 mm into wood and the pads
+            release_clearance=0.025,  # a long handle held off-centre tilts in the pads
         ),
         ObjectSpec(
             name="towels",
@@ -68,6 +83,8 @@ OBJECTS: dict[str, ObjectSpec] = {
             grasp_base=0.96,
             grasp_tolerance=0.028,
             slip_rate=0.006,
+            squeeze=0.05,  # ≈ 4 mm into folded cloth
+            release_clearance=0.04,  # the cloth springs back and follows the pads
         ),
         ObjectSpec(
             name="scissors",
@@ -82,6 +99,8 @@ OBJECTS: dict[str, ObjectSpec] = {
             grasp_base=0.85,
             grasp_tolerance=0.010,
             slip_rate=0.030,
+            squeeze=0.004,
+            release_clearance=0.02,
         ),
         ObjectSpec(
             name="batteries",
@@ -97,6 +116,8 @@ OBJECTS: dict[str, ObjectSpec] = {
             grasp_tolerance=0.007,
             slip_rate=0.020,
             rolls=4.0,  # cylinders roll
+            squeeze=0.003,
+            release_clearance=0.012,  # a cylinder rolls out as soon as the gap opens
         ),
     )
 }

@@ -15,13 +15,18 @@ happened for the annotator to be scored against.
 
 The world is advanced lazily to the clock's time on every access, in fixed
 physics steps on a grid anchored at the world's creation, so that the same
-commands at the same clock times give the same trajectory. Camera frames are
+commands at the same clock times give the same trajectory. The fingers'
+events (touching an item, stalling on it, opening past it, a slip) are
+solved within a step, so the ground truth's times are not on that grid;
+what the gripper *reports* is sampled from the fingers' path by its driver
+(``station.sim.gripper``), late and coarse like a polled 2F-85. Camera frames are
 taken as immutable snapshots at the physics step that crosses each frame
 time and rendered elsewhere (``station.sim.render``), off the control thread.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import queue
 import threading
@@ -39,6 +44,7 @@ from station.sim import kinematics as kin
 from station.sim.objects import ObjectSpec, object_spec
 
 G = 9.81
+LAYOUT_FORMAT = "proctor.cell_layout/1"
 HOME_Q = np.array(ArmConfig.home_q)
 _INV_DQ_MAX = 1.0 / kin.DQ_MAX
 _INV_DDQ_MAX = 1.0 / kin.DDQ_MAX
@@ -105,6 +111,30 @@ class Layout:
     def on_table(self, x: float, y: float) -> bool:
         return self.table_x[0] <= x <= self.table_x[1] and self.table_y[0] <= y <= self.table_y[1]
 
+    @property
+    def rim_height(self) -> float:
+        return max(self.source.height, self.target.height)
+
+    def describe(self) -> dict[str, Any]:
+        """The layout as the episode manifest records it (``layout``, format
+        ``proctor.cell_layout/1``): robot base frame, metres, +y the robot's left."""
+
+        def box(b: Bin) -> list[float]:
+            return [round(v, 6) for v in (b.cx, b.cy, b.half_x, b.half_y)]
+
+        return {
+            "format": LAYOUT_FORMAT,
+            "frame": "robot base, m",
+            "tote_side": self.tote_side.value,
+            "camera_side": self.camera_side.value,
+            "source_bin": box(self.source),
+            "target_bin": box(self.target),
+            "bin_height": self.rim_height,
+            "bin_wall": max(self.source.wall, self.target.wall),
+            "table": {"x": list(self.table_x), "y": list(self.table_y)},
+            "workspace": {"x": list(self.work_x), "y": list(self.work_y)},
+        }
+
 
 @dataclass
 class Item:
@@ -143,8 +173,20 @@ class SimParams:
     reflex_speed: float = 0.35  # m/s
     finger_radius: float = 0.012  # m: half the fingers' footprint around the TCP
     gripper_stroke_s: float = 0.57  # s: 85 mm at 150 mm/s
+    # once the fingers touch an item they close on at this fraction of their
+    # speed while the pads (and a soft item) compress under the grip force
+    squeeze_speed: float = 0.25
     floor_clearance: float = 0.004  # m: the fingertips touch the floor below this TCP height
     time_constant: float = 0.04  # s: position-tracking gain of the arm's internal controller
+
+
+@dataclass
+class _Grasp:
+    """How the held item sits in the fingers (finger positions, 0 open … 1 closed)."""
+
+    contact: float  # where the closing fingers first touch it: 1 − width / 85 mm
+    stall: float  # where they stop, squeezing it under the grip force
+    free_below: float  # opening past this, the item comes free of the fingers
 
 
 @dataclass
@@ -204,7 +246,9 @@ class SimWorld:
         self._target_rot: np.ndarray | None = None
         self.error: str | None = None
         self._stopping = False
+        self._speed_scale = 1.0
         self._fk()
+        self._tcp_prev = self.tcp.copy()
         # gripper
         self.grip = 0.0
         self.grip_target = 0.0
@@ -213,8 +257,13 @@ class SimWorld:
         self.grip_activated = False
         self.grip_fault: str | None = None
         self.held: int | None = None
-        self._closing_from: float | None = None  # finger position when this close began
-        self._grasp_rolled = False
+        self._grasp: _Grasp | None = None  # how the held item sits in the fingers
+        self._grasp_rolled = False  # this closure has met its item (or missed it)
+        # the fingers' true path, as (time, position) breakpoints (linear between),
+        # and the stretches they sat stalled on an item: what the driver samples
+        self._finger_t: list[float] = [self._t0]
+        self._finger_g: list[float] = [0.0]
+        self._stalls: list[list[float]] = []
         # scene
         self.layout = Layout.make(Side.left, Side.right)
         self.spec = object_spec("spoons")
@@ -275,6 +324,8 @@ class SimWorld:
                     )
                 )
             self.held = None
+            self._grasp = None
+            self._end_stall(self.t)
             self.events = []
             self.t_episode = None
             if self.grip > 0.5:
@@ -288,7 +339,8 @@ class SimWorld:
             counts = {s.value: 0 for s in keys.ItemState}
             for it in self.items:
                 counts[(it.fall[2] if it.fall else it.state).value] += 1
-            placements = [e for e in self.events if e.kind == "placed"]
+            events = sorted(self.events, key=lambda e: e.t)
+            placements = [e for e in events if e.kind == "placed"]
             return {
                 "format": "proctor.sim_ground_truth/1",
                 "object": self.spec.name,
@@ -298,7 +350,7 @@ class SimWorld:
                 "camera_side": self.layout.camera_side.value,
                 "t_start": t0,
                 # a placement's time is when the item left the fingers (the release or slip)
-                "placements_s": [round(e.details["t_release"] - t0, 6) for e in placements],
+                "placements_s": sorted(round(e.details["t_release"] - t0, 6) for e in placements),
                 "final": counts,
                 "events": [
                     {
@@ -309,7 +361,7 @@ class SimWorld:
                         "xyz": [round(e.x, 5), round(e.y, 5), round(e.z, 5)],
                         **({"details": e.details} if e.details else {}),
                     }
-                    for e in self.events
+                    for e in events
                 ],
             }
 
@@ -387,12 +439,15 @@ class SimWorld:
                 target[3:] = w * (p.w_max / nw)
         return ArmCommand(kind, target)
 
-    def command_arm(self, command: ArmCommand) -> ArmCommand:
+    def command_arm(self, command: ArmCommand, speed_scale: float = 1.0) -> ArmCommand:
+        """Start ``command``; ``speed_scale`` (0, 1] lowers the speed limits of a
+        position command (homing moves slowly, as the real arm's does)."""
         with self.lock:
             self.sync()
             if self.error is not None:
                 raise ArmFault(f"arm in error, recover first: {self.error}")
             sent = self.clip_command(command)
+            self._speed_scale = min(max(float(speed_scale), 0.01), 1.0)
             cartesian = (ArmCommandKind.cartesian_pose, ArmCommandKind.cartesian_velocity)
             if sent.kind in cartesian and (
                 self.command is None or self.command.kind not in cartesian
@@ -430,7 +485,7 @@ class SimWorld:
             # the fastest speed that can still stop in time, at most e / τ
             speed = np.minimum.reduce(
                 [
-                    kin.DQ_MAX,
+                    kin.DQ_MAX * self._speed_scale,
                     np.sqrt(2 * kin.DDQ_MAX * 0.8 * np.abs(e)),
                     np.abs(e) / p.time_constant,
                 ]
@@ -447,12 +502,15 @@ class SimWorld:
             ang = math.sqrt(float(r_err @ r_err))
             if dist < 1e-6 and ang < 1e-5 and not self._twist.any() and not self.dq.any():
                 return np.zeros(7)  # there, at rest
-            speed = min(p.v_max, math.sqrt(2 * p.a_max * 0.8 * dist), dist / p.time_constant)
+            scale = self._speed_scale
+            speed = min(
+                p.v_max * scale, math.sqrt(2 * p.a_max * 0.8 * dist), dist / p.time_constant
+            )
             desired = np.zeros(6)
             if dist > 1e-9:
                 desired[:3] = e * (speed / dist)
             if ang > 1e-9:
-                desired[3:] = r_err * (min(p.w_max, ang / p.time_constant) / ang)
+                desired[3:] = r_err * (min(p.w_max * scale, ang / p.time_constant) / ang)
         else:
             desired = cmd.target
         # acceleration limit in Cartesian space (linear part)
@@ -534,6 +592,10 @@ class SimWorld:
             if d_new >= reach:
                 continue
             d_old = b.wall_distance(old[0], old[1])
+            if new[2] > old[2] and d_new >= d_old - 1e-5:
+                # rising along a wall (or brushing it by a few µm of path error
+                # on the way up) never pushes into it: how a stuck tool gets out
+                continue
             was_in = d_old < reach and old[2] < b.height
             # into the wall, sideways or from above; moving out of it is allowed
             if not was_in or d_new < d_old - 1e-9 or new[2] < old[2] - 1e-9:
@@ -541,40 +603,150 @@ class SimWorld:
         return None
 
     # -- gripper ------------------------------------------------------------
+    # The fingers' physics, on the station clock to the microsecond rather than
+    # on the 100 Hz physics grid: within a step the fingers move at a constant
+    # speed, so the instants they touch an item, stall on it, and open wide
+    # enough to let it go are solved exactly. The ground truth's times are
+    # those instants. What the gripper *reports* (position, object flag) is
+    # sampled from the finger log below by the driver (``station.sim.gripper``)
+    # the way a 2F-85 is polled over Modbus: late, at ≈ 50 Hz, in 8-bit steps.
+
     def command_gripper(self, position: float, speed: float, force: float) -> None:
         with self.lock:
             self.sync()
             if position > self.grip_target + 1e-9 and self.held is None:
-                self._closing_from = self.grip
                 self._grasp_rolled = False
+            grasp = self._grasp
+            if grasp is not None and position < grasp.contact <= self.grip_target:
+                # a new goal below the item: the gripper reports "moving" at once
+                self._end_stall(self.t)
             self.grip_target = position
             self.grip_speed = speed
             self.grip_force = force
+
+    def finger_position_at(self, t: float) -> float:
+        """The fingers' true position at station time ``t`` (at most the
+        world's time, and within the last few seconds of finger motion)."""
+        times, values = self._finger_t, self._finger_g
+        i = bisect.bisect_right(times, t)
+        if i == 0:
+            return values[0]
+        if i == len(times):
+            return values[-1]
+        t0, t1 = times[i - 1], times[i]
+        g0, g1 = values[i - 1], values[i]
+        return g0 + (g1 - g0) * (t - t0) / (t1 - t0) if t1 > t0 else g1
+
+    def stalled_on_object(self, t: float, detect_s: float = 0.0) -> bool:
+        """Whether at ``t`` the fingers had sat stalled on an item for at least
+        ``detect_s`` (the gripper's own object detection needs that long)."""
+        for t_on, t_off in reversed(self._stalls):
+            if t_on + detect_s <= t < t_off:
+                return True
+            if t_off <= t:
+                break
+        return False
+
+    def _finger_point(self, t: float, g: float) -> None:
+        times = self._finger_t
+        if times and t <= times[-1] + 1e-12:
+            self._finger_g[-1] = g
+            return
+        times.append(t)
+        self._finger_g.append(g)
+        if len(times) > 1024:  # the driver looks back a few tens of milliseconds
+            del times[:512], self._finger_g[:512]
+
+    def _end_stall(self, t: float) -> None:
+        if self._stalls and self._stalls[-1][1] == math.inf:
+            self._stalls[-1][1] = t
 
     def _step_gripper(self) -> None:
         p = self.params
         if not self.grip_activated or self.grip_fault:
             return
+        t_end = self.t
+        t = t_end - self.dt
+        g = g_start = self.grip
         rate = (0.2 + 0.8 * self.grip_speed) / p.gripper_stroke_s
-        target = self.grip_target
-        if self.held is not None:
-            hold = self.spec.hold_position
-            target = min(target, hold) if target >= hold else target
-        delta = target - self.grip
-        step = max(-rate * self.dt, min(rate * self.dt, delta))
-        new = self.grip + step
-        if self.held is None and step > 0:
-            self._maybe_grasp(self.grip, new)
-            if self.held is not None:
-                new = min(new, self.spec.hold_position)
-        elif self.held is not None and new < self.spec.hold_position - 0.03:
-            self._release(self.held, "release")
-        self.grip = new
+        slip_at = self._slip_time(t) if self.held is not None else None
+        hold = self.spec.hold_position
+        events: list[tuple[float, float]] = []
+        for _ in range(16):  # a handful of events a step at most
+            grasp = self._grasp
+            target = self.grip_target
+            if grasp is not None and target >= grasp.contact:
+                # closing on the item: full speed to the touch, then slowly
+                # squeezing it up to where the force balances (or the target)
+                if g < grasp.contact - 1e-12:
+                    goal, r = grasp.contact, rate
+                else:
+                    goal, r = min(target, grasp.stall), rate * p.squeeze_speed
+            else:
+                goal, r = target, rate
+            if abs(goal - g) <= 1e-12:  # at rest for the rest of the step
+                g = goal
+                if slip_at is None:
+                    break
+                t, slip_at = slip_at, None
+                events.append((t, g))
+                self._release(self.held, "slip", t)  # type: ignore[arg-type]
+                continue
+            ev_g, kind = goal, "goal"
+            if self.held is None and not self._grasp_rolled and g < hold <= goal:
+                ev_g, kind = hold, "touch"
+            elif grasp is not None and goal < grasp.free_below < g:
+                ev_g, kind = grasp.free_below, "free"
+            t_ev = t + abs(ev_g - g) / r
+            if slip_at is not None and slip_at <= min(t_ev, t_end):
+                g += math.copysign(r * (slip_at - t), goal - g)
+                t, slip_at = slip_at, None
+                events.append((t, g))
+                self._release(self.held, "slip", t)  # type: ignore[arg-type]
+                continue
+            if t_ev > t_end:
+                g += math.copysign(r * (t_end - t), goal - g)
+                break
+            g, t = ev_g, t_ev
+            events.append((t, g))
+            if kind == "touch":
+                self._maybe_grasp(t)
+            elif kind == "free":
+                slip_at = None
+                self._release(self.held, "release", t)  # type: ignore[arg-type]
+            elif (
+                grasp is not None
+                and self.held is not None
+                and goal == grasp.stall
+                and not (self._stalls and self._stalls[-1][1] == math.inf)
+            ):
+                # the fingers stall on the item: what the gripper detects as an object
+                self._stalls.append([t, math.inf])
+                if len(self._stalls) > 64:
+                    del self._stalls[:32]
+        if g != g_start or events:
+            if self._finger_t[-1] < t_end - self.dt - 1e-12:
+                self._finger_point(t_end - self.dt, g_start)  # at rest until this step
+            for te, ge in events:
+                self._finger_point(te, ge)
+            self._finger_point(t_end, g)
+        self.grip = g
 
-    def _maybe_grasp(self, before: float, after: float) -> None:
+    def _slip_time(self, t_start: float) -> float | None:
+        """When (if at all) the held item slips out during this step: hazard
+        ``slip_rate · (1 + (v / 0.5 m/s)²)`` per second, v the tool's speed."""
+        speed = self.tcp_speed()
+        hazard = self.spec.slip_rate * (1 + (speed / 0.5) ** 2)
+        chance = 1 - math.exp(-hazard * self.dt)
+        u = self._rng.random()
+        if u >= chance:
+            return None
+        return t_start + self.dt * (u / chance)  # uniform within the step, given a slip
+
+    def _maybe_grasp(self, t: float) -> None:
         """Roll the grasp when the closing fingers reach the item's width."""
         spec = self.spec
-        if self._grasp_rolled or not (before < spec.hold_position <= after):
+        if self._grasp_rolled:
             return
         self._grasp_rolled = True
         tcp = self.tcp
@@ -600,18 +772,39 @@ class SimWorld:
             details["from"] = best.state.value
             self.held = best.index
             best.state = keys.ItemState.held
-            self._log("grasp", best.index, best.pos, details)
+            # how far the fingers squeeze it (pads and a soft item compress in
+            # proportion to the force), and how far past its width they must
+            # open before it comes free: an item held off-centre or tilted in
+            # the pads, or cloth springing back after the squeeze, stays in the
+            # fingers a little longer, differently every grasp
+            squeeze = spec.squeeze * self.grip_force / 0.5
+            clearance = spec.release_clearance * self._rng.uniform(0.15, 1.0)
+            self._grasp = _Grasp(
+                contact=spec.hold_position,
+                stall=min(spec.hold_position + squeeze, 0.995),
+                free_below=spec.hold_position - clearance,
+            )
+            details["squeeze"] = round(squeeze, 4)
+            details["free_below"] = round(self._grasp.free_below, 4)
+            self._log("grasp", best.index, best.pos, details, t=t)
         else:
             # the fingers push it aside
             push = self._rng.normal(0, 0.012, size=2)
             best.pos[:2] += push
             self._settle(best)
-            self._log("grasp_miss", best.index, best.pos, details)
+            self._log("grasp_miss", best.index, best.pos, details, t=t)
 
-    def _release(self, index: int, kind: str) -> None:
+    def _release(self, index: int, kind: str, t: float) -> None:
+        """The item leaves the fingers at station time ``t`` (within this step)."""
         it = self.items[index]
         self.held = None
+        self._grasp = None
+        self._end_stall(t)
         v = self.tcp_velocity()[:3]
+        # where the tool was at that instant, between the step's two poses
+        frac = min(max((t - (self.t - self.dt)) / self.dt, 0.0), 1.0)
+        at = self._tcp_prev + (self.tcp - self._tcp_prev) * frac
+        it.pos[:] = at - [0.0, 0.0, self.spec.height * 0.3]
         z0 = float(it.pos[2])
         floor = self.spec.height / 2
         t_fall = math.sqrt(max(2 * (z0 - floor), 0.0) / G)
@@ -620,16 +813,16 @@ class SimWorld:
         land[2] = floor
         dest = self._classify_landing(land, v)
         it.state = dest  # destination (keeps `held` out of the counts)
-        it.fall = (self.t + t_fall, land, dest)
-        it.fall_start = (self.t, it.pos.copy(), v.copy())
-        self._log(kind, index, it.pos, {"lands": dest.value, "t_fall": round(t_fall, 4)})
+        it.fall = (t + t_fall, land, dest)
+        it.fall_start = (t, it.pos.copy(), v.copy())
+        self._log(kind, index, it.pos, {"lands": dest.value, "t_fall": round(t_fall, 4)}, t=t)
         outcome = {
             keys.ItemState.placed: "placed",
             keys.ItemState.source: "returned",
             keys.ItemState.dropped: "dropped",
             keys.ItemState.lost: "lost",
         }[dest]
-        self._log(outcome, index, land, {"t_release": self.t, "cause": kind})
+        self._log(outcome, index, land, {"t_release": round(t, 6), "cause": kind}, t=t)
 
     def _classify_landing(self, land: np.ndarray, v: np.ndarray) -> keys.ItemState:
         lay = self.layout
@@ -670,10 +863,6 @@ class SimWorld:
         if self.held is not None:
             it = self.items[self.held]
             it.pos[:] = self.tcp - [0.0, 0.0, self.spec.height * 0.3]
-            speed = self.tcp_speed()
-            hazard = self.spec.slip_rate * (1 + (speed / 0.5) ** 2)
-            if self._rng.random() < 1 - math.exp(-hazard * self.dt):
-                self._release(self.held, "slip")
         for it in self.items:
             if it.fall is None:
                 continue
@@ -692,6 +881,7 @@ class SimWorld:
     # -- stepping -----------------------------------------------------------
     def _step(self) -> None:
         self._k += 1
+        self._tcp_prev = self.tool[:3, 3].copy()
         self._step_arm()
         self._step_gripper()
         self._step_items()
@@ -734,9 +924,22 @@ class SimWorld:
             if sink in self.sinks:
                 self.sinks.remove(sink)
 
-    def _log(self, kind: str, item: int | None, pos: np.ndarray, details: dict[str, Any]) -> None:
+    def _log(
+        self,
+        kind: str,
+        item: int | None,
+        pos: np.ndarray,
+        details: dict[str, Any],
+        t: float | None = None,
+    ) -> None:
         self.events.append(
             GroundTruthEvent(
-                self.t, kind, item, float(pos[0]), float(pos[1]), float(pos[2]), details
+                self.t if t is None else t,
+                kind,
+                item,
+                float(pos[0]),
+                float(pos[1]),
+                float(pos[2]),
+                details,
             )
         )
