@@ -147,6 +147,11 @@ _COMMENTS: dict[str, str] = {
 }
 
 
+SECTION_NOTES = {
+    "cell": "the fallback for recordings whose manifest records no `layout`",
+}
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -170,7 +175,8 @@ def render_toml(th: Thresholds) -> str:
         ("classifier", th.classifier),
         ("cell", th.cell),
     ):
-        lines.append(f"[{section}]")
+        note = SECTION_NOTES.get(section)
+        lines.append(f"[{section}]" + (f"  # {note}" if note else ""))
         for f in dataclasses.fields(obj):
             comment = _COMMENTS.get(f.name, "")
             lines.append(

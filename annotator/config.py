@@ -5,7 +5,8 @@ cell's ground truth (``python -m annotator.calibrate`` regenerates it); a
 site may point ``load_thresholds`` at its own copy. Every field has a
 physical meaning, given next to it in the file. The file's ``[cell]`` table
 describes where the bins stand (the station's fixture, not a tuning knob);
-an episode's manifest may carry its own ``layout`` that overrides it.
+it is only the fallback for recordings without a ``layout`` in their
+manifest (the station records one per episode: ``annotator.pipeline.layout_for``).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,23 +25,56 @@ class Classified:
         return self.verdict.verdict == CandidateVerdict.success
 
 
+LAYOUT_FORMAT = "proctor.cell_layout/1"
+
+
 def layout_for(
     thresholds: Thresholds, *, tote_side: str, manifest: dict[str, Any] | None
 ) -> CellLayout:
-    """The bins of this episode: the manifest's recorded ``layout`` when the
-    station wrote one, else the thresholds file's cell geometry for its tote side."""
+    """The bins of this episode: the ``layout`` the station recorded in the
+    episode's manifest; for a recording without one (older recordings, cells
+    that describe no layout) the thresholds file's ``[cell]`` geometry for
+    the episode's tote side."""
     layout = (manifest or {}).get("layout")
-    if isinstance(layout, dict) and "source_bin" in layout and "target_bin" in layout:
+    if layout is None:
+        return thresholds.cell.layout(tote_side)
+    return parse_layout(layout, tote_side=tote_side)
+
+
+def parse_layout(layout: Any, *, tote_side: str | None = None) -> CellLayout:
+    """A manifest's ``layout`` (``proctor.cell_layout/1``): ``source_bin`` and
+    ``target_bin`` as [cx, cy, half_x, half_y] in the robot base frame (m),
+    ``bin_height``; a ``tote_side`` that contradicts the episode's is refused."""
+    if not isinstance(layout, dict):
+        raise UsageError(f"manifest.layout: expected a table, got {type(layout).__name__}")
+    fmt = layout.get("format", LAYOUT_FORMAT)
+    if fmt != LAYOUT_FORMAT:
+        raise UsageError(f"manifest.layout.format: expected {LAYOUT_FORMAT!r}, got {fmt!r}")
+    side = layout.get("tote_side")
+    if tote_side is not None and side is not None and side != tote_side:
+        raise UsageError(
+            f"manifest.layout.tote_side: {side!r} contradicts the episode's tote side {tote_side!r}"
+        )
+
+    def box(name: str) -> Bin:
+        value = layout.get(name)
         try:
-            src = [float(v) for v in layout["source_bin"]]
-            tgt = [float(v) for v in layout["target_bin"]]
-            rim = float(layout.get("bin_height", thresholds.cell.rim_height))
-            return CellLayout(Bin(*src[:4]), Bin(*tgt[:4]), rim)
+            numbers = [float(v) for v in value]  # type: ignore[union-attr]
         except (TypeError, ValueError):
+            numbers = []
+        if len(numbers) != 4 or not all(math.isfinite(v) for v in numbers):
             raise UsageError(
-                "manifest.layout: expected source_bin/target_bin as [cx, cy, hx, hy]"
-            ) from None
-    return thresholds.cell.layout(tote_side)
+                f"manifest.layout.{name}: expected [cx, cy, half_x, half_y] in metres, "
+                f"got {value!r}"
+            )
+        if numbers[2] <= 0 or numbers[3] <= 0:
+            raise UsageError(f"manifest.layout.{name}: half sizes must be positive, got {value!r}")
+        return Bin(*numbers)
+
+    height = layout.get("bin_height")
+    if isinstance(height, bool) or not isinstance(height, int | float) or not height > 0:
+        raise UsageError(f"manifest.layout.bin_height: expected metres > 0, got {height!r}")
+    return CellLayout(box("source_bin"), box("target_bin"), float(height))
 
 
 def analyze_signals(

@@ -41,7 +41,7 @@ from station.demo_log import close_with_ground_truth
 from station.policy.demo import DEMO_PROFILES, DemoPolicy
 from station.policy.server import PolicyServer
 from station.profiles import build_cell
-from station.runner import EpisodeRunner, RunnerBusy
+from station.runner import EpisodeRunner
 from station.sim.objects import OBJECTS
 from station.work import Work
 
@@ -240,13 +240,9 @@ def simulate(
         with _demo_servers({s.profile for s in plan}, blind=not cameras) as urls:
             for i, spec in enumerate(plan):
                 if runner.arm_error is not None:
-                    # the operator's recovery after a safety stop; when homing from
-                    # where the arm stopped hits a wall again, a fresh cell stands in
-                    try:
-                        runner.recover()
-                    except RunnerBusy:
-                        runner.close()
-                        runner = new_runner()
+                    # the operator's recovery after a safety stop (homing lifts the
+                    # tool clear of the totes first, so it succeeds from anywhere)
+                    runner.recover()
                 campaign_id, assignment_id, run_code = links.get(i, (None, None, None))
                 work = Work(
                     run_code=run_code or f"S-{i:06d}",

@@ -4,6 +4,14 @@ Used at the end of every episode and, after a crash, by recovery: assemble
 the final files (``recorder.finalize_spool``), store each with its sha256,
 write the manifest, and register an ``Artifact`` row per file. The spool
 folder is removed by the caller once this has committed.
+
+The manifest records the cell's ``layout`` in the episode's spatial
+configuration (where the totes stand), so that a recording can be read
+without the station's configuration: the annotator takes the bins from it.
+The simulated cell's layout is a function of the configuration
+(``station.sim.world.Layout``); a caller that knows its cell's layout passes
+it as ``extra_manifest["layout"]``; a cell that describes none (the real
+and twin profiles, so far) records none.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from proctor.artifacts import ArtifactStore
 from proctor.db import session_scope
 from proctor.db.engine import ProctorSession
 from proctor.db.models import Episode
-from proctor.domain import ArtifactKind
+from proctor.domain import ArtifactKind, Side
 from station import episodes, keys
 from station.recorder import RecordingResult, finalize_spool
 
@@ -42,6 +50,16 @@ def _rate(table_path: Path | None) -> tuple[float, float | None, float | None]:
     if len(t) < 2 or t[-1] <= t[0]:
         return 0.0, (float(t[0]) if len(t) else None), (float(t[-1]) if len(t) else None)
     return (len(t) - 1) / float(t[-1] - t[0]), float(t[0]), float(t[-1])
+
+
+def cell_layout(profile: str | None, tote_side: Side, camera_side: Side) -> dict[str, Any] | None:
+    """The cell's layout for this spatial configuration, as the manifest's
+    ``layout`` (format ``proctor.cell_layout/1``), or None where unknown."""
+    if profile != "sim":
+        return None
+    from station.sim.world import Layout
+
+    return Layout.make(Side(tote_side), Side(camera_side)).describe()
 
 
 def archive_recording(
@@ -137,6 +155,7 @@ def archive_recording(
             "budget_s": ep.budget_s,
             "tote_side": ep.tote_side.value,
             "camera_side": ep.camera_side.value,
+            "layout": cell_layout(extra_manifest.get("profile"), ep.tote_side, ep.camera_side),
             "sim_seed": ep.sim_seed,
             "clock_start_s": ep.clock_start_s,
             "clock_end_s": ep.clock_end_s,

@@ -4,9 +4,13 @@
 (``station.recorder.telemetry_schema``) from a list of scripted gripper
 operations, so the annotator reads it exactly as it reads a recording. The
 fingers move at a fixed rate towards the target, stop on a held item at its
-hold position, and open past the release point a known number of samples
-after the release command: the expected event times are computed from the
-same rules, by hand, not by the detector.
+hold position, and the item leaves them once they opened 0.03 below it (the
+detector's default ``release_open``): the expected event times are computed
+from these rules, by hand, not by the detector. This is an idealised gripper
+read without delay; ``polled=True`` reports it the way the 2F-85's status
+poll does (every 20 ms, 4 ms late, in 1/255 steps), as the simulated cell's
+driver does (``station.sim.gripper``), whose physics differs again (squeeze,
+a release margin drawn per grasp).
 """
 
 from __future__ import annotations
@@ -109,11 +113,30 @@ def tool_path(ops: list[Op], t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     return x, y, z
 
 
-def telemetry_table(ops: list[Op], duration: float, t0: float = 100.0) -> pa.Table:
-    """A telemetry table in the recorder's schema; ``t`` on the station clock from ``t0``."""
+POLL_S = 0.02
+POLL_LATENCY_S = 0.004
+
+
+def polled(t: np.ndarray, values: np.ndarray, quantise: bool) -> np.ndarray:
+    """What a 50 Hz status poll reports at each sample: the value at the last
+    poll whose reply has arrived (``POLL_LATENCY_S`` after it), in 1/255 steps."""
+    polls = np.arange(0.0, t[-1] + POLL_S, POLL_S)
+    i = np.searchsorted(polls + POLL_LATENCY_S, t + 1e-9, side="right") - 1
+    sampled = np.interp(polls, t, values.astype(float))[np.maximum(i, 0)]
+    return np.round(sampled * 255) / 255 if quantise else sampled
+
+
+def telemetry_table(
+    ops: list[Op], duration: float, t0: float = 100.0, *, polled_status: bool = False
+) -> pa.Table:
+    """A telemetry table in the recorder's schema; ``t`` on the station clock from
+    ``t0``; ``polled_status``: position and object flag as a 50 Hz poll reports them."""
     n = round(duration * HZ) + 1
     t = np.arange(n) / HZ
     target, position, held, _events = simulate_fingers(ops, t)
+    if polled_status:
+        position = polled(t, position, quantise=True)
+        held = polled(t, held, quantise=False) > 0.5
     x, y, z = tool_path(ops, t)
     floats = {c: np.full(n, np.nan) for c in keys.TELEMETRY_FLOAT_COLUMNS}
     floats[keys.EE_X], floats[keys.EE_Y], floats[keys.EE_Z] = x, y, z

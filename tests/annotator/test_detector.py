@@ -19,7 +19,16 @@ from annotator.detector import Signals, Zone, detect
 from annotator.pipeline import analyze_table
 from proctor.errors import UsageError
 from station import keys
-from tests.annotator.helpers import SOURCE_XY, TARGET_XY, Op, telemetry_table, true_events
+from tests.annotator.helpers import (
+    HZ,
+    POLL_LATENCY_S,
+    POLL_S,
+    SOURCE_XY,
+    TARGET_XY,
+    Op,
+    telemetry_table,
+    true_events,
+)
 
 TH = Thresholds()  # the defaults: release_open 0.03 is the helper's release rule
 LAYOUT = TH.cell.layout("left")
@@ -204,3 +213,15 @@ def test_the_shipped_thresholds_find_the_same_events() -> None:
     for c, (_, t) in zip(out, truth, strict=True):
         assert abs(c.candidate.t_s - t) <= 0.02
     assert isinstance(shipped.classifier, ClassifierThresholds)
+
+
+def test_a_polled_quantised_status_delays_the_events_by_at_most_a_poll() -> None:
+    """Read through a 50 Hz, 8-bit status poll (as a 2F-85 is), the same
+    operations give the same events, each seen at most one poll (plus its
+    reply's latency and a sample) after it happened, never before."""
+    ops = [Op(1.0, 3.0), Op(4.0, 6.0, held=False), Op(7.0, 10.0, slip_at=8.5)]
+    truth = true_events(ops, 12)
+    out = run(telemetry_table(ops, 12, polled_status=True))
+    assert [c.candidate.kind for c in out] == ["release", "slump"]
+    for c, (_, t) in zip(out, truth, strict=True):
+        assert 0.0 <= c.candidate.t_s - t <= POLL_S + POLL_LATENCY_S + 1 / HZ + 1e-9
