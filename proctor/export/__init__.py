@@ -18,5 +18,8 @@ into place when complete, so a half-written export never looks finished)::
         ground-truth.json  simulated cell only
 
 Only released campaigns are exported: before release, who ran what is sealed.
+After release the public board's rule applies (``web.snapshots.blinding``): a
+policy is named only if its submitter opted in — the human reference always —
+and the others appear under their blinded arm label.
 Every artifact is verified against its sha256 on the way out.
 """

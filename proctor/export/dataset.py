@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -182,8 +183,14 @@ def export_campaign(
 ) -> ExportSummary:
     from analysis.interchange import write_interchange
     from analysis.store import load_episodes
+    from web.snapshots.blinding import WITHHELD_NOTE, Blinder, campaign_naming
 
     c = _campaign(session, campaign)
+    # the public board's naming rule, exactly: a policy is named only if its
+    # submitter opted in (the reference always); the others keep their arm label
+    naming = campaign_naming(session, c)
+    hidden = naming.hidden_from(None)
+    blind = Blinder(hidden)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"out: {out} exists and is not empty; choose a new folder")
@@ -193,7 +200,10 @@ def export_campaign(
     partial.mkdir(parents=True)
     try:
         table = load_episodes(session, campaign_id=c.id, stream=stream)
-        write_interchange(table.episodes, partial / "episodes.csv")
+        write_interchange(
+            [dataclasses.replace(e, policy=hidden.get(e.policy, e.policy)) for e in table.episodes],
+            partial / "episodes.csv",
+        )
         episodes = list(
             session.scalars(
                 sa.select(Episode).where(Episode.campaign_id == c.id).order_by(Episode.id)
@@ -204,7 +214,9 @@ def export_campaign(
             folder = partial / "episodes" / ep.uid
             folder.mkdir(parents=True)
             doc = folder / "episode.json"
-            doc.write_text(json.dumps(_episode_document(session, ep), indent=1), encoding="utf-8")
+            doc.write_text(
+                json.dumps(blind(_episode_document(session, ep)), indent=1), encoding="utf-8"
+            )
             files.append(_file_entry(doc, partial))
             for art in session.scalars(sa.select(Artifact).where(Artifact.episode_id == ep.id)):
                 if art.kind in MEDIA and not media:
@@ -225,7 +237,7 @@ def export_campaign(
             "code_version": f"proctor-{__version__}",
             "campaign": {
                 "name": c.name,
-                "description": c.description,
+                "description": blind.text(c.description),
                 "items_per_episode": c.items_per_episode,
                 "per_item_cap_s": c.per_item_cap_s,
                 "tau_s": c.tau_s,
@@ -240,9 +252,12 @@ def export_campaign(
             },
             "label_stream": stream.value,
             "reference": table.reference,
+            "identities_withheld": [
+                {"policy": label, "note": WITHHELD_NOTE} for label in sorted(hidden.values())
+            ],
             "episodes": len(episodes),
             "excluded_from_interchange": [
-                {"episode_id": x.episode_id, "reason": x.reason} for x in table.excluded
+                {"episode_id": x.episode_id, "reason": blind.text(x.reason)} for x in table.excluded
             ],
             "media": media,
             "files": files,

@@ -53,3 +53,81 @@ def test_a_failure_half_way_leaves_nothing(
         export_campaign(db_session, artifact_store, campaign=camp.name, out=out)
     assert not out.exists()
     assert not (tmp_path / ".out.partial").exists()
+
+
+def test_a_policy_that_did_not_opt_in_is_exported_under_its_arm_label(
+    db_session: ProctorSession, artifact_store: LocalArtifactStore, tmp_path: Path
+) -> None:
+    """The public board's naming rule holds in the dataset too: after release
+    a policy is named only if its submitter opted in; the reference always."""
+    import csv
+    import json
+
+    from proctor.db.models import CampaignPolicy, PlacementEvent
+    from proctor.domain import (
+        EpisodeState,
+        LabelStatus,
+        Outcome,
+        PlacementSource,
+        PlacementStatus,
+        PolicyKind,
+        Visibility,
+    )
+
+    camp = f.campaign(
+        db_session,
+        status=CampaignStatus.released,
+        allocation_seed="ab" * 32,
+        description="secret-model-x against the human reference",
+    )
+    obj = f.object_type(db_session)
+    ref = f.policy(db_session, "the-reference", kind=PolicyKind.reference)
+    shy = f.policy(db_session, "secret-model-x")
+    shy.visibility = Visibility.private
+    proud = f.policy(db_session, "open-model-y")
+    proud.visibility = Visibility.public
+    for i, pol in enumerate((ref, shy, proud)):
+        db_session.add(CampaignPolicy(campaign_id=camp.id, policy_id=pol.id))
+        a = f.assignment(db_session, camp, pol, obj, sequence=i)
+        ep = f.episode(
+            db_session,
+            obj,
+            items=2,
+            campaign_id=camp.id,
+            assignment_id=a.id,
+            run_code=a.run_code,
+            state=EpisodeState.closed,
+            outcome=Outcome.success,
+            placed=2,
+            lost=0,
+            dropped=0,
+            clock_start_s=0.0,
+            clock_end_s=10.0,
+            label_status=LabelStatus.auto,
+        )
+        for t in (3.0, 7.0):
+            db_session.add(
+                PlacementEvent(
+                    episode_id=ep.id,
+                    t_s=t,
+                    source=PlacementSource.detector,
+                    status=PlacementStatus.accepted,
+                )
+            )
+    db_session.flush()
+
+    out = tmp_path / "out"
+    export_campaign(db_session, artifact_store, campaign=camp.name, out=out)
+    with (out / "episodes.csv").open() as fh:
+        policies = {row["policy"] for row in csv.DictReader(fh)}
+    assert "the-reference" in policies and "open-model-y" in policies
+    assert "secret-model-x" not in policies
+    assert any(p.startswith("arm ") for p in policies)
+    everything = (
+        "".join(p.read_text() for p in out.rglob("*.json")) + (out / "episodes.csv").read_text()
+    )
+    assert "secret-model-x" not in everything
+    dataset = json.loads((out / "dataset.json").read_text())
+    assert [w["policy"] for w in dataset["identities_withheld"]] == sorted(
+        p for p in policies if p.startswith("arm ")
+    )
