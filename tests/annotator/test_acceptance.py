@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ from station.recording import load_ground_truth
 from tests.annotator.conftest import Corpus, report
 
 MISCOUNT_EVERY = 4
+EXACT_S = inspect.signature(review_with_ground_truth).parameters["exact_s"].default
 # The first test waits for the corpus: ≈ 0.5 CPU-s an episode through the real
 # runner (≈ 2 min on an idle 2-core machine), far longer on a shared, loaded
 # one; afterwards it comes from the cache (see conftest.py).
@@ -158,7 +160,9 @@ def test_review_then_analysis_on_both_label_streams(
             s.scalars(sa.select(Episode.uid).where(Episode.label_status == LabelStatus.reviewed))
         )
         assert reviewed == set(queued)
-        # reviewed placements are the ground truth's, to the 0.1 ms the API keeps
+        # reviewed placements are the ground truth's: a candidate within the reviewer's
+        # 20 ms (a third of a 15 fps frame) is confirmed as it stands, any other moved
+        # or added at the true time (to the 0.1 ms the API keeps)
         for uid in reviewed:
             ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
             assert ep is not None
@@ -175,7 +179,7 @@ def test_review_then_analysis_on_both_label_streams(
             )
             truth = load_ground_truth(s, annotated.store, uid)
             assert truth is not None
-            assert confirmed == pytest.approx(sorted(truth["placements_s"]), abs=1e-4)
+            assert confirmed == pytest.approx(sorted(truth["placements_s"]), abs=EXACT_S + 1e-4)
             assert ep.placed == len(truth["placements_s"])
         n_actions = s.scalar(sa.select(sa.func.count()).select_from(ReviewAction))
         automatic = s.scalar(
