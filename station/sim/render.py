@@ -199,11 +199,15 @@ _RING = np.linspace(0, 2 * math.pi, 10, endpoint=False)
 _RING_COS, _RING_SIN = np.cos(_RING), np.sin(_RING)
 
 
+@lru_cache(maxsize=64)
+def _ring(length: float, width: float) -> tuple[np.ndarray, np.ndarray]:
+    return _RING_COS * length / 2, _RING_SIN * width / 2
+
+
 def _item_outlines(snap: Snapshot) -> np.ndarray:
     """(N, 10, 3): each item's top outline (an ellipse of its length × width)."""
     spec, items = snap.spec, snap.items
-    lx = _RING_COS * spec.length / 2
-    ly = _RING_SIN * spec.width / 2
+    lx, ly = _ring(spec.length, spec.width)
     c = np.cos(items[:, 3])[:, None]
     s = np.sin(items[:, 3])[:, None]
     out = np.empty((len(items), len(_RING), 3))
@@ -213,33 +217,55 @@ def _item_outlines(snap: Snapshot) -> np.ndarray:
     return out
 
 
+# a finger pad in the tool frame: 22 mm wide (x), from 43 mm above the TCP to 12 mm
+# past it (z), at ± the opening (y); the y column is filled per frame
+_PAD = np.array(
+    [[-0.011, 0.0, -0.043], [0.011, 0.0, -0.043], [0.011, 0.0, 0.012], [-0.011, 0.0, 0.012]]
+)
+
+
 def _finger_points(snap: Snapshot) -> np.ndarray:
     """(2, 4, 3): each finger pad as a quad (root and tip, ± half its width)."""
     tool = snap.tool
-    tcp, x_axis, y_axis, z_axis = tool[:3, 3], tool[:3, 0], tool[:3, 1], tool[:3, 2]
     opening = 0.085 * (1.0 - snap.gripper) / 2 + 0.006
-    out = np.empty((2, 4, 3))
-    for k, side in enumerate((-1.0, 1.0)):
-        tip = tcp + side * opening * y_axis + 0.012 * z_axis
-        root = tip - 0.055 * z_axis
-        half = 0.011 * x_axis
-        out[k] = [root - half, root + half, tip + half, tip - half]
-    return out
+    local = np.concatenate([_PAD, _PAD])
+    local[:4, 1] = -opening
+    local[4:, 1] = opening
+    return (local @ tool[:3, :3].T + tool[:3, 3]).reshape(2, 4, 3)
 
 
-def _draw_projected_items(
-    draw: ImageDraw.ImageDraw, snap: Snapshot, px: np.ndarray, depth: np.ndarray, held: bool
-) -> None:
-    """Items by their projected outlines ``px`` (N, 10, 2), far ones first."""
-    spec = snap.spec
-    edge = tuple(max(0, c - 60) for c in spec.color)
-    codes = snap.items[:, 4].astype(int)
-    for i in np.argsort(-depth.mean(axis=1)):
-        if codes[i] == _CODE_LOST or (codes[i] == _CODE_HELD) != held:
-            continue
-        if depth[i].min() < 0.02:
-            continue
-        draw.polygon(px[i].ravel().tolist(), fill=spec.color, outline=edge)
+@lru_cache(maxsize=64)
+def _edge_color(color: tuple[int, int, int]) -> tuple[int, ...]:
+    return tuple(max(0, c - 60) for c in color)
+
+
+@dataclass(frozen=True)
+class _ItemPolygons:
+    """The items' projected outlines, far ones first, split by whether they are held."""
+
+    resting: list[list[float]]
+    held: list[list[float]]
+
+    @classmethod
+    def of(cls, snap: Snapshot, px: np.ndarray, depth: np.ndarray) -> _ItemPolygons:
+        codes = snap.items[:, 4]
+        # lost items are gone; an outline reaching behind the camera is not drawn
+        shown = (codes != _CODE_LOST) & (depth.min(axis=1) >= 0.02)
+        is_held = codes == _CODE_HELD
+        rows = px.reshape(len(px), 2 * px.shape[1]).tolist()
+        resting: list[list[float]] = []
+        held: list[list[float]] = []
+        for i in np.argsort(-depth.mean(axis=1)).tolist():
+            if shown[i]:
+                (held if is_held[i] else resting).append(rows[i])
+        return cls(resting, held)
+
+
+def _draw_items(draw: ImageDraw.ImageDraw, snap: Snapshot, polygons: list[list[float]]) -> None:
+    color = snap.spec.color
+    edge = _edge_color(tuple(color))
+    for xy in polygons:
+        draw.polygon(xy, fill=color, outline=edge)
 
 
 def _line_width(cam: Pinhole, radius: float, depth: float) -> int:
@@ -268,20 +294,23 @@ def render_exterior(snap: Snapshot, width: int, height: int) -> np.ndarray:
     m = n * len(_RING)
     item_px = px[:m].reshape(n, len(_RING), 2)
     item_depth = depth[:m].reshape(n, len(_RING))
-    arm_px, arm_depth = px[m : m + 9], depth[m : m + 9]
-    finger_px = px[m + 9 : m + 17].reshape(2, 4, 2)
-    body_px, body_depth = px[m + 17 :], depth[m + 17 :]
+    # the arm's nine points (joints, TCP, base), the fingers' two quads and the body's
+    # two ends, as plain floats: Pillow takes lists, and numpy scalars are slow here
+    arm_px, arm_depth = px[m : m + 9].tolist(), depth[m : m + 9].tolist()
+    finger_px = px[m + 9 : m + 17].reshape(2, 8).tolist()
+    body_px, body_depth = px[m + 17 :].tolist(), depth[m + 17 :].tolist()
 
     # the resting items change only when one is picked or lands: keep that layer
     resting = snap.items[snap.items[:, 4] != _CODE_HELD]
     key = (snap.layout, snap.spec.name, width, height, resting.tobytes())
     cached = _RESTING_LAYER.get(threading.get_ident())
+    items = _ItemPolygons.of(snap, item_px, item_depth)
     if cached is not None and cached[0] == key:
         img = cached[1].copy()
     else:
         img = background.copy()
         draw = ImageDraw.Draw(img)
-        _draw_projected_items(draw, snap, item_px, item_depth, held=False)
+        _draw_items(draw, snap, items.resting)
         if overlay is not None:
             img.paste(overlay.color, overlay.box, overlay.mask)
         if len(_RESTING_LAYER) > 32:  # threads come and go with runners
@@ -289,85 +318,112 @@ def render_exterior(snap: Snapshot, width: int, height: int) -> np.ndarray:
         _RESTING_LAYER[threading.get_ident()] = (key, img.copy())
     draw = ImageDraw.Draw(img)
     # the base column, then the links
-    draw.line(
-        [*arm_px[8], *arm_px[0]], fill=ARM_EDGE, width=_line_width(cam, 0.07, float(arm_depth[0]))
-    )
+    draw.line(arm_px[8] + arm_px[0], fill=ARM_EDGE, width=_line_width(cam, 0.07, arm_depth[0]))
     for a, b, r in _LINKS:
-        w = _line_width(cam, r, float(arm_depth[a] + arm_depth[b]) / 2)
-        draw.line([*arm_px[a], *arm_px[b]], fill=ARM, width=w)
+        w = _line_width(cam, r, (arm_depth[a] + arm_depth[b]) / 2)
+        draw.line(arm_px[a] + arm_px[b], fill=ARM, width=w)
     draw.line(
-        [*body_px[0], *body_px[1]],
+        body_px[0] + body_px[1],
         fill=FINGERS,
-        width=_line_width(cam, 0.035, float(body_depth.mean())),
+        width=_line_width(cam, 0.035, (body_depth[0] + body_depth[1]) / 2),
     )
-    for k in range(2):
-        draw.polygon(finger_px[k].ravel().tolist(), fill=FINGERS)
-    _draw_projected_items(draw, snap, item_px, item_depth, held=True)
+    for quad in finger_px:
+        draw.polygon(quad, fill=FINGERS)
+    _draw_items(draw, snap, items.held)
     return np.asarray(img)
 
 
-def wrist_camera(snap: Snapshot, width: int, height: int) -> Pinhole:
-    tool = snap.tool
-    tcp, x_axis, z_axis = tool[:3, 3], tool[:3, 0], tool[:3, 2]
-    origin = tcp - 0.14 * z_axis - 0.07 * x_axis
-    return Pinhole.look_at(origin, tcp + 0.08 * z_axis, -x_axis, width, height, hfov_deg=80)
+# The wrist camera rides on the tool: 14 cm behind the TCP and 7 cm to the side
+# (−x), looking at a point 8 cm past the fingertips with −x up. In the tool frame
+# that is one fixed rotation; the world rotation is it times the tool's.
+_WRIST_ORIGIN = np.array([-0.07, 0.0, -0.14])
+_WRIST_HFOV_DEG = 80.0
+
+
+def _wrist_rotation() -> np.ndarray:
+    fwd = np.array([0.0, 0.0, 0.08]) - _WRIST_ORIGIN
+    fwd = fwd / np.linalg.norm(fwd)
+    right = _cross(fwd, np.array([-1.0, 0.0, 0.0]))
+    right = right / np.linalg.norm(right)
+    return np.stack([right, _cross(fwd, right), fwd])  # rows in the tool frame
+
+
+_WRIST_ROT = _wrist_rotation()
 
 
 @lru_cache(maxsize=16)
-def _bin_geometry(layout: Layout) -> tuple[np.ndarray, list[tuple[str, int]]]:
-    """All bin polygons stacked (floors, then walls), and (colour key, vertex count) for each."""
+def _focal(width: int, hfov_deg: float) -> float:
+    return (width / 2) / math.tan(math.radians(hfov_deg) / 2)
+
+
+def wrist_camera(snap: Snapshot, width: int, height: int) -> Pinhole:
+    r = snap.tool[:3, :3]
+    origin = snap.tool[:3, 3] + r @ _WRIST_ORIGIN
+    return Pinhole(origin, _WRIST_ROT @ r.T, width, height, _focal(width, _WRIST_HFOV_DEG))
+
+
+@dataclass(frozen=True)
+class _BinPolygons:
+    """Every bin polygon stacked (floors, then walls), each as (first row, colour)."""
+
+    points: np.ndarray  # (4 × polygons, 3)
+    floors: tuple[tuple[int, tuple[int, int, int]], ...]
+    walls: tuple[tuple[int, tuple[int, int, int]], ...]
+
+
+@lru_cache(maxsize=16)
+def _bin_geometry(layout: Layout) -> _BinPolygons:
     polys: list[np.ndarray] = []
-    spans: list[tuple[str, int]] = []
+    floors: list[tuple[int, tuple[int, int, int]]] = []
+    walls: list[tuple[int, tuple[int, int, int]]] = []
     for name, b in _bins(layout):
+        floors.append((4 * len(polys), BIN_FLOOR[name]))
         polys.append(_bin_floor(b))
-        spans.append((f"floor:{name}", 4))
     for name, b in _bins(layout):
         for quad, _ in _bin_walls(b):
+            walls.append((4 * len(polys), BIN_WALL[name]))
             polys.append(quad)
-            spans.append((f"wall:{name}", 4))
-    return np.concatenate(polys), spans
+    return _BinPolygons(np.concatenate(polys), tuple(floors), tuple(walls))
 
 
 def render_wrist(snap: Snapshot, width: int, height: int) -> np.ndarray:
     cam = wrist_camera(snap, width, height)
-    bins, spans = _bin_geometry(snap.layout)
+    bins = _bin_geometry(snap.layout)
     n = len(snap.items)
     outlines = _item_outlines(snap).reshape(-1, 3)
     fingers = _finger_points(snap).reshape(-1, 3)
-    points = np.concatenate([bins, outlines, fingers])
+    points = np.concatenate([bins.points, outlines, fingers])
     cam_pts = cam.to_camera(points)
     px = cam.pixels(cam_pts)
     depth = cam_pts[:, 2]
+    m0 = len(bins.points)
+    m1 = m0 + n * len(_RING)
+    # the bins' and fingers' quads: pixel corners, and whether all four are in front
+    quad_px = np.concatenate([px[:m0], px[m1:]]).reshape(-1, 8).tolist()
+    in_front = np.concatenate([depth[:m0], depth[m1:]]).reshape(-1, 4).min(axis=1) >= 0.02
+    in_front = in_front.tolist()
+    fingers_at = m0 // 4
 
     img = Image.new("RGB", (width, height), TABLE)
     draw = ImageDraw.Draw(img)
-    colors = {
-        **{f"floor:{k}": v for k, v in BIN_FLOOR.items()},
-        **{f"wall:{k}": v for k, v in BIN_WALL.items()},
-    }
 
-    def bin_polys(prefix: str) -> None:
-        i = 0
-        for key, count in spans:
-            if key.startswith(prefix):
-                if depth[i : i + count].min() >= 0.02:
-                    draw.polygon(px[i : i + count].ravel().tolist(), fill=colors[key])
-                else:
-                    cam.polygon(draw, bins[i : i + count], colors[key])
-            i += count
+    def bin_polys(polys: tuple[tuple[int, tuple[int, int, int]], ...]) -> None:
+        for i, color in polys:
+            if in_front[i // 4]:
+                draw.polygon(quad_px[i // 4], fill=color)
+            else:
+                cam.polygon(draw, bins.points[i : i + 4], color)
 
-    bin_polys("floor:")
-    m0 = len(bins)
-    m1 = m0 + n * len(_RING)
-    item_px = px[m0:m1].reshape(n, len(_RING), 2)
-    item_depth = depth[m0:m1].reshape(n, len(_RING))
-    _draw_projected_items(draw, snap, item_px, item_depth, held=False)
-    bin_polys("wall:")
-    _draw_projected_items(draw, snap, item_px, item_depth, held=True)
-    finger_px, finger_depth = px[m1:].reshape(2, 4, 2), depth[m1:].reshape(2, 4)
-    for k in range(2):
-        if finger_depth[k].min() >= 0.02:
-            draw.polygon(finger_px[k].ravel().tolist(), fill=FINGERS)
+    bin_polys(bins.floors)
+    items = _ItemPolygons.of(
+        snap, px[m0:m1].reshape(n, len(_RING), 2), depth[m0:m1].reshape(n, len(_RING))
+    )
+    _draw_items(draw, snap, items.resting)
+    bin_polys(bins.walls)
+    _draw_items(draw, snap, items.held)
+    for k in (fingers_at, fingers_at + 1):
+        if in_front[k]:
+            draw.polygon(quad_px[k], fill=FINGERS)
     return np.asarray(img)
 
 
