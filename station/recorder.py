@@ -25,7 +25,7 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -67,29 +67,34 @@ def _fsync_write(path: Path, write: Any) -> None:
 
 
 class _SegmentWriter(threading.Thread):
-    """Writes Parquet segments handed to it, in order, off the caller's thread."""
+    """Writes Parquet segments handed to it, in order, off the caller's thread.
+    A segment is a table, or a callable that builds one (built here, so that
+    the caller — the control loop — does not spend its time on Arrow)."""
 
     def __init__(self, folder: Path, name: str) -> None:
         super().__init__(name=name, daemon=True)
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self._queue: queue.SimpleQueue[pa.Table | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[pa.Table | Callable[[], pa.Table] | None] = (
+            queue.SimpleQueue()
+        )
         self.segments = 0
         self.rows = 0
         self.error: BaseException | None = None
         self.start()
 
-    def put(self, table: pa.Table) -> None:
+    def put(self, table: pa.Table | Callable[[], pa.Table]) -> None:
         self._queue.put(table)
 
     def run(self) -> None:
         while True:
-            table = self._queue.get()
-            if table is None:
+            item = self._queue.get()
+            if item is None:
                 return
             if self.error is not None:
                 continue
             try:
+                table = item if isinstance(item, pa.Table) else item()
                 self.segments += 1
                 path = self.folder / f"seg-{self.segments:06d}.parquet"
                 _fsync_write(path, lambda p, t=table: pq.write_table(t, p, compression="zstd"))
@@ -173,19 +178,26 @@ class Telemetry:
         n = self._i
         if n == 0:
             return
-        columns: list[pa.Array] = [
-            pa.array(self._t[:n]),
-            pa.DictionaryArray.from_arrays(
-                pa.array(self._phase[:n]), pa.array([p.value for p in PHASES])
-            ),
-            pa.DictionaryArray.from_arrays(pa.array(self._kind[:n]), pa.array(ACTION_KINDS)),
-            pa.array(self._step[:n]),
-            *[pa.array(self._floats[:n, j]) for j in range(N_FLOATS)],
-            pa.array(self._obj[:n]),
-            pa.array(self._calls[:n]),
-        ]
-        self._writer.put(pa.Table.from_arrays(columns, schema=self._schema))
+        # the block is handed over whole (a fresh one is allocated for the next rows)
+        # and turned into Arrow on the writer's thread
+        block = (self._t, self._phase, self._kind, self._step, self._floats, self._obj, self._calls)
+        self._writer.put(lambda: self._table(block, n))
         self._new_block()
+
+    def _table(self, block: tuple[np.ndarray, ...], n: int) -> pa.Table:
+        t, phase, kind, step, floats, obj, calls = block
+        columns: list[pa.Array] = [
+            pa.array(t[:n]),
+            pa.DictionaryArray.from_arrays(
+                pa.array(phase[:n]), pa.array([p.value for p in PHASES])
+            ),
+            pa.DictionaryArray.from_arrays(pa.array(kind[:n]), pa.array(ACTION_KINDS)),
+            pa.array(step[:n]),
+            *[pa.array(floats[:n, j]) for j in range(N_FLOATS)],
+            pa.array(obj[:n]),
+            pa.array(calls[:n]),
+        ]
+        return pa.Table.from_arrays(columns, schema=self._schema)
 
     def close(self) -> None:
         self.flush()

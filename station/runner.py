@@ -478,14 +478,17 @@ class EpisodeRunner:
 
     def _frame_sink(self, act: _Active, recorder: Recorder) -> Callable[[str, Frame], None]:
         """Every frame to the recorder; a frame the next query will likely use
-        (taken within 1.5 frame periods before it) is also resized for the
-        policy, here on the camera's thread, so the query finds it done."""
-        window = {name: 1.5 * period for name, period in self.camera_periods.items()}
+        is also resized for the policy, here on the camera's thread, so the
+        query finds it done. On a virtual clock that is exactly the last frame
+        taken at or before the query's time; on a real-time clock, any taken
+        within 1.5 frame periods before it (frames come late and jitter)."""
+        reach = 1.0 - 1e-9 if self.cell.is_virtual else 1.5
+        window = {name: reach * period for name, period in self.camera_periods.items()}
         resizer = act.resizer
 
         def sink(name: str, frame: Frame) -> None:
             recorder.add_frame(name, frame)
-            if name in act.cameras and frame.t >= act.next_query_t - window[name]:
+            if name in act.cameras and frame.t > act.next_query_t - window[name]:
                 try:
                     resizer.prepare(name, (frame.index, frame.t), frame.image)
                 except Exception:  # the query resizes it itself; the camera keeps reading
@@ -890,6 +893,10 @@ class EpisodeRunner:
                     "calls": details["policy_calls"],
                     "latency_p50_s": details["latency_p50_s"],
                     "latency_p99_s": details["latency_p99_s"],
+                    # camera frames resized to the policy's image size, and of those how
+                    # many on the camera's thread before the query asked
+                    "images_resized": act.resizer.resized,
+                    "images_resized_ahead": act.resizer.ahead,
                 },
             },
             interrupted=False,
