@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from analysis.report import data_version
 from analysis.results import Protocol
-from analysis.store import build_snapshot, load_episodes
+from analysis.store import build_snapshot, campaign_protocol, load_episodes
 from proctor.db.engine import ProctorSession
 from proctor.db.models import AnalysisSnapshot, Campaign
 from proctor.domain import LabelStream
@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 
 STREAMS: tuple[LabelStream, ...] = tuple(LabelStream)
 DEFAULT_STREAM = LabelStream.auto_and_reviewed
-_PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"tau", "reference"}
 # the protocol fields a result records (analysis.report.to_json) and that must
 # match for an old snapshot to stand for a new computation
 _COMPARED = ("tau", "bootstrap", "ks_resamples", "seed", "alpha", "success_at", "power_target")
@@ -47,25 +46,6 @@ def code_version() -> str:
     from analysis.cli import code_version as cv
 
     return cv()
-
-
-def protocol_for(campaign: Campaign) -> Protocol:
-    """The analysis protocol a campaign's snapshots are computed under."""
-    extra = (campaign.protocol_extra or {}).get("analysis") or {}
-    if not isinstance(extra, dict):
-        raise UsageError(f"campaign {campaign.id}: protocol_extra.analysis must be a table")
-    unknown = sorted(set(extra) - _PROTOCOL_KEYS)
-    if unknown:
-        raise UsageError(
-            f"campaign {campaign.id}: protocol_extra.analysis: unknown keys {', '.join(unknown)}"
-        )
-    kw = dict(extra)
-    if "success_at" in kw:
-        kw["success_at"] = tuple(float(t) for t in kw["success_at"])
-    try:
-        return Protocol(tau=float(campaign.tau_s), **kw)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"campaign {campaign.id}: protocol_extra.analysis: {exc}") from None
 
 
 def _protocol_json(p: Protocol) -> dict[str, Any]:
@@ -108,7 +88,7 @@ def recompute(
     campaign = session.get(Campaign, campaign_id)
     if campaign is None:
         raise UsageError(f"campaign_id: no campaign {campaign_id}")
-    protocol = protocol or protocol_for(campaign)
+    protocol = protocol or campaign_protocol(campaign)
     wanted = _protocol_json(protocol)
     cv = code_version()
     out: list[StreamOutcome] = []
