@@ -22,7 +22,7 @@ queues nothing).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
@@ -130,6 +130,17 @@ def _out(session: SessionDep, state: svc.ReviewState) -> ReviewOut:
     return ReviewOut.of(state, cameras, telemetry)
 
 
+def _decided(
+    session: ProctorSession, decide: Callable[[], svc.ReviewState], *, resolved: bool = False
+) -> ReviewOut:
+    """Run one review action (service errors become HTTP errors), queue the
+    recomputation it calls for, and answer with the episode's new state."""
+    with _service_errors():
+        state = decide()
+    after_decision(session, state, resolved=resolved)
+    return _out(session, state)
+
+
 @api_router.get("/queue", summary="Episodes waiting for review, oldest first")
 def queue(session: SessionDep, who: ReviewerDep) -> list[QueueEntryOut]:
     return [QueueEntryOut.of(e) for e in svc.review_queue(session, admin=who.is_admin)]
@@ -145,25 +156,26 @@ def episode_review(uid: EpisodeUid, session: SessionDep, who: ReviewerDep) -> Re
 def confirm(
     uid: EpisodeUid, body: ConfirmIn, session: SessionDep, who: ReviewerDep, now: NowDep
 ) -> ReviewOut:
-    with _service_errors():
-        state = svc.confirm(
+    return _decided(
+        session,
+        lambda: svc.confirm(
             session,
             uid=uid,
             candidate_id=body.candidate_id,
             reviewer=reviewer_of(who),
             note=body.note,
             now=now,
-        )
-    after_decision(session, state)
-    return _out(session, state)
+        ),
+    )
 
 
 @api_router.post("/episodes/{uid}/move", summary="Move a placement or a candidate to t_s")
 def move(
     uid: EpisodeUid, body: MoveIn, session: SessionDep, who: ReviewerDep, now: NowDep
 ) -> ReviewOut:
-    with _service_errors():
-        state = svc.move(
+    return _decided(
+        session,
+        lambda: svc.move(
             session,
             uid=uid,
             t_s=body.t_s,
@@ -172,17 +184,17 @@ def move(
             reviewer=reviewer_of(who),
             note=body.note,
             now=now,
-        )
-    after_decision(session, state)
-    return _out(session, state)
+        ),
+    )
 
 
 @api_router.post("/episodes/{uid}/reject", summary="Reject a placement or a candidate")
 def reject(
     uid: EpisodeUid, body: RejectIn, session: SessionDep, who: ReviewerDep, now: NowDep
 ) -> ReviewOut:
-    with _service_errors():
-        state = svc.reject(
+    return _decided(
+        session,
+        lambda: svc.reject(
             session,
             uid=uid,
             placement_id=body.placement_id,
@@ -190,21 +202,20 @@ def reject(
             reviewer=reviewer_of(who),
             note=body.note,
             now=now,
-        )
-    after_decision(session, state)
-    return _out(session, state)
+        ),
+    )
 
 
 @api_router.post("/episodes/{uid}/add", summary="Add a placement the detector missed")
 def add(
     uid: EpisodeUid, body: AddIn, session: SessionDep, who: ReviewerDep, now: NowDep
 ) -> ReviewOut:
-    with _service_errors():
-        state = svc.add(
+    return _decided(
+        session,
+        lambda: svc.add(
             session, uid=uid, t_s=body.t_s, reviewer=reviewer_of(who), note=body.note, now=now
-        )
-    after_decision(session, state)
-    return _out(session, state)
+        ),
+    )
 
 
 @api_router.post("/episodes/{uid}/flag", summary="Flag the operator's count as wrong (to an admin)")
@@ -232,17 +243,18 @@ def resolve(
             known = ", ".join(o.value for o in Outcome)
             raise HTTPException(422, f"outcome: must be one of {known}") from None
         correction = svc.CountCorrection(body.placed, body.lost, body.dropped, outcome)
-    with _service_errors():
-        state = svc.resolve_flag(
+    return _decided(
+        session,
+        lambda: svc.resolve_flag(
             session,
             uid=uid,
             reviewer=reviewer_of(who),
             note=body.note,
             correction=correction,
             now=now,
-        )
-    after_decision(session, state, resolved=True)
-    return _out(session, state)
+        ),
+        resolved=True,
+    )
 
 
 # -- pages ---------------------------------------------------------------------------
