@@ -16,7 +16,6 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
-from web.auth.sessions import SESSION_COOKIE
 from web.deps import DbId, OptionalUser, SessionDep
 from web.errors import error_responses
 from web.leaderboard import caching
@@ -29,6 +28,7 @@ from web.leaderboard.board import (
 )
 from web.leaderboard.episodes import MAX_PAGE, EpisodeListOut, episode_list
 from web.leaderboard.format import FORMATS
+from web.leaderboard.public_pages import public_page
 from web.leaderboard.schemas import CampaignOut, LeaderboardOut, leaderboard_view
 from web.snapshots.service import RESULTS, db_key
 from web.templating import render
@@ -214,12 +214,6 @@ def leaderboard_home(
     return leaderboard_page(campaigns[0].id, request, session, who, stream)
 
 
-def _anonymous(request: Request, who: OptionalUser) -> bool:
-    """Nobody signed in and no session (so no flash messages): the page is
-    the same for everyone who asks."""
-    return who is None and SESSION_COOKIE not in request.cookies
-
-
 @page_router.get("/leaderboard/{campaign_id}", response_class=HTMLResponse)
 def leaderboard_page(
     campaign_id: DbId,
@@ -228,26 +222,9 @@ def leaderboard_page(
     who: OptionalUser,
     stream: StreamQuery = None,
 ) -> Response:
-    # the public's fast path: one query says which snapshot; the page is cached
-    page_key: tuple[object, ...] | None = None
-    if _anonymous(request, who):
-        version = board_version(session, campaign_id, parse_stream(stream))
-        if version is not None and version.released:
-            page_key = (
-                "leaderboard-page",
-                db_key(session),
-                *version.key(),
-                request.url.path,
-                request.url.query,
-                request.app.state.web.static_version,
-            )
-            etag = caching.etag_for(*page_key)
-            hit = caching.conditional(request, etag, public=True)
-            if hit is not None:
-                return hit
-            cached = RESULTS.get(page_key)
-            if cached is not None:
-                return HTMLResponse(cached, headers=caching.cache_headers(public=True, etag=etag))
+    page = public_page("leaderboard-page", request, session, who, campaign_id, stream)
+    if page.hit is not None:
+        return page.hit
     board, view, etag, public = _view(request, session, who, campaign_id, stream)
     page_etag = caching.etag_for(etag, caching.audience(who), request.app.state.web.static_version)
     hrt_max = max(
@@ -292,12 +269,10 @@ def leaderboard_page(
             "labels": labels,
             "verdicts": verdicts,
         },
-        etag=caching.etag_for(*page_key) if page_key else page_etag,
+        etag=page.etag or page_etag,
         public=public,
     )
-    if page_key is not None and response.status_code == 200:
-        RESULTS.put(page_key, response.body)
-    return response
+    return page.keep(response)
 
 
 @page_router.get("/leaderboard/{campaign_id}/episodes", response_class=HTMLResponse)

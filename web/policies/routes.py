@@ -11,16 +11,16 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
-from web.auth.sessions import SESSION_COOKIE
 from web.deps import DbId, OptionalUser, SessionDep
 from web.errors import error_responses
 from web.leaderboard import caching
-from web.leaderboard.board import board_version, open_board, parse_stream
+from web.leaderboard.board import open_board, parse_stream
 from web.leaderboard.episodes import episode_list
 from web.leaderboard.format import FORMATS
+from web.leaderboard.public_pages import public_page
 from web.leaderboard.routes import StreamQuery
 from web.policies.view import PolicyOut, policy_view
-from web.snapshots.service import RESULTS, db_key
+from web.snapshots.service import RESULTS
 from web.templating import render
 
 api_router = APIRouter(tags=["leaderboard"], responses=error_responses(404, 422))
@@ -73,26 +73,9 @@ def policy_page(
     stream: StreamQuery = None,
     vs: VsQuery = None,
 ) -> Response:
-    # the public's fast path, as for the leaderboard: a cached page per snapshot
-    page_key: tuple[object, ...] | None = None
-    if who is None and SESSION_COOKIE not in request.cookies:
-        version = board_version(session, campaign_id, parse_stream(stream))
-        if version is not None and version.released:
-            page_key = (
-                "policy-page",
-                db_key(session),
-                *version.key(),
-                request.url.path,
-                request.url.query,
-                request.app.state.web.static_version,
-            )
-            etag = caching.etag_for(*page_key)
-            hit = caching.conditional(request, etag, public=True)
-            if hit is not None:
-                return hit
-            cached = RESULTS.get(page_key)
-            if cached is not None:
-                return HTMLResponse(cached, headers=caching.cache_headers(public=True, etag=etag))
+    page = public_page("policy-page", request, session, who, campaign_id, stream)
+    if page.hit is not None:
+        return page.hit
     board = open_board(session, campaign_id, parse_stream(stream), who)
     view = policy_view(session, board, label, vs)
     episodes = episode_list(session, board, policy=label, obj=None, offset=0, limit=50)
@@ -117,15 +100,10 @@ def policy_page(
             k: (v.model_dump() if v else None) for k, v in view.failure_modes.items()
         },
     }
-    headers = (
-        caching.cache_headers(public=True, etag=caching.etag_for(*page_key)) if page_key else None
-    )
     response = render(
         request,
         "policies/policy.html",
         {**FORMATS, "board": board, "view": view, "episodes": episodes, "chart": chart},
-        headers=headers,
+        headers=page.headers(),
     )
-    if page_key is not None and response.status_code == 200:
-        RESULTS.put(page_key, response.body)
-    return response
+    return page.keep(response)
