@@ -64,6 +64,7 @@ class RealSenseCamera(Camera):
         self.config = config
         self.clock = clock or MonotonicClock()
         self._pipeline: Any = None
+        self._playback: Any = None  # the playback device, when reading a recording
         self._mapper = DeviceClockMapper(config.clock_window_s)
         self.device_serial: str | None = None
         self.device_name: str | None = None
@@ -108,13 +109,21 @@ class RealSenseCamera(Camera):
         cfg = self._rs_config()
         pipeline = rs.pipeline()
         try:
+            if c.playback_file:
+                # the pace is set on the resolved device before streaming starts (the
+                # config keeps what it resolved and start uses it): set after start,
+                # the first frames play at real-time pace and a slow reader loses them
+                cfg.resolve(rs.pipeline_wrapper(pipeline)).get_device().as_playback().set_real_time(
+                    c.playback_real_time
+                )
             profile = pipeline.start(cfg)
         except RuntimeError as exc:
             raise CameraUnavailable(f"camera {c.name}: {self.source} did not start: {exc}") from exc
         try:
             device = profile.get_device()
             if c.playback_file:
-                device.as_playback().set_real_time(c.playback_real_time)
+                self._playback = device.as_playback()
+                self._playback.set_real_time(c.playback_real_time)
             self.device_serial = _info(device, rs.camera_info.serial_number)
             self.device_name = _info(device, rs.camera_info.name)
             video = profile.get_stream(COLOR).as_video_stream_profile()
@@ -142,8 +151,14 @@ class RealSenseCamera(Camera):
 
     def disconnect(self) -> None:
         pipeline, self._pipeline = self._pipeline, None
+        playback, self._playback = self._playback, None
         if pipeline is not None:
             try:
+                if playback is not None and not self.config.playback_real_time:
+                    # a paced playback blocks on a full queue, and stopping it there
+                    # races librealsense's own teardown (an abort, seen here about
+                    # once in 60 stops): release the pace first
+                    playback.set_real_time(True)
                 pipeline.stop()
             except RuntimeError:
                 log.warning("camera %s: pipeline stop failed", self.config.name, exc_info=True)
