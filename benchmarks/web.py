@@ -313,6 +313,7 @@ def main() -> None:
     from proctor.db import migrate
     from proctor.settings import load_settings
     from web.app import create_app
+    from web.templating import compile_all
 
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
     with tempfile.TemporaryDirectory(prefix="proctor-bench-web-") as tmp_name:
@@ -323,6 +324,7 @@ def main() -> None:
             env="test", data_dir=tmp, database_url=url, secret_key="bench-" + "x" * 40
         )
         app = create_app(settings)
+        compile_all(app.state.web.templates)  # as `proctor serve` does before it listens
         cid, uid = _seed(app, tmp, fps=args.fps, episode_s=args.episode_s)
         base, server, thread = _serve(app)
         try:

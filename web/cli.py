@@ -351,6 +351,7 @@ def serve(
     from proctor.cli import cli_context
     from proctor.db import migrate
     from web.app import create_app
+    from web.templating import compile_all
 
     settings = cli_context(ctx).settings()
     url = settings.db_url
@@ -365,6 +366,7 @@ def serve(
         migrate.upgrade(url)
         _err(f"database now at revision {migrate.current(url)}")
     app = create_app(settings)
+    compile_all(app.state.web.templates)
     bind_host = host or settings.web.host
     bind_port = port or settings.web.port
     _err(f"Proctor on http://{bind_host}:{bind_port}/ (API docs at /api/docs); Ctrl-C stops it")

@@ -21,6 +21,7 @@ from proctor.settings import load_settings
 from tests.web.conftest import Web, login
 from web.app import api_routes
 from web.deps import NowDep, SessionDep
+from web.templating import compile_all
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 
@@ -270,3 +271,13 @@ def test_every_write_is_authenticated_or_csrf_checked(web: Web) -> None:
         if route.methods & UNSAFE and "resolve_principal" not in _dependency_calls(route)
     ]
     assert sorted(anonymous) == ["/login"]
+
+
+def test_every_page_template_compiles_before_serving(web: Web) -> None:
+    """`proctor serve` compiles the templates before it listens: each domain's
+    pages are found through the loaders, and each one compiles."""
+    names = compile_all(web.app.state.web.templates)
+    for expected in ("base.html", "explorer/episode.html", "leaderboard/board.html"):
+        assert expected in names
+    env = web.app.state.web.templates.env
+    assert all(env.cache is not None and any(k[1] == n for k in env.cache) for n in names)
