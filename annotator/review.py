@@ -519,14 +519,8 @@ def confirm(
     episode = _episode(session, uid, lock=True)
     _open_for_review(episode)
     c = _candidate(session, episode, candidate_id)
-    active = _confirmed(session, episode)
-    already = next((p for p in active if p.candidate_id == c.id), None)
-    if already is not None:
-        raise ReviewError(f"candidate {c.id}: already confirmed (placement {already.id})")
-    _check_room(episode, active)
     t_s = _check_time(episode, float(c.t_s))
-    _check_free(active, t_s)
-    p = _new_placement(session, episode, t_s, c.id)
+    p = _place_candidate(session, episode, _confirmed(session, episode), c, t_s)
     _record(
         session,
         episode=episode,
@@ -540,6 +534,26 @@ def confirm(
     )
     _finish_if_complete(session, episode, reviewer, now)
     return _state(session, episode)
+
+
+def _place_candidate(
+    session: ProctorSession,
+    episode: Episode,
+    active: list[PlacementEvent],
+    c: AnnotationCandidate,
+    t_s: float,
+) -> PlacementEvent:
+    """Confirm candidate ``c`` as a placement at ``t_s`` (its own time, or
+    where a reviewer moved it): once only, within the operator's count, and
+    not on top of another confirmed placement."""
+    already = next((q for q in active if q.candidate_id == c.id), None)
+    if already is not None:
+        raise ReviewError(
+            f"candidate {c.id}: already confirmed as placement {already.id}; move that"
+        )
+    _check_room(episode, active)
+    _check_free(active, t_s)
+    return _new_placement(session, episode, t_s, c.id)
 
 
 def move(
@@ -573,14 +587,7 @@ def move(
             before["candidate_id"] = old.candidate_id
     else:
         c = _candidate(session, episode, candidate_id)
-        already = next((q for q in active if q.candidate_id == c.id), None)
-        if already is not None:
-            raise ReviewError(
-                f"candidate {c.id}: already confirmed as placement {already.id}; move that"
-            )
-        _check_room(episode, active)
-        _check_free(active, t_new)
-        p = _new_placement(session, episode, t_new, c.id)
+        p = _place_candidate(session, episode, active, c, t_new)
         before = {"candidate_id": c.id, "t_s": float(c.t_s), "verdict": c.verdict.value}
     _record(
         session,
