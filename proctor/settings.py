@@ -50,6 +50,9 @@ class WebSettings(BaseModel):
     # the station daemon's local API that this server's operator console drives; it
     # binds to loopback only, so the console runs on the station's machine (or tunnels)
     station_url: str = "http://127.0.0.1:8100"
+    # public result pages (released, nobody signed in) answered from memory for up
+    # to this long; this process's own writes clear it at once (web.shared_cache)
+    shared_cache_s: float = Field(default=2.0, ge=0, le=30)
 
     @field_validator("station_url")
     @classmethod

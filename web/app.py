@@ -43,6 +43,7 @@ from web.middleware import SecurityHeadersMiddleware
 from web.placeholders import routes as placeholders
 from web.policies import routes as policies
 from web.review import routes as review
+from web.shared_cache import SharedCacheMiddleware
 from web.snapshots import routes as snapshots
 from web.state import AppState, Clock
 from web.submissions import routes as submissions
@@ -196,4 +197,6 @@ def create_app(
         max_age_s=web.session_max_hours * 3600,
     )
     app.add_middleware(SecurityHeadersMiddleware)
+    # outermost: it answers from what the layers inside produced, headers included
+    app.add_middleware(SharedCacheMiddleware, seconds=web.shared_cache_s)
     return app
