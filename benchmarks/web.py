@@ -57,39 +57,66 @@ TARGET_EXPLORER_READY_S = 1.0
 # ----------------------------------------------------------------- the load
 
 
+async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> int:
+    """One HTTP/1.1 request on a kept-alive connection; the status code. The
+    generator is deliberately lean (bare asyncio streams, no client library):
+    its CPU comes out of the same two cores the server runs on."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    if "content-length" in headers:
+        await reader.readexactly(int(headers["content-length"]))
+    elif headers.get("transfer-encoding", "").lower() == "chunked":
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    else:
+        raise ConnectionError("a response without a length")
+    return status
+
+
 async def _load(
     base: str, path: str, clients: int, seconds: float, rate: float | None, requests: int = 0
 ) -> dict:
-    import httpx
-
+    host, _, port = base.removeprefix("http://").partition(":")
+    request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
     latencies: list[float] = []
     errors = 0
     deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30.0) as client:
 
-        async def one(i: int) -> None:
-            nonlocal errors
-            if rate:  # spread the paced clients over the first second
-                await asyncio.sleep(i / clients / rate)
-            while True:
-                t0 = time.perf_counter()
-                if (requests and len(latencies) >= requests) or (not requests and t0 >= deadline):
-                    return
-                try:
-                    r = await client.get(path)
-                    if r.status_code != 200:
-                        errors += 1
-                except httpx.HTTPError:
+    async def one(i: int) -> None:
+        nonlocal errors
+        if rate:  # spread the paced clients over the first second
+            await asyncio.sleep(i / clients / rate)
+        conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        while True:
+            t0 = time.perf_counter()
+            if (requests and len(latencies) >= requests) or (not requests and t0 >= deadline):
+                break
+            try:
+                if conn is None:
+                    conn = await asyncio.open_connection(host, int(port))
+                if await asyncio.wait_for(_get(*conn, request), 30.0) != 200:
                     errors += 1
-                t1 = time.perf_counter()
-                latencies.append(t1 - t0)
-                if rate:
-                    await asyncio.sleep(max(0.0, 1.0 / rate - (t1 - t0)))
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
+                errors += 1
+                if conn is not None:
+                    conn[1].close()
+                conn = None
+            t1 = time.perf_counter()
+            latencies.append(t1 - t0)
+            if rate:
+                await asyncio.sleep(max(0.0, 1.0 / rate - (t1 - t0)))
+        if conn is not None:
+            conn[1].close()
 
-        started = time.perf_counter()
-        await asyncio.gather(*(one(i) for i in range(clients)))
-        elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(clients)))
+    elapsed = time.perf_counter() - started
     return {"latencies": latencies, "errors": errors, "elapsed": elapsed}
 
 
