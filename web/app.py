@@ -34,6 +34,7 @@ from web.artifacts import routes as artifacts
 from web.auth.passwords import Passwords
 from web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
 from web.auth.throttle import ThrottlePolicy
+from web.campaigns import routes as campaign_pages
 from web.console import routes as console
 from web.errors import install_error_handlers
 from web.explorer import routes as explorer
@@ -58,6 +59,7 @@ DOMAINS: tuple[ModuleType, ...] = (
     accounts,
     home,
     campaigns,
+    campaign_pages,
     artifacts,
     console,
     leaderboard,
