@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
@@ -22,6 +21,8 @@ from collections.abc import Sequence
 
 import franky_sim
 from franky_sim.mujoco_simulator import MujocoSimulator
+
+from station.drivers.peer_process import watch_parent
 
 log = logging.getLogger(__name__)
 
@@ -76,19 +77,6 @@ class FrankySimServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def watch_parent(done: threading.Event, period_s: float = 0.5) -> None:
-    """End with the process that started us: a parent that dies without
-    stopping its peer (SIGKILL) must not leave a simulator running."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while not done.wait(period_s):
-            if os.getppid() != parent:
-                done.set()
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:

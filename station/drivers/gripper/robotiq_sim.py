@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 import threading
@@ -45,6 +44,7 @@ from station.drivers.gripper.robotiq_registers import (
     GSta,
     StatusRegisters,
 )
+from station.drivers.peer_process import watch_parent
 
 log = logging.getLogger(__name__)
 
@@ -371,19 +371,6 @@ class SimulatedGripper:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def watch_parent(done: threading.Event, period_s: float = 0.5) -> None:
-    """End with the process that started us: a parent that dies without
-    stopping its peer (SIGKILL) must not leave a simulator running."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while not done.wait(period_s):
-            if os.getppid() != parent:
-                done.set()
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
