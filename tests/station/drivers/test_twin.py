@@ -232,12 +232,13 @@ def test_profile_configs_name_the_bad_field(tmp_path: Path) -> None:
     assert peer_processes(str(tmp_path)) == []  # a refused config leaves no peer behind
 
 
-def test_check_cli_on_the_twin(tmp_path: Path) -> None:
-    """`proctor station check --profile twin`: one line per check, exit 0."""
+def station_toml(tmp_path: Path, name: str, extra: str = "") -> Path:
+    """A twin station's config file as the CLI reads it: small cameras, the
+    peers' work folder under ``tmp_path``, and any ``extra`` TOML."""
     config = tmp_path / "station.toml"
     config.write_text(
         f"""
-name = "twin-cli"
+name = "{name}"
 [cameras.exterior]
 width = 160
 height = 120
@@ -250,12 +251,23 @@ fps = 15
 workdir = "{tmp_path / "work"}"
 gripper_activation_s = 0.3
 recording_s = 1.0
+{extra}""",
+        encoding="utf-8",
+    )
+    return config
+
+
+def test_check_cli_on_the_twin(tmp_path: Path) -> None:
+    """`proctor station check --profile twin`: one line per check, exit 0."""
+    config = station_toml(
+        tmp_path,
+        "twin-cli",
+        """
 [twin.preflight]
 # relaxed for a shared CI machine (see RELAXED above)
 state_rate_hz = 20.0
 camera_rate_tolerance = 0.5
 """,
-        encoding="utf-8",
     )
     env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
     out = subprocess.run(
@@ -424,25 +436,7 @@ def test_the_daemon_runs_the_twin_profile(tmp_path: Path) -> None:
     import time
     import urllib.request
 
-    config = tmp_path / "station.toml"
-    config.write_text(
-        f"""
-name = "twin-daemon"
-[cameras.exterior]
-width = 160
-height = 120
-fps = 15
-[cameras.wrist]
-width = 160
-height = 120
-fps = 15
-[twin]
-workdir = "{tmp_path / "work"}"
-gripper_activation_s = 0.3
-recording_s = 1.0
-""",
-        encoding="utf-8",
-    )
+    config = station_toml(tmp_path, "twin-daemon")
     env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
     log = (tmp_path / "daemon.log").open("w+")
     proc = subprocess.Popen(
