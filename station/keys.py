@@ -114,6 +114,19 @@ def roboarena_exterior_image(index: int, eye: str = "left") -> str:
 
 REPLY_ACTIONS = "actions"  # (H, D) action chunk in the reply
 
+# The Positronic v1 wire (Positronic-Robotics/positronic, ``positronic/offboard``):
+# its own observation names, and the channels of each action in a reply's ``result``
+POSITRONIC_JOINTS = "robot_state.q"  # (7,) rad
+POSITRONIC_JOINT_VELOCITY = "robot_state.dq"  # (7,) rad/s
+POSITRONIC_EE_POSE = "robot_state.ee_pose"  # (7,) [x, y, z, qw, qx, qy, qz]: scalar FIRST
+POSITRONIC_GRIP = "grip"  # (1,) gripper closure, 0 open … 1 closed
+POSITRONIC_TASK = "task"  # the language instruction
+POSITRONIC_EXTERIOR_IMAGE = "image.exterior"
+POSITRONIC_WRIST_IMAGE = "image.wrist"
+POSITRONIC_ROBOT_COMMAND = "robot_command"  # a command: cartesian_pos | joint_pos | …
+POSITRONIC_TARGET_GRIP = "target_grip"  # float in [0, 1]
+POSITRONIC_TIMESTAMP = "timestamp"  # s after the call the action is due
+
 # Privileged observation keys, sent ONLY by the simulated cell (profile ``sim``)
 # so that scripted demo policies know where things are. A real station never
 # sends them; a policy that needs them cannot run on hardware.

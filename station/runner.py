@@ -246,6 +246,7 @@ class EpisodeRunner:
             connect_timeout_s=cfg.policy_connect_timeout_s,
             default_image_size=cfg.policy_image_size,
             max_message_bytes=cfg.policy_max_message_bytes,
+            control_hz=cfg.control_hz,
         )
         try:
             info = client.connect()
@@ -273,7 +274,7 @@ class EpisodeRunner:
                     s,
                     episode=episode,
                     kind="policy_connected",
-                    message=f"policy answered ({info.dialect.value}, {info.action_space.value})",
+                    message=f"policy answered ({info.dialect.value}, {info.action_space_text})",
                     details=info.public(),
                 )
                 prompt = work.prompt or obj.prompt or f"put the {obj.name} into the target bin"
@@ -289,7 +290,7 @@ class EpisodeRunner:
                 client,
                 PolicyWorker(client),
                 prompt,
-                resizer=ImageResizer(info.image_size),
+                resizer=ImageResizer(info.image_size, pad=info.pad_images),
                 cameras=frozenset(needed),
                 ticks=TelemetryTicks(cfg.telemetry_hz),
             )
@@ -506,6 +507,8 @@ class EpisodeRunner:
         dt_tel = 1.0 / cfg.telemetry_hz
         dt_act = 1.0 / cfg.control_hz
         k_tel_end = math.floor(act.work.budget_s / dt_tel + 1e-9)  # the last tick in the budget
+        # None until a Positronic server's first reply names it; its commands are
+        # positions (cartesian_pos, joint_pos), never velocities
         space = act.client.action_space
         periods = self.camera_periods
         timeout = cfg.policy_timeout_s
@@ -528,6 +531,7 @@ class EpisodeRunner:
         n_act = cfg.open_loop_steps
         ticks = act.ticks
         velocity_space = space in (ActionSpace.joint_velocity, ActionSpace.cartesian_velocity)
+        chunk_space = space
         # velocity chunks are asked for ahead (a position chunk planned from an older
         # state would pull the arm back to where it was: those are asked for at the end)
         lookahead = cfg.policy_lookahead_steps if velocity_space else 0
@@ -545,6 +549,7 @@ class EpisodeRunner:
             # a velocity command must not outlive its chunk: the arm waits at rest
             nonlocal sent_arm, halted
             if velocity_space and sent_arm is not None and not halted:
+                assert space is not None
                 sent_arm = arm.send(ArmCommand(space.arm_kind, np.zeros(len(sent_arm.target))))
                 halted = True
 
@@ -595,13 +600,14 @@ class EpisodeRunner:
                         reply = pending.result()  # raises the PolicyError, if any
                     if reply is not None:
                         pending = None
-                        chunk, chunk_i = reply.actions, 0
+                        chunk, chunk_i, chunk_space = reply.actions, 0, reply.space
                         span = min(n_act, len(chunk))
                         act.next_query_t = t_act + max(0, span - lookahead) * dt_act
                         latency, calls = reply.latency_s, calls + 1
                         act.latencies.append(latency)
                 if chunk is not None:
-                    current = to_commands(chunk[chunk_i], space)
+                    assert chunk_space is not None
+                    current = to_commands(chunk[chunk_i], chunk_space)
                     chunk_i += 1
                     step += 1
                     try:

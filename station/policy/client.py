@@ -23,7 +23,7 @@ from websockets.sync.client import ClientConnection, connect
 from proctor.domain import EndpointDialect
 from station import keys
 from station.clock import Clock, MonotonicClock
-from station.policy import codec
+from station.policy import codec, positronic
 from station.policy.spec import (
     ActionSpace,
     ProtocolError,
@@ -58,6 +58,7 @@ class Reply:
     actions: np.ndarray  # (H, D) float64
     latency_s: float  # wall clock, request sent → reply decoded
     t_request: float  # wall clock when the request went out
+    space: ActionSpace  # the space the rows are in
 
 
 class PolicyClient:
@@ -72,6 +73,9 @@ class PolicyClient:
         exterior_cameras: int = 1,
         max_message_bytes: int = 64 * 2**20,
         wall: Clock | None = None,
+        control_hz: float = 15.0,
+        status_timeout_s: float = 30.0,
+        load_timeout_s: float = 600.0,
     ) -> None:
         self._url = url
         self._dialect = dialect
@@ -87,16 +91,25 @@ class PolicyClient:
         self.info: ServerInfo | None = None
         self.session_id = uuid.uuid4().hex
         self.calls = 0
+        # Positronic: the chunk's schedule is sampled on the station's control grid;
+        # a model still loading sends a status at least every status_timeout_s
+        self._control_hz = control_hz
+        self._status_timeout = status_timeout_s
+        self._load_timeout = load_timeout_s
+        self._space: ActionSpace | None = None  # a Positronic session's, once seen
 
     def __repr__(self) -> str:  # never the URL
         return f"PolicyClient(dialect={self.info.dialect.value if self.info else '?'})"
 
     # -- lifecycle ----------------------------------------------------------
     def connect(self) -> ServerInfo:
+        # the URL as given: a Positronic server's session path is added where an
+        # endpoint enters (registration, the CLI), since a gateway URL has its own
+        url = self._url
         try:
             # entered as a context manager (what websockets ≥ 17.1 asks for); closed in close()
             ws = connect(
-                self._url,
+                url,
                 open_timeout=self._connect_timeout,
                 close_timeout=1.0,
                 max_size=self._max_message_bytes,
@@ -105,6 +118,8 @@ class PolicyClient:
             ).__enter__()
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             raise PolicyUnavailable(f"policy endpoint unreachable ({type(exc).__name__})") from None
+        if self._dialect == EndpointDialect.positronic_v1:
+            return self._positronic_handshake(ws)
         try:
             raw = ws.recv(timeout=self._connect_timeout)
         except TimeoutError:
@@ -131,6 +146,35 @@ class PolicyClient:
                 n_cameras_available=self._exterior_cameras,
             )
         except (codec.CodecError, ProtocolError) as exc:
+            ws.close()
+            raise PolicyProtocolError(f"policy metadata rejected: {exc}") from None
+        self._ws = ws
+        return self.info
+
+    def _positronic_handshake(self, ws: ClientConnection) -> ServerInfo:
+        try:
+            hello = positronic.read_handshake(
+                lambda timeout: ws.recv(timeout=timeout),
+                per_message_s=self._status_timeout,
+                total_s=self._load_timeout,
+                clock=self.wall.now,
+            )
+            self.info = positronic.parse_meta(hello.meta)
+        except TimeoutError as exc:
+            ws.close()
+            raise PolicyUnavailable(f"policy server not ready: {exc}") from None
+        except ConnectionClosed as exc:
+            if _too_big(exc):
+                raise PolicyProtocolError(
+                    f"policy metadata rejected: {self._too_big_text()}"
+                ) from None
+            raise PolicyUnavailable(
+                "policy server closed the connection before it was ready"
+            ) from None
+        except positronic.SessionRefused as exc:
+            ws.close()
+            raise PolicyUnavailable(str(exc)) from None
+        except ProtocolError as exc:
             ws.close()
             raise PolicyProtocolError(f"policy metadata rejected: {exc}") from None
         self._ws = ws
@@ -193,6 +237,8 @@ class PolicyClient:
                 message[keys.ROBOARENA_SESSION_ID] = self.session_id
         t0 = self.wall.now()
         raw = self._exchange(message, timeout_s)
+        if info.dialect == EndpointDialect.positronic_v1:
+            return self._positronic_reply(raw, observation, t0)
         if isinstance(raw, str):
             # openpi servers send their traceback as text; it may name the
             # policy, so it is not repeated here
@@ -205,13 +251,45 @@ class PolicyClient:
         except (codec.CodecError, ProtocolError) as exc:
             raise PolicyProtocolError(f"malformed policy reply: {exc}") from None
         self.calls += 1
-        return Reply(actions=actions, latency_s=self.wall.now() - t0, t_request=t0)
+        assert info.action_space is not None
+        return Reply(
+            actions=actions, latency_s=self.wall.now() - t0, t_request=t0, space=info.action_space
+        )
+
+    def _positronic_reply(self, raw: Any, observation: dict[str, Any], t0: float) -> Reply:
+        info = self.info
+        assert info is not None
+        try:
+            if isinstance(raw, str):
+                raise ProtocolError("a text frame instead of a msgpack reply")
+            reply = codec.unpackb(raw)
+            if isinstance(reply, dict) and "error" in reply:
+                # Positronic's error text may name the model: not repeated
+                raise ProtocolError("the policy server reported an error instead of actions")
+            pose, q, grip = positronic.hold_state(observation)
+            chunk = positronic.decode_result(
+                reply,
+                control_hz=self._control_hz,
+                action_fps=info.action_fps,
+                hold_pose=pose,
+                hold_q=q,
+                hold_grip=grip,
+                space=self._space,
+            )
+        except (codec.CodecError, ProtocolError) as exc:
+            raise PolicyProtocolError(f"malformed policy reply: {exc}") from None
+        self._space = chunk.space
+        self.calls += 1
+        return Reply(
+            actions=chunk.rows, latency_s=self.wall.now() - t0, t_request=t0, space=chunk.space
+        )
 
     @property
-    def action_space(self) -> ActionSpace:
+    def action_space(self) -> ActionSpace | None:
+        """The session's action space; None while a Positronic server has not named it."""
         if self.info is None:
             raise PolicyDisconnected("not connected to the policy server")
-        return self.info.action_space
+        return self.info.action_space or self._space
 
 
 def _too_big(exc: ConnectionClosed) -> bool:

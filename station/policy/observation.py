@@ -29,6 +29,7 @@ from proctor.domain import EndpointDialect
 from station import geometry, keys
 from station.drivers.arm.base import ArmState
 from station.drivers.gripper.base import GripperState
+from station.policy import positronic
 from station.policy.spec import ServerInfo
 
 # Box-reduce first when the image shrinks by at least this factor twice over
@@ -63,6 +64,20 @@ def resize_with_pad(
     return canvas
 
 
+def fit_inside(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Shrink ``image`` to fit inside (height, width) keeping its aspect ratio;
+    never enlarge it, never pad (what Positronic's client does on the wire)."""
+    h, w = image.shape[:2]
+    if h <= height and w <= width:
+        return image
+    nh, nw = fitted_size(h, w, height, width)
+    return np.asarray(
+        Image.fromarray(image).resize(
+            (nw, nh), Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP
+        )
+    )
+
+
 def cartesian_position(arm: ArmState) -> np.ndarray:
     """DROID's 6-vector: xyz and extrinsic xyz Euler angles."""
     rot = geometry.quat_to_matrix(arm.ee_pose[3:])
@@ -84,8 +99,9 @@ class ImageResizer:
     the same read-only array. A query that finds its frame being resized
     waits for that rather than doing it twice. Thread-safe."""
 
-    def __init__(self, size: tuple[int, int] | None) -> None:
+    def __init__(self, size: tuple[int, int] | None, *, pad: bool = True) -> None:
         self.size = size
+        self.pad = pad  # False: fit inside ``size`` without padding, never enlarge
         self._lock = threading.Lock()
         self._last: dict[str, tuple[Hashable, np.ndarray]] = {}
         self._busy: dict[str, tuple[Hashable, threading.Event]] = {}
@@ -94,7 +110,7 @@ class ImageResizer:
 
     def _resize(self, image: np.ndarray) -> np.ndarray:
         assert self.size is not None
-        out = resize_with_pad(image, *self.size)
+        out = resize_with_pad(image, *self.size) if self.pad else fit_inside(image, *self.size)
         if out is image:  # already the policy's size: a private read-only view
             out = image.view()
         out.setflags(write=False)
@@ -198,7 +214,10 @@ def build_observation(
     """The request for one query. ``resizer`` (one per episode) keeps the last
     resized frame of each camera, identified by ``frame_keys``."""
     wanted: dict[str, str] = {}  # observation key → camera
-    if info.dialect == EndpointDialect.openpi:
+    if info.dialect == EndpointDialect.positronic_v1:
+        wanted[keys.POSITRONIC_EXTERIOR_IMAGE] = keys.CAMERA_EXTERIOR
+        wanted[keys.POSITRONIC_WRIST_IMAGE] = keys.CAMERA_WRIST
+    elif info.dialect == EndpointDialect.openpi:
         wanted[keys.OBS_EXTERIOR_IMAGE] = keys.CAMERA_EXTERIOR
         wanted[keys.OBS_WRIST_IMAGE] = keys.CAMERA_WRIST
     else:
@@ -206,10 +225,22 @@ def build_observation(
             wanted[keys.roboarena_exterior_image(i)] = keys.CAMERA_EXTERIOR
         if info.needs_wrist_camera:
             wanted[keys.OBS_WRIST_IMAGE] = keys.CAMERA_WRIST
-    if resizer is None or resizer.size != info.image_size:
-        resizer = ImageResizer(info.image_size)
+    if resizer is None or resizer.size != info.image_size or resizer.pad != info.pad_images:
+        resizer = ImageResizer(info.image_size, pad=info.pad_images)
     cameras = sorted(set(wanted.values()))
     sized = resizer({name: images[name] for name in cameras}, frame_keys)
+    if info.dialect == EndpointDialect.positronic_v1:
+        obs = positronic.observation(
+            q=arm.q,
+            dq=arm.dq,
+            ee_pose=arm.ee_pose,
+            grip=gripper.position,
+            prompt=prompt,
+            images=sized,
+        )
+        if privileged:
+            obs.update(privileged)
+        return obs
 
     obs: dict[str, Any] = {
         keys.OBS_JOINT_POSITION: arm.q.astype(np.float32),

@@ -70,21 +70,33 @@ class ServerInfo:
     """The parsed metadata: everything the station needs, nothing that names the policy."""
 
     dialect: EndpointDialect
-    action_space: ActionSpace
-    image_size: tuple[int, int] | None  # (H, W) images are resized to; None: camera size
+    # None: each reply's commands name it (Positronic); fixed for the session once seen
+    action_space: ActionSpace | None
+    image_size: tuple[int, int] | None  # (H, W) images are fitted to; None: camera size
     n_external_cameras: int
     needs_wrist_camera: bool
     needs_session_id: bool
+    action_fps: float | None = None  # the rate a chunk's actions are spaced at, if declared
+    # True: fitted inside image_size and padded to it (openpi); False: only fitted
+    # inside it, never enlarged (Positronic's client; its codec pads)
+    pad_images: bool = True
+
+    @property
+    def action_space_text(self) -> str:
+        return self.action_space.value if self.action_space else "named by each reply"
 
     def public(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "dialect": self.dialect.value,
-            "action_space": self.action_space.value,
+            "action_space": self.action_space.value if self.action_space else None,
             "image_size": list(self.image_size) if self.image_size else None,
             "n_external_cameras": self.n_external_cameras,
             "needs_wrist_camera": self.needs_wrist_camera,
             "needs_session_id": self.needs_session_id,
         }
+        if self.dialect == EndpointDialect.positronic_v1:
+            out["action_fps"] = self.action_fps
+        return out
 
 
 def parse_metadata(
@@ -103,7 +115,9 @@ def parse_metadata(
             else EndpointDialect.openpi
         )
     if dialect == EndpointDialect.positronic_v1:
-        raise ProtocolError("the positronic_v1 dialect is not supported by this station yet")
+        from station.policy.positronic import parse_meta  # it builds on this module
+
+        return parse_meta(metadata)
     raw_space = metadata.get("action_space")
     if raw_space is None:
         space = ActionSpace.joint_velocity  # DROID's default
@@ -204,3 +218,12 @@ def to_commands(row: np.ndarray, space: ActionSpace) -> StepCommands:
         requested=target,
         gripper_requested=grip,
     )
+
+
+def auth_headers(dialect: EndpointDialect | None, api_key: str | None) -> dict[str, str]:
+    """The header carrying a policy server's API key, as its dialect's own client
+    sends it: ``Api-Key <key>`` (openpi, RoboArena), ``Bearer <key>`` (Positronic)."""
+    if not api_key:
+        return {}
+    scheme = "Bearer" if dialect == EndpointDialect.positronic_v1 else "Api-Key"
+    return {"Authorization": f"{scheme} {api_key}"}
