@@ -12,7 +12,10 @@ replies' keys, dtypes and shapes against the action space and the declared
 chunk length, the latency percentiles against the station's timeout, the
 determinism of repeated inputs (when declared), how a fresh connection and
 a RoboArena ``reset`` behave, and that the metadata names no one (it
-reaches the station through the gateway, so a name there unblinds).
+reaches the station through the gateway, so a name there unblinds). A
+Positronic v1 server is held to its own wire: the status handshake within
+the load limit, its ``meta``, replies of waypoints the station can run (the
+action space is what its commands say), errors as ``{"error": …}``.
 
 The result is a ``Report`` of findings written as advice to the submitter.
 It never contains the endpoint's URL or API key. This module runs in a
@@ -21,6 +24,7 @@ worker process or the CLI, never in the web server.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -39,6 +43,7 @@ from station.policy.conformance_base import (
 from station.policy.conformance_exchange import ExchangeChecks
 from station.policy.conformance_observations import recorded_observations
 from station.policy.conformance_wire import WireChecks
+from station.policy.positronic import session_url
 
 REPORT_FORMAT = "proctor.conformance/1"
 
@@ -108,6 +113,10 @@ def check_endpoint(
     options = options or CheckOptions()
     started = time.monotonic()
     checked_at = datetime.now(UTC).isoformat(timespec="seconds")
+    if options.dialect == EndpointDialect.positronic_v1:
+        # an unusable URL is reported by the handshake, as a finding
+        with contextlib.suppress(ValueError):
+            url = session_url(url)
     c = _Check(url, expect, options, progress)
     if c.handshake():
         c.progress("sending recorded observations")
@@ -130,13 +139,14 @@ def check_endpoint(
                             check="reset",
                         )
                 else:
+                    wire = "Positronic wire" if c.positronic else "openpi dialect"
+                    what = "session" if c.positronic else "connection"
                     c.add(
                         "reset",
                         "Reset",
                         Status.passed,
-                        "The openpi dialect has no reset message: the station opens a new "
-                        "connection for every episode, and your server served a second "
-                        "connection.",
+                        f"The {wire} has no reset message: the station opens a new {what} "
+                        f"for every episode, and your server served a second {what}.",
                     )
             c.judge_latency()
         c.progress("probing how errors are reported")

@@ -75,6 +75,8 @@ class CheckOptions:
     sim_keys: bool = True  # send the sim profile's privileged keys
     observations: int | None = None  # how many recorded observations (default: all)
     prompt: str | None = None  # default: the recording's
+    # Positronic: how long a model may take to load (status frames meanwhile)
+    load_timeout_s: float = 300.0
 
 
 def shape_text(a: Any) -> str:
@@ -149,6 +151,7 @@ class CheckState:
         self.info: ServerInfo | None = None
         self.metadata: Any = None
         self._replies: list[dict[str, Any]] = []
+        self.reply_space: ActionSpace | None = None  # what the replies' commands named
         self.context = ""  # which run of the observations is going on, for messages
 
     # findings
@@ -169,7 +172,14 @@ class CheckState:
             connect_timeout_s=o.connect_timeout_s,
             default_image_size=o.default_image_size,
             exterior_cameras=o.exterior_cameras,
+            control_hz=o.control_hz,
+            status_timeout_s=o.connect_timeout_s,
+            load_timeout_s=o.load_timeout_s,
         )
+
+    @property
+    def positronic(self) -> bool:
+        return self.options.dialect == EndpointDialect.positronic_v1
 
     def raw_connect(self) -> ClientConnection:
         return connect(

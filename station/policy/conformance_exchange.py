@@ -13,6 +13,7 @@ import msgpack
 import numpy as np
 
 from proctor.domain import EndpointDialect
+from station import keys
 from station.drivers.arm.base import ArmConfig
 from station.policy import codec
 from station.policy.client import (
@@ -35,6 +36,10 @@ from station.policy.conformance_base import (
 )
 from station.policy.conformance_observations import observations_for
 from station.policy.spec import ActionSpace
+
+
+def _span(values: list[int]) -> str:
+    return f"{values[0]}–{values[-1]}" if len(values) > 1 else str(values[0])
 
 
 def _str_tagged_arrays(obj: Any) -> bool:
@@ -85,6 +90,7 @@ class ExchangeChecks(CheckState):
                 if reply is None:
                     return None
                 chunks.append(reply)
+            self.reply_space = client.action_space
             return chunks
         finally:
             client.close()
@@ -147,7 +153,19 @@ class ExchangeChecks(CheckState):
             return None
         except PolicyProtocolError as exc:
             raw = client.last_raw
-            if isinstance(raw, str):
+            server_error = self._positronic_error(raw) if self.positronic else None
+            if server_error is not None:
+                self.add(
+                    "replies",
+                    "Replies",
+                    Status.failed,
+                    f"Your server answered observation {n} with {{'error': …}} instead of a "
+                    "result. Its text is below; the station would end the episode as a system "
+                    "failure (and never shows the text to the operator).",
+                    observation=n,
+                    server_error=excerpt(server_error),
+                )
+            elif isinstance(raw, str):
                 self.add(
                     "replies",
                     "Replies",
@@ -172,8 +190,26 @@ class ExchangeChecks(CheckState):
         self._inspect_raw(client.last_raw, n)
         return reply.actions
 
+    @staticmethod
+    def _positronic_error(raw: Any) -> str | None:
+        """The text of a Positronic ``{"error": …}`` reply, if that is what ``raw`` is."""
+        if not isinstance(raw, bytes | bytearray):
+            return None
+        try:
+            reply = codec.unpackb(raw)
+        except codec.CodecError:
+            return None
+        return str(reply["error"]) if isinstance(reply, dict) and "error" in reply else None
+
     def _explain_reply(self, raw: Any, station_says: str, n: str) -> str:
         """Advice for a reply the station's client refused."""
+        if self.positronic:
+            return (
+                f"The station cannot run your reply to observation {n}: "
+                f"{station_says.removeprefix('malformed policy reply: ')}. A reply is "
+                "{'result': [action, …]}, each action a map of 'robot_command' (cartesian_pos "
+                "or joint_pos), 'target_grip' and 'timestamp' (s after the call)."
+            )
         space = self.info.action_space if self.info else None
         try:
             decoded = codec.unpackb(raw) if isinstance(raw, bytes | bytearray) else None
@@ -214,6 +250,20 @@ class ExchangeChecks(CheckState):
         except Exception:
             return
         reply = codec.unpackb(raw)
+        if self.positronic:
+            result = reply.get("result") if isinstance(reply, dict) else None
+            actions = [result] if isinstance(result, dict) else result or []
+            self._replies.append(
+                {
+                    "n": n,
+                    "waypoints": len(actions),
+                    "stamped": all(
+                        isinstance(a, dict) and keys.POSITRONIC_TIMESTAMP in a for a in actions
+                    ),
+                    "str_keys": _str_tagged_arrays(plain),
+                }
+            )
+            return
         actions = reply.get("actions") if isinstance(reply, dict) else reply
         self._replies.append(
             {
@@ -227,6 +277,9 @@ class ExchangeChecks(CheckState):
 
     # 3. what the replies showed
     def judge_replies(self, chunks: list[np.ndarray]) -> None:
+        if self.positronic:
+            self._judge_positronic(chunks)
+            return
         space = self.info.action_space if self.info else None
         replies = self._replies
         shapes = sorted({c.shape for c in chunks})
@@ -284,14 +337,72 @@ class ExchangeChecks(CheckState):
         if space is not None:
             self._values(chunks, space)
 
-    def _chunk_length(self, chunks: list[np.ndarray]) -> None:
-        lengths = sorted({len(c) for c in chunks})
+    def _judge_positronic(self, chunks: list[np.ndarray]) -> None:
+        replies = self._replies
+        space = self.reply_space
+        waypoints = sorted({r["waypoints"] for r in replies})
+        steps = sorted({len(c) for c in chunks})
+        notes: list[str] = []
+        status = Status.passed
+        if not all(r["stamped"] for r in replies):
+            status = Status.warning
+            fps = self.info.action_fps if self.info else None
+            notes.append(
+                "some actions carry no 'timestamp', so the station spaces them "
+                + (f"at your meta's action_fps ({fps:g} Hz)" if fps else "one per control step")
+            )
+        if any(r["str_keys"] for r in replies):
+            status = Status.warning
+            notes.append(
+                "your numpy arrays are tagged with text keys ('__ndarray__' as a str); "
+                "Positronic's serialiser writes binary keys (the station reads both)"
+            )
+        self.add(
+            "replies",
+            "Replies",
+            status,
+            f"All {len(chunks)} replies were Positronic results of {_span(waypoints)} "
+            f"waypoints, run as {_span(steps)} steps at {self.options.control_hz:g} Hz"
+            + ("; but " + "; ".join(notes) + "." if notes else "."),
+            waypoints=waypoints,
+            steps=steps,
+        )
+        if space is None:  # every reply was refused, and said so
+            return
+        declared = self.expect.action_space
+        title = "Action space"
+        if declared is not None and declared != space:
+            self.add(
+                "action_space",
+                title,
+                Status.failed,
+                f"You declared {declared.value}, but your commands are "
+                f"{'cartesian_pos' if space == ActionSpace.cartesian_position else 'joint_pos'}, "
+                f"which the station runs as {space.value}. Make them agree.",
+                declared=declared.value,
+                server=space.value,
+            )
+        else:
+            self.add(
+                "action_space",
+                title,
+                Status.passed,
+                f"Your commands run as {space.value} ({COLUMNS[space]})"
+                + (", as declared." if declared is not None else "."),
+            )
+        self._chunk_length(chunks, lengths=waypoints, unit="waypoints")
+        self._values(chunks, space)
+
+    def _chunk_length(
+        self, chunks: list[np.ndarray], *, lengths: list[int] | None = None, unit: str = "actions"
+    ) -> None:
+        lengths = lengths or sorted({len(c) for c in chunks})
         declared = self.expect.chunk_length
         steps = self.options.open_loop_steps
         use = (
             f" The station runs the first {steps} actions of each chunk at "
             f"{self.options.control_hz:g} Hz, then asks again."
-            if max(lengths) > steps
+            if max(len(c) for c in chunks) > steps
             else f" The station runs each whole chunk at {self.options.control_hz:g} Hz, "
             "then asks again."
         )
@@ -302,7 +413,7 @@ class ExchangeChecks(CheckState):
                 "chunk_length",
                 title,
                 Status.failed,
-                f"You declared chunks of {declared} actions, but your server returned "
+                f"You declared chunks of {declared} {unit}, but your server returned "
                 f"{', '.join(str(n) for n in wrong)}.",
                 declared=declared,
                 returned=lengths,
@@ -321,7 +432,7 @@ class ExchangeChecks(CheckState):
                 "chunk_length",
                 title,
                 Status.passed,
-                f"Every reply held {lengths[0]} actions"
+                f"Every reply held {lengths[0]} {unit}"
                 + (", as declared." if declared is not None else ".")
                 + use,
                 returned=lengths,

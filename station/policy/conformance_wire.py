@@ -1,7 +1,12 @@
 """The checks made on a raw WebSocket: the handshake, the metadata (sent
 first, unasked, as binary msgpack-numpy; usable by the station; naming no
 one; agreeing with the declared action space) and how errors are reported
-(openpi's server sends the traceback as a text frame, then closes)."""
+(openpi's server sends the traceback as a text frame, then closes).
+
+A Positronic v1 server is held to its own wire instead: status frames
+(``loading`` / ``waiting``) then ``ready`` with the ``meta``, within the
+load limit, and errors answered as ``{"error": …}`` with the session left
+open."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from websockets.sync.client import ClientConnection
 
 from proctor.domain import EndpointDialect
 from station import keys
-from station.policy import codec
+from station.policy import codec, positronic
 from station.policy.conformance_base import COLUMNS, CheckState, Status, excerpt
 from station.policy.spec import ProtocolError, ServerInfo, parse_metadata
 
@@ -111,15 +116,33 @@ class WireChecks(CheckState):
     # 1. the handshake and the metadata, raw
     def handshake(self) -> bool:
         self.progress("connecting")
+        if self.positronic:
+            try:
+                positronic.session_url(self.url)
+            except ValueError as exc:
+                self.add(
+                    "connect",
+                    "WebSocket handshake",
+                    Status.failed,
+                    f"The endpoint is not a Positronic session URL: {exc}.",
+                )
+                return False
         t0 = time.monotonic()
         try:
             ws = self.raw_connect()
         except InvalidStatus as exc:
             code = exc.response.status_code
+            sent_as = (
+                "'Authorization: Bearer <key>', as Positronic's client does"
+                if self.positronic
+                else "'Authorization: Api-Key <key>', as openpi's client does"
+            )
             hint = (
                 " Does it need an API key? Register the endpoint with it (it is sent as "
-                "'Authorization: Api-Key <key>', as openpi's client does)."
+                f"{sent_as})."
                 if code in (401, 403)
+                else " Is the model id in the URL one your server lists at /api/v1/models?"
+                if code == 404 and self.positronic
                 else ""
             )
             self.add(
@@ -173,9 +196,71 @@ class WireChecks(CheckState):
             handshake_ms=round(handshake_ms, 1),
         )
         try:
+            if self.positronic:
+                return self._positronic_handshake(ws)
             return self._metadata(ws)
         finally:
             self.close_quietly(ws)
+
+    def _positronic_handshake(self, ws: ClientConnection) -> bool:
+        per_message = self.options.connect_timeout_s
+        total = self.options.load_timeout_s
+        title = "Session handshake"
+        try:
+            hello = positronic.read_handshake(
+                lambda timeout: ws.recv(timeout=timeout), per_message_s=per_message, total_s=total
+            )
+        except TimeoutError as exc:
+            self.add(
+                "metadata_first",
+                title,
+                Status.failed,
+                f"Your server was not ready: {exc} (or it went more than {per_message:g} s "
+                "without a frame). While a model loads, send a 'loading' or 'waiting' status "
+                "frame at least that often, then {'status': 'ready', 'meta': {…}}.",
+            )
+            return False
+        except ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd is not None else None
+            self.add(
+                "metadata_first",
+                title,
+                Status.failed,
+                f"Your server closed the session (close code {code}) before it was ready.",
+                close_code=code,
+            )
+            return False
+        except positronic.SessionRefused as exc:
+            self.add(
+                "metadata_first",
+                title,
+                Status.failed,
+                "Your server refused the session with an error status. Its text is below; "
+                "session parameters in the URL (?key=value) and the model id are the usual "
+                "causes.",
+                server_error=excerpt(exc.server_text),
+            )
+            return False
+        except ProtocolError as exc:
+            self.add(
+                "metadata_encoding",
+                "Handshake encoding",
+                Status.failed,
+                f"The station cannot read your server's handshake: {exc}. Every frame is a "
+                "binary msgpack map (positronic.offboard.serialisation).",
+            )
+            return False
+        self.add(
+            "metadata_first",
+            title,
+            Status.passed,
+            f"Your server sent {hello.status_messages} status frame(s), then 'ready' with its "
+            f"meta, {hello.waited_s:.1f} s after the connection.",
+            status_frames=hello.status_messages,
+            ready_s=round(hello.waited_s, 3),
+        )
+        self.metadata = hello.meta
+        return self._parse_metadata(hello.meta)
 
     def _metadata(self, ws: ClientConnection) -> bool:
         timeout = self.options.connect_timeout_s
@@ -268,6 +353,27 @@ class WireChecks(CheckState):
             )
             return False
         self.info = info
+        if info.dialect == EndpointDialect.positronic_v1:
+            self.add(
+                "metadata",
+                "Metadata contents",
+                Status.passed,
+                "The station will speak the Positronic v1 wire with your server: images "
+                + (
+                    f"fitted inside {info.image_size[1]}×{info.image_size[0]} (width × height)"
+                    if info.image_size
+                    else "at the cameras' size"
+                )
+                + (
+                    f", actions spaced at {info.action_fps:g} Hz unless stamped"
+                    if info.action_fps
+                    else ""
+                )
+                + "; the action space is what your commands say.",
+                server=info.public(),
+            )
+            self._identity(metadata)
+            return True
         detected = parse_metadata(
             metadata, dialect=None, default_image_size=o.default_image_size, n_cameras_available=9
         ).dialect
@@ -305,9 +411,13 @@ class WireChecks(CheckState):
         named: list[str] = []
         suspicious: list[str] = []
         for path, key, value in _walk_strings(metadata):
+            # Positronic's declared rig-side layers are protocol, not identity
+            structural = self.positronic and path.startswith("local_stack")
             for term in terms:
                 if mentions(key or value, term):
                     named.append(f"{path} mentions '{term}'")
+            if structural:
+                continue
             if key and _normalize(key) in _SUSPICIOUS_KEYS:
                 suspicious.append(path)
             elif value and _LOCATION.search(value):
@@ -334,7 +444,12 @@ class WireChecks(CheckState):
                 + ", ".join(sorted(set(suspicious))[:10])
                 + ". Metadata reaches the station through the gateway; anything in it that "
                 "names your model, team or checkpoint can unblind the evaluation. Keep only "
-                "what the station reads (action_space and, for RoboArena, its keys).",
+                + (
+                    "what the station reads (image_sizes, action_fps, local_stack, "
+                    "compress_images)."
+                    if self.positronic
+                    else "what the station reads (action_space and, for RoboArena, its keys)."
+                ),
                 where=sorted(set(suspicious))[:20],
             )
         else:
@@ -398,8 +513,18 @@ class WireChecks(CheckState):
             return
         try:
             try:
-                ws.recv(timeout=self.options.connect_timeout_s)  # the metadata
+                if self.positronic:
+                    positronic.read_handshake(
+                        lambda timeout: ws.recv(timeout=timeout),
+                        per_message_s=self.options.connect_timeout_s,
+                        total_s=self.options.load_timeout_s,
+                    )
+                else:
+                    ws.recv(timeout=self.options.connect_timeout_s)  # the metadata
             except Exception:
+                return
+            if self.positronic:
+                self._positronic_errors(ws, title)
                 return
             bad: dict[str, Any] = {"prompt": "conformance probe: an observation with no images"}
             if self.info is not None and self.info.dialect == EndpointDialect.roboarena:
@@ -451,3 +576,63 @@ class WireChecks(CheckState):
                 )
         finally:
             self.close_quietly(ws)
+
+    def _positronic_errors(self, ws: ClientConnection, title: str) -> None:
+        """Positronic's convention: a failing observation is answered with
+        ``{"error": …}`` and the session stays open."""
+        title = "Errors reported as {'error': …}"
+        ws.send(codec.packb({keys.POSITRONIC_TASK: "conformance probe: an empty observation"}))
+        try:
+            raw = ws.recv(timeout=self.options.request_timeout_s)
+        except TimeoutError:
+            self.add(
+                "error_convention",
+                title,
+                Status.warning,
+                "Sent an observation without state or images, your server neither answered "
+                f"nor reported an error within {self.options.request_timeout_s:g} s. "
+                "Positronic's server answers {'error': <text>} so clients fail fast.",
+            )
+            return
+        except ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd is not None else None
+            self.add(
+                "error_convention",
+                title,
+                Status.warning,
+                "Sent an observation without state or images, your server closed the session "
+                f"(code {code}) without saying why. Positronic's convention is to answer "
+                "{'error': <text>} and keep the session open.",
+                close_code=code,
+            )
+            return
+        try:
+            reply = codec.unpackb(raw) if isinstance(raw, bytes) else None
+        except codec.CodecError:
+            reply = None
+        if isinstance(reply, dict) and "error" in reply:
+            self.add(
+                "error_convention",
+                title,
+                Status.passed,
+                "Sent an observation without state or images, your server answered "
+                "{'error': …}, as Positronic's server does.",
+                server_error=excerpt(str(reply["error"])),
+            )
+        elif isinstance(reply, dict) and "result" in reply:
+            self.add(
+                "error_convention",
+                title,
+                Status.passed,
+                "Your server answered even an observation without state or images (it "
+                "tolerates missing keys).",
+            )
+        else:
+            self.add(
+                "error_convention",
+                title,
+                Status.warning,
+                "Sent an observation without state or images, your server answered with "
+                + ("a text frame" if isinstance(raw, str) else "a frame that is not a map")
+                + "; Positronic's convention is a binary {'error': <text>}.",
+            )

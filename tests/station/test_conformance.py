@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,9 @@ from station.policy.conformance import (
 )
 from station.policy.conformance_observations import recorded_observations
 from station.policy.demo import DemoPolicy
+from station.policy.positronic_server import PositronicServer
 from station.policy.server import Fault, PolicyServer
-from station.policy.spec import ActionSpace
+from station.policy.spec import ActionSpace, auth_headers
 from tests.station.conftest import PROCTOR, ROOT, clean_env
 
 QUICK = CheckOptions(observations=3, request_timeout_s=2.0, connect_timeout_s=2.0)
@@ -604,12 +606,102 @@ def test_proctor_policy_check_prints_the_report_and_exits_by_verdict(
     assert r.returncode == 1
     assert "Failed: Your server returned actions of shape (4, 4)" in r.stdout
     assert '"verdict": "failed"' in r.stdout
-    r = subprocess.run(
-        [*PROCTOR, "policy", "check", good, "--dialect", "positronic_v1"],
-        capture_output=True, text=True, env=clean_env(), cwd=ROOT, timeout=120,
-    )  # fmt: skip
-    assert r.returncode == 2
-    assert "does not speak Positronic's v1 wire yet" in r.stderr
+    with PositronicServer(DemoPolicy("reference"), auth_token="tok") as positronic_server:
+        r = subprocess.run(
+            [*PROCTOR, "policy", "check", positronic_server.url, "--dialect", "positronic_v1",
+             "--api-key-env", "POLICY_KEY", "--action-space", "cartesian_position"],
+            capture_output=True, text=True, env=clean_env(POLICY_KEY="tok"), cwd=ROOT,
+            timeout=120,
+        )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Positronic v1 wire" in r.stdout
+
+
+# -- the Positronic v1 wire ----------------------------------------------------------------
+POSITRONIC = CheckOptions(
+    dialect=EndpointDialect.positronic_v1,
+    observations=3,
+    request_timeout_s=2.0,
+    connect_timeout_s=2.0,
+    load_timeout_s=4.0,
+)
+
+
+def test_a_positronic_server_that_is_right_passes() -> None:
+    with PositronicServer(DemoPolicy("reference"), loading_frames=3) as server:
+        report = check_endpoint(
+            server.url,  # the bare host: the check adds /api/v1/session
+            expect=Expectations(action_space=ActionSpace.cartesian_position, deterministic=True),
+            options=POSITRONIC,
+        )
+    assert report.verdict == Status.passed, "\n".join(format_report(report))
+    assert report.dialect == "positronic_v1"
+    s = statuses(report)
+    assert s["metadata_first"] == s["action_space"] == s["determinism"] == "passed"
+    assert s["error_convention"] == s["reset"] == s["replies"] == "passed"
+    assert "3 status frame(s)" in finding(report, "metadata_first").message
+    # Positronic's declared rig-side layers are protocol, not a name
+    assert s["identity"] == "passed"
+    assert report.server is not None and report.server["action_fps"] == 15.0
+
+
+def test_a_positronic_server_is_held_to_the_declared_action_space() -> None:
+    with PositronicServer(DemoPolicy("reference")) as server:
+        report = check_endpoint(
+            server.url,
+            expect=Expectations(action_space=ActionSpace.joint_position),
+            options=POSITRONIC,
+        )
+    f = finding(report, "action_space")
+    assert f.status == Status.failed
+    assert "You declared joint_position, but your commands are cartesian_pos" in f.message
+
+
+@pytest.mark.parametrize(
+    ("mistake", "check", "status", "words"),
+    [
+        ("no_ready", "metadata_first", "failed", "not ready"),
+        ("refuse", "metadata_first", "failed", "refused the session"),
+        ("text_ready", "metadata_encoding", "failed", "text frame"),
+        ("foreign_layer", "metadata", "failed", "temporal_stack"),
+        ("identity", "identity", "warning", "checkpoint_path"),
+        ("joint_delta", "replies", "failed", "'joint_delta' commands are not run"),
+        ("bad_rotation", "replies", "failed", "not a rotation matrix"),
+        ("backwards", "replies", "failed", "goes back in time"),
+        ("no_result", "replies", "failed", "no 'result'"),
+        ("error_reply", "replies", "failed", "with {'error': …} instead of a result"),
+        ("hang", "latency", "failed", "did not answer observation 1"),
+    ],
+)
+def test_a_positronic_server_with_each_kind_of_mistake(
+    mistake: str, check: str, status: str, words: str
+) -> None:
+    with PositronicServer(DemoPolicy("reference"), mistake=mistake) as server:
+        report = check_endpoint(server.url, options=POSITRONIC)
+    f = finding(report, check)
+    assert f.status.value == status and words in f.message, f.message
+    if status == "failed":
+        assert report.verdict == Status.failed
+    if mistake == "error_reply":
+        assert "model exploded" in f.details["server_error"]  # the submitter's own text
+
+
+def test_a_positronic_server_with_a_token_and_a_model_path() -> None:
+    authed = replace(POSITRONIC, headers=auth_headers(EndpointDialect.positronic_v1, "tok"))
+    with PositronicServer(DemoPolicy("reference"), models=("a", "b/c"), auth_token="tok") as server:
+        wrong = check_endpoint(
+            server.url, options=replace(POSITRONIC, headers={"Authorization": "Api-Key tok"})
+        )
+        f = finding(wrong, "connect")
+        assert f.status == Status.failed and "Authorization: Bearer <key>" in f.message
+        report = check_endpoint(server.session_url("b/c"), options=authed)
+        assert report.verdict == Status.passed, "\n".join(format_report(report))
+        assert server.last_model == "b/c"
+        unknown = check_endpoint(server.session_url("zzz"), options=authed)
+    f = finding(unknown, "metadata_first")
+    assert f.status == Status.failed and "unknown model 'zzz'" in f.details["server_error"]
+    bad = check_endpoint("ws://127.0.0.1:9/other", options=POSITRONIC)
+    assert "not a Positronic session URL" in finding(bad, "connect").message
 
 
 def test_the_dialect_can_be_forced(served: Callable[..., str]) -> None:
