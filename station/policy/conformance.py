@@ -119,6 +119,8 @@ def check_endpoint(
             url = session_url(url)
     c = _Check(url, expect, options, progress)
     if c.handshake():
+        if c.positronic:
+            c.positronic_models()
         c.progress("sending recorded observations")
         first = c.episode()
         if first is not None:

@@ -10,9 +10,13 @@ open."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,6 +205,71 @@ class WireChecks(CheckState):
             return self._metadata(ws)
         finally:
             self.close_quietly(ws)
+
+    def positronic_models(self) -> None:
+        """``GET /api/v1/models``: the catalogue lists the model the URL names."""
+        title = "Model list"
+        url = positronic.models_url(self.url)
+        named = positronic.model_id(self.url)
+        request = urllib.request.Request(url, headers=dict(self.options.headers))
+        # the endpoint is reached directly, never through an environment proxy
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=self.options.connect_timeout_s) as response:
+                body = json.loads(response.read(1_000_000))
+        except urllib.error.HTTPError as exc:
+            self.add(
+                "models",
+                title,
+                Status.warning,
+                f"GET /api/v1/models answered HTTP {exc.code}. Positronic servers list their "
+                "models there; the station does not need it, but submitters and operators "
+                "use it to see what a server offers.",
+                http_status=exc.code,
+            )
+            return
+        except (OSError, ValueError) as exc:
+            self.add(
+                "models",
+                title,
+                Status.warning,
+                f"GET /api/v1/models failed ({type(exc).__name__}); Positronic servers list "
+                "their models there.",
+            )
+            return
+        models = body.get("models") if isinstance(body, dict) else None
+        if not isinstance(models, list):
+            self.add(
+                "models",
+                title,
+                Status.warning,
+                "GET /api/v1/models did not answer {'models': [id, …]}.",
+            )
+            return
+        listed = [str(m) for m in models]
+        decoded = urllib.parse.unquote(named) if named else None
+        if decoded is not None and decoded not in listed:
+            self.add(
+                "models",
+                title,
+                Status.warning,
+                f"Your URL names model '{decoded}', which GET /api/v1/models does not list "
+                f"({len(listed)} listed). Check the id.",
+                models=listed[:50],
+            )
+            return
+        self.add(
+            "models",
+            title,
+            Status.passed,
+            f"Your server lists {len(listed)} model(s)"
+            + (
+                f", including '{decoded}', the one your URL names."
+                if decoded
+                else "; your URL asks for its default model."
+            ),
+            models=listed[:50],
+        )
 
     def _positronic_handshake(self, ws: ClientConnection) -> bool:
         per_message = self.options.connect_timeout_s

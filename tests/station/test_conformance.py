@@ -638,7 +638,7 @@ def test_a_positronic_server_that_is_right_passes() -> None:
     assert report.dialect == "positronic_v1"
     s = statuses(report)
     assert s["metadata_first"] == s["action_space"] == s["determinism"] == "passed"
-    assert s["error_convention"] == s["reset"] == s["replies"] == "passed"
+    assert s["error_convention"] == s["reset"] == s["replies"] == s["models"] == "passed"
     assert "3 status frame(s)" in finding(report, "metadata_first").message
     # Positronic's declared rig-side layers are protocol, not a name
     assert s["identity"] == "passed"
@@ -697,6 +697,8 @@ def test_a_positronic_server_with_a_token_and_a_model_path() -> None:
         report = check_endpoint(server.session_url("b/c"), options=authed)
         assert report.verdict == Status.passed, "\n".join(format_report(report))
         assert server.last_model == "b/c"
+        # the catalogue is read with the same credential and lists the model asked for
+        assert "including 'b/c'" in finding(report, "models").message
         unknown = check_endpoint(server.session_url("zzz"), options=authed)
     f = finding(unknown, "metadata_first")
     assert f.status == Status.failed and "unknown model 'zzz'" in f.details["server_error"]
