@@ -43,6 +43,7 @@ from proctor.domain import AssignmentStatus, CampaignStatus, EndpointDialect, Su
 from proctor.errors import ProctorError
 from scheduler.codes import is_endpoint_handle
 from scheduler.endpoint_keys import decrypt_api_key
+from station.policy.spec import auth_headers
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +150,12 @@ def to_upstream_code(station_code: int | None) -> int:
 
 
 async def _open_upstream(config: GatewayConfig, target: UpstreamTarget) -> ClientConnection:
-    headers = {"Authorization": f"Api-Key {target.api_key}"} if target.api_key else None
+    # the key as the dialect's own client sends it: Api-Key (openpi, RoboArena),
+    # Bearer (Positronic, whose stored URL already has its session path)
+    headers = auth_headers(target.dialect, target.api_key)
     return await connect(
         target.url,
-        additional_headers=headers,
+        additional_headers=headers or None,
         open_timeout=config.connect_timeout_s,
         max_size=config.max_message_bytes,
         # images do not compress; the openpi client turns it off too

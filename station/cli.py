@@ -6,11 +6,14 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from proctor.errors import ProctorError, UsageError
+
+if TYPE_CHECKING:
+    from proctor.domain import EndpointDialect
 
 station_app = typer.Typer(help="The station daemon.", no_args_is_help=True)
 policy_app = typer.Typer(
@@ -28,6 +31,45 @@ def _settings(ctx: typer.Context) -> Any:
     from proctor.cli import cli_context
 
     return cli_context(ctx).settings()
+
+
+def _dialect_option(value: str | None) -> EndpointDialect | None:
+    """``--dialect``: one of the wire dialects, or None (detected from the metadata)."""
+    from proctor.domain import EndpointDialect
+
+    try:
+        return EndpointDialect(value) if value else None
+    except ValueError:
+        raise UsageError(
+            f"--dialect: '{value}' is not one of {', '.join(d.value for d in EndpointDialect)}"
+        ) from None
+
+
+def _policy_url(name: str, url: str, dialect: EndpointDialect | None) -> str:
+    """The URL to connect to: a Positronic server's gets its session path
+    (``ws://host:port`` → ``ws://host:port/api/v1/session``)."""
+    from proctor.domain import EndpointDialect
+
+    if dialect != EndpointDialect.positronic_v1:
+        return url
+    from station.policy.positronic import session_url
+
+    try:
+        return session_url(url)
+    except ValueError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+
+
+def _api_key(env_var: str | None) -> str | None:
+    """``--api-key-env``: the key held by that environment variable."""
+    import os
+
+    if not env_var:
+        return None
+    key = os.environ.get(env_var, "")
+    if not key:
+        raise UsageError(f"--api-key-env: the environment variable {env_var} is empty")
+    return key
 
 
 def open_database(url: str) -> Any:
@@ -125,9 +167,31 @@ def run(
 @station_app.command()
 def episode(
     ctx: typer.Context,
-    policy: Annotated[str, typer.Option(help="The policy server's WebSocket URL (ws://…).")],
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="The policy server's WebSocket URL (ws://…; for positronic_v1, "
+            "/api/v1/session is added to a URL with no path)."
+        ),
+    ],
     object_name: Annotated[str, typer.Option("--object", help="Object type, e.g. spoons.")],
     profile: ProfileOpt = "sim",
+    dialect: Annotated[
+        str | None,
+        typer.Option(
+            help="openpi, roboarena or positronic_v1 (default: openpi or roboarena, "
+            "detected from the server's metadata; a Positronic server must be named)."
+        ),
+    ] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            help="An environment variable holding the server's API key (sent as "
+            "'Authorization: Api-Key …', or 'Authorization: Bearer …' with "
+            "--dialect positronic_v1).",
+        ),
+    ] = None,
     items: Annotated[int, typer.Option(help="Items set out in the source bin.")] = 8,
     seed: Annotated[int | None, typer.Option(help="Simulated cell seed.")] = None,
     per_item_cap: Annotated[float, typer.Option(help="Time budget per item, s.")] = 30.0,
@@ -148,12 +212,16 @@ def episode(
 
     from proctor.artifacts import open_store
     from station.config import load_station_config
+    from station.policy.spec import auth_headers
     from station.profiles import build_cell
     from station.runner import EpisodeRunner, RunnerState
     from station.work import Work, new_run_code
 
     if ground_truth_log and profile != "sim":
         raise UsageError("--ground-truth-log: only the simulated cell has a ground truth")
+    chosen = _dialect_option(dialect)
+    if policy.startswith(("ws://", "wss://")):  # anything else: Work says what is wrong
+        policy = _policy_url("--policy", policy, chosen)
     settings = _settings(ctx)
     cfg = load_station_config(config)
     work = Work(
@@ -165,6 +233,8 @@ def episode(
         camera_side=camera,  # type: ignore[arg-type]
         policy_url=policy,
         sim_seed=seed if seed is not None else (0 if profile == "sim" else None),
+        dialect=chosen,
+        policy_headers=auth_headers(chosen, _api_key(api_key_env)),
     )
     if profile == "sim":
         from station.sim.objects import object_spec
@@ -344,11 +414,18 @@ def demo_profiles() -> None:
 @policy_app.command("check")
 def check(
     endpoint: Annotated[
-        str, typer.Argument(help="The policy server's WebSocket URL: ws://host:port or wss://…")
+        str,
+        typer.Argument(
+            help="The policy server's WebSocket URL: ws://host:port or wss://… (for "
+            "positronic_v1, /api/v1/session is added to a URL with no path)."
+        ),
     ],
     dialect: Annotated[
         str | None,
-        typer.Option(help="openpi or roboarena (default: detected from the server's metadata)."),
+        typer.Option(
+            help="openpi, roboarena or positronic_v1 (default: openpi or roboarena, "
+            "detected from the server's metadata; a Positronic server must be named)."
+        ),
     ] = None,
     action_space: Annotated[
         str | None,
@@ -380,7 +457,8 @@ def check(
         typer.Option(
             "--api-key-env",
             help="An environment variable holding the server's API key (sent as "
-            "'Authorization: Api-Key …', as openpi's client does).",
+            "'Authorization: Api-Key …', as openpi's client does, or as "
+            "'Authorization: Bearer …' with --dialect positronic_v1, as Positronic's does).",
         ),
     ] = None,
     timeout: Annotated[
@@ -401,11 +479,9 @@ def check(
     """Check that a policy server speaks the station's protocol as declared
     (exit code 0 when it passes, 1 when it fails)."""
     import json
-    import os
 
     from rich.console import Console
 
-    from proctor.domain import EndpointDialect
     from station.policy.conformance import (
         CheckOptions,
         Expectations,
@@ -413,19 +489,12 @@ def check(
         check_endpoint,
         format_report,
     )
-    from station.policy.spec import ActionSpace
+    from station.policy.spec import ActionSpace, auth_headers
 
     if not endpoint.startswith(("ws://", "wss://")):
         raise UsageError(f"ENDPOINT: '{endpoint}' is not a ws:// or wss:// URL")
-    try:
-        chosen = EndpointDialect(dialect) if dialect else None
-    except ValueError:
-        raise UsageError(f"--dialect: '{dialect}' is not one of openpi, roboarena") from None
-    if chosen == EndpointDialect.positronic_v1:
-        raise UsageError(
-            "--dialect: the station's policy client does not speak Positronic's v1 wire yet; "
-            "serve the openpi or RoboArena dialect"
-        )
+    chosen = _dialect_option(dialect)
+    endpoint = _policy_url("ENDPOINT", endpoint, chosen)
     try:
         space = ActionSpace(action_space) if action_space else None
     except ValueError:
@@ -433,12 +502,7 @@ def check(
             f"--action-space: '{action_space}' is not one of "
             f"{', '.join(a.value for a in ActionSpace)}"
         ) from None
-    headers = {}
-    if api_key_env:
-        key = os.environ.get(api_key_env, "")
-        if not key:
-            raise UsageError(f"--api-key-env: the environment variable {api_key_env} is empty")
-        headers["Authorization"] = f"Api-Key {key}"
+    headers = auth_headers(chosen, _api_key(api_key_env))
     err = Console(stderr=True)
     with err.status("checking…") as status:
         report = check_endpoint(

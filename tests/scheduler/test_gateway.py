@@ -5,18 +5,21 @@ station — on both databases."""
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
+import numpy as np
 import pytest
 import sqlalchemy as sa
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from proctor.db.models import Assignment, Submission
-from proctor.domain import AssignmentStatus
+from proctor.domain import AssignmentStatus, EndpointDialect
 from scheduler import claims, service
 from scheduler.codes import new_endpoint_handle
 from scheduler.endpoint_keys import encrypt_api_key
@@ -28,6 +31,9 @@ from scheduler.gateway import (
     to_upstream_code,
 )
 from scheduler.service import Actor
+from station import geometry, keys
+from station.policy.client import PolicyClient, PolicyUnavailable
+from station.policy.positronic_server import PositronicServer
 from tests.scheduler import builders
 from tests.scheduler.conftest import Gateway, free_port
 from tests.scheduler.policy_server import METADATA, PolicyServer
@@ -42,13 +48,21 @@ class Run:
     secrets: list[str]  # everything the station must never see
 
 
-def _claimed_run(gw: Gateway, upstream_url: str, *, api_key: str | None = API_KEY) -> Run:
+def _claimed_run(
+    gw: Gateway,
+    upstream_url: str,
+    *,
+    api_key: str | None = API_KEY,
+    dialect: EndpointDialect | None = None,
+) -> Run:
     with gw.db.session() as s:
         w = builders.world(s, 1, objects=("spoons",))
         encrypted = encrypt_api_key(api_key, encryption_key=gw.encryption_key) if api_key else None
         for sub in w.submissions.values():
             sub.endpoint_url = upstream_url
             sub.endpoint_api_key_encrypted = encrypted
+            if dialect is not None:
+                sub.endpoint_dialect = dialect
         c = service.create_campaign(
             s, protocol=builders.protocol(w, episodes_per_cell=1), actor=Actor(label="t")
         )
@@ -88,6 +102,85 @@ def test_frames_are_relayed_intact_both_ways(gateway: Gateway) -> None:
         assert upstream.seen.frames == [payload, "reset"]  # byte for byte, text as text
         assert upstream.seen.auth == [f"Api-Key {API_KEY}"]
         assert upstream.seen.close_codes == [1000]
+
+
+def _positronic_observation(client: PolicyClient) -> dict[str, Any]:
+    from station.drivers.arm.base import ArmState
+    from station.drivers.gripper.base import GripperState
+    from station.policy.observation import build_observation
+
+    assert client.info is not None
+    rot = geometry.euler_to_matrix(np.array([math.pi, 0.0, 0.0]))
+    arm = ArmState(
+        t=0.0,
+        q=np.zeros(7),
+        dq=np.zeros(7),
+        ee_pose=np.concatenate([[0.45, 0.0, 0.35], geometry.matrix_to_quat(rot)]),
+    )
+    grip = GripperState(t=0.0, target=0.1, position=0.1, object_detected=False, activated=True)
+    image = np.full((120, 160, 3), 90, np.uint8)
+    return build_observation(
+        client.info,
+        arm=arm,
+        gripper=grip,
+        images={keys.CAMERA_EXTERIOR: image, keys.CAMERA_WRIST: image},
+        prompt="put the spoons in the bin",
+    )
+
+
+class _StepDown:
+    """Answers every observation with a 2-step Cartesian chunk: 1 cm down, gripper closing."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def metadata(self) -> dict[str, Any]:
+        return {}
+
+    def new_session(self) -> _StepDown:
+        return self
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        self.calls += 1
+        start = np.asarray(obs[keys.OBS_CARTESIAN_POSITION], dtype=np.float64)
+        down = start + np.array([0, 0, -0.01, 0, 0, 0])
+        return {keys.REPLY_ACTIONS: np.stack([np.r_[start, 0.0], np.r_[down, 1.0]])}
+
+
+def test_a_positronic_session_is_relayed_with_the_bearer_key(gateway: Gateway) -> None:
+    """The stored URL is the normalised session URL; the gateway sends the key as
+    Positronic's client does (Bearer) and relays the status frames, the ready
+    frame and the results untouched. The station connects to the gateway URL as is."""
+    policy = _StepDown()
+    with PositronicServer(policy, auth_token=API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.session_url(), dialect=EndpointDialect.positronic_v1)
+        client = PolicyClient(
+            gateway_url(gateway.base, run.handle), dialect=EndpointDialect.positronic_v1
+        )
+        try:
+            info = client.connect()
+            assert info.dialect == EndpointDialect.positronic_v1
+            reply = client.infer(_positronic_observation(client), timeout_s=10)
+        finally:
+            client.close()
+        assert policy.calls == 1 and reply.actions.shape == (2, 7)
+        np.testing.assert_allclose(
+            reply.actions[:, :3], [[0.45, 0, 0.35], [0.45, 0, 0.34]], atol=1e-6
+        )
+        np.testing.assert_allclose(reply.actions[:, 6], [0, 1])
+        assert upstream.sessions == 1 and upstream.last_model == "demo"
+
+        # the same server registered as openpi would be sent 'Api-Key …': refused upstream
+        other = _claimed_run(gateway, upstream.session_url(), dialect=EndpointDialect.openpi)
+        client = PolicyClient(
+            gateway_url(gateway.base, other.handle),
+            dialect=EndpointDialect.positronic_v1,
+            connect_timeout_s=5.0,
+        )
+        with pytest.raises(PolicyUnavailable):
+            client.connect()
+        client.close()
+        assert upstream.sessions == 1
 
 
 def test_a_handle_may_be_used_again_while_its_run_is_claimed(gateway: Gateway) -> None:

@@ -34,6 +34,7 @@ from proctor.domain import (
 )
 from scheduler.endpoint_keys import decrypt_api_key
 from station.policy.demo import DemoPolicy
+from station.policy.positronic_server import PositronicServer
 from station.policy.server import Fault, PolicyServer
 from tests import factories
 from tests.web.conftest import Web, login, page_csrf
@@ -227,6 +228,77 @@ def test_workers_claim_each_run_once_and_requeue_a_dead_workers_run(
     assert [(o.run_id, o.verdict) for o in outcomes] == [(run_id, "passed")]
 
 
+# -- Positronic endpoints ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("ws://policy.example.org:1234", "ws://policy.example.org:1234/api/v1/session"),
+        ("ws://policy.example.org:1234/", "ws://policy.example.org:1234/api/v1/session"),
+        ("wss://policy.example.org/api/v1/session/", "wss://policy.example.org/api/v1/session"),
+        # a model id (which may hold slashes) and the session parameters are kept as written
+        (
+            "wss://policy.example.org/api/v1/session/GEAR/dz-10000?codec.fps=10",
+            "wss://policy.example.org/api/v1/session/GEAR/dz-10000?codec.fps=10",
+        ),
+    ],
+)
+def test_a_positronic_endpoint_is_stored_with_its_session_path(
+    portal: Web, given: str, stored: str
+) -> None:
+    h = submitter(portal)
+    r = portal.client().post(
+        "/api/submissions/endpoints",
+        json=endpoint_body(given, dialect="positronic_v1", api_key="bearer-secret"),
+        headers=h,
+    )
+    assert r.status_code == 201, r.text
+    sub = r.json()
+    assert sub["endpoint_url"] == stored and "bearer-secret" not in r.text
+    with portal.db() as s:
+        row = s.get(Submission, sub["id"])
+        assert row is not None and row.endpoint_url == stored
+        assert row.endpoint_dialect is not None and row.endpoint_dialect.value == "positronic_v1"
+
+
+def test_a_positronic_endpoint_is_checked_with_its_bearer_key_and_passes(portal: Web) -> None:
+    h = submitter(portal)
+    with PositronicServer(DemoPolicy("reference"), auth_token="bearer-secret") as server:
+        r = portal.client().post(
+            "/api/submissions/endpoints",
+            json=endpoint_body(
+                server.url,  # as a submitter gives it: the host, no path
+                dialect="positronic_v1",
+                api_key="bearer-secret",
+                chunk_length=None,
+                deterministic=False,
+            ),
+            headers=h,
+        )
+        assert r.status_code == 201, r.text
+        sub = r.json()
+        assert sub["endpoint_url"] == server.session_url()
+        outcomes = run_worker(portal)
+        assert server.sessions >= 1  # the server refuses a session without the Bearer key
+    assert [(o.submission_id, o.verdict) for o in outcomes] == [(sub["id"], "passed")], outcomes
+    report = portal.client().get(f"/api/submissions/{sub['id']}", headers=h).json()
+    assert report["conformance_status"] == "passed"
+    assert report["conformance_report"]["dialect"] == "positronic_v1"
+
+
+def test_a_positronic_endpoint_with_the_wrong_key_fails_its_check(portal: Web) -> None:
+    h = submitter(portal)
+    with PositronicServer(DemoPolicy("reference"), auth_token="bearer-secret") as server:
+        r = portal.client().post(
+            "/api/submissions/endpoints",
+            json=endpoint_body(server.url, dialect="positronic_v1", api_key="wrong"),
+            headers=h,
+        )
+        assert r.status_code == 201, r.text
+        outcomes = run_worker(portal)
+        assert server.sessions == 0
+    assert [o.verdict for o in outcomes] == ["failed"]
+
+
 # -- what registration refuses -----------------------------------------------------------------
 @pytest.mark.parametrize(
     ("change", "field", "message"),
@@ -236,9 +308,14 @@ def test_workers_claim_each_run_once_and_requeue_a_dead_workers_run(
         ({"url": "ws://"}, "url", "names no host"),
         ({"url": "ws://policy.example.org:0"}, "url", "port 0 is not a port"),
         (
-            {"dialect": "positronic_v1"},
-            "dialect",
-            "the station's policy client does not speak Positronic's v1 wire yet",
+            {"dialect": "positronic_v1", "url": "ws://policy.example.org/other"},
+            "url",
+            "the path must be /api/v1/session or /api/v1/session/<model_id>",
+        ),
+        (
+            {"dialect": "positronic_v1", "url": "ws://policy.example.org/api/v1/sessions"},
+            "url",
+            "the path must be /api/v1/session",
         ),
         (
             {"policy_name": "Arm B"},

@@ -1,6 +1,8 @@
 """Registering a submitter-hosted policy server: its URL, dialect and key.
 
-Pure checks (``check_url``, ``check_dialect``) plus the network policy:
+Pure checks (``check_url``, ``check_dialect``, and ``check_endpoint``, which
+runs both and gives a Positronic endpoint its session path, the URL that is
+stored and that the worker and the gateway connect to) plus the network policy:
 outside dev and test, an endpoint may not resolve to loopback, private,
 link-local or otherwise reserved addresses — the conformance worker and the
 gateway connect to it from inside our network, and a submitter must not be
@@ -15,13 +17,10 @@ from urllib.parse import urlsplit
 
 from proctor.domain import EndpointDialect
 from proctor.settings import Settings
+from station.policy import positronic
 
 MAX_URL = 512
-SUPPORTED_DIALECTS = (EndpointDialect.openpi, EndpointDialect.roboarena)
-POSITRONIC_UNSUPPORTED = (
-    "the station's policy client does not speak Positronic's v1 wire yet; serve your "
-    "policy with the openpi protocol (or its RoboArena dialect) and register that"
-)
+SUPPORTED_DIALECTS = tuple(EndpointDialect)
 
 
 class EndpointProblem(ValueError):
@@ -68,11 +67,33 @@ def check_dialect(value: str | EndpointDialect) -> EndpointDialect:
         dialect = EndpointDialect(value)
     except ValueError:
         raise EndpointProblem(
-            "dialect", f"'{value}' is not one of openpi, roboarena, positronic_v1"
+            "dialect", f"'{value}' is not one of {', '.join(d.value for d in SUPPORTED_DIALECTS)}"
         ) from None
-    if dialect == EndpointDialect.positronic_v1:
-        raise EndpointProblem("dialect", POSITRONIC_UNSUPPORTED)
     return dialect
+
+
+def endpoint_url(url: str, dialect: EndpointDialect | None) -> str:
+    """The URL to connect to: a Positronic endpoint given as ``ws(s)://host[:port]``
+    gets its session path (``/api/v1/session``); a path naming a model is kept,
+    any other path is refused. Other dialects' URLs are used as given."""
+    if dialect != EndpointDialect.positronic_v1:
+        return url
+    try:
+        normalised = positronic.session_url(url)
+    except ValueError as exc:
+        raise EndpointProblem("url", str(exc)) from None
+    if len(normalised) > MAX_URL:
+        raise EndpointProblem(
+            "url", f"is longer than {MAX_URL} characters with Positronic's session path"
+        )
+    return normalised
+
+
+def check_endpoint(url: str, dialect: str | EndpointDialect) -> tuple[str, EndpointDialect]:
+    """``check_url`` and ``check_dialect``, then the URL as it is stored."""
+    checked = check_url(url)
+    chosen = check_dialect(dialect)
+    return endpoint_url(checked, chosen), chosen
 
 
 def private_endpoints_allowed(settings: Settings) -> bool:

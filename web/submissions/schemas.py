@@ -66,12 +66,19 @@ class EndpointIn(_In):
     url: str = Field(max_length=512, description="the policy server: ws://host:port or wss://…")
     dialect: EndpointDialect = Field(
         default=EndpointDialect.openpi,
-        description="openpi or roboarena (positronic_v1 is not supported by the station yet)",
+        description=(
+            "openpi, roboarena or positronic_v1 (Positronic's offboard protocol v1: the URL "
+            "ws(s)://host[:port] is stored as …/api/v1/session, the server's default model; "
+            "…/api/v1/session/<model_id> names one)"
+        ),
     )
     api_key: SecretStr | None = Field(
         default=None,
         max_length=4096,
-        description="sent as 'Authorization: Api-Key <key>'; stored encrypted, never shown again",
+        description=(
+            "sent as 'Authorization: Api-Key <key>' (openpi, roboarena) or "
+            "'Authorization: Bearer <key>' (positronic_v1); stored encrypted, never shown again"
+        ),
     )
     action_space: ActionSpace | None = Field(
         default=None, description="the action space you declare (checked against the metadata)"

@@ -214,8 +214,8 @@ def register_endpoint(
     now: datetime,
 ) -> Submission:
     try:
-        url = endpoints.check_url(body.url)
-        dialect = endpoints.check_dialect(body.dialect)
+        # a Positronic endpoint is stored with its session path
+        url, dialect = endpoints.check_endpoint(body.url, body.dialect)
         endpoints.check_reachable_publicly(url, settings)
     except endpoints.EndpointProblem as exc:
         raise FieldError(exc.field, exc.message) from None

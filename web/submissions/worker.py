@@ -33,7 +33,7 @@ from station.policy.conformance import (
     Status,
     check_endpoint,
 )
-from station.policy.spec import ActionSpace
+from station.policy.spec import ActionSpace, auth_headers
 from web import audit
 from web.submissions import endpoints, queue
 
@@ -69,16 +69,17 @@ def _job(session: ProctorSession, run: ConformanceRun, settings: Settings) -> Jo
     owner = session.get(User, sub.policy.owner_id) if sub.policy.owner_id else None
     if owner is not None:
         terms += [owner.username, owner.display_name or ""]
-    headers = {}
+    key = None
     if sub.endpoint_api_key_encrypted:
         key = decrypt_api_key(
             sub.endpoint_api_key_encrypted, encryption_key=settings.encryption_key
         )
-        headers["Authorization"] = f"Api-Key {key}"
+    dialect = sub.endpoint_dialect
     return Job(
         run_id=run.id,
         submission_id=sub.id,
-        url=sub.endpoint_url,
+        # a Positronic URL is stored with its session path; normalising again is a no-op
+        url=endpoints.endpoint_url(sub.endpoint_url, dialect),
         expect=Expectations(
             action_space=ActionSpace(space) if space else None,
             chunk_length=declared.get("chunk_length"),
@@ -86,8 +87,9 @@ def _job(session: ProctorSession, run: ConformanceRun, settings: Settings) -> Jo
             identity_terms=tuple(t for t in terms if t),
         ),
         options=CheckOptions(
-            dialect=sub.endpoint_dialect,
-            headers=headers,
+            dialect=dialect,
+            # Api-Key (openpi, RoboArena) or Bearer (Positronic), as each dialect's client sends it
+            headers=auth_headers(dialect, key),
             sim_keys=settings.submissions.conformance_sim_keys,
         ),
     )
