@@ -377,20 +377,26 @@ def serve_demo(
         ),
     ] = None,
 ) -> None:
-    """Serve a scripted demo policy over the policy protocol (openpi WebSocket)."""
-    from station.policy.demo import DemoPolicy, demo_profile
-    from station.policy.server import Fault, PolicyServer
+    """Serve a scripted demo policy on the wire its profile names (openpi
+    WebSocket, its RoboArena dialect, or Positronic v1)."""
+    from station.policy.demo import DemoPolicy, demo_profile, demo_serve
+    from station.policy.server import Fault
 
     try:
         p = demo_profile(profile)
         drill = Fault.parse(fault) if fault else None
+        server = demo_serve(DemoPolicy(p, seed=seed), host=host, port=port, fault=drill)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"--fault: {exc}" if fault else str(exc)) from None
     logging.basicConfig(level=logging.WARNING)
-    server = PolicyServer(DemoPolicy(p, seed=seed), host=host, port=port, fault=drill)
 
     def started() -> None:
-        typer.echo(f"serving demo policy '{p.name}' on {server.url}")
+        wire = (
+            f" (the Positronic v1 wire; session {server.session_url()})"
+            if p.dialect == "positronic_v1"
+            else ""
+        )
+        typer.echo(f"serving demo policy '{p.name}' on {server.url}{wire}")
         sys.stdout.flush()
 
     try:

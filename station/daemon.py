@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +23,12 @@ from sqlalchemy.orm import sessionmaker
 
 from proctor.artifacts import ArtifactStore
 from proctor.db.engine import ProctorSession
-from proctor.domain import Outcome
+from proctor.domain import EndpointDialect, Outcome
 from proctor.errors import ProctorError, UsageError
 from station import episodes
 from station.config import StationConfig
+from station.policy.positronic import session_url
+from station.policy.spec import auth_headers
 from station.profiles import build_cell
 from station.recovery import Recovered, recover_interrupted
 from station.runner import EpisodeRunner, PolicyUnreachable, RunnerState, StopKind
@@ -47,10 +50,32 @@ class Notice:
 
 
 def adhoc_source(options: dict[str, Any]) -> WorkSource:
-    """``[work] source = "adhoc"``: the same work repeatedly, from the config's options."""
+    """``[work] source = "adhoc"``: the same work repeatedly, from the config's
+    options. ``dialect`` names the policy's wire (default: detected from an
+    openpi/RoboArena server's metadata; ``positronic_v1`` must be named);
+    ``api_key_env`` names the environment variable holding its API key."""
     opts = dict(options)
     repeat = int(opts.pop("repeat", 1_000_000))
     try:
+        dialect = EndpointDialect(opts.pop("dialect")) if "dialect" in opts else None
+    except ValueError:
+        raise UsageError(
+            "work.options.dialect: not one of " + ", ".join(d.value for d in EndpointDialect)
+        ) from None
+    headers: dict[str, str] = {}
+    if "api_key_env" in opts:
+        name = str(opts.pop("api_key_env"))
+        key = os.environ.get(name, "")
+        if not key:
+            raise UsageError(f"work.options.api_key_env: the environment variable {name} is empty")
+        headers = auth_headers(dialect, key)
+    try:
+        url = opts.pop("policy")
+        if dialect == EndpointDialect.positronic_v1:
+            try:
+                url = session_url(str(url))
+            except ValueError as exc:
+                raise UsageError(f"work.options.policy: {exc}") from None
         template = Work(
             run_code="X-ADHOC",
             object_name=opts.pop("object"),
@@ -58,8 +83,10 @@ def adhoc_source(options: dict[str, Any]) -> WorkSource:
             per_item_cap_s=float(opts.pop("per_item_cap_s", 30.0)),
             tote_side=opts.pop("tote_side", "left"),
             camera_side=opts.pop("camera_side", "right"),
-            policy_url=opts.pop("policy"),
+            policy_url=url,
             sim_seed=opts.pop("seed", None),
+            dialect=dialect,
+            policy_headers=headers,
         )
     except KeyError as exc:
         raise UsageError(

@@ -181,7 +181,7 @@ def _register(
 ) -> tuple[world.Accounts, int, str, int]:
     from scheduler.protocol import parse_protocol
     from scheduler.service import Actor, create_campaign, start_campaign
-    from station.policy.conformance import check_endpoint
+    from station.policy.conformance import CheckOptions, check_endpoint
     from station.policy.demo import demo_profile
     from web.auth.passwords import Passwords
 
@@ -204,7 +204,8 @@ def _register(
         task = progress.add_task("check", total=len(world.ARMS), last="")
         for arm in world.ARMS:
             url = policies.url(arm)
-            report = check_endpoint(url)
+            dialect = EndpointDialect(demo_profile(arm).dialect)
+            report = check_endpoint(url, options=CheckOptions(dialect=dialect))
             with session_scope(ctx.sessions) as s:
                 from proctor.db.models import Policy
 
@@ -212,7 +213,7 @@ def _register(
                     s,
                     policy=s.get(Policy, policy_ids[arm]),  # type: ignore[arg-type]
                     url=url,
-                    dialect=EndpointDialect(demo_profile(arm).dialect),
+                    dialect=dialect,
                     report=report.to_json(),
                     passed=report.passed,
                 )

@@ -20,7 +20,9 @@ class PolicyServers:
     servers: dict[str, Any]
 
     def url(self, arm: str) -> str:
-        return str(self.servers[arm].url)
+        """The endpoint as registered (a Positronic server's session URL)."""
+        server = self.servers[arm]
+        return str(server.session_url() if hasattr(server, "session_url") else server.url)
 
     def stop(self) -> None:
         for server in self.servers.values():
@@ -28,13 +30,13 @@ class PolicyServers:
 
 
 def start_policy_servers(arms: tuple[str, ...], *, seed: int) -> PolicyServers:
-    from station.policy.demo import DemoPolicy
-    from station.policy.server import PolicyServer
+    """Each arm on the wire its profile names (openpi, RoboArena or Positronic v1)."""
+    from station.policy.demo import DemoPolicy, demo_serve
 
     started: dict[str, Any] = {}
     try:
         for arm in arms:
-            started[arm] = PolicyServer(DemoPolicy(arm, seed=seed), port=0).start()
+            started[arm] = demo_serve(DemoPolicy(arm, seed=seed)).start()
     except BaseException:
         PolicyServers(started).stop()
         raise

@@ -56,7 +56,9 @@ class DemoProfile:
     release_early: bool = False  # opens the fingers while still moving in: items fly a little
     drop_spread: float = 0.55  # where in the target bin it lets go, as a fraction of its half size
     chunk: int = 10  # actions per reply
-    dialect: str = "roboarena"  # metadata style: "roboarena" or "openpi"
+    # the wire it is served on: "roboarena", "openpi" (metadata styles of the openpi
+    # protocol) or "positronic_v1" (served by positronic_server.PositronicServer)
+    dialect: str = "roboarena"
     image_size: tuple[int, int] | None = (96, 128)  # what the server asks for (H, W)
     reference: bool = False
 
@@ -104,6 +106,7 @@ DEMO_PROFILES: dict[str, DemoProfile] = {
             pause_prob=0.2,
             pause_mean_s=1.5,
             jitter=0.001,
+            dialect="positronic_v1",
         ),
         DemoProfile(
             name="balanced",
@@ -446,3 +449,22 @@ class _DemoSession:
 
     def reset(self, message: dict[str, Any]) -> None:
         self.controller.reset()
+
+
+def demo_serve(
+    policy: DemoPolicy, host: str = "127.0.0.1", port: int = 0, fault: Any = None
+) -> Any:
+    """The server for a demo policy, on the wire its profile names (not started).
+    ``fault`` (a ``server.Fault``) drills the openpi server only."""
+    from station.policy.positronic_server import PositronicServer
+    from station.policy.server import PolicyServer
+
+    p = policy.profile
+    if p.dialect == "positronic_v1":
+        if fault is not None:
+            raise ValueError("fault drills are served on the openpi wire only")
+        size = (p.image_size[1], p.image_size[0]) if p.image_size else None
+        return PositronicServer(
+            policy, host=host, port=port, image_size_wh=size, action_fps=CONTROL_HZ
+        )
+    return PolicyServer(policy, host=host, port=port, fault=fault)

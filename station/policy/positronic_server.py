@@ -270,6 +270,11 @@ class PositronicServer:
             started()
             await server.serve_forever()
 
+    def serve_forever(self, started: Callable[[], None] | None = None) -> None:
+        """Serve on this thread until interrupted."""
+        with contextlib.suppress(asyncio.CancelledError):
+            asyncio.run(self._serve(started or (lambda: None)))
+
     def start(self) -> PositronicServer:
         def run() -> None:
             loop = asyncio.new_event_loop()

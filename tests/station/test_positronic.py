@@ -425,3 +425,52 @@ def test_an_episode_over_the_positronic_wire(station_db, tmp_path: Path, backend
         assert set(rec.column(keys.ACTION_KIND)[running]) == {"cartesian_pose"}
         assert rec.ground_truth is not None and rec.ground_truth["final"]["placed"] == 2
         rec.close()
+
+
+def test_a_daemons_adhoc_work_can_name_the_positronic_wire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from proctor.errors import UsageError
+    from station.daemon import adhoc_source
+
+    monkeypatch.setenv("POLICY_KEY", "tok")
+    base = {"object": "towels", "policy": "ws://gpu:8000", "dialect": "positronic_v1"}
+    work = adhoc_source({**base, "api_key_env": "POLICY_KEY"}).claim()
+    assert work is not None
+    assert work.policy_url == "ws://gpu:8000/api/v1/session"
+    assert work.dialect == EndpointDialect.positronic_v1
+    assert work.policy_headers == {"Authorization": "Bearer tok"}
+    # openpi keeps its URL as given and its own key scheme
+    plain = adhoc_source({**base, "dialect": "openpi", "api_key_env": "POLICY_KEY"}).claim()
+    assert plain is not None and plain.policy_url == "ws://gpu:8000"
+    assert plain.policy_headers == {"Authorization": "Api-Key tok"}
+    for options, field in [
+        ({**base, "dialect": "grpc"}, "work.options.dialect"),
+        ({**base, "api_key_env": "NOT_SET_ANYWHERE"}, "work.options.api_key_env"),
+        ({**base, "policy": "ws://gpu:8000/elsewhere"}, "work.options.policy"),
+    ]:
+        with pytest.raises(UsageError, match=field):
+            adhoc_source(options)
+
+
+def test_serve_demo_serves_a_positronic_profile_on_its_wire(serve_demo: Any) -> None:
+    """`proctor policy serve-demo --profile steady` (the demo's Positronic arm),
+    in its own process, passes the conformance check on the Positronic wire."""
+    import subprocess
+
+    from station.policy.conformance import CheckOptions, check_endpoint
+    from tests.station.conftest import PROCTOR, ROOT, clean_env
+
+    url = serve_demo("steady")
+    report = check_endpoint(
+        url, options=CheckOptions(dialect=EndpointDialect.positronic_v1, observations=3)
+    )
+    assert report.passed, report.summary
+    assert report.server is not None and report.server["image_size"] == [96, 128]
+    drill = subprocess.run(
+        [*PROCTOR, "policy", "serve-demo", "--profile", "steady", "--fault", "hang"],
+        capture_output=True, text=True, env=clean_env(), cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert (
+        drill.returncode == 2 and "--fault: fault drills are served on the openpi" in drill.stderr
+    )

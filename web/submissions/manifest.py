@@ -138,7 +138,7 @@ class CommandRunner(_Section):
     requirements: ArchivePath | None = None
     python: Annotated[str, StringConstraints(pattern=r"^3\.(1[0-9]|[89])$")] = "3.11"
     # the wire dialect the command's server speaks
-    dialect: Literal["openpi", "roboarena"] = "openpi"
+    dialect: Literal["openpi", "roboarena", "positronic_v1"] = "openpi"
 
     @field_validator("command")
     @classmethod
