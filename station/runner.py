@@ -50,6 +50,7 @@ from station.drivers.camera.base import CameraStalled, Frame
 from station.drivers.gripper.base import GripperCommand, GripperFault, GripperState
 from station.policy.client import PolicyClient, PolicyError, PolicyWorker, Reply
 from station.policy.observation import ImageResizer, build_observation
+from station.policy.positronic import first_due_row
 from station.policy.spec import ActionSpace, StepCommands, to_commands
 from station.recorder import Recorder, VideoSettings
 from station.work import Work
@@ -532,6 +533,8 @@ class EpisodeRunner:
         ticks = act.ticks
         velocity_space = space in (ActionSpace.joint_velocity, ActionSpace.cartesian_velocity)
         chunk_space = space
+        info = act.client.info
+        positronic_wire = info is not None and info.dialect == EndpointDialect.positronic_v1
         # velocity chunks are asked for ahead (a position chunk planned from an older
         # state would pull the arm back to where it was: those are asked for at the end)
         lookahead = cfg.policy_lookahead_steps if velocity_space else 0
@@ -600,9 +603,16 @@ class EpisodeRunner:
                         reply = pending.result()  # raises the PolicyError, if any
                     if reply is not None:
                         pending = None
-                        chunk, chunk_i, chunk_space = reply.actions, 0, reply.space
-                        span = min(n_act, len(chunk))
-                        act.next_query_t = t_act + max(0, span - lookahead) * dt_act
+                        chunk, chunk_space = reply.actions, reply.space
+                        # Positronic times its waypoints from the call: on a real-time
+                        # clock those already past are skipped, as its chunk player does
+                        chunk_i = (
+                            first_due_row(t_act - pending_clock, cfg.control_hz, len(chunk))
+                            if positronic_wire and not cell.is_virtual
+                            else 0
+                        )
+                        span = min(chunk_i + n_act, len(chunk))
+                        act.next_query_t = t_act + max(0, span - chunk_i - lookahead) * dt_act
                         latency, calls = reply.latency_s, calls + 1
                         act.latencies.append(latency)
                 if chunk is not None:

@@ -474,3 +474,66 @@ def test_serve_demo_serves_a_positronic_profile_on_its_wire(serve_demo: Any) -> 
     assert (
         drill.returncode == 2 and "--fault: fault drills are served on the openpi" in drill.stderr
     )
+
+
+class _SlowIndexed:
+    """Answers after ``latency_s`` with ten Cartesian rows that hold the arm
+    still and carry their index in the gripper target (row k → k / 10)."""
+
+    def __init__(self, latency_s: float) -> None:
+        self.latency_s = latency_s
+
+    def new_session(self) -> _SlowIndexed:
+        return self
+
+    def metadata(self) -> dict[str, Any]:
+        return {}
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        import time
+
+        time.sleep(self.latency_s)
+        here = np.asarray(obs[keys.OBS_CARTESIAN_POSITION], dtype=np.float64)
+        rows = np.array([[*here, k / 10] for k in range(10)])
+        return {keys.REPLY_ACTIONS: rows}
+
+
+def test_in_real_time_the_rows_past_due_are_skipped(
+    station_db, tmp_path: Path, backend: str
+) -> None:
+    """On the monotonic clock with a 0.2 s policy, every chunk starts at its
+    row ≥ 3 (0.2 s × 15 Hz): the gripper targets 0, 0.1 and 0.2 are never sent."""
+    if backend != "sqlite":
+        pytest.skip("the control loop does not depend on the database; run once")
+    from proctor.artifacts import LocalArtifactStore
+    from proctor.db import session_scope
+    from station.recording import load_recording
+    from station.work import Work
+    from tests.station.conftest import sim_config, sim_runner
+
+    _, sessions = station_db
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    cfg = sim_config(control_hz=15.0, sim={"clock": "monotonic"})
+    with PositronicServer(_SlowIndexed(0.2)) as server:
+        work = Work(
+            run_code="R-POS02",
+            object_name="towels",
+            items=1,
+            per_item_cap_s=2.5,
+            tote_side=Side.left,
+            camera_side=Side.right,
+            policy_url=session_url(server.url),
+            sim_seed=3,
+            dialect=EndpointDialect.positronic_v1,
+        )
+        with sim_runner(sessions, store, tmp_path, cfg) as runner:
+            uid = runner.arm(work)
+            runner.start(background=False)
+            summary = runner.last
+    assert summary is not None and summary.policy_calls >= 2
+    with session_scope(sessions) as s:
+        rec = load_recording(s, store, uid)
+        asked = rec.column(keys.GRIPPER_TARGET_REQUESTED)
+        rec.close()
+    sent = np.unique(np.round(asked[np.isfinite(asked)], 3))
+    assert len(sent) and sent.min() >= 0.3 - 1e-9, sent
