@@ -21,6 +21,22 @@ policy_app = typer.Typer(
 )
 
 ProfileOpt = Annotated[str, typer.Option("--profile", help="Station profile: sim, twin or real.")]
+DialectOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="openpi, roboarena or positronic_v1 (default: openpi or roboarena, "
+        "detected from the server's metadata; a Positronic server must be named)."
+    ),
+]
+ApiKeyEnvOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-env",
+        help="An environment variable holding the server's API key (sent as "
+        "'Authorization: Api-Key …', as openpi's client does, or as "
+        "'Authorization: Bearer …' with --dialect positronic_v1, as Positronic's does).",
+    ),
+]
 StationConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", help="Station config file (TOML); defaults when omitted."),
@@ -176,22 +192,8 @@ def episode(
     ],
     object_name: Annotated[str, typer.Option("--object", help="Object type, e.g. spoons.")],
     profile: ProfileOpt = "sim",
-    dialect: Annotated[
-        str | None,
-        typer.Option(
-            help="openpi, roboarena or positronic_v1 (default: openpi or roboarena, "
-            "detected from the server's metadata; a Positronic server must be named)."
-        ),
-    ] = None,
-    api_key_env: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key-env",
-            help="An environment variable holding the server's API key (sent as "
-            "'Authorization: Api-Key …', or 'Authorization: Bearer …' with "
-            "--dialect positronic_v1).",
-        ),
-    ] = None,
+    dialect: DialectOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
     items: Annotated[int, typer.Option(help="Items set out in the source bin.")] = 8,
     seed: Annotated[int | None, typer.Option(help="Simulated cell seed.")] = None,
     per_item_cap: Annotated[float, typer.Option(help="Time budget per item, s.")] = 30.0,
@@ -426,13 +428,7 @@ def check(
             "positronic_v1, /api/v1/session is added to a URL with no path)."
         ),
     ],
-    dialect: Annotated[
-        str | None,
-        typer.Option(
-            help="openpi, roboarena or positronic_v1 (default: openpi or roboarena, "
-            "detected from the server's metadata; a Positronic server must be named)."
-        ),
-    ] = None,
+    dialect: DialectOpt = None,
     action_space: Annotated[
         str | None,
         typer.Option(
@@ -458,15 +454,7 @@ def check(
             "(repeatable).",
         ),
     ] = None,
-    api_key_env: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key-env",
-            help="An environment variable holding the server's API key (sent as "
-            "'Authorization: Api-Key …', as openpi's client does, or as "
-            "'Authorization: Bearer …' with --dialect positronic_v1, as Positronic's does).",
-        ),
-    ] = None,
+    api_key_env: ApiKeyEnvOpt = None,
     timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds a reply may take (the station's limit).")
     ] = 5.0,

@@ -128,13 +128,7 @@ class PolicyClient:
                 f"policy server sent no metadata within {self._connect_timeout:g} s"
             ) from None
         except ConnectionClosed as exc:
-            if _too_big(exc):
-                raise PolicyProtocolError(
-                    f"policy metadata rejected: {self._too_big_text()}"
-                ) from None
-            raise PolicyUnavailable(
-                "policy server closed the connection before its metadata"
-            ) from None
+            raise self._closed_early(exc, "its metadata") from None
         try:
             if isinstance(raw, str):
                 raise ProtocolError("metadata arrived as text, not msgpack")
@@ -164,13 +158,7 @@ class PolicyClient:
             ws.close()
             raise PolicyUnavailable(f"policy server not ready: {exc}") from None
         except ConnectionClosed as exc:
-            if _too_big(exc):
-                raise PolicyProtocolError(
-                    f"policy metadata rejected: {self._too_big_text()}"
-                ) from None
-            raise PolicyUnavailable(
-                "policy server closed the connection before it was ready"
-            ) from None
+            raise self._closed_early(exc, "it was ready") from None
         except positronic.SessionRefused as exc:
             ws.close()
             raise PolicyUnavailable(str(exc)) from None
@@ -179,6 +167,12 @@ class PolicyClient:
             raise PolicyProtocolError(f"policy metadata rejected: {exc}") from None
         self._ws = ws
         return self.info
+
+    def _closed_early(self, exc: ConnectionClosed, before: str) -> PolicyError:
+        """What a connection closed during the handshake means to the station."""
+        if _too_big(exc):
+            return PolicyProtocolError(f"policy metadata rejected: {self._too_big_text()}")
+        return PolicyUnavailable(f"policy server closed the connection before {before}")
 
     def _too_big_text(self) -> str:
         # the station's own words: the close reason websockets wrote quotes the frame's size

@@ -21,7 +21,6 @@ import contextlib
 import http
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from station import geometry, keys
 from station.policy import codec
 from station.policy.positronic import MODELS_PATH, SESSION_PATH
 from station.policy.server import ServedPolicy
+from station.policy.serving import BackgroundServer
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ MISTAKES = (
 
 
 @dataclass
-class PositronicServer:
+class PositronicServer(BackgroundServer):
+    thread_name = "positronic-server"
     policy: ServedPolicy
     host: str = "127.0.0.1"
     port: int = 0
@@ -110,11 +111,7 @@ class PositronicServer:
         if self.mistake is not None and self.mistake not in MISTAKES:
             raise ValueError(f"mistake: '{self.mistake}' is not one of {', '.join(MISTAKES)}")
         self._server: Server | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._main: asyncio.Task[None] | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._init_serving()
 
     @property
     def url(self) -> str:
@@ -166,10 +163,7 @@ class PositronicServer:
         return meta
 
     async def _handler(self, ws: ServerConnection) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
+        self._track_handler()
         assert ws.request is not None
         parts = urlsplit(ws.request.path)
         requested = unquote(parts.path[len(SESSION_PATH) + 1 :]) or None
@@ -255,7 +249,7 @@ class PositronicServer:
             result[-1][keys.POSITRONIC_TIMESTAMP] = 0.0
         return {"result": result}
 
-    # -- lifecycle (a background thread, like station.policy.server) ------------------
+    # -- serving (the lifecycle is serving.BackgroundServer's) ------------------------
     async def _serve(self, started: Callable[[], None]) -> None:
         async with serve(
             self._handler,
@@ -269,47 +263,3 @@ class PositronicServer:
             self.port = next(iter(server.sockets)).getsockname()[1]
             started()
             await server.serve_forever()
-
-    def serve_forever(self, started: Callable[[], None] | None = None) -> None:
-        """Serve on this thread until interrupted."""
-        with contextlib.suppress(asyncio.CancelledError):
-            asyncio.run(self._serve(started or (lambda: None)))
-
-    def start(self) -> PositronicServer:
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                self._main = loop.create_task(self._serve(self._ready.set))
-                loop.run_until_complete(self._main)
-            except asyncio.CancelledError:
-                pass
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="positronic-server", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the Positronic server did not start")
-        return self
-
-    def stop(self) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-
-            def shutdown() -> None:
-                for task in list(self._handlers):
-                    task.cancel()
-                if self._main is not None:
-                    self._main.cancel()
-
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(shutdown)
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def __enter__(self) -> PositronicServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

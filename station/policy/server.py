@@ -10,9 +10,7 @@ frame, then close code 1011.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from websockets.frames import CloseCode
 
 from station import keys
 from station.policy import codec
+from station.policy.serving import BackgroundServer
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ class Fault:
         return cls(kind, n)
 
 
-class PolicyServer:
+class PolicyServer(BackgroundServer):
     def __init__(
         self,
         policy: ServedPolicy,
@@ -85,13 +84,8 @@ class PolicyServer:
         self.port = port
         self.fault = fault
         self._server: Server | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._startup_error: BaseException | None = None
         self.connections = 0
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._main: asyncio.Task[None] | None = None
+        self._init_serving()
 
     @property
     def url(self) -> str:
@@ -99,10 +93,7 @@ class PolicyServer:
 
     async def _handler(self, ws: ServerConnection) -> None:
         self.connections += 1
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
+        self._track_handler()
         session = self.policy.new_session()
         await ws.send(codec.packb(self.policy.metadata()))
         requests = 0
@@ -164,64 +155,12 @@ class PolicyServer:
         await ws.send(codec.packb(reply))
         return False
 
-    async def _serve(self, started: Callable[[], None] | None = None) -> None:
+    async def _serve(self, started: Callable[[], None]) -> None:
         async with serve(
             self._handler, self.host, self.port, compression=None, max_size=None
         ) as server:
             self._server = server
             sock = next(iter(server.sockets))
             self.port = sock.getsockname()[1]
-            if started is not None:
-                started()
+            started()
             await server.serve_forever()
-
-    def serve_forever(self, started: Callable[[], None] | None = None) -> None:
-        """Serve on this thread until interrupted."""
-        with contextlib.suppress(asyncio.CancelledError):
-            asyncio.run(self._serve(started))
-
-    # -- in a background thread (tests, the demo) ----------------------------
-    def start(self) -> PolicyServer:
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                self._main = loop.create_task(self._serve(self._ready.set))
-                loop.run_until_complete(self._main)
-            except asyncio.CancelledError:
-                pass
-            except BaseException as exc:
-                self._startup_error = exc
-                self._ready.set()
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="policy-server", daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
-        if self._startup_error is not None:
-            raise self._startup_error
-        return self
-
-    def stop(self) -> None:
-        loop, server = self._loop, self._server
-        if loop is not None and server is not None and not loop.is_closed():
-
-            def shutdown() -> None:
-                # handlers first (a drilled hang sleeps), then the serving task;
-                # websockets' own closing task must be left to finish
-                for task in list(self._handlers):
-                    task.cancel()
-                if self._main is not None:
-                    self._main.cancel()
-
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(shutdown)
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def __enter__(self) -> PolicyServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -129,6 +129,8 @@ def test_a_killed_daemon_leaves_a_recoverable_episode(
         "[cameras.wrist]\nwidth = 160\nheight = 120\nfps = 10\n"
         '[work]\nsource = "adhoc"\n'
         f'[work.options]\npolicy = "{url}"\nobject = "towels"\nitems = 8\nseed = 3\n'
+        # steady is the demo's Positronic arm: the daemon's ad-hoc work names its wire
+        'dialect = "positronic_v1"\n'
     )
     env = clean_env(PROCTOR_DATA_DIR=str(data))
     daemon = processes([*PROCTOR, "station", "run", "--profile", "sim", "--config", str(cfg)], env)
