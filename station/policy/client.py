@@ -97,6 +97,7 @@ class PolicyClient:
         self._status_timeout = status_timeout_s
         self._load_timeout = load_timeout_s
         self._space: ActionSpace | None = None  # a Positronic session's, once seen
+        self._hello: positronic.Handshake | None = None  # a Positronic session's handshake
 
     def __repr__(self) -> str:  # never the URL
         return f"PolicyClient(dialect={self.info.dialect.value if self.info else '?'})"
@@ -154,6 +155,7 @@ class PolicyClient:
                 clock=self.wall.now,
             )
             self.info = positronic.parse_meta(hello.meta)
+            self._hello = hello
         except TimeoutError as exc:
             ws.close()
             raise PolicyUnavailable(f"policy server not ready: {exc}") from None
@@ -180,6 +182,17 @@ class PolicyClient:
 
     def close(self) -> None:
         ws, self._ws = self._ws, None
+        end = self._hello.end() if self._hello is not None else None
+        if ws is not None and end is not None:
+            # a v3 Positronic session is ended in words, so the model frees its state
+            # at once; the acknowledgement is waited for briefly, never required
+            with contextlib.suppress(Exception):
+                ws.send(codec.packb(end))
+                deadline = self.wall.now() + 1.0
+                while (left := deadline - self.wall.now()) > 0:
+                    ack = codec.unpackb(ws.recv(timeout=left))
+                    if isinstance(ack, dict) and ack.get("end_session") is True:
+                        break
         if ws is not None:
             # closing a broken socket: nothing left to save
             with contextlib.suppress(Exception):
@@ -229,6 +242,8 @@ class PolicyClient:
             message[keys.ROBOARENA_ENDPOINT] = "infer"
             if info.needs_session_id:
                 message[keys.ROBOARENA_SESSION_ID] = self.session_id
+        if info.dialect == EndpointDialect.positronic_v1 and self._hello is not None:
+            message = self._hello.request(message)
         t0 = self.wall.now()
         raw = self._exchange(message, timeout_s)
         if info.dialect == EndpointDialect.positronic_v1:

@@ -581,9 +581,10 @@ class WireChecks(CheckState):
             )
             return
         try:
+            hello = None
             try:
                 if self.positronic:
-                    positronic.read_handshake(
+                    hello = positronic.read_handshake(
                         lambda timeout: ws.recv(timeout=timeout),
                         per_message_s=self.options.connect_timeout_s,
                         total_s=self.options.load_timeout_s,
@@ -592,8 +593,8 @@ class WireChecks(CheckState):
                     ws.recv(timeout=self.options.connect_timeout_s)  # the metadata
             except Exception:
                 return
-            if self.positronic:
-                self._positronic_errors(ws, title)
+            if hello is not None:
+                self._positronic_errors(ws, hello)
                 return
             bad: dict[str, Any] = {"prompt": "conformance probe: an observation with no images"}
             if self.info is not None and self.info.dialect == EndpointDialect.roboarena:
@@ -646,11 +647,12 @@ class WireChecks(CheckState):
         finally:
             self.close_quietly(ws)
 
-    def _positronic_errors(self, ws: ClientConnection, title: str) -> None:
+    def _positronic_errors(self, ws: ClientConnection, hello: positronic.Handshake) -> None:
         """Positronic's convention: a failing observation is answered with
         ``{"error": …}`` and the session stays open."""
         title = "Errors reported as {'error': …}"
-        ws.send(codec.packb({keys.POSITRONIC_TASK: "conformance probe: an empty observation"}))
+        probe = {keys.POSITRONIC_TASK: "conformance probe: an empty observation"}
+        ws.send(codec.packb(hello.request(probe)))
         try:
             raw = ws.recv(timeout=self.options.request_timeout_s)
         except TimeoutError:
@@ -679,7 +681,17 @@ class WireChecks(CheckState):
             reply = codec.unpackb(raw) if isinstance(raw, bytes) else None
         except codec.CodecError:
             reply = None
-        if isinstance(reply, dict) and "error" in reply:
+        if isinstance(reply, dict) and reply.get("status") == positronic.ERROR:
+            self.add(
+                "error_convention",
+                title,
+                Status.warning,
+                "Sent an observation without state or images, your server ended the whole "
+                "session with an error status. Positronic's convention is to answer "
+                "{'error': <text>} and keep the session open.",
+                server_error=excerpt(str(reply.get("error", ""))),
+            )
+        elif isinstance(reply, dict) and "error" in reply:
             self.add(
                 "error_convention",
                 title,

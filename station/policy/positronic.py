@@ -17,6 +17,13 @@ Positronic's offboard inference protocol (Positronic-Robotics/positronic,
 * then per observation: ``{"result": [action, …], "timing": {…}}`` or
   ``{"error": "…"}`` (the session stays open).
 
+Protocol versions: a ``ready`` frame without ``protocol_version`` (or with
+1) is the v1 exchange above, the observation sent bare. One with
+``protocol_version: 3`` (``positronic-model-server`` ≥ 0.3) also carries a
+``session_id``: each request is ``{"session_id", "observation"}`` and the
+session ends with ``{"session_id", "end_session": true}``, acknowledged in
+kind. Other versions are refused at connect.
+
 What the station sends (``station/keys.py``): ``robot_state.q``,
 ``robot_state.dq``, ``robot_state.ee_pose`` (xyz + quaternion **w first**,
 Positronic's order; the station's own is w last), ``grip``, ``task``,
@@ -119,11 +126,28 @@ def models_url(url: str) -> str:
 # -- the handshake ------------------------------------------------------------
 
 
+SUPPORTED_VERSIONS = (1, 3)
+
+
 @dataclass(frozen=True)
 class Handshake:
     meta: dict[str, Any]
     status_messages: int  # loading / waiting frames before ready
     waited_s: float
+    protocol_version: int = 1
+    session_id: str | None = None  # v3: what every request carries
+
+    def request(self, observation: dict[str, Any]) -> dict[str, Any]:
+        """The frame an observation travels in."""
+        if self.session_id is None:
+            return observation
+        return {"session_id": self.session_id, "observation": observation}
+
+    def end(self) -> dict[str, Any] | None:
+        """v3: the frame that ends the session (None: v1 just closes)."""
+        if self.session_id is None:
+            return None
+        return {"session_id": self.session_id, "end_session": True}
 
 
 def read_handshake(
@@ -162,7 +186,18 @@ def read_handshake(
                 meta = {}
             if not isinstance(meta, dict):
                 raise ProtocolError(f"'meta' is a {type(meta).__name__}, not a map")
-            return Handshake(meta, statuses, clock() - start)
+            version = message.get("protocol_version", 1)
+            if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
+                raise ProtocolError(
+                    f"protocol_version {version!r} is not spoken by the station "
+                    f"(it speaks {' and '.join(map(str, SUPPORTED_VERSIONS))})"
+                )
+            session = message.get("session_id")
+            if version >= 3 and (not isinstance(session, str) or not session):
+                raise ProtocolError("a protocol_version 3 ready frame without a session_id")
+            return Handshake(
+                meta, statuses, clock() - start, int(version), session if version >= 3 else None
+            )
         if status in (LOADING, WAITING):
             statuses += 1
             continue

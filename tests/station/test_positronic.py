@@ -537,3 +537,24 @@ def test_in_real_time_the_rows_past_due_are_skipped(
         rec.close()
     sent = np.unique(np.round(asked[np.isfinite(asked)], 3))
     assert len(sent) and sent.min() >= 0.3 - 1e-9, sent
+
+
+def test_protocol_versions_in_the_ready_frame() -> None:
+    v3 = read_handshake(
+        _frames({"status": "ready", "protocol_version": 3, "session_id": "abc", "meta": {}}),
+        per_message_s=1,
+        total_s=5,
+    )
+    assert v3.protocol_version == 3
+    assert v3.request({"task": "x"}) == {"session_id": "abc", "observation": {"task": "x"}}
+    assert v3.end() == {"session_id": "abc", "end_session": True}
+    v1 = read_handshake(_frames({"status": "ready", "meta": {}}), per_message_s=1, total_s=5)
+    assert v1.protocol_version == 1 and v1.request({"task": "x"}) == {"task": "x"}
+    assert v1.end() is None
+    for frame, words in [
+        ({"status": "ready", "protocol_version": 2, "meta": {}}, "protocol_version 2"),
+        ({"status": "ready", "protocol_version": 3, "meta": {}}, "without a session_id"),
+        ({"status": "ready", "protocol_version": True, "meta": {}}, "protocol_version True"),
+    ]:
+        with pytest.raises(ProtocolError, match=words):
+            read_handshake(_frames(frame), per_message_s=1, total_s=5)
