@@ -5,7 +5,6 @@ station — on both databases."""
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 import socket
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from scheduler.gateway import (
     to_upstream_code,
 )
 from scheduler.service import Actor
-from station import geometry, keys
+from station import keys
 from station.policy.client import PolicyClient, PolicyUnavailable
 from station.policy.positronic_server import PositronicServer
 from tests.scheduler import builders
@@ -105,27 +104,10 @@ def test_frames_are_relayed_intact_both_ways(gateway: Gateway) -> None:
 
 
 def _positronic_observation(client: PolicyClient) -> dict[str, Any]:
-    from station.drivers.arm.base import ArmState
-    from station.drivers.gripper.base import GripperState
-    from station.policy.observation import build_observation
+    from tests.station.conftest import posed_observation
 
     assert client.info is not None
-    rot = geometry.euler_to_matrix(np.array([math.pi, 0.0, 0.0]))
-    arm = ArmState(
-        t=0.0,
-        q=np.zeros(7),
-        dq=np.zeros(7),
-        ee_pose=np.concatenate([[0.45, 0.0, 0.35], geometry.matrix_to_quat(rot)]),
-    )
-    grip = GripperState(t=0.0, target=0.1, position=0.1, object_detected=False, activated=True)
-    image = np.full((120, 160, 3), 90, np.uint8)
-    return build_observation(
-        client.info,
-        arm=arm,
-        gripper=grip,
-        images={keys.CAMERA_EXTERIOR: image, keys.CAMERA_WRIST: image},
-        prompt="put the spoons in the bin",
-    )
+    return posed_observation(client.info, xyz=(0.45, 0.0, 0.35), prompt="put the spoons in the bin")
 
 
 class _StepDown:

@@ -162,3 +162,42 @@ def sim_runner(
         yield runner
     finally:
         runner.close()
+
+
+def posed_observation(
+    info: Any,
+    *,
+    xyz: tuple[float, float, float] = (0.45, 0.05, 0.35),
+    yaw: float = 0.0,
+    grip: float = 0.1,
+    image_hw: tuple[int, int] = (120, 160),
+    prompt: str = "put the towels in the bin",
+    privileged: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One observation in ``info``'s dialect, built by the station's own
+    ``build_observation``: the arm at ``xyz`` pointing down (roll π) turned by
+    ``yaw``, the gripper at ``grip``, both cameras a flat grey frame."""
+    import numpy as np
+
+    from station import geometry, keys
+    from station.drivers.arm.base import ArmState
+    from station.drivers.gripper.base import GripperState
+    from station.policy.observation import build_observation
+
+    rot = geometry.euler_to_matrix(np.array([np.pi, 0.0, yaw]))
+    arm = ArmState(
+        t=0.0,
+        q=np.zeros(7),
+        dq=np.zeros(7),
+        ee_pose=np.concatenate([xyz, geometry.matrix_to_quat(rot)]),
+    )
+    gripper = GripperState(t=0.0, target=grip, position=grip, object_detected=False, activated=True)
+    image = np.full((*image_hw, 3), 90, np.uint8)
+    return build_observation(
+        info,
+        arm=arm,
+        gripper=gripper,
+        images={keys.CAMERA_EXTERIOR: image, keys.CAMERA_WRIST: image},
+        prompt=prompt,
+        privileged=privileged,
+    )

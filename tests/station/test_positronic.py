@@ -301,26 +301,9 @@ def _client(url: str, **kw: Any) -> PolicyClient:
 
 
 def _observation(info: Any) -> dict[str, Any]:
-    from station.drivers.arm.base import ArmState
-    from station.drivers.gripper.base import GripperState
-    from station.policy.observation import build_observation
+    from tests.station.conftest import posed_observation
 
-    rot = geometry.euler_to_matrix(np.array([math.pi, 0.0, 0.3]))
-    arm = ArmState(
-        t=0.0,
-        q=np.zeros(7),
-        dq=np.zeros(7),
-        ee_pose=np.concatenate([[0.45, 0.05, 0.35], geometry.matrix_to_quat(rot)]),
-    )
-    grip = GripperState(t=0.0, target=0.1, position=0.1, object_detected=False, activated=True)
-    image = np.full((240, 320, 3), 90, np.uint8)
-    return build_observation(
-        info,
-        arm=arm,
-        gripper=grip,
-        images={keys.CAMERA_EXTERIOR: image, keys.CAMERA_WRIST: image},
-        prompt="put the towels in the bin",
-    )
+    return posed_observation(info, yaw=0.3, image_hw=(240, 320))
 
 
 class _Echo:

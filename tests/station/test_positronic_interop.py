@@ -9,7 +9,6 @@ Positronic waypoints (``positronic_server.cartesian_waypoints``)."""
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from positronic_model_server.server_wire import ServedHostPort
 from positronic_model_server.websocket_wire import WebsocketWire
 
 from proctor.domain import EndpointDialect, Outcome, Side
-from station import geometry, keys
+from station import keys
 from station.policy import positronic
 from station.policy.client import PolicyClient, PolicyProtocolError, PolicyUnavailable
 from station.policy.demo import CONTROL_HZ, DemoPolicy
@@ -31,6 +30,7 @@ from station.policy.positronic_server import (
     cartesian_waypoints,
     to_openpi_observation,
 )
+from tests.station.conftest import posed_observation
 
 
 class _DemoSession(Session):
@@ -105,19 +105,7 @@ def model_server() -> Iterator[Callable[..., _Running]]:
 
 
 def _observation(info: Any, prompt: str = "put the towels in the bin") -> dict[str, Any]:
-    from station.drivers.arm.base import ArmState
-    from station.drivers.gripper.base import GripperState
-    from station.policy.observation import build_observation
-
-    rot = geometry.euler_to_matrix(np.array([math.pi, 0.0, 0.0]))
-    arm = ArmState(
-        t=0.0,
-        q=np.zeros(7),
-        dq=np.zeros(7),
-        ee_pose=np.concatenate([[0.45, 0.05, 0.35], geometry.matrix_to_quat(rot)]),
-    )
-    grip = GripperState(t=0.0, target=0.0, position=0.0, object_detected=False, activated=True)
-    image = np.full((120, 160, 3), 60, np.uint8)
+    """With the simulated cell's privileged keys: the demo policy reads them."""
     privileged = {
         keys.SIM_ITEMS: np.array([[0.5, -0.2, 0.05, 0.0]]),
         keys.SIM_SOURCE_BIN: np.array([0.5, -0.2, 0.1, 0.1]),
@@ -126,14 +114,7 @@ def _observation(info: Any, prompt: str = "put the towels in the bin") -> dict[s
         keys.SIM_SEED: np.array([1]),
         keys.SIM_TIME: np.array([0.0]),
     }
-    return build_observation(
-        info,
-        arm=arm,
-        gripper=grip,
-        images={keys.CAMERA_EXTERIOR: image, keys.CAMERA_WRIST: image},
-        prompt=prompt,
-        privileged=privileged,
-    )
+    return posed_observation(info, grip=0.0, prompt=prompt, privileged=privileged)
 
 
 def test_the_station_client_speaks_protocol_3_with_positronics_server(
