@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -49,6 +50,9 @@ def _station_loop(
             if claim is None:
                 return
             log.append(claim.run_code)
+            # a station spends its episode's time between claiming and completing; with
+            # none, SQLite's unfair write lock can let two busy threads starve the third
+            time.sleep(0.005)
             with db.session() as s:
                 ep = Episode(
                     uid=secrets.token_hex(8),
