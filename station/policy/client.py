@@ -104,13 +104,12 @@ class PolicyClient:
 
     # -- lifecycle ----------------------------------------------------------
     def connect(self) -> ServerInfo:
-        # the URL as given: a Positronic server's session path is added where an
-        # endpoint enters (registration, the CLI), since a gateway URL has its own
-        url = self._url
         try:
-            # entered as a context manager (what websockets ≥ 17.1 asks for); closed in close()
+            # the URL as given: a Positronic server's session path is added where an
+            # endpoint enters (registration, the CLI), since a gateway URL has its own.
+            # Entered as a context manager (what websockets ≥ 17.1 asks for); closed in close()
             ws = connect(
-                url,
+                self._url,
                 open_timeout=self._connect_timeout,
                 close_timeout=1.0,
                 max_size=self._max_message_bytes,

@@ -64,7 +64,6 @@ from proctor.domain import EndpointDialect
 from station import geometry, keys
 from station.policy import codec
 from station.policy.spec import ActionSpace, ProtocolError, ServerInfo
-from station.policy.spec import auth_headers as spec_auth_headers
 
 SESSION_PATH = "/api/v1/session"
 MODELS_PATH = "/api/v1/models"
@@ -86,10 +85,6 @@ class SessionRefused(RuntimeError):
     def __init__(self, message: str, server_text: str = "") -> None:
         super().__init__(message)
         self.server_text = server_text
-
-
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    return spec_auth_headers(EndpointDialect.positronic_v1, api_key)
 
 
 def session_url(url: str) -> str:

@@ -25,7 +25,7 @@ from station.policy.positronic import (
     session_url,
 )
 from station.policy.positronic_server import CMD, PositronicServer
-from station.policy.spec import ActionSpace, ProtocolError
+from station.policy.spec import ActionSpace, ProtocolError, auth_headers
 
 CART = ActionSpace.cartesian_position
 JOINT = ActionSpace.joint_position
@@ -62,8 +62,8 @@ def test_session_url_refusals_and_the_models_url() -> None:
     assert positronic.models_url("wss://gpu/api/v1/session/7") == "https://gpu/api/v1/models"
     assert positronic.model_id("ws://h:1/api/v1/session/a/b") == "a/b"
     assert positronic.model_id("ws://h:1") is None
-    assert positronic.auth_headers("k") == {"Authorization": "Bearer k"}
-    assert positronic.auth_headers(None) == {}
+    assert auth_headers(EndpointDialect.positronic_v1, "k") == {"Authorization": "Bearer k"}
+    assert auth_headers(EndpointDialect.positronic_v1, None) == {}
 
 
 # -- the handshake ----------------------------------------------------------------------
@@ -332,7 +332,9 @@ def test_an_exchange_with_loading_auth_and_a_named_model() -> None:
     ) as server:
         with pytest.raises(PolicyUnavailable, match="unreachable"):
             _client(server.url).connect()  # no bearer token: the upgrade is refused
-        client = _client(server.session_url("a/b"), headers=positronic.auth_headers("tok"))
+        client = _client(
+            server.session_url("a/b"), headers=auth_headers(EndpointDialect.positronic_v1, "tok")
+        )
         info = client.connect()
         assert server.last_model == "a/b" and info.image_size == (64, 96)
         obs = _observation(info)
@@ -394,7 +396,7 @@ def test_an_episode_over_the_positronic_wire(station_db, tmp_path: Path, backend
             policy_url=session_url(server.url),
             sim_seed=5,
             dialect=EndpointDialect.positronic_v1,
-            policy_headers=positronic.auth_headers("tok"),
+            policy_headers=auth_headers(EndpointDialect.positronic_v1, "tok"),
         )
         with sim_runner(sessions, store, tmp_path, sim_config()) as runner:
             uid = runner.arm(work)

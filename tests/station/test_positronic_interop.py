@@ -30,6 +30,7 @@ from station.policy.positronic_server import (
     cartesian_waypoints,
     to_openpi_observation,
 )
+from station.policy.spec import auth_headers
 from tests.station.conftest import posed_observation
 
 
@@ -128,7 +129,7 @@ def test_the_station_client_speaks_protocol_3_with_positronics_server(
     client = PolicyClient(
         positronic.session_url(running.url),
         dialect=EndpointDialect.positronic_v1,
-        headers=positronic.auth_headers("tok"),
+        headers=auth_headers(EndpointDialect.positronic_v1, "tok"),
     )
     info = client.connect()
     assert info.dialect == EndpointDialect.positronic_v1 and info.action_space is None
