@@ -727,9 +727,12 @@ class EpisodeRunner:
         g = cell.gripper.read_state()
         images: dict[str, np.ndarray] = {}
         frame_keys: dict[str, tuple[int, float]] = {}
+        # on a real clock a camera 2 s late is a fault; on a virtual clock time stands
+        # still while the simulator renders, and a loaded machine may take longer
+        wait_s = 15.0 if cell.is_virtual else 2.0
         for name, period in periods.items():
             try:
-                frame = self.hub.frame_for(name, t, period, timeout_s=2.0)
+                frame = self.hub.frame_for(name, t, period, timeout_s=wait_s)
             except CameraStalled as exc:
                 raise RuntimeError(str(exc)) from None
             images[name] = frame.image
