@@ -23,6 +23,25 @@ from station.work import Work
 # the states an episode passes through while the station still owns it
 LIVE_STATES = (EpisodeState.armed, EpisodeState.running, EpisodeState.finishing)
 
+# The longest outcome reason or event message the station stores. Operators
+# and reviewers read both before a campaign is released; station messages
+# never quote a policy server's text (spec.peer_value), and this cap is the
+# second line: whatever slips through cannot carry much.
+MAX_REASON_CHARS = 300
+
+
+# A ``system_fault`` event's ``details["fault"]`` when the policy server broke
+# the protocol (a malformed reply or metadata): the scheduler counts these per
+# policy and, past a free allowance, charges them to the policy.
+FAULT_POLICY_PROTOCOL = "policy_protocol"
+
+
+def bounded(text: str) -> str:
+    """``text`` cut to ``MAX_REASON_CHARS`` characters (an ellipsis marks the cut)."""
+    if len(text) <= MAX_REASON_CHARS:
+        return text
+    return text[: MAX_REASON_CHARS - 1] + "…"
+
 
 class EpisodeNotFound(UsageError):
     pass
@@ -89,7 +108,7 @@ def add_event(
     details: dict[str, Any] | None = None,
 ) -> EpisodeEvent:
     event = EpisodeEvent(
-        episode_id=episode.id, kind=kind, message=message, t_s=t_s, details=details or {}
+        episode_id=episode.id, kind=kind, message=bounded(message), t_s=t_s, details=details or {}
     )
     session.add(event)
     session.flush()
@@ -139,7 +158,7 @@ def mark_finishing(
     episode.state = EpisodeState.finishing
     episode.clock_end_s = clock_end_s
     episode.ended_at = utcnow()
-    episode.outcome_reason = reason
+    episode.outcome_reason = bounded(reason)
     t_s = clock_end_s - episode.clock_start_s if episode.clock_start_s is not None else None
     add_event(
         session,
@@ -206,7 +225,7 @@ def mark_interrupted(session: ProctorSession, *, episode: Episode, reason: str) 
     """The daemon died mid-episode: a station failure, so the outcome is ``system``."""
     episode.state = EpisodeState.interrupted
     episode.outcome = Outcome.system
-    episode.outcome_reason = reason
+    episode.outcome_reason = bounded(reason)
     if episode.ended_at is None:
         episode.ended_at = utcnow()
     add_event(session, episode=episode, kind="interrupted", message=reason)

@@ -48,7 +48,13 @@ from station.config import StationConfig
 from station.drivers.arm.base import ArmCommand, ArmFault, ArmState
 from station.drivers.camera.base import CameraStalled, Frame
 from station.drivers.gripper.base import GripperCommand, GripperFault, GripperState
-from station.policy.client import PolicyClient, PolicyError, PolicyWorker, Reply
+from station.policy.client import (
+    PolicyClient,
+    PolicyError,
+    PolicyProtocolError,
+    PolicyWorker,
+    Reply,
+)
 from station.policy.observation import ImageResizer, build_observation
 from station.policy.positronic import first_due_row
 from station.policy.spec import ActionSpace, StepCommands, to_commands
@@ -159,6 +165,7 @@ class _Active:
     # resized for the policy on the camera's thread as they arrive
     next_query_t: float = math.inf
     ticks: TelemetryTicks = field(default_factory=lambda: TelemetryTicks(0.0))
+    fault: str | None = None  # the class of a system ending, when it is known
 
 
 _NAN7 = np.full(keys.ACTION_WIDTH, np.nan)
@@ -461,6 +468,10 @@ class EpisodeRunner:
         except PolicyError as exc:
             self._stop_arm_now()
             proposed, reason = Outcome.system, str(exc)
+            if isinstance(exc, PolicyProtocolError):
+                # the policy's own doing, not the station's: the scheduler charges a
+                # policy for these once it has had its free ones (scheduler.claims)
+                act.fault = episodes.FAULT_POLICY_PROTOCOL
         except Exception as exc:  # a station failure mid-episode: stop, record, report
             log.error("episode %s: station failure", act.uid, exc_info=True)
             self._stop_arm_now()
@@ -877,7 +888,12 @@ class EpisodeRunner:
                 )
             elif proposed == Outcome.system:
                 episodes.add_event(
-                    s, episode=ep, kind="system_fault", t_s=t_end - act.t0, message=reason
+                    s,
+                    episode=ep,
+                    kind="system_fault",
+                    t_s=t_end - act.t0,
+                    message=reason,
+                    details={"fault": act.fault} if act.fault else None,
                 )
             elif proposed == Outcome.operator_stop:
                 episodes.add_event(
@@ -898,7 +914,7 @@ class EpisodeRunner:
             ground_truth=ground_truth,
             extra_manifest={
                 "proposed_outcome": proposed.value,
-                "reason": reason,
+                "reason": episodes.bounded(reason),
                 "profile": self.cell.profile,
                 "clock": "virtual" if self.cell.is_virtual else "monotonic",
                 "control_hz": self.config.control_hz,

@@ -46,7 +46,9 @@ class PolicyTimeout(PolicyError):
 
 
 class PolicyDisconnected(PolicyError):
-    pass
+    # the close code the server sent, if any; only the submitter's own
+    # conformance report repeats it (the message names an application code's range)
+    close_code: int | None = None
 
 
 class PolicyProtocolError(PolicyError):
@@ -59,6 +61,15 @@ class Reply:
     latency_s: float  # wall clock, request sent → reply decoded
     t_request: float  # wall clock when the request went out
     space: ActionSpace  # the space the rows are in
+
+
+def _close_code_text(code: int | None) -> str:
+    """A close code as the station reports it. The standard codes (1000–2999)
+    mean what the WebSocket protocol says; 3000–4999 are the server's own
+    choice, so the number could stand for a team: only the range is named."""
+    if code is not None and 3000 <= code <= 4999:
+        return "an application close code, 3000–4999"
+    return f"close code {code}"
 
 
 class PolicyClient:
@@ -215,9 +226,11 @@ class PolicyClient:
                     f"malformed policy reply: {self._too_big_text()}"
                 ) from None
             code = exc.rcvd.code if exc.rcvd is not None else None
-            raise PolicyDisconnected(
-                f"policy server closed the connection (close code {code})"
-            ) from None
+            dropped = PolicyDisconnected(
+                f"policy server closed the connection ({_close_code_text(code)})"
+            )
+            dropped.close_code = code
+            raise dropped from None
         except OSError as exc:
             self._ws = None
             raise PolicyDisconnected(f"policy connection failed ({type(exc).__name__})") from None

@@ -65,27 +65,28 @@ def _hook(obj: dict[Any, Any]) -> Any:
             dtype = np.dtype(_get(obj, b"dtype"))
             shape = tuple(int(s) for s in _get(obj, b"shape"))
             data = _get(obj, b"data")
-        except (TypeError, ValueError) as exc:
-            raise CodecError(f"malformed array: {exc}") from None
+        except (TypeError, ValueError):
+            # numpy's message quotes the sender's dtype text: not repeated (spec.peer_value)
+            raise CodecError("malformed array: its dtype or shape is not understood") from None
         if dtype.kind in _REFUSED_KINDS:
-            raise CodecError(f"refusing a {dtype} array")
+            raise CodecError(f"refusing an array of dtype kind '{dtype.kind}'")
         if not isinstance(data, bytes | bytearray):
             raise CodecError("malformed array: data is not bytes")
         expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if len(data) != expected:
-            raise CodecError(
-                f"malformed array: {len(data)} bytes for shape {shape} of {dtype} "
-                f"(needs {expected})"
-            )
+            raise CodecError("malformed array: its data's length does not match its shape")
         return np.frombuffer(data, dtype=dtype).reshape(shape)
     if _get(obj, _NG) is True:
         try:
             dtype = np.dtype(_get(obj, b"dtype"))
-        except (TypeError, ValueError) as exc:
-            raise CodecError(f"malformed scalar: {exc}") from None
+        except (TypeError, ValueError):
+            raise CodecError("malformed scalar: its dtype is not understood") from None
         if dtype.kind in _REFUSED_KINDS:
-            raise CodecError(f"refusing a {dtype} scalar")
-        return dtype.type(_get(obj, b"data"))
+            raise CodecError(f"refusing a scalar of dtype kind '{dtype.kind}'")
+        try:
+            return dtype.type(_get(obj, b"data"))
+        except (TypeError, ValueError, OverflowError):
+            raise CodecError("malformed scalar: its data does not fit its dtype") from None
     return obj
 
 
@@ -99,4 +100,5 @@ def unpackb(data: bytes) -> Any:
     except CodecError:
         raise
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
-        raise CodecError(f"not a msgpack message: {exc}") from None
+        # named by the error's type: a ValueError's text can quote the sender's data
+        raise CodecError(f"not a msgpack message ({type(exc).__name__})") from None

@@ -6,7 +6,6 @@ connection and after a RoboArena reset."""
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import msgpack
@@ -136,10 +135,9 @@ class ExchangeChecks(CheckState):
             )
             return None
         except PolicyDisconnected as exc:
-            code = re.search(r"close code (\d+)", str(exc))
             how = (
-                f"with close code {code.group(1)}"
-                if code
+                f"with close code {exc.close_code}"
+                if exc.close_code is not None
                 else "without a close frame (as if the process crashed)"
             )
             self.add(

@@ -63,7 +63,7 @@ import numpy as np
 from proctor.domain import EndpointDialect
 from station import geometry, keys
 from station.policy import codec
-from station.policy.spec import ActionSpace, ProtocolError, ServerInfo
+from station.policy.spec import ActionSpace, ProtocolError, ServerInfo, peer_value
 
 SESSION_PATH = "/api/v1/session"
 MODELS_PATH = "/api/v1/models"
@@ -184,7 +184,7 @@ def read_handshake(
             version = message.get("protocol_version", 1)
             if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
                 raise ProtocolError(
-                    f"protocol_version {version!r} is not spoken by the station "
+                    f"protocol_version ({peer_value(version)}) is not spoken by the station "
                     f"(it speaks {' and '.join(map(str, SUPPORTED_VERSIONS))})"
                 )
             session = message.get("session_id")
@@ -197,7 +197,8 @@ def read_handshake(
             statuses += 1
             continue
         raise ProtocolError(
-            f"unexpected handshake frame (status {status!r}; expected loading, waiting or ready)"
+            f"unexpected handshake frame (status: {peer_value(status)}; expected loading, "
+            "waiting or ready)"
         )
 
 
@@ -235,9 +236,11 @@ def _image_size(value: Any) -> tuple[int, int] | None:
     try:
         w, h = (int(v) for v in value)
     except (TypeError, ValueError):
-        raise ProtocolError(f"meta.image_sizes: expected [width, height], got {value!r}") from None
+        raise ProtocolError(
+            f"meta.image_sizes: expected [width, height], got {peer_value(value)}"
+        ) from None
     if not (8 <= h <= 4096 and 8 <= w <= 4096):
-        raise ProtocolError(f"meta.image_sizes: [{w}, {h}] is out of range")
+        raise ProtocolError("meta.image_sizes: out of range (each side 8 to 4096 pixels)")
     return (h, w)
 
 
@@ -252,17 +255,19 @@ def parse_meta(meta: dict[Any, Any]) -> ServerInfo:
     if stack is not None:
         foreign = [n for n in _layer_names(stack) if n not in NATIVE_LAYERS]
         if foreign:
+            # the layers are counted, not named: the server chose their names
             raise ProtocolError(
-                "meta.local_stack: the server asks the rig to run "
-                + ", ".join(sorted(set(foreign)))
-                + "; the station runs only "
+                f"meta.local_stack: the server asks the rig to run {len(set(foreign))} "
+                "layer(s) the station does not have; the station runs only "
                 + ", ".join(sorted(NATIVE_LAYERS))
             )
     image_size = _image_size(meta.get("image_sizes"))
     fps = meta.get("action_fps")
     if fps is not None:
         if isinstance(fps, bool) or not isinstance(fps, int | float) or not 0 < fps <= 1000:
-            raise ProtocolError(f"meta.action_fps: expected a rate in (0, 1000] Hz, got {fps!r}")
+            raise ProtocolError(
+                f"meta.action_fps: expected a rate in (0, 1000] Hz, got {peer_value(fps)}"
+            )
         fps = float(fps)
     return ServerInfo(
         dialect=EndpointDialect.positronic_v1,
@@ -367,7 +372,7 @@ def _command(value: Any, where: str) -> tuple[ActionSpace, np.ndarray]:
             f"{where}.robot_command: '{kind}' commands are not run by the station "
             "(it runs cartesian_pos and joint_pos)"
         )
-    raise ProtocolError(f"{where}.robot_command: unknown command type '{kind}'")
+    raise ProtocolError(f"{where}.robot_command: unknown command type ({peer_value(kind)})")
 
 
 def _grip(value: Any, where: str) -> float:
@@ -405,8 +410,7 @@ def decode_result(
     if "error" in reply:
         raise ProtocolError("the policy server reported an error instead of actions")
     if "result" not in reply:
-        got = ", ".join(sorted(str(k) for k in reply)) or "none"
-        raise ProtocolError(f"reply has no 'result' (keys: {got})")
+        raise ProtocolError(f"reply has no 'result' ({peer_value(reply)})")
     result = reply["result"]
     if result is None:
         raise ProtocolError("'result' is null: the policy produced no actions")
@@ -427,17 +431,19 @@ def decode_result(
             if isinstance(k, str) and k.startswith(keys.POSITRONIC_ROBOT_COMMAND + ".")
         ]
         if bimanual:
-            raise ProtocolError(f"{where}: {bimanual[0]}: this station has one arm")
+            raise ProtocolError(
+                f"{where}: a {keys.POSITRONIC_ROBOT_COMMAND}.<arm> key: this station has one arm"
+            )
         ts = action.get(keys.POSITRONIC_TIMESTAMP, 0.0) if stamped else i * step
         if isinstance(ts, bool) or not isinstance(ts, int | float | np.number):
             raise ProtocolError(f"{where}.timestamp is not a number")
         ts = float(ts)
         if not math.isfinite(ts) or not 0 <= ts <= MAX_ACTION_SKEW_S:
             raise ProtocolError(
-                f"{where}.timestamp {ts!r} is outside 0…{MAX_ACTION_SKEW_S:g} s after the call"
+                f"{where}.timestamp is outside 0…{MAX_ACTION_SKEW_S:g} s after the call"
             )
         if waypoints and ts < waypoints[-1][0]:
-            raise ProtocolError(f"{where}.timestamp goes back in time ({ts:g} s)")
+            raise ProtocolError(f"{where}.timestamp goes back in time")
         arm = None
         if keys.POSITRONIC_ROBOT_COMMAND in action:
             kind, arm = _command(action[keys.POSITRONIC_ROBOT_COMMAND], where)

@@ -62,7 +62,30 @@ ROBOARENA_KEYS = (
 
 
 class ProtocolError(RuntimeError):
-    """The policy server broke the protocol (bad metadata, reply or shape)."""
+    """The policy server broke the protocol (bad metadata, reply or shape).
+
+    Its message never quotes what the server sent (see ``peer_value``)."""
+
+
+def peer_value(value: Any) -> str:
+    """A value the policy server chose, named by its type and size only.
+
+    Station errors become episode reasons and events that operators and
+    reviewers read before a campaign is released. A server picks its keys,
+    strings and numbers freely, so quoting any of them would let a submitter
+    write their team's name (or a number standing for it) past the blinding;
+    the type and a size say what is wrong without carrying the server's text.
+    """
+    if value is None:
+        return "null"
+    kind = type(value).__name__
+    if isinstance(value, str | bytes | bytearray):
+        return f"a {kind} of length {len(value)}"
+    if isinstance(value, dict):
+        return f"a map of {len(value)} keys"
+    if isinstance(value, list | tuple):
+        return f"a {kind} of {len(value)} items"
+    return f"a value of type {kind}"
 
 
 @dataclass(frozen=True)
@@ -126,7 +149,7 @@ def parse_metadata(
             space = ActionSpace(str(raw_space))
         except ValueError:
             raise ProtocolError(
-                f"metadata.action_space: '{raw_space}' is not one of "
+                f"metadata.action_space: {peer_value(raw_space)} is not one of "
                 f"{', '.join(a.value for a in ActionSpace)}"
             ) from None
     if dialect == EndpointDialect.openpi:
@@ -141,18 +164,22 @@ def parse_metadata(
             h, w = (int(v) for v in res)
         except (TypeError, ValueError):
             raise ProtocolError(
-                f"metadata.image_resolution: expected (H, W), got {res!r}"
+                f"metadata.image_resolution: expected (H, W), got {peer_value(res)}"
             ) from None
         if not (8 <= h <= 4096 and 8 <= w <= 4096):
-            raise ProtocolError(f"metadata.image_resolution: ({h}, {w}) is out of range")
+            raise ProtocolError(
+                "metadata.image_resolution: out of range (each side 8 to 4096 pixels)"
+            )
         image_size = (h, w)
     n_ext = metadata.get("n_external_cameras", 1)
     if isinstance(n_ext, bool) or not isinstance(n_ext, int) or n_ext < 0:
-        raise ProtocolError(f"metadata.n_external_cameras: expected 0, 1 or 2, got {n_ext!r}")
+        raise ProtocolError(
+            f"metadata.n_external_cameras: expected 0, 1 or 2, got {peer_value(n_ext)}"
+        )
     if n_ext > n_cameras_available:
         raise ProtocolError(
-            f"metadata.n_external_cameras: the policy needs {n_ext} exterior cameras; "
-            f"this station has {n_cameras_available}"
+            "metadata.n_external_cameras: the policy needs more exterior cameras than "
+            f"this station's {n_cameras_available}"
         )
     if metadata.get("needs_stereo_camera"):
         raise ProtocolError("metadata.needs_stereo_camera: this station has no stereo cameras")
@@ -170,15 +197,17 @@ def extract_chunk(reply: Any, space: ActionSpace) -> np.ndarray:
     """The (H, D) float64 action chunk from a reply, or a ProtocolError saying what is wrong."""
     if isinstance(reply, dict):
         if "actions" not in reply:
-            keys = ", ".join(sorted(str(k) for k in reply)) or "none"
-            raise ProtocolError(f"reply has no 'actions' (keys: {keys})")
+            raise ProtocolError(f"reply has no 'actions' ({peer_value(reply)})")
         actions = reply["actions"]
     else:
         actions = reply  # RoboArena servers may reply with the bare array
     if not isinstance(actions, np.ndarray):
         raise ProtocolError(f"reply 'actions' must be an array, got {type(actions).__name__}")
     if actions.dtype.kind not in "fiu":
-        raise ProtocolError(f"reply 'actions' has dtype {actions.dtype}, expected numbers")
+        # the kind letter, not the dtype: a structured dtype carries field names
+        raise ProtocolError(
+            f"reply 'actions' has dtype kind '{actions.dtype.kind}', expected numbers"
+        )
     if actions.ndim == 1:
         actions = actions[None, :]
     if actions.ndim != 2 or actions.shape[0] < 1 or actions.shape[1] != space.width:

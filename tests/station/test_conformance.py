@@ -426,8 +426,9 @@ def test_a_server_that_waits_for_a_request_before_its_metadata_fails() -> None:
         (msgpack.packb([1, 2]), "Your server's metadata is a msgpack list; it must be a map"),
         (
             codec.packb({"action_space": "ee_delta"}),
-            "The station cannot use your server's metadata: metadata.action_space: 'ee_delta' "
-            "is not one of",
+            # described, never quoted: the station's messages reach staff (test_peer_text.py)
+            "The station cannot use your server's metadata: metadata.action_space: a str of "
+            "length 8 is not one of",
         ),
     ],
     ids=["json", "a list", "unknown action space"],
@@ -663,7 +664,7 @@ def test_a_positronic_server_is_held_to_the_declared_action_space() -> None:
         ("no_ready", "metadata_first", "failed", "not ready"),
         ("refuse", "metadata_first", "failed", "refused the session"),
         ("text_ready", "metadata_encoding", "failed", "text frame"),
-        ("foreign_layer", "metadata", "failed", "temporal_stack"),
+        ("foreign_layer", "metadata", "failed", "run 1 layer(s) the station does not have"),
         ("identity", "identity", "warning", "checkpoint_path"),
         ("joint_delta", "replies", "failed", "'joint_delta' commands are not run"),
         ("bad_rotation", "replies", "failed", "not a rotation matrix"),

@@ -64,7 +64,7 @@ def test_refuses_object_arrays_and_bad_sizes_on_the_way_in() -> None:
     short = msgpack.packb(
         {b"__ndarray__": True, b"data": b"\x00" * 8, b"dtype": "<f8", b"shape": [2]}
     )
-    with pytest.raises(codec.CodecError, match="8 bytes for shape"):
+    with pytest.raises(codec.CodecError, match="length does not match its shape"):
         codec.unpackb(short)
     with pytest.raises(codec.CodecError, match="not a msgpack message"):
         codec.unpackb(b"\xc1")
@@ -95,9 +95,9 @@ def test_roboarena_metadata_is_detected_and_checked() -> None:
     info = parse_metadata(meta, dialect=None, default_image_size=(224, 224))
     assert info.dialect == EndpointDialect.roboarena
     assert info.image_size == (180, 320) and info.needs_session_id
-    with pytest.raises(ProtocolError, match="needs 2 exterior cameras; this station has 1"):
+    with pytest.raises(ProtocolError, match="needs more exterior cameras than this station's 1"):
         parse_metadata({**meta, "n_external_cameras": 2}, dialect=None, default_image_size=(1, 1))
-    with pytest.raises(ProtocolError, match="action_space: 'eef_9d'"):
+    with pytest.raises(ProtocolError, match="action_space: a str of length 6 is not one of"):
         parse_metadata({**meta, "action_space": "eef_9d"}, dialect=None, default_image_size=(1, 1))
     with pytest.raises(ProtocolError, match="stereo"):
         parse_metadata(
