@@ -103,6 +103,18 @@ class SubmissionSettings(BaseModel):
     allow_private_endpoints: bool | None = None
 
 
+class SchedulerSettings(BaseModel):
+    """Campaign allocation and claims (``scheduler``)."""
+
+    model_config = {"extra": "forbid"}
+
+    # policy protocol failures (malformed replies or metadata) a policy may have
+    # in one campaign as requeued ``system`` episodes; later ones are charged to
+    # it (docs/methods.md §1). Read by the station's campaign work source, so set
+    # it alike on every station of a campaign.
+    free_protocol_faults: int = Field(default=3, ge=0, le=1000)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PROCTOR_", env_nested_delimiter="__", extra="forbid"
@@ -116,6 +128,7 @@ class Settings(BaseSettings):
     artifacts: str | None = None
     web: WebSettings = Field(default_factory=WebSettings)
     submissions: SubmissionSettings = Field(default_factory=SubmissionSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     # signs session cookies; from the environment only
     secret_key: SecretStr | None = None
     # encrypts submitters' endpoint API keys at rest; from the environment only

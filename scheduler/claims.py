@@ -29,6 +29,7 @@ from proctor.db.models import (
     Campaign,
     CampaignPolicy,
     Episode,
+    EpisodeEvent,
     ObjectType,
     Station,
     Submission,
@@ -45,6 +46,12 @@ from proctor.domain import (
 from proctor.errors import ProctorError, UsageError
 from scheduler.codes import new_endpoint_handle, unique_codes
 from scheduler.service import Actor, CampaignNotFound, CampaignStateError, audit, get_campaign
+from station.episodes import FAULT_POLICY_PROTOCOL
+
+# Protocol failures (a malformed reply or metadata) a policy may have in one
+# campaign before they are charged to it; the default of the scheduler's
+# ``free_protocol_faults`` setting (docs/methods.md §1)
+FREE_PROTOCOL_FAULTS = 3
 
 # an endpoint that fails its pre-flight is usually down for minutes (a restart,
 # a redeploy): retry its slot after 5 min, doubling per attempt, at most 1 h
@@ -271,14 +278,22 @@ def _replace(session: Session, a: Assignment, *, not_before: datetime | None) ->
 
 
 def complete(
-    session: Session, *, run_code: str, episode_id: int, station_id: int | None = None
+    session: Session,
+    *,
+    run_code: str,
+    episode_id: int,
+    station_id: int | None = None,
+    free_protocol_faults: int = FREE_PROTOCOL_FAULTS,
 ) -> AssignmentStatus:
     """Link the episode to its run and settle the slot.
 
     A closed episode (operator log saved) counts: the slot is ``done``. A
     ``system`` episode, or one ``interrupted`` by a daemon crash, says
     nothing about the policy: the slot is ``requeued`` and a fresh slot
-    replaces it. Repeating a completion that already happened is a no-op.
+    replaces it — except a policy protocol failure once the policy has had
+    ``free_protocol_faults`` of them in this campaign: that one is charged
+    to the policy (``_charge_protocol_fault``) and counts. Repeating a
+    completion that already happened is a no-op.
     """
     a = _by_run_code(session, run_code)
     ep = session.get(Episode, episode_id)
@@ -299,6 +314,13 @@ def complete(
                 f"episode {episode_id}.{name}: the episode ran with {got}, run {a.run_code} "
                 f"prescribes {want}"
             )
+    if (
+        ep.state == EpisodeState.closed
+        and ep.outcome == Outcome.system
+        and _is_protocol_fault(session, ep.id)
+        and _free_protocol_faults_used(session, a, ep) >= free_protocol_faults
+    ):
+        _charge_protocol_fault(session, ep, free_protocol_faults)
     requeue = ep.state == EpisodeState.interrupted or ep.outcome == Outcome.system
     if not requeue and not _counts(ep):
         raise CampaignStateError(
@@ -306,6 +328,62 @@ def complete(
             "is saved and the episode is closed"
         )
     return _settle(session, a, ep)
+
+
+def _protocol_fault_episodes(session: Session, *where: sa.ColumnElement[bool]) -> set[int]:
+    """Ids of the episodes (among ``where``) whose system fault was a policy protocol failure."""
+    rows = session.execute(
+        sa.select(EpisodeEvent.episode_id, EpisodeEvent.details)
+        .join(Episode, Episode.id == EpisodeEvent.episode_id)
+        .where(EpisodeEvent.kind == "system_fault", *where)
+    )
+    # the fault class sits in the event's JSON details; read in Python, so the
+    # query is the same on SQLite and PostgreSQL (a policy has few of these)
+    return {eid for eid, details in rows if (details or {}).get("fault") == FAULT_POLICY_PROTOCOL}
+
+
+def _is_protocol_fault(session: Session, episode_id: int) -> bool:
+    return bool(_protocol_fault_episodes(session, Episode.id == episode_id))
+
+
+def _free_protocol_faults_used(session: Session, a: Assignment, ep: Episode) -> int:
+    """The policy's protocol failures in this campaign that were let go as ``system``."""
+    mine = sa.select(Assignment.id).where(
+        Assignment.campaign_id == a.campaign_id, Assignment.policy_id == a.policy_id
+    )
+    return len(
+        _protocol_fault_episodes(
+            session,
+            Episode.assignment_id.in_(mine),
+            Episode.outcome == Outcome.system,
+            Episode.id != ep.id,
+        )
+    )
+
+
+def _charge_protocol_fault(session: Session, ep: Episode, allowance: int) -> None:
+    """A protocol failure past the policy's free ones counts against it.
+
+    Requeueing every malformed reply would let a policy fail at will at no
+    cost (and retry until a scene it likes comes up). The charged episode is
+    recorded as a ``safety`` ending: the analysis makes the operation the
+    policy abandoned a ghost (an unrecoverable failure), as it does for a
+    safety stop. Its reason and a ``protocol_fault_charged`` event say why.
+    """
+    ep.outcome = Outcome.safety
+    ep.outcome_reason = (
+        f"policy protocol failure, charged to the policy (it had {allowance} free ones "
+        "in this campaign)"
+    )
+    session.add(
+        EpisodeEvent(
+            episode_id=ep.id,
+            kind="protocol_fault_charged",
+            message=ep.outcome_reason,
+            details={"fault": FAULT_POLICY_PROTOCOL, "free_protocol_faults": allowance},
+        )
+    )
+    session.flush()
 
 
 def report_preflight_failure(

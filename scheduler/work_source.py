@@ -42,11 +42,13 @@ class CampaignWorkSource:
         campaign: int | str,
         station: str,
         gateway: str,
+        free_protocol_faults: int = claims.FREE_PROTOCOL_FAULTS,
     ) -> None:
         if not gateway.startswith(("ws://", "wss://", "http://", "https://")):
             raise UsageError(f"gateway: '{gateway}' must be the server's ws:// or http:// origin")
         self._factory = session_factory
         self._gateway = gateway
+        self._free_protocol_faults = free_protocol_faults
         with session_scope(self._factory) as session:
             self.campaign_id = get_campaign(session, campaign).id
             self.station_id = _station_id(session, station)
@@ -82,7 +84,11 @@ class CampaignWorkSource:
             if episode_id is None:
                 raise UsageError(f"episode_uid: no episode {episode_uid!r}")
             claims.complete(
-                session, run_code=work.run_code, episode_id=episode_id, station_id=self.station_id
+                session,
+                run_code=work.run_code,
+                episode_id=episode_id,
+                station_id=self.station_id,
+                free_protocol_faults=self._free_protocol_faults,
             )
 
     def abandoned(self, work: Work, *, reason: str) -> None:
@@ -111,11 +117,14 @@ def campaign_work_source(
     *, campaign: int | str, station: str, gateway: str, database_url: str | None = None
 ) -> CampaignWorkSource:
     """The factory the station config names (``[work] options`` are its arguments)."""
-    if database_url is None:
-        from proctor.settings import load_settings
+    from proctor.settings import load_settings
 
-        database_url = load_settings().db_url
-    factory = make_session_factory(make_engine(database_url))
+    settings = load_settings()
+    factory = make_session_factory(make_engine(database_url or settings.db_url))
     return CampaignWorkSource(
-        session_factory=factory, campaign=campaign, station=station, gateway=gateway
+        session_factory=factory,
+        campaign=campaign,
+        station=station,
+        gateway=gateway,
+        free_protocol_faults=settings.scheduler.free_protocol_faults,
     )

@@ -10,13 +10,14 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Assignment, AuditLog, CampaignPolicy, Episode
+from proctor.db.models import Assignment, AuditLog, CampaignPolicy, Episode, EpisodeEvent
 from proctor.db.types import utcnow
 from proctor.domain import AssignmentStatus, EpisodeState, Outcome, Side
 from proctor.errors import UsageError
 from scheduler import claims, service
 from scheduler.claims import Claim, claim_next
 from scheduler.service import Actor, CampaignStateError
+from station.episodes import FAULT_POLICY_PROTOCOL
 from tests.scheduler import builders
 
 ADMIN = Actor(label="test-admin")
@@ -306,3 +307,80 @@ def test_a_restarted_station_settles_the_run_it_lost_track_of(db_session) -> Non
         is None
     )
     assert _assignment(db_session, third.run_code).status == AssignmentStatus.requeued
+
+
+def _protocol_fault(session, claim: Claim, station_id: int) -> Episode:
+    """A closed ``system`` episode whose fault the station classed as the policy's
+    protocol failure (a malformed reply), as the runner records it."""
+    ep = _episode(
+        session, claim, station_id, Outcome.system, outcome_reason="malformed policy reply"
+    )
+    ep.placed, ep.lost, ep.dropped = 0, 0, 0  # the operator's log has counts
+    session.add(
+        EpisodeEvent(
+            episode_id=ep.id,
+            kind="system_fault",
+            message="malformed policy reply",
+            details={"fault": FAULT_POLICY_PROTOCOL},
+        )
+    )
+    session.flush()
+    return ep
+
+
+def test_protocol_failures_past_the_free_ones_are_charged_to_the_policy(db_session) -> None:
+    """A policy that keeps breaking the protocol cannot have its slots requeued
+    for ever: after ``free_protocol_faults`` of them in the campaign, the next
+    counts against it as an unrecoverable ending (``safety``: a ghost)."""
+    _, c = _running(db_session)
+    st = builders.station(db_session)
+    free = 2
+    target = None
+    seen: list[AssignmentStatus] = []
+    other_policy_faults = 0
+    while len(seen) < free + 2:
+        claim = claim_next(db_session, campaign_id=c.id, station_id=st.id)
+        assert claim is not None
+        policy_id = _assignment(db_session, claim.run_code).policy_id
+        target = target or policy_id
+        if policy_id != target:
+            if other_policy_faults == 0:  # another policy's first failure stays free
+                ep = _protocol_fault(db_session, claim, st.id)
+                status = claims.complete(
+                    db_session,
+                    run_code=claim.run_code,
+                    episode_id=ep.id,
+                    free_protocol_faults=free,
+                )
+                assert status == AssignmentStatus.requeued
+                other_policy_faults += 1
+            else:
+                ep = _episode(db_session, claim, st.id, Outcome.ran_out_of_time)
+                claims.complete(db_session, run_code=claim.run_code, episode_id=ep.id)
+            continue
+        if len(seen) == free:
+            # a timeout is the station's or the network's doing: never charged
+            ep = _episode(db_session, claim, st.id, Outcome.system, outcome_reason="timeout")
+        else:
+            ep = _protocol_fault(db_session, claim, st.id)
+        seen.append(
+            claims.complete(
+                db_session, run_code=claim.run_code, episode_id=ep.id, free_protocol_faults=free
+            )
+        )
+    assert seen == [AssignmentStatus.requeued] * (free + 1) + [AssignmentStatus.done]
+    charged = db_session.get(Episode, ep.id)
+    assert charged.outcome == Outcome.safety and "charged to the policy" in charged.outcome_reason
+    kinds = db_session.scalars(
+        sa.select(EpisodeEvent.kind).where(EpisodeEvent.episode_id == ep.id)
+    ).all()
+    assert "protocol_fault_charged" in kinds
+    # the slot counts, like any other closed episode; no fresh slot replaces it
+    a = _assignment(db_session, charged.run_code)
+    assert a.status == AssignmentStatus.done
+    assert (
+        db_session.scalar(
+            sa.select(sa.func.count()).select_from(Assignment).where(Assignment.replaces_id == a.id)
+        )
+        == 0
+    )

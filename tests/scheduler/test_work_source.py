@@ -9,12 +9,13 @@ from collections import defaultdict
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Assignment, Episode, Station
+from proctor.db.models import Assignment, Episode, EpisodeEvent, Station
 from proctor.domain import AssignmentStatus, EpisodeState, Outcome
 from proctor.errors import UsageError
 from scheduler import service
 from scheduler.service import Actor, CampaignStateError
 from scheduler.work_source import CampaignWorkSource
+from station.episodes import FAULT_POLICY_PROTOCOL
 from station.work import Work, WorkSource, load_work_source
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
@@ -143,3 +144,40 @@ def test_campaign_states(committed_db: CommittedDb) -> None:
         CampaignWorkSource(
             session_factory=committed_db.factory, campaign=cid, station="s", gateway="gw:80"
         )
+
+
+def test_the_free_protocol_faults_setting_reaches_the_completion(
+    committed_db: CommittedDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PROCTOR_SCHEDULER__FREE_PROTOCOL_FAULTS=0``: a policy's first protocol
+    failure is already charged to it (the default lets three go)."""
+    monkeypatch.setenv("PROCTOR_SCHEDULER__FREE_PROTOCOL_FAULTS", "0")
+    _, _, name = _campaign(committed_db, episodes_per_cell=1)
+    source = load_work_source(
+        "scheduler.work_source:campaign_work_source",
+        {
+            "campaign": name,
+            "station": "cell-pf",
+            "gateway": "ws://gw",
+            "database_url": committed_db.url,
+        },
+    )
+    work = source.claim()
+    assert work is not None
+    uid = _episode(committed_db, work, Outcome.system)
+    with committed_db.session() as s:
+        ep = s.scalars(sa.select(Episode).where(Episode.uid == uid)).one()
+        ep.placed, ep.lost, ep.dropped = 0, 0, 0
+        s.add(
+            EpisodeEvent(
+                episode_id=ep.id,
+                kind="system_fault",
+                message="malformed policy reply",
+                details={"fault": FAULT_POLICY_PROTOCOL},
+            )
+        )
+    source.completed(work, episode_uid=uid, outcome=Outcome.system)
+    with committed_db.session() as s:
+        status = s.scalar(sa.select(Assignment.status).where(Assignment.run_code == work.run_code))
+        outcome = s.scalar(sa.select(Episode.outcome).where(Episode.uid == uid))
+    assert (status, outcome) == (AssignmentStatus.done, Outcome.safety)
