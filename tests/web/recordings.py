@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import sessionmaker
@@ -88,9 +89,12 @@ def record_episode(
     spool: Path,
     spec: RecordingSpec = RecordingSpec(),
     seed: int = 0,
+    extra_manifest: dict[str, Any] | None = None,
+    ground_truth: dict[str, Any] | None = None,
 ) -> Archived:
     """Record and archive one episode (the row must exist, with its
-    ``clock_start_s`` equal to ``spec.clock_start_s``)."""
+    ``clock_start_s`` equal to ``spec.clock_start_s``); ``extra_manifest`` and
+    ``ground_truth`` as the runner passes them (default: none)."""
     rng = np.random.default_rng(seed)
     t0 = spec.clock_start_s
     video = VideoSettings(spec.width, spec.height, spec.fps)
@@ -141,8 +145,8 @@ def record_episode(
             n: {"width": spec.width, "height": spec.height, "fps": spec.fps} for n in cameras
         },
         recording=result,
-        ground_truth=None,
-        extra_manifest={},
+        ground_truth=ground_truth,
+        extra_manifest=extra_manifest or {},
         interrupted=False,
     )
 
@@ -155,6 +159,8 @@ def attach_recording(
     spool: Path,
     spec: RecordingSpec = RecordingSpec(),
     seed: int = 0,
+    extra_manifest: dict[str, Any] | None = None,
+    ground_truth: dict[str, Any] | None = None,
 ) -> Archived:
     """Record an existing episode: its clock times are moved onto the
     recording's (start ``spec.clock_start_s``, same duration, at least the
@@ -172,5 +178,12 @@ def attach_recording(
         ep.clock_end_s = spec.clock_start_s + duration
         episode_id = ep.id
     return record_episode(
-        sessions=sessions, store=store, episode_id=episode_id, spool=spool, spec=spec, seed=seed
+        sessions=sessions,
+        store=store,
+        episode_id=episode_id,
+        spool=spool,
+        spec=spec,
+        seed=seed,
+        extra_manifest=extra_manifest,
+        ground_truth=ground_truth,
     )

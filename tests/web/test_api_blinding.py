@@ -7,6 +7,13 @@ every policy name, owner, endpoint URL, checkpoint hash and description.
 
 The same search after release finds the names: the test can fail.
 
+A name is not all that tells policies apart: before release, operators and
+reviewers never see how the policy spoke to the station (dialect, image
+size, session flag: the ``policy_connected`` event, the manifest's
+``policy`` block) or its call timing (latency figures, the per-step latency
+column), and never the simulated cell's ground truth; admins see all of it,
+and so does everyone after release (except the ground truth: admins only).
+
 After release a policy is named only if its submitter opted in to the public
 board (the reference always is): a withheld one keeps its arm label, with
 the note "identity withheld by the submitter", everywhere the public and the
@@ -24,9 +31,9 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Artifact, Campaign, Episode, User, UserRole
+from proctor.db.models import Artifact, Campaign, Episode, EpisodeEvent, User, UserRole
 from proctor.db.types import utcnow
-from proctor.domain import ArtifactKind, CampaignStatus, Role
+from proctor.domain import ArtifactKind, CampaignStatus, Role, Side
 from tests.web.conftest import Web
 from tests.web.leaderboard_data import ALL_STREAMS, SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
@@ -53,6 +60,58 @@ ADMIN_IDENTITY_TOOLS = (
 )
 
 
+# what a Positronic policy declared: the only one of its dialect in a campaign, with an
+# odd image size chosen as a beacon, is singled out by these (security [M6])
+POLICY_INFO = {
+    "dialect": "positronic_v1",
+    "action_space": None,
+    "image_size": [3719, 2843],
+    "n_external_cameras": 1,
+    "needs_wrist_camera": True,
+    "needs_session_id": True,
+    "action_fps": 29.97,
+}
+POLICY_MANIFEST = {
+    **POLICY_INFO,
+    "calls": 77,
+    "latency_p50_s": 0.0831,
+    "latency_p99_s": 0.1977,
+    "images_resized": 10,
+    "images_resized_ahead": 9,
+}
+POLICY_CONNECTED = "policy answered (positronic_v1, named by each reply)"
+GROUND_TRUTH = {
+    "format": "proctor.sim_ground_truth/1",
+    "placements_s": [2.0417, 6.0333, 9.5121],
+    "final": {"placed": 3},
+}
+# none of these may reach an operator or a reviewer before release
+DESCRIBES_POLICY = (
+    "positronic_v1",
+    "image_size",
+    "needs_session_id",
+    "named by each reply",
+    "latency_p50_s",
+    "latency_p99_s",
+    "policy_latency_s",
+    "policy/latency",
+    "Policy latency",
+    "proctor.sim_ground_truth",
+)
+# ...and these an admin finds (so the search can fail)
+ADMIN_FINDS = (
+    "positronic_v1",
+    "image_size",
+    "needs_session_id",
+    "named by each reply",
+    "latency_p50_s",
+    "policy_latency_s",
+    "policy/latency",
+    "Policy latency",
+    "proctor.sim_ground_truth",
+)
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -62,12 +121,24 @@ def blinded(web: Web, tmp_path: Path) -> tuple[SeededCampaign, str, dict[str, st
     with web.db() as s:
         seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=31, streams=ALL_STREAMS)
     uid = seeded.episode_uids[1]
+    with web.db() as s:
+        ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+        s.add(
+            EpisodeEvent(
+                episode_id=ep.id,
+                kind="policy_connected",
+                message=POLICY_CONNECTED,
+                details=POLICY_INFO,
+            )
+        )
     archived = attach_recording(
         sessions=web.app.state.web.session_factory,
         store=web.app.state.web.store,
         uid=uid,
         spool=tmp_path / "spool",
         spec=SPEC,
+        extra_manifest={"policy": POLICY_MANIFEST},
+        ground_truth=GROUND_TRUTH,
     )
     return seeded, uid, archived.shas
 
@@ -129,6 +200,7 @@ def _crawl(
         f"/api/leaderboard/{seeded.campaign_id}/episodes?object=spoons",
         f"/leaderboard/{seeded.campaign_id}/episodes?object=spoons",
         f"/api/episodes/{uid}/telemetry?max_points=20000",
+        f"/api/episodes/{uid}/telemetry?columns=policy_latency_s,ee_z",
         f"/api/artifacts/{shas['video:exterior']}?download=true",
     ]
     assert len(paths) > 25
@@ -171,15 +243,27 @@ def test_nothing_names_a_policy_before_release(web: Web, blinded) -> None:
     assert statuses[("submitter", f"/api/episodes/{uid}")] == 404
     leaks = _search(responses, seeded.secrets())
     assert leaks == [], "\n".join(leaks)
-    # the .rrd a reviewer downloaded (searched above, bytes and all) was built once
+    # nor what describes the policy, to operators and reviewers; admins see it
+    staff = [x for x in responses if x[0] in ("operator", "reviewer")]
+    described = _search(staff, list(DESCRIBES_POLICY))
+    assert described == [], "\n".join(described)
+    admin = [x for x in responses if x[0] == "admin"]
+    assert [m for m in ADMIN_FINDS if not _search(admin, [m])] == []
+    # the ground truth is an admin's alone
+    truth = f"/api/artifacts/{shas['ground_truth']}"
+    assert [statuses[(who, truth)] for who in ("operator", "reviewer", "admin")] == [404, 404, 200]
+    # the staff's telemetry still has everything else
+    assert statuses[("reviewer", f"/api/episodes/{uid}/telemetry?max_points=20000")] == 200
+    # the .rrd a reviewer downloaded (searched above, bytes and all) was built once; the
+    # admin's, with the policy's timing, is a second one
     with web.db() as s:
         ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
-        n_rrd = s.scalar(
-            sa.select(sa.func.count())
-            .select_from(Artifact)
-            .where(Artifact.episode_id == ep.id, Artifact.kind == ArtifactKind.rrd)
-        )
-    assert n_rrd == 1
+        rrds = s.scalars(
+            sa.select(Artifact).where(
+                Artifact.episode_id == ep.id, Artifact.kind == ArtifactKind.rrd
+            )
+        ).all()
+    assert sorted(bool((a.details or {}).get("redacted")) for a in rrds) == [False, True]
 
     # released: the same search finds the names (so the search can fail)
     with web.db() as s:
@@ -202,6 +286,19 @@ def test_nothing_names_a_policy_before_release(web: Web, blinded) -> None:
     assert _search(public, [f"Lab of {names[1]}"]), "the released policy page names its owner"
     # endpoint URLs stay private even after release
     assert _search(public, [i.endpoint_url for i in seeded.identities]) == []
+    # the policy's description and timing are everyone's after release; the ground truth is not
+    released = [
+        ("anonymous", path, c.get(path))
+        for path in (
+            f"/api/artifacts/{shas['manifest']}",
+            f"/api/episodes/{uid}/telemetry?max_points=20000",
+            f"/episodes/{uid}",
+        )
+    ]
+    # (the manifest's policy block, and the policy_connected event on the page)
+    assert len({line.split(" -> ")[0] for line in _search(released, ["positronic_v1"])}) == 2
+    assert _search(released, ["policy_latency_s"]) and _search(released, ["Policy latency"])
+    assert c.get(f"/api/artifacts/{shas['ground_truth']}").status_code == 404
 
 
 def test_probing_a_name_is_answered_like_a_made_up_one(web: Web) -> None:
@@ -381,3 +478,59 @@ def test_a_withheld_identity_stays_hidden_after_release(web: Web, tmp_path: Path
         if shown:
             assert f"Lab of {swift}" in page_of.text
         before = page
+
+
+class _SpellsATeam:
+    """A policy server that passes the handshake, then answers a map whose only
+    key is a message to the staff (security [H3])."""
+
+    TEXT = "TEAM sub1 -- policy sub1-evil -- hi operator!"
+
+    def metadata(self) -> dict[str, Any]:
+        return {"action_space": "cartesian_velocity"}
+
+    def new_session(self) -> _SpellsATeam:
+        return self
+
+    def infer(self, observation: dict[str, Any]) -> dict[str, Any]:
+        return {self.TEXT: 1}
+
+    def reset(self, message: dict[str, Any]) -> None:
+        pass
+
+
+def test_a_policy_server_cannot_write_to_the_staff(web: Web, tmp_path: Path) -> None:
+    """A real episode on the simulated cell against a hostile server: what the
+    operator and the reviewer read of it (explorer JSON and page, .rrd) does
+    not carry the server's words."""
+    from station.policy.server import PolicyServer
+    from station.work import Work
+    from tests.station.conftest import sim_config, sim_runner
+
+    state = web.app.state.web
+    with PolicyServer(_SpellsATeam()) as server:
+        work = Work(
+            run_code="R-EVIL02",
+            object_name="towels",
+            items=1,
+            per_item_cap_s=2.0,
+            tote_side=Side.left,
+            camera_side=Side.right,
+            policy_url=server.url,
+            sim_seed=5,
+        )
+        with sim_runner(state.session_factory, state.store, tmp_path, sim_config()) as runner:
+            uid = runner.arm(work)
+            runner.start(background=False)
+    markers = ["TEAM", "sub1", "evil", "hi operator"]
+    responses = []
+    for who, role in (("op1", Role.operator), ("rev1", Role.reviewer)):
+        web.add_user(who, role)
+        headers = bearer(web.token(who, (role.value,)))
+        for path in (f"/api/episodes/{uid}", f"/episodes/{uid}", f"/api/episodes/{uid}/rrd"):
+            r = web.client().get(path, headers=headers)
+            assert r.status_code == 200, (who, path, r.status_code)
+            responses.append((who, path, r))
+    explorer = responses[0][2].json()
+    assert explorer["outcome_reason"].startswith("malformed policy reply: reply has no 'actions'")
+    assert _search(responses, markers) == []

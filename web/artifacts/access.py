@@ -12,8 +12,20 @@ The rules (docs/architecture.md, "Blinding is structural"):
 * to everyone else such an episode does not exist (404, the same answer as
   for an unknown id, so a probe learns nothing).
 
+A name is not the only thing that tells policies apart. Before release,
+operators and reviewers (staff other than admins: ``EpisodeAccess.redacted``)
+do not see how the policy spoke to the station — its dialect, action space,
+image size, session flag — nor its call timing (latency figures, calls), in
+any place they can read an episode (``web.artifacts.redaction``): a policy
+that is the only one of its dialect, or one that chose an odd image size as a
+beacon, would otherwise be named by it. Everything stays stored in full for
+the analysis and is shown to admins, and to everyone after release.
+
 Checkpoints are a policy's identity (their sha256 is the checkpoint hash):
-only admins may fetch them through the web app.
+only admins may fetch them through the web app. So is the simulated cell's
+ground truth (the true placement times): a reviewer who could read it would
+copy it instead of reviewing blind. It stays admin-only after release too,
+since reviewing (and scoring the annotator against it) can go on then.
 """
 
 from __future__ import annotations
@@ -32,6 +44,8 @@ from web.auth.identity import Principal
 STAFF_ROLES: tuple[Role, ...] = (Role.admin, Role.reviewer, Role.operator)
 # artifact kinds that identify a policy: never served to anyone but admins
 IDENTIFYING_KINDS = frozenset({ArtifactKind.checkpoint})
+# all artifact kinds served to admins only (the ground truth: see the module's notes)
+ADMIN_ONLY_KINDS = IDENTIFYING_KINDS | {ArtifactKind.ground_truth}
 
 EPISODE_NOT_FOUND = "episode not found"
 
@@ -43,6 +57,9 @@ class EpisodeAccess:
     visible: bool
     # the campaign is released: the policy may be named, responses may be cached publicly
     public: bool
+    # staff other than admins, before release: what tells policies apart besides their
+    # names (dialect, image size, call timing…) is withheld (web.artifacts.redaction)
+    redacted: bool = False
 
     @property
     def identified(self) -> bool:
@@ -64,7 +81,10 @@ def episode_access(
     session: ProctorSession, episode: Episode, who: Principal | None
 ) -> EpisodeAccess:
     public = campaign_released(session, episode.campaign_id)
-    return EpisodeAccess(visible=public or is_staff(who), public=public)
+    admin = who is not None and who.has_role(Role.admin)
+    return EpisodeAccess(
+        visible=public or is_staff(who), public=public, redacted=not public and not admin
+    )
 
 
 def visible_episode(

@@ -17,10 +17,11 @@ from pydantic import BaseModel, Field
 
 from proctor.domain import ArtifactKind
 from station import keys
+from web.artifacts import redaction
 from web.artifacts import telemetry as tel
 from web.artifacts.access import EpisodeAccess, cache_control, visible_episode
 from web.artifacts.service import JSON_CACHE, TABLES, latest_artifact, visible_artifact
-from web.artifacts.serving import serve_artifact
+from web.artifacts.serving import serve_artifact, serve_copy
 from web.deps import OptionalUser, SessionDep, StoreDep
 from web.errors import error_responses
 
@@ -68,6 +69,14 @@ def artifact_bytes(
     ] = False,
 ) -> Response:
     found = visible_artifact(session, sha256, who)
+    if found.access.redacted and found.row.kind in redaction.REDACTED_KINDS:
+        # operators and reviewers, before release: a copy without what describes the policy
+        key = ("redacted", found.row.sha256)
+        body = JSON_CACHE.get(key)
+        if body is None:
+            raw = store.read_bytes(found.row.sha256)
+            body = JSON_CACHE.put(key, redaction.artifact_bytes(found.row.kind, raw))
+        return serve_copy(request, found, body, download=download)
     return serve_artifact(request, store, found, download=download)
 
 
@@ -154,6 +163,8 @@ def episode_telemetry(
 ) -> Response:
     names = tel.parse_columns(columns)
     episode, access = visible_episode(session, uid, who)
+    # a policy's call timing is withheld from operators and reviewers before release
+    names = redaction.telemetry_columns(names, redacted=access.redacted)
     row = latest_artifact(session, episode, ArtifactKind.telemetry)
     if row is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "this episode has no telemetry")

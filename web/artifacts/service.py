@@ -21,7 +21,7 @@ from proctor.artifacts import ArtifactStore
 from proctor.db.engine import ProctorSession
 from proctor.db.models import Artifact, Episode
 from proctor.domain import ArtifactKind, Role
-from web.artifacts.access import IDENTIFYING_KINDS, EpisodeAccess, episode_access, is_staff
+from web.artifacts.access import ADMIN_ONLY_KINDS, EpisodeAccess, episode_access, is_staff
 from web.auth.identity import Principal
 
 ARTIFACT_NOT_FOUND = "artifact not found"
@@ -61,7 +61,7 @@ def visible_artifact(
         sa.select(Artifact).where(Artifact.sha256 == sha256).order_by(Artifact.id)
     ).all()
     for row in rows:
-        if row.kind in IDENTIFYING_KINDS:
+        if row.kind in ADMIN_ONLY_KINDS:
             if who is not None and who.has_role(Role.admin):
                 return VisibleArtifact(row, None, EpisodeAccess(visible=True, public=False))
             continue
@@ -73,6 +73,12 @@ def visible_artifact(
         if episode is None:
             continue
         access = episode_access(session, episode, who)
+        if (
+            access.redacted
+            and row.kind == ArtifactKind.rrd
+            and not (row.details or {}).get("redacted")
+        ):
+            continue  # the full .rrd: operators and reviewers get the redacted one before release
         if access.visible:
             return VisibleArtifact(row, episode, access)
     raise HTTPException(status.HTTP_404_NOT_FOUND, ARTIFACT_NOT_FOUND)

@@ -3,6 +3,7 @@ revalidation, and a filename that names only the episode and the kind."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from fastapi import Request, status
@@ -26,12 +27,8 @@ def _matches(request: Request, etag: str) -> bool:
     return etag in tags or "*" in tags
 
 
-def serve_artifact(
-    request: Request, store: ArtifactStore, found: VisibleArtifact, *, download: bool
-) -> Response:
-    sha256 = found.row.sha256
-    etag = _etag(sha256)
-    headers = {
+def _headers(found: VisibleArtifact, etag: str, *, download: bool) -> dict[str, str]:
+    return {
         "etag": etag,
         "cache-control": cache_control(found.access),
         "vary": "cookie, authorization",
@@ -39,6 +36,32 @@ def serve_artifact(
             f'{"attachment" if download else "inline"}; filename="{found.filename()}"'
         ),
     }
+
+
+def serve_copy(
+    request: Request, found: VisibleArtifact, body: bytes, *, download: bool
+) -> Response:
+    """``body`` in place of the artifact's stored bytes (a redacted copy:
+    ``web.artifacts.redaction``), whole, with no ranges; its ETag is its own
+    content's hash, never the stored object's."""
+    etag = _etag(hashlib.sha256(body).hexdigest())
+    headers = _headers(found, etag, download=download)
+    headers["accept-ranges"] = "none"
+    if _matches(request, etag):
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    media_type = found.row.media_type or "application/octet-stream"
+    if request.method == "HEAD":
+        headers["content-length"] = str(len(body))
+        return Response(status_code=200, media_type=media_type, headers=headers)
+    return Response(body, media_type=media_type, headers=headers)
+
+
+def serve_artifact(
+    request: Request, store: ArtifactStore, found: VisibleArtifact, *, download: bool
+) -> Response:
+    sha256 = found.row.sha256
+    etag = _etag(sha256)
+    headers = _headers(found, etag, download=download)
     if _matches(request, etag):
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
     media_type = found.row.media_type or "application/octet-stream"

@@ -27,6 +27,7 @@ from proctor.db.models import (
 from proctor.domain import ArtifactKind, PlacementStatus
 from proctor.errors import ProctorError
 from station import keys
+from web.artifacts import redaction
 from web.artifacts.service import TABLES
 from web.explorer.rrd import RRD_FORMAT, Marker, RrdInput, build_rrd
 
@@ -40,14 +41,20 @@ def _lock(uid: str) -> threading.Lock:
         return _LOCKS[uid]
 
 
-def cached_rrd(session: ProctorSession, episode: Episode) -> Artifact | None:
+def cached_rrd(
+    session: ProctorSession, episode: Episode, *, redacted: bool = False
+) -> Artifact | None:
+    """The stored ``.rrd`` of the episode: the full one, or the copy for
+    operators and reviewers before release (``redacted``: no policy timing,
+    no description of the policy; ``web.artifacts.redaction``)."""
     rows = session.scalars(
         sa.select(Artifact)
         .where(Artifact.episode_id == episode.id, Artifact.kind == ArtifactKind.rrd)
         .order_by(Artifact.id.desc())
     )
     for row in rows:
-        if (row.details or {}).get("format") == RRD_FORMAT:
+        details = row.details or {}
+        if details.get("format") == RRD_FORMAT and bool(details.get("redacted")) == redacted:
             return row
     return None
 
@@ -62,7 +69,12 @@ def _local(store: ArtifactStore, sha256: str, scratch: Path, name: str) -> Path:
 
 
 def rrd_input(
-    session: ProctorSession, store: ArtifactStore, episode: Episode, scratch: Path
+    session: ProctorSession,
+    store: ArtifactStore,
+    episode: Episode,
+    scratch: Path,
+    *,
+    redacted: bool = False,
 ) -> RrdInput:
     arts = list(
         session.scalars(
@@ -75,6 +87,8 @@ def rrd_input(
     if not videos and not telemetry:
         raise ProctorError(f"episode {episode.uid}: nothing was recorded")
     tel = TABLES.get(store, telemetry[-1].sha256) if telemetry else None
+    if tel is not None:
+        tel = redaction.telemetry_table(tel, redacted=redacted)
     t0 = episode.clock_start_s
     if t0 is None:
         t0 = float(tel.column(keys.T)[0].as_py()) if tel is not None and tel.num_rows else 0.0
@@ -105,7 +119,11 @@ def rrd_input(
         )
     ]
     log = [
-        Marker(e.t_s, f"{e.kind}: {e.message}", "WARN" if "stop" in e.kind else "INFO")
+        Marker(
+            e.t_s,
+            f"{e.kind}: {redaction.event_message(e.kind, e.message, redacted=redacted)}",
+            "WARN" if "stop" in e.kind else "INFO",
+        )
         for e in session.scalars(
             sa.select(EpisodeEvent)
             .where(EpisodeEvent.episode_id == episode.id)
@@ -130,16 +148,19 @@ def rrd_input(
     )
 
 
-def episode_rrd(session: ProctorSession, store: ArtifactStore, episode: Episode) -> Artifact:
+def episode_rrd(
+    session: ProctorSession, store: ArtifactStore, episode: Episode, *, redacted: bool = False
+) -> Artifact:
     """The episode's ``.rrd`` artifact, built now if it is not stored yet
-    (added to the caller's transaction)."""
+    (added to the caller's transaction); ``redacted``: the copy for operators
+    and reviewers before release (``cached_rrd``)."""
     with _lock(episode.uid):
-        row = cached_rrd(session, episode)
+        row = cached_rrd(session, episode, redacted=redacted)
         if row is not None and store.exists(row.sha256):
             return row
         with tempfile.TemporaryDirectory(prefix="proctor-rrd-") as tmp:
             scratch = Path(tmp)
-            data = rrd_input(session, store, episode, scratch)
+            data = rrd_input(session, store, episode, scratch, redacted=redacted)
             summary = build_rrd(data, scratch / f"{episode.uid}.rrd")
             stored = store.put_file(summary.path)
         row = Artifact(
@@ -154,6 +175,7 @@ def episode_rrd(session: ProctorSession, store: ArtifactStore, episode: Episode)
                 "frames": summary.frames,
                 "telemetry_rows": summary.telemetry_rows,
                 "markers": summary.markers,
+                **({"redacted": True} if redacted else {}),
             },
         )
         session.add(row)

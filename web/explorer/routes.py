@@ -54,7 +54,8 @@ def get_rrd(
     uid: EpisodeUid, request: Request, session: SessionDep, store: StoreDep, who: OptionalUser
 ) -> Response:
     episode, access = visible_episode(session, uid, who)
-    row = episode_rrd(session, store, episode)  # a sync route: runs in the thread pool
+    # a sync route: runs in the thread pool
+    row = episode_rrd(session, store, episode, redacted=access.redacted)
     return serve_artifact(request, store, VisibleArtifact(row, episode, access), download=True)
 
 
@@ -72,6 +73,8 @@ def explorer_page(
             "e": bundle,
             "data": bundle.model_dump(mode="json"),
             "telemetry_points": TELEMETRY_POINTS,
+            # withheld from operators and reviewers before release (web.artifacts.redaction)
+            "policy_timing": not access.redacted,
         },
         headers={"cache-control": "private, no-cache"},
     )

@@ -36,6 +36,7 @@ from proctor.db.models import (
     User,
 )
 from proctor.domain import ArtifactKind, CampaignStatus, PolicyKind, Visibility
+from web.artifacts import redaction
 from web.artifacts.access import EpisodeAccess, is_staff
 from web.auth.identity import Principal
 from web.snapshots.blinding import WITHHELD_NOTE, campaign_naming
@@ -263,7 +264,12 @@ def episode_bundle(
         label_status=episode.label_status.value,
         operator_notes=episode.operator_notes or "",
         events=[
-            EventOut(t_s=e.t_s, at=e.at, kind=e.kind, message=e.message)
+            EventOut(
+                t_s=e.t_s,
+                at=e.at,
+                kind=e.kind,
+                message=redaction.event_message(e.kind, e.message, redacted=access.redacted),
+            )
             for e in session.scalars(
                 sa.select(EpisodeEvent)
                 .where(EpisodeEvent.episode_id == episode.id)
