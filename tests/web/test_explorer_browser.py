@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from proctor.db.models import Episode, PlacementEvent
-from proctor.domain import PlacementSource
-from tests.browser import LiveServer
+from proctor.domain import PlacementSource, Role
+from tests.browser import LiveServer, sign_in
 from tests.web.leaderboard_data import seed_campaign
 from tests.web.recordings import CODE_BITS, RecordingSpec, attach_recording, read_code
 
@@ -189,4 +189,30 @@ def test_a_chart_exports_as_svg_and_png(page: Any, live_server: LiveServer, tmp_
         page.click(".chart-toolbar[data-export='gripper'] button[data-export='png']")
     png = Path(dl.value.path()).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 2000
+    assert page.page_errors == []
+
+
+def test_a_reviewer_explores_an_unreleased_episode_without_the_policy_timing(
+    page: Any, live_server: LiveServer, tmp_path: Path
+) -> None:
+    """Before release a reviewer's explorer has no policy-latency plot (the
+    column is withheld: web.artifacts.redaction); the rest works as usual."""
+    with live_server.db() as s:
+        seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=7)
+    uid = seeded.episode_uids[0]
+    attach_recording(
+        sessions=live_server.app.state.web.session_factory,
+        store=live_server.app.state.web.store,
+        uid=uid,
+        spool=tmp_path / "spool",
+        spec=RecordingSpec(duration_s=6.0, fps=5, width=160, height=120, telemetry_hz=20.0),
+    )
+    live_server.add_user("rev", Role.reviewer)
+    sign_in(page, "rev")
+    page.goto(f"/episodes/{uid}")
+    page.wait_for_selector("body[data-explorer-ready='1']", timeout=20_000)
+    page.wait_for_selector("#telemetry[data-loading='false']")
+    plots = page.eval_on_selector_all("[data-plot]", "els => els.map(e => e.dataset.plot)")
+    assert plots == ["gripper", "height", "speed"]
+    assert page.locator("[data-plot] svg").count() == 3
     assert page.page_errors == []
