@@ -320,7 +320,7 @@ def complete(
         and _is_protocol_fault(session, ep.id)
         and _free_protocol_faults_used(session, a, ep) >= free_protocol_faults
     ):
-        _charge_protocol_fault(session, ep, free_protocol_faults)
+        _charge_protocol_fault(session, a, ep, free_protocol_faults, station_id)
     requeue = ep.state == EpisodeState.interrupted or ep.outcome == Outcome.system
     if not requeue and not _counts(ep):
         raise CampaignStateError(
@@ -361,7 +361,9 @@ def _free_protocol_faults_used(session: Session, a: Assignment, ep: Episode) -> 
     )
 
 
-def _charge_protocol_fault(session: Session, ep: Episode, allowance: int) -> None:
+def _charge_protocol_fault(
+    session: Session, a: Assignment, ep: Episode, allowance: int, station_id: int | None
+) -> None:
     """A protocol failure past the policy's free ones counts against it.
 
     Requeueing every malformed reply would let a policy fail at will at no
@@ -382,6 +384,15 @@ def _charge_protocol_fault(session: Session, ep: Episode, allowance: int) -> Non
             message=ep.outcome_reason,
             details={"fault": FAULT_POLICY_PROTOCOL, "free_protocol_faults": allowance},
         )
+    )
+    # an outcome the operator logged is changed by rule: on the record, like every override
+    audit(
+        session,
+        actor=Actor(label=f"station:{station_id}" if station_id is not None else "scheduler"),
+        action="assignment.protocol_fault_charged",
+        target_type="assignment",
+        target_id=a.id,
+        details={"episode": ep.uid, "free_protocol_faults": allowance},
     )
     session.flush()
 

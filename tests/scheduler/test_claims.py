@@ -375,6 +375,10 @@ def test_protocol_failures_past_the_free_ones_are_charged_to_the_policy(db_sessi
         sa.select(EpisodeEvent.kind).where(EpisodeEvent.episode_id == ep.id)
     ).all()
     assert "protocol_fault_charged" in kinds
+    charged_audit = db_session.scalars(
+        sa.select(AuditLog).where(AuditLog.action == "assignment.protocol_fault_charged")
+    ).all()
+    assert [r.details["episode"] for r in charged_audit] == [charged.uid]
     # the slot counts, like any other closed episode; no fresh slot replaces it
     a = _assignment(db_session, charged.run_code)
     assert a.status == AssignmentStatus.done
