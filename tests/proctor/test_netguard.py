@@ -14,6 +14,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.server import ServerConnection, serve
 
 from proctor import netguard
+from proctor.settings import load_settings
 from tests.loopback import ScriptedResolver, TcpWitness, redirecting_server
 
 # IPv6 literals that carry a loopback or private IPv4 address, with what they carry
@@ -54,6 +55,22 @@ def test_carriers_of_a_public_ipv4_and_the_local_use_nat64_prefix() -> None:
     # RFC 8215's local-use prefix: where the IPv4 address sits depends on the site
     assert not netguard.is_public(ipaddress.ip_address("64:ff9b:1::808:808"))
     assert not netguard.is_public(ipaddress.ip_address("ff02::1"))  # multicast
+
+
+def test_private_endpoints_are_allowed_only_in_tests_unless_configured() -> None:
+    from web.submissions import endpoints
+
+    # what registration asks: dev no longer lets submitters register loopback servers
+    assert not endpoints.private_endpoints_allowed(load_settings(env="dev"))
+    assert netguard.private_endpoints_allowed(load_settings(env="test"))
+    assert not netguard.private_endpoints_allowed(load_settings(env="dev"))
+    assert not netguard.private_endpoints_allowed(load_settings(env="prod", secret_key="k" * 40))
+    assert netguard.private_endpoints_allowed(
+        load_settings(env="dev", submissions={"allow_private_endpoints": True})
+    )
+    assert not netguard.private_endpoints_allowed(
+        load_settings(env="test", submissions={"allow_private_endpoints": False})
+    )
 
 
 def test_the_host_is_resolved_once_and_every_answer_judged(
@@ -144,3 +161,17 @@ def test_an_http_redirect_is_an_answer_not_followed(
     assert answer.status == 302
     assert target.connections == 0
 
+
+def test_the_demo_allows_private_endpoints_explicitly() -> None:
+    """``proctor demo`` serves its policies on loopback: it turns private
+    endpoints on for itself (dev's default is off), and says so when a config
+    file turned them off."""
+    from proctor.demo.run import _with_loopback_policies
+    from proctor.errors import ProctorError
+
+    demo = _with_loopback_policies(load_settings(env="dev"))
+    assert netguard.private_endpoints_allowed(demo)
+    with pytest.raises(ProctorError, match="allow_private_endpoints is false"):
+        _with_loopback_policies(
+            load_settings(env="dev", submissions={"allow_private_endpoints": False})
+        )
