@@ -187,7 +187,7 @@ def _from_claiming_station(websocket: WebSocket, target: UpstreamTarget) -> bool
 
 class LiveHandles:
     """The handles with a station connected, one connection each. In memory:
-    the web server is one process (``proctor web serve``)."""
+    the web server is one process (``proctor serve``)."""
 
     def __init__(self) -> None:
         self._ended: dict[str, asyncio.Event] = {}
