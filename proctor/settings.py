@@ -98,8 +98,10 @@ class SubmissionSettings(BaseModel):
     # send the simulated cell's privileged sim/… keys with the recorded
     # observations, as the sim profile does (the demo policies need them)
     conformance_sim_keys: bool = True
-    # endpoints on loopback or private networks (default: allowed outside prod,
-    # where they would let a submitter probe the server's own network)
+    # endpoints on loopback or private networks (default: allowed only in test;
+    # `proctor demo` turns it on, its policies are served on loopback). Elsewhere
+    # they would let a submitter probe the server's own network through the
+    # conformance worker and the gateway (proctor/netguard.py)
     allow_private_endpoints: bool | None = None
 
 

@@ -10,14 +10,26 @@ never sees the endpoint, the policy's name or its owner.
 What the station sees when something is wrong (see ``scheduler/README.md``):
 
 * a handle that is malformed, unknown, not claimed (pending, finished,
-  skipped) or of a campaign that is not running: the handshake is refused
-  with HTTP 403, identically in every case;
-* the policy server cannot be reached: accepted, then closed with **1013**
-  (try again later) — a pre-flight failure, the run is skipped;
+  skipped) or of a campaign that is not running, a connection that does not
+  name the claiming station (``X-Proctor-Station``), or a second connection
+  while the handle already has one open: the handshake is refused with HTTP
+  403, identically in every case;
+* the policy server cannot be reached, or its host now resolves to an address
+  the deployment does not connect to (``proctor.netguard``; redirects are not
+  followed): accepted, then closed with **1013** (try again later) — a
+  pre-flight failure, the run is skipped;
 * the policy server drops the connection without a close frame: **1014**
   (bad gateway) — a ``system`` failure;
 * the policy server closes with its own code: passed through, but the reason
   text is replaced (it may name the model).
+
+A handle is a bearer capability. It is bound as far as stations can be told
+apart today: the station sends its id (``X-Proctor-Station``, set by
+``scheduler/work_source.py``) and it must be the station that claimed the run.
+Stations have no credential yet, so the id is a claim, not a proof: real
+binding needs per-station credentials, and until then the handle's secrecy
+is what protects the relay. The handle is kept out of the server's logs
+(``HandleRedaction``).
 
 Mount ``gateway_router(GatewayConfig(...))`` on the web app (no prefix).
 """
@@ -27,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,9 +48,10 @@ from fastapi import APIRouter, WebSocket
 from pydantic import SecretStr
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from proctor import netguard
 from proctor.db.models import Assignment, Campaign, Submission
 from proctor.domain import AssignmentStatus, CampaignStatus, EndpointDialect, SubmissionKind
 from proctor.errors import ProctorError
@@ -48,6 +62,8 @@ from station.policy.spec import auth_headers
 log = logging.getLogger(__name__)
 
 GATEWAY_PATH = "/policy/{handle}"
+# the station's id, as the work source sends it; must name the station holding the claim
+STATION_HEADER = "X-Proctor-Station"
 
 # close codes the station classifies (RFC 6455 §7.4, IANA registry)
 CLOSE_UPSTREAM_UNAVAILABLE = 1013  # "try again later": pre-flight failure, skip the run
@@ -80,11 +96,20 @@ class GatewayConfig:
     connect_timeout_s: float = 5.0
     # observations with two camera images run to a few MB; refuse only the absurd
     max_message_bytes: int = 64 * 1024 * 1024
+    # whether policy servers may be on loopback or private networks (the site's
+    # submissions.allow_private_endpoints); otherwise the host is resolved and judged
+    # at every connection, as registration did, and the connection goes to the
+    # judged address: a name rebound inward since registration is not followed
+    allow_private_endpoints: bool = False
+    # a station that closed and reconnects at once (pre-flight, then the episode)
+    # may arrive before its first connection is torn down here: it waits this long
+    reconnect_grace_s: float = 2.0
 
 
 @dataclass(frozen=True)
 class UpstreamTarget:
     run_code: str
+    station_id: int | None  # the station holding the claim
     url: str = field(repr=False)
     dialect: EndpointDialect | None
     api_key: str | None = field(repr=False)
@@ -116,6 +141,7 @@ def resolve_handle(
         )
     return UpstreamTarget(
         run_code=assignment.run_code,
+        station_id=assignment.station_id,
         url=submission.endpoint_url,
         dialect=submission.endpoint_dialect,
         api_key=api_key,
@@ -149,12 +175,80 @@ def to_upstream_code(station_code: int | None) -> int:
     return 1001
 
 
+def station_headers(station_id: int) -> dict[str, str]:
+    """What a station sends the gateway to say which station it is."""
+    return {STATION_HEADER: str(station_id)}
+
+
+def _from_claiming_station(websocket: WebSocket, target: UpstreamTarget) -> bool:
+    sent = websocket.headers.get(STATION_HEADER)
+    return target.station_id is not None and sent == str(target.station_id)
+
+
+class LiveHandles:
+    """The handles with a station connected, one connection each. In memory:
+    the web server is one process (``proctor serve``)."""
+
+    def __init__(self) -> None:
+        self._ended: dict[str, asyncio.Event] = {}
+
+    async def take(self, handle: str, *, grace_s: float) -> asyncio.Event | None:
+        """The handle's token, or None while another connection holds it."""
+        held = self._ended.get(handle)
+        if held is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(held.wait(), grace_s)
+            if handle in self._ended:  # still held, or taken by another waiter
+                return None
+        token = asyncio.Event()
+        self._ended[handle] = token
+        return token
+
+    def release(self, handle: str, token: asyncio.Event) -> None:
+        if self._ended.get(handle) is token:
+            del self._ended[handle]
+        token.set()
+
+
+_HANDLE_IN_PATH = re.compile(r"/policy/[^\s\"?]*")
+
+
+class HandleRedaction(logging.Filter):
+    """Keeps handles out of the server's own log lines: uvicorn writes the
+    path of every request (``uvicorn.access``) and of every WebSocket
+    handshake (``uvicorn.error``), and a handle in a log is a usable key."""
+
+    LOGGERS = ("uvicorn.access", "uvicorn.error")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(
+                _HANDLE_IN_PATH.sub("/policy/…", a) if isinstance(a, str) else a
+                for a in record.args
+            )
+        if isinstance(record.msg, str) and "/policy/" in record.msg:
+            record.msg = _HANDLE_IN_PATH.sub("/policy/…", record.msg)
+        return True
+
+    @classmethod
+    def install(cls) -> None:
+        """On uvicorn's loggers, once (logging.config keeps a logger's filters)."""
+        for name in cls.LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, cls) for f in logger.filters):
+                logger.addFilter(cls())
+
+
 async def _open_upstream(config: GatewayConfig, target: UpstreamTarget) -> ClientConnection:
+    # resolved and judged now, not trusted from registration; raises AddressRefused
+    pinned = await netguard.pin_async(target.url, allow_private=config.allow_private_endpoints)
     # the key as the dialect's own client sends it: Api-Key (openpi, RoboArena),
     # Bearer (Positronic, whose stored URL already has its session path)
     headers = auth_headers(target.dialect, target.api_key)
-    return await connect(
+    # a redirect fails the handshake: it would lead to a host nobody judged
+    return await netguard.connect_websocket_async(
         target.url,
+        pinned=pinned,
         additional_headers=headers or None,
         open_timeout=config.connect_timeout_s,
         max_size=config.max_message_bytes,
@@ -202,7 +296,9 @@ async def _pump_from_upstream(
     return "policy", None
 
 
-async def relay(websocket: WebSocket, config: GatewayConfig, handle: str) -> None:
+async def relay(
+    websocket: WebSocket, config: GatewayConfig, handle: str, live: LiveHandles
+) -> None:
     try:
         target = await run_in_threadpool(_lookup, config, handle)
     except ProctorError:
@@ -210,12 +306,30 @@ async def relay(websocket: WebSocket, config: GatewayConfig, handle: str) -> Non
         # for the station it looks like any refused handle
         log.exception("policy gateway: resolving a handle failed")
         target = None
-    if target is None:
+    if target is not None and not _from_claiming_station(websocket, target):
+        target = None
+    token = await live.take(handle, grace_s=config.reconnect_grace_s) if target else None
+    if target is None or token is None:
         await websocket.close(code=CLOSE_POLICY_VIOLATION)
         return
     try:
+        # released as soon as the station's side is over, not after the upstream's
+        # close handshake: the station reconnects at once between pre-flight and episode
+        await _relay_target(websocket, config, target, lambda: live.release(handle, token))
+    finally:
+        live.release(handle, token)
+
+
+async def _relay_target(
+    websocket: WebSocket,
+    config: GatewayConfig,
+    target: UpstreamTarget,
+    station_gone: Callable[[], None],
+) -> None:
+    try:
         upstream = await _open_upstream(config, target)
     except (OSError, TimeoutError, InvalidHandshake, InvalidURI, ValueError) as exc:
+        # ValueError includes netguard.AddressRefused: the host resolves inward now
         log.warning(
             "policy gateway: run %s: policy unavailable (%s)", target.run_code, type(exc).__name__
         )
@@ -235,6 +349,7 @@ async def relay(websocket: WebSocket, config: GatewayConfig, handle: str) -> Non
         first = done.pop()
         side, station_code = ("station", None) if first.exception() else first.result()
         if side == "station":
+            station_gone()
             await upstream.close(code=to_upstream_code(station_code))
             log.info("policy gateway: run %s: station closed (%s)", target.run_code, station_code)
         else:
@@ -242,6 +357,7 @@ async def relay(websocket: WebSocket, config: GatewayConfig, handle: str) -> Non
             code = to_station_code(upstream.close_code)
             with contextlib.suppress(Exception):
                 await websocket.close(code=code, reason=_REASONS.get(code, ""))
+            station_gone()
             log.info(
                 "policy gateway: run %s: policy closed (%s, station sees %s)",
                 target.run_code,
@@ -262,9 +378,11 @@ async def _wait_closed(upstream: ClientConnection) -> None:
 
 def gateway_router(config: GatewayConfig) -> APIRouter:
     router = APIRouter()
+    live = LiveHandles()
+    HandleRedaction.install()
 
     @router.websocket(GATEWAY_PATH)
     async def policy_gateway(websocket: WebSocket, handle: str) -> None:
-        await relay(websocket, config, handle)
+        await relay(websocket, config, handle, live)
 
     return router

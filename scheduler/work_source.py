@@ -29,7 +29,7 @@ from proctor.db.models import Episode, Station
 from proctor.domain import CampaignStatus, Outcome
 from proctor.errors import UsageError
 from scheduler import claims
-from scheduler.gateway import gateway_url
+from scheduler.gateway import gateway_url, station_headers
 from scheduler.service import Actor, get_campaign
 from station.work import Work
 
@@ -76,6 +76,8 @@ class CampaignWorkSource:
             prompt=claim.prompt,
             dialect=claim.dialect,
             campaign_id=claim.campaign_id,
+            # which station this is, for the gateway's binding of the handle to its claim
+            policy_headers=station_headers(self.station_id),
         )
 
     def completed(self, work: Work, *, episode_uid: str, outcome: Outcome) -> None:

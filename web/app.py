@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
 
-from proctor import __version__
+from proctor import __version__, netguard
 from proctor.artifacts import open_store
 from proctor.db.engine import make_engine, make_session_factory
 from proctor.db.types import utcnow
@@ -178,6 +178,7 @@ def create_app(
             GatewayConfig(
                 session_factory=app.state.web.session_factory,
                 encryption_key=settings.encryption_key,
+                allow_private_endpoints=netguard.private_endpoints_allowed(settings),
             )
         )
     )

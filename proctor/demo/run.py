@@ -73,11 +73,27 @@ class _Context:
         self.store: ArtifactStore = open_store(settings.artifacts_location)
 
 
+def _with_loopback_policies(settings: Settings) -> Settings:
+    """The demo serves its policies on loopback, so its gateway must connect
+    there: private endpoints are allowed for it, explicitly (they are not by
+    default outside tests; see proctor/netguard.py)."""
+    submissions = settings.submissions
+    if submissions.allow_private_endpoints is False:
+        raise ProctorError(
+            "submissions.allow_private_endpoints is false, but the demo serves its policies "
+            "on loopback; leave it unset (or true) for the demo"
+        )
+    return settings.model_copy(
+        update={"submissions": submissions.model_copy(update={"allow_private_endpoints": True})}
+    )
+
+
 def run_demo(settings: Settings, options: DemoOptions, console: Console) -> DemoResult:
     if options.episodes_per_cell < 1:
         raise ProctorError("--episodes must be at least 1")
     if options.stations < 1:
         raise ProctorError("--stations must be at least 1")
+    settings = _with_loopback_policies(settings)
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     console.print(f"[bold]proctor demo[/bold] · data in {settings.data_dir.resolve()}")

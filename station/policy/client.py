@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.frames import CloseCode
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import ClientConnection
 
 from proctor.domain import EndpointDialect
+from proctor.netguard import Pinned, connect_websocket
 from station import keys
 from station.clock import Clock, MonotonicClock
 from station.policy import codec, positronic
@@ -87,8 +88,11 @@ class PolicyClient:
         control_hz: float = 15.0,
         status_timeout_s: float = 30.0,
         load_timeout_s: float = 600.0,
+        pinned: Pinned | None = None,
     ) -> None:
         self._url = url
+        # a submitter's server as the conformance worker judged it (proctor.netguard)
+        self._pinned = pinned
         self._dialect = dialect
         self._headers = dict(headers or {})
         self._connect_timeout = connect_timeout_s
@@ -118,15 +122,17 @@ class PolicyClient:
         try:
             # the URL as given: a Positronic server's session path is added where an
             # endpoint enters (registration, the CLI), since a gateway URL has its own.
-            # Entered as a context manager (what websockets ≥ 17.1 asks for); closed in close()
-            ws = connect(
+            # Entered as a context manager (what websockets ≥ 17.1 asks for); closed in
+            # close(). A redirect is a failed handshake: it would lead to a host nobody chose
+            ws = connect_websocket(
                 self._url,
+                pinned=self._pinned,
                 open_timeout=self._connect_timeout,
                 close_timeout=1.0,
                 max_size=self._max_message_bytes,
                 compression=None,
                 additional_headers=self._headers or None,
-            ).__enter__()
+            )
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             raise PolicyUnavailable(f"policy endpoint unreachable ({type(exc).__name__})") from None
         if self._dialect == EndpointDialect.positronic_v1:

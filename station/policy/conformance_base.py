@@ -12,9 +12,10 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import ClientConnection
 
 from proctor.domain import EndpointDialect
+from proctor.netguard import Pinned, connect_websocket
 from station.policy.client import PolicyClient
 from station.policy.spec import ActionSpace, ServerInfo
 
@@ -77,6 +78,12 @@ class CheckOptions:
     prompt: str | None = None  # default: the recording's
     # Positronic: how long a model may take to load (status frames meanwhile)
     load_timeout_s: float = 300.0
+    # the address the worker resolved and judged (proctor.netguard): every connection
+    # of the check goes there; None resolves the URL's host at each connection
+    pinned: Pinned | None = None
+    # whether a failed handshake says why (HTTP status, refused, timed out): the
+    # worker of a multi-user site turns it off, or the report maps its network
+    connect_detail: bool = True
 
 
 def shape_text(a: Any) -> str:
@@ -175,6 +182,7 @@ class CheckState:
             control_hz=o.control_hz,
             status_timeout_s=o.connect_timeout_s,
             load_timeout_s=o.load_timeout_s,
+            pinned=o.pinned,
         )
 
     @property
@@ -182,15 +190,16 @@ class CheckState:
         return self.options.dialect == EndpointDialect.positronic_v1
 
     def raw_connect(self) -> ClientConnection:
-        return connect(
+        return connect_websocket(
             self.url,
+            pinned=self.options.pinned,
             open_timeout=self.options.connect_timeout_s,
             close_timeout=1.0,
             max_size=MAX_FRAME_BYTES,
             compression=None,
             additional_headers=self.options.headers or None,
             proxy=None,
-        ).__enter__()
+        )
 
     def close_quietly(self, ws: ClientConnection) -> None:
         with contextlib.suppress(Exception):

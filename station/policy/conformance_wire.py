@@ -10,13 +10,12 @@ open."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +24,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.sync.client import ClientConnection
 
 from proctor.domain import EndpointDialect
+from proctor.netguard import http_get
 from station import keys
 from station.policy import codec, positronic
 from station.policy.conformance_base import COLUMNS, CheckState, Status, excerpt
@@ -132,6 +132,8 @@ class WireChecks(CheckState):
                 )
                 return False
         t0 = time.monotonic()
+        if not self.options.connect_detail:
+            return self._handshake_without_detail(t0)
         try:
             ws = self.raw_connect()
         except InvalidStatus as exc:
@@ -142,7 +144,9 @@ class WireChecks(CheckState):
                 else "'Authorization: Api-Key <key>', as openpi's client does"
             )
             hint = (
-                " Does it need an API key? Register the endpoint with it (it is sent as "
+                " Redirects are not followed: register the URL the server answers at."
+                if 300 <= code < 400
+                else " Does it need an API key? Register the endpoint with it (it is sent as "
                 f"{sent_as})."
                 if code in (401, 403)
                 else " Is the model id in the URL one your server lists at /api/v1/models?"
@@ -191,6 +195,27 @@ class WireChecks(CheckState):
                 reason=reason,
             )
             return False
+        return self._handshake_succeeded(ws, t0)
+
+    def _handshake_without_detail(self, t0: float) -> bool:
+        """The handshake, where a failure must not say why: whether a port is
+        open, closed or answers HTTP would tell a submitter about a network
+        that is not theirs (the worker of a multi-user site)."""
+        try:
+            ws = self.raw_connect()
+        except Exception:
+            self.add(
+                "connect",
+                "WebSocket handshake",
+                Status.failed,
+                "Could not open a WebSocket connection to your server. Is it running, "
+                "reachable from the evaluation server, and answering the WebSocket "
+                "handshake at this URL (redirects are not followed)?",
+            )
+            return False
+        return self._handshake_succeeded(ws, t0)
+
+    def _handshake_succeeded(self, ws: ClientConnection, t0: float) -> bool:
         handshake_ms = (time.monotonic() - t0) * 1000
         self.add(
             "connect",
@@ -211,24 +236,30 @@ class WireChecks(CheckState):
         title = "Model list"
         url = positronic.models_url(self.url)
         named = positronic.model_id(self.url)
-        request = urllib.request.Request(url, headers=dict(self.options.headers))
-        # the endpoint is reached directly, never through an environment proxy
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            with opener.open(request, timeout=self.options.connect_timeout_s) as response:
-                body = json.loads(response.read(1_000_000))
-        except urllib.error.HTTPError as exc:
-            self.add(
-                "models",
-                title,
-                Status.warning,
-                f"GET /api/v1/models answered HTTP {exc.code}. Positronic servers list their "
-                "models there; the station does not need it, but submitters and operators "
-                "use it to see what a server offers.",
-                http_status=exc.code,
+            # from the address the handshake went to, directly (never through an
+            # environment proxy), and a redirect is not followed: see proctor.netguard
+            answer = http_get(
+                url,
+                pinned=self.options.pinned,
+                headers=dict(self.options.headers),
+                timeout_s=self.options.connect_timeout_s,
+                max_bytes=1_000_000,
             )
-            return
-        except (OSError, ValueError) as exc:
+            if answer.status // 100 != 2:
+                redirect = " (redirects are not followed)" if answer.status // 100 == 3 else ""
+                self.add(
+                    "models",
+                    title,
+                    Status.warning,
+                    f"GET /api/v1/models answered HTTP {answer.status}{redirect}. Positronic "
+                    "servers list their models there; the station does not need it, but "
+                    "submitters and operators use it to see what a server offers.",
+                    http_status=answer.status,
+                )
+                return
+            body = json.loads(answer.body)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             self.add(
                 "models",
                 title,

@@ -60,12 +60,14 @@ def committed_db(
 class ServerThread:
     """A real uvicorn server on a loopback port, in a thread."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, *, loop: str = "auto") -> None:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", ws_max_size=64 << 20)
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="off", ws_max_size=64 << 20, loop=loop
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
@@ -99,7 +101,11 @@ def gateway(committed_db: CommittedDb) -> Iterator[Gateway]:
     app.include_router(
         gateway_router(
             GatewayConfig(
-                session_factory=committed_db.factory, encryption_key=key, connect_timeout_s=2.0
+                session_factory=committed_db.factory,
+                encryption_key=key,
+                connect_timeout_s=2.0,
+                # the tests' policy servers are on loopback
+                allow_private_endpoints=True,
             )
         )
     )

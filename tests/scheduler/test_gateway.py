@@ -5,8 +5,10 @@ station — on both databases."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,18 +16,23 @@ import msgpack
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from fastapi import FastAPI
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from proctor.db.models import Assignment, Submission
 from proctor.domain import AssignmentStatus, EndpointDialect
+from proctor.settings import load_settings
 from scheduler import claims, service
 from scheduler.codes import new_endpoint_handle
-from scheduler.endpoint_keys import encrypt_api_key
+from scheduler.endpoint_keys import encrypt_api_key, generate_encryption_key
 from scheduler.gateway import (
     CLOSE_UPSTREAM_LOST,
     CLOSE_UPSTREAM_UNAVAILABLE,
+    GatewayConfig,
+    gateway_router,
     gateway_url,
+    station_headers,
     to_station_code,
     to_upstream_code,
 )
@@ -33,8 +40,9 @@ from scheduler.service import Actor
 from station import keys
 from station.policy.client import PolicyClient, PolicyUnavailable
 from station.policy.positronic_server import PositronicServer
+from tests.loopback import ScriptedResolver, TcpWitness, redirecting_server
 from tests.scheduler import builders
-from tests.scheduler.conftest import Gateway, free_port
+from tests.scheduler.conftest import CommittedDb, Gateway, ServerThread, free_port
 from tests.scheduler.policy_server import METADATA, PolicyServer
 
 API_KEY = "sk-submitter-secret-42"
@@ -44,6 +52,7 @@ API_KEY = "sk-submitter-secret-42"
 class Run:
     handle: str
     campaign_id: int
+    station: int  # the claiming station's id
     secrets: list[str]  # everything the station must never see
 
 
@@ -69,12 +78,18 @@ def _claimed_run(
         st = builders.station(s)
         claim = claims.claim_next(s, campaign_id=c.id, station_id=st.id)
         hidden = [p.name for p in w.arms] + [o.username for o in w.owners.values()]
-        return Run(claim.endpoint_handle, c.id, [*hidden, upstream_url, API_KEY])
+        return Run(claim.endpoint_handle, c.id, st.id, [*hidden, upstream_url, API_KEY])
 
 
-def _connect(gw: Gateway, handle: str) -> ClientConnection:
+def _connect(gw: Gateway, handle: str, station: int | None) -> ClientConnection:
+    """The station's connection: it names itself as the work source's Work does."""
     return connect(
-        gateway_url(gw.base, handle), max_size=None, compression=None, proxy=None, open_timeout=10
+        gateway_url(gw.base, handle),
+        max_size=None,
+        compression=None,
+        proxy=None,
+        open_timeout=10,
+        additional_headers=station_headers(station) if station is not None else None,
     )
 
 
@@ -86,7 +101,7 @@ def _assert_blind(text: str, run: Run) -> None:
 def test_frames_are_relayed_intact_both_ways(gateway: Gateway) -> None:
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
-        with _connect(gateway, run.handle) as ws:
+        with _connect(gateway, run.handle, run.station) as ws:
             _assert_blind(str(ws.response.headers) + str(ws.response.body), run)
             assert ws.recv(timeout=10) == METADATA  # the server's metadata, first
             payload = random.Random(7).randbytes(3_000_000)  # two camera images' worth
@@ -137,7 +152,9 @@ def test_a_positronic_session_is_relayed_with_the_bearer_key(gateway: Gateway) -
     with PositronicServer(policy, auth_token=API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.session_url(), dialect=EndpointDialect.positronic_v1)
         client = PolicyClient(
-            gateway_url(gateway.base, run.handle), dialect=EndpointDialect.positronic_v1
+            gateway_url(gateway.base, run.handle),
+            dialect=EndpointDialect.positronic_v1,
+            headers=station_headers(run.station),
         )
         try:
             info = client.connect()
@@ -157,6 +174,7 @@ def test_a_positronic_session_is_relayed_with_the_bearer_key(gateway: Gateway) -
         client = PolicyClient(
             gateway_url(gateway.base, other.handle),
             dialect=EndpointDialect.positronic_v1,
+            headers=station_headers(other.station),
             connect_timeout_s=5.0,
         )
         with pytest.raises(PolicyUnavailable):
@@ -171,7 +189,7 @@ def test_a_handle_may_be_used_again_while_its_run_is_claimed(gateway: Gateway) -
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
         for _ in range(2):
-            with _connect(gateway, run.handle) as ws:
+            with _connect(gateway, run.handle, run.station) as ws:
                 assert ws.recv(timeout=10) == METADATA
 
 
@@ -196,7 +214,7 @@ def test_refused_handles_all_look_the_same_and_leak_nothing(gateway: Gateway) ->
         answers = {}
         for label, handle in handles.items():
             with pytest.raises(InvalidStatus) as exc:
-                _connect(gateway, handle)
+                _connect(gateway, handle, run.station)
             response = exc.value.response
             answers[label] = (response.status_code, bytes(response.body or b""))
             _assert_blind(str(response.headers) + repr(response.body), run)
@@ -204,13 +222,13 @@ def test_refused_handles_all_look_the_same_and_leak_nothing(gateway: Gateway) ->
         assert answers["unknown"][0] == 403
 
         # the claimed handle works, until its run is finished or its campaign closes
-        with _connect(gateway, run.handle) as ws:
+        with _connect(gateway, run.handle, run.station) as ws:
             assert ws.recv(timeout=10) == METADATA
         with gateway.db.session() as s:
             a = s.get(Assignment, finished.id)
             a.status = AssignmentStatus.done
         with pytest.raises(InvalidStatus) as exc:
-            _connect(gateway, run.handle)
+            _connect(gateway, run.handle, run.station)
         assert (exc.value.response.status_code, bytes(exc.value.response.body or b"")) == answers[
             "unknown"
         ]
@@ -220,19 +238,19 @@ def test_refused_handles_all_look_the_same_and_leak_nothing(gateway: Gateway) ->
 def test_closed_campaign_handles_are_refused(gateway: Gateway) -> None:
     with PolicyServer() as upstream:
         run = _claimed_run(gateway, upstream.url, api_key=None)
-        with _connect(gateway, run.handle) as ws:
+        with _connect(gateway, run.handle, run.station) as ws:
             assert ws.recv(timeout=10) == METADATA
         assert upstream.seen.auth == [None]  # no key registered, no header sent
         with gateway.db.session() as s:
             service.close_campaign(s, campaign=run.campaign_id, actor=Actor(label="t"))
         with pytest.raises(InvalidStatus) as exc:
-            _connect(gateway, run.handle)
+            _connect(gateway, run.handle, run.station)
         assert exc.value.response.status_code == 403
 
 
 def test_policy_down_closes_with_1013(gateway: Gateway) -> None:
     run = _claimed_run(gateway, f"ws://127.0.0.1:{free_port()}")  # nothing listens there
-    with _connect(gateway, run.handle) as ws, pytest.raises(ConnectionClosed) as exc:
+    with _connect(gateway, run.handle, run.station) as ws, pytest.raises(ConnectionClosed) as exc:
         ws.recv(timeout=10)
     assert exc.value.rcvd is not None
     assert exc.value.rcvd.code == CLOSE_UPSTREAM_UNAVAILABLE
@@ -242,7 +260,7 @@ def test_policy_down_closes_with_1013(gateway: Gateway) -> None:
 def test_policy_vanishing_mid_episode_closes_with_1014(gateway: Gateway) -> None:
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
-        with _connect(gateway, run.handle) as ws:
+        with _connect(gateway, run.handle, run.station) as ws:
             assert ws.recv(timeout=10) == METADATA
             ws.send("abort")
             with pytest.raises(ConnectionClosed) as exc:
@@ -254,7 +272,7 @@ def test_policy_close_codes_pass_through_without_their_reason(gateway: Gateway) 
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
         secret_reason = f"{run.secrets[0]} ran out of GPU memory"
-        with _connect(gateway, run.handle) as ws:
+        with _connect(gateway, run.handle, run.station) as ws:
             assert ws.recv(timeout=10) == METADATA
             ws.send(f"close 4001 {secret_reason}")
             with pytest.raises(ConnectionClosed) as exc:
@@ -262,7 +280,7 @@ def test_policy_close_codes_pass_through_without_their_reason(gateway: Gateway) 
         assert exc.value.rcvd is not None and exc.value.rcvd.code == 4001
         assert exc.value.rcvd.reason == ""
 
-        with _connect(gateway, run.handle) as ws:
+        with _connect(gateway, run.handle, run.station) as ws:
             ws.recv(timeout=10)
             ws.send("close 1000 done")
             with pytest.raises(ConnectionClosedOK):
@@ -278,7 +296,7 @@ def test_rotated_encryption_key_refuses_the_handle(gateway: Gateway) -> None:
             ).one()
             s.get(Submission, sub_id).endpoint_api_key_encrypted = b"garbage-not-fernet"
         with pytest.raises(InvalidStatus) as exc:
-            _connect(gateway, run.handle)
+            _connect(gateway, run.handle, run.station)
         assert exc.value.response.status_code == 403
         assert upstream.seen.auth == []
 
@@ -296,9 +314,122 @@ def test_close_code_mapping() -> None:
 def test_a_station_vanishing_closes_the_policy_connection(gateway: Gateway) -> None:
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
-        with _connect(gateway, run.handle) as ws:
+        with _connect(gateway, run.handle, run.station) as ws:
             assert ws.recv(timeout=10) == METADATA
             ws.socket.shutdown(socket.SHUT_RDWR)  # no close frame: the station crashed
             ws.socket.close()
             assert upstream.closed.wait(10)
         assert upstream.seen.close_codes == [1001]  # going away
+
+
+# -- where the gateway connects (proctor/netguard.py) -------------------------------------------
+@pytest.fixture(scope="module")
+def strict_gateway(committed_db: CommittedDb) -> Iterator[Gateway]:
+    """The gateway as a production site runs it: private endpoints not allowed.
+    On asyncio's own event loop, whose name lookups go through
+    ``socket.getaddrinfo``, so that a test's scripted resolver reaches any
+    lookup the gateway makes (uvloop resolves in C)."""
+    key = generate_encryption_key()
+    app = FastAPI()
+    app.include_router(
+        gateway_router(
+            GatewayConfig(
+                session_factory=committed_db.factory,
+                encryption_key=key,
+                connect_timeout_s=2.0,
+                allow_private_endpoints=False,
+            )
+        )
+    )
+    with ServerThread(app, loop="asyncio") as server:
+        yield Gateway(f"ws://127.0.0.1:{server.port}", key, committed_db)
+
+
+def _closed_with(gw: Gateway, run: Run) -> int:
+    with _connect(gw, run.handle, run.station) as ws, pytest.raises(ConnectionClosed) as exc:
+        ws.recv(timeout=10)
+    assert exc.value.rcvd is not None
+    return exc.value.rcvd.code
+
+
+def test_a_redirecting_policy_server_is_not_followed(gateway: Gateway) -> None:
+    with TcpWitness() as target, redirecting_server(f"ws://127.0.0.1:{target.port}/") as url:
+        run = _claimed_run(gateway, url)
+        assert _closed_with(gateway, run) == CLOSE_UPSTREAM_UNAVAILABLE
+    assert target.connections == 0
+
+
+def test_a_name_rebound_to_loopback_since_registration_is_refused(
+    strict_gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registered while the name resolved to a public address; at evaluation
+    time it resolves to loopback: the gateway judges it again and refuses."""
+    from web.submissions import endpoints
+
+    with PolicyServer(API_KEY) as upstream:
+        url = f"ws://policy.rebind.test:{upstream.port}"
+        resolver = ScriptedResolver("policy.rebind.test", ["8.8.8.8", "127.0.0.1"])
+        resolver.install(monkeypatch)
+        strict = load_settings(env="prod", secret_key="k" * 40)
+        endpoints.check_reachable_publicly(url, strict)  # registration: public, accepted
+        run = _claimed_run(strict_gateway, url)
+        assert _closed_with(strict_gateway, run) == CLOSE_UPSTREAM_UNAVAILABLE
+        assert resolver.calls >= 2
+    assert upstream.seen.auth == []  # never connected
+
+
+# -- the handle: one station, one connection, no logs ------------------------------------------
+def test_a_handle_is_relayed_only_for_the_station_that_claimed_it(gateway: Gateway) -> None:
+    with PolicyServer(API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.url)
+        for station in (None, run.station + 1000):
+            with pytest.raises(InvalidStatus) as exc:
+                _connect(gateway, run.handle, station)
+            assert exc.value.response.status_code == 403
+        assert upstream.seen.auth == []
+        with _connect(gateway, run.handle, run.station) as ws:
+            assert ws.recv(timeout=10) == METADATA
+        assert upstream.seen.auth == [f"Api-Key {API_KEY}"]
+
+
+def test_a_handle_carries_one_connection_at_a_time(gateway: Gateway) -> None:
+    with PolicyServer(API_KEY) as upstream:
+        run = _claimed_run(gateway, upstream.url)
+        with _connect(gateway, run.handle, run.station) as first:
+            assert first.recv(timeout=10) == METADATA
+            with pytest.raises(InvalidStatus) as exc:
+                _connect(gateway, run.handle, run.station)
+            assert exc.value.response.status_code == 403
+            first.send("reset")
+            assert first.recv(timeout=10) == "reset"  # the first is untouched
+        assert len(upstream.seen.auth) == 1
+        # closed: the handle may be used again (the station's pre-flight, then its episode)
+        with _connect(gateway, run.handle, run.station) as again:
+            assert again.recv(timeout=10) == METADATA
+
+
+def test_handles_stay_out_of_the_server_log(gateway: Gateway) -> None:
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    loggers = [logging.getLogger(n) for n in ("uvicorn.error", "uvicorn.access")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.INFO)
+        lg.addHandler(handler)
+    unknown = new_endpoint_handle()
+    try:
+        with PolicyServer(API_KEY) as upstream:
+            run = _claimed_run(gateway, upstream.url)
+            with _connect(gateway, run.handle, run.station) as ws:
+                assert ws.recv(timeout=10) == METADATA
+            with pytest.raises(InvalidStatus):
+                _connect(gateway, unknown, run.station)
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+    lines = [r.getMessage() for r in records]
+    assert any("/policy/" in line and "[accepted]" in line for line in lines), lines
+    assert any("/policy/" in line and "403" in line for line in lines), lines
+    assert not [line for line in lines if run.handle in line or unknown in line]

@@ -75,6 +75,8 @@ def test_the_station_loads_it_and_runs_a_campaign(committed_db: CommittedDb) -> 
         with committed_db.session() as s:
             a = s.scalars(sa.select(Assignment).where(Assignment.run_code == work.run_code)).one()
             assert work.policy_url == f"ws://proctor.lab:8000/policy/{a.endpoint_handle}"
+            # the station names itself to the gateway, which relays only for the claimant
+            assert work.policy_headers == {"X-Proctor-Station": str(a.station_id)}
             assert (work.object_name, work.tote_side, work.camera_side) == (
                 w.objects[0].name,
                 a.tote_side,

@@ -7,6 +7,7 @@ msgpack_numpy in its own environment."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import threading
@@ -22,8 +23,10 @@ import numpy as np
 import pytest
 from websockets.sync.server import Server, ServerConnection, serve
 
+from proctor import netguard
 from proctor.domain import EndpointDialect
 from station.policy import codec
+from station.policy.client import PolicyClient, PolicyUnavailable
 from station.policy.conformance import (
     CheckOptions,
     Expectations,
@@ -33,10 +36,12 @@ from station.policy.conformance import (
     format_report,
 )
 from station.policy.conformance_observations import recorded_observations
+from station.policy.conformance_wire import WireChecks
 from station.policy.demo import DemoPolicy
 from station.policy.positronic_server import PositronicServer
 from station.policy.server import Fault, PolicyServer
 from station.policy.spec import ActionSpace, auth_headers
+from tests.loopback import ScriptedResolver, TcpWitness, redirecting_server
 from tests.station.conftest import PROCTOR, ROOT, clean_env
 
 QUICK = CheckOptions(observations=3, request_timeout_s=2.0, connect_timeout_s=2.0)
@@ -731,3 +736,92 @@ def test_names_are_matched_as_whole_words(text: str, term: str, named: bool) -> 
     from station.policy.conformance_wire import mentions
 
     assert mentions(text, term) is named
+
+
+# -- where the check connects (proctor/netguard.py) ---------------------------------------------
+def test_a_redirect_is_not_followed_by_the_check_nor_the_client() -> None:
+    """A submitter's server answering the handshake with 302 to another port
+    must not lead the check (or the station's client) there."""
+    with TcpWitness() as target, redirecting_server(f"ws://127.0.0.1:{target.port}/") as url:
+        report = check_endpoint(url, options=QUICK)
+        client = PolicyClient(url, connect_timeout_s=2.0)
+        with pytest.raises(PolicyUnavailable):
+            client.connect()
+        client.close()
+    assert target.connections == 0
+    f = finding(report, "connect")
+    assert f.status == Status.failed and f.details["http_status"] == 302
+    assert "Redirects are not followed" in f.message
+
+
+def test_the_positronic_model_list_does_not_follow_a_redirect() -> None:
+    with TcpWitness() as target:
+        location = f"http://127.0.0.1:{target.port}/api/v1/models"
+
+        class Redirect(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            url = f"ws://127.0.0.1:{server.server_address[1]}/api/v1/session"
+            wire = WireChecks(
+                url, Expectations(), CheckOptions(dialect=EndpointDialect.positronic_v1), None
+            )
+            wire.positronic_models()
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+    assert target.connections == 0
+    (f,) = wire.findings
+    assert f.status == Status.warning and f.details["http_status"] == 302
+
+
+def test_every_connection_of_the_check_goes_to_the_pinned_address(
+    served: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker resolves and judges the host once; the check's several
+    connections all go to that address, never to a fresh lookup (which here
+    would fail: the name stops resolving after the first answer)."""
+    port = int(served(DemoPolicy("swift")).rsplit(":", 1)[1])
+    url = f"ws://policy.pinned.test:{port}"
+    resolver = ScriptedResolver("policy.pinned.test", ["127.0.0.1", ""]).install(monkeypatch)
+    pinned = netguard.pin(url, allow_private=True)
+    report = check_endpoint(url, options=replace(QUICK, pinned=pinned))
+    assert report.passed, "\n".join(format_report(report))
+    assert resolver.calls == 1
+
+
+def test_without_detail_every_failed_handshake_reads_the_same() -> None:
+    """Where the report must not map a network (the worker of a multi-user
+    site), a closed port, an HTTP error, a redirect and a server that is not
+    a WebSocket server are one and the same finding."""
+
+    def forbid(connection: ServerConnection, request: Any) -> Any:
+        return connection.respond(403, "no\n")
+
+    neutral = replace(QUICK, connect_detail=False)
+    reports = []
+    with raw_server(lambda ws: None) as closed:
+        pass  # the port is free again
+    reports.append(check_endpoint(closed, options=neutral))
+    with raw_server(lambda ws: None, process_request=forbid) as url:
+        reports.append(check_endpoint(url, options=neutral))
+    with TcpWitness() as silent, redirecting_server(f"ws://127.0.0.1:{silent.port}/") as url:
+        reports.append(check_endpoint(url, options=neutral))
+        # accepts and hangs up at once: not a WebSocket server
+        reports.append(check_endpoint(f"ws://127.0.0.1:{silent.port}", options=neutral))
+    findings = [[(f.check, f.status, f.message, f.details) for f in r.findings] for r in reports]
+    assert all(f == findings[0] for f in findings), findings
+    ((check, status, message, details),) = findings[0]
+    assert check == "connect" and status == Status.failed and details == {}
+    assert "Could not open a WebSocket connection to your server" in message

@@ -5,9 +5,12 @@ real policy servers on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +40,7 @@ from station.policy.demo import DemoPolicy
 from station.policy.positronic_server import PositronicServer
 from station.policy.server import Fault, PolicyServer
 from tests import factories
+from tests.loopback import TcpWitness, redirecting_server
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.test_submissions_helpers import (
     ENCRYPTION_KEY,
@@ -356,6 +360,14 @@ def test_private_addresses_are_refused_where_configured(web_db_url: str, tmp_pat
             "ws://10.1.2.3:8000",
             "wss://[::1]:9000",
             "ws://localhost:1",
+            # IPv6 literals carrying a loopback or private IPv4 address (proctor/netguard.py)
+            "ws://[64:ff9b::7f00:1]:5432",  # NAT64
+            "ws://[64:ff9b::a9fe:a9fe]/",  # NAT64 of the cloud metadata service
+            "ws://[2002:7f00:1::]:5432",  # 6to4
+            "ws://[2001:0:4136:e378:8000:63bf:80ff:fffe]:5432",  # Teredo, client 127.0.0.1
+            "ws://[2001:0:4136:e378:8000:63bf:f5ff:fffe]:5432",  # Teredo, client 10.0.0.1
+            "ws://[::ffff:127.0.0.1]:5432",  # IPv4-mapped
+            "ws://[::7f00:1]:5432",  # IPv4-compatible
         ):
             r = web.client().post("/api/submissions/endpoints", json=endpoint_body(url), headers=h)
             assert r.status_code == 422, url
@@ -384,6 +396,64 @@ def test_the_worker_checks_the_address_again_before_it_connects(
     assert [o.verdict for o in outcomes] == ["failed"]
     report = portal.client().get(f"/api/submissions/{sid}", headers=h).json()["conformance_report"]
     assert "resolves to a non-public address" in report["summary"]
+
+
+def test_the_worker_report_never_maps_a_private_network(portal: Web) -> None:
+    """Private endpoints allowed (as in tests and the demo), the targets on
+    loopback: a closed port, an HTTP error and a redirect give one and the
+    same finding, and the redirect is not followed."""
+
+    def forbid(connection: Any, request: Any) -> Any:
+        return connection.respond(403, "no\n")
+
+    h = submitter(portal)
+    with TcpWitness() as target, contextlib.ExitStack() as stack:
+        closed = free_port()
+        forbidding = stack.enter_context(_raw_ws_server(forbid))
+        redirecting = stack.enter_context(redirecting_server(f"ws://127.0.0.1:{target.port}/"))
+        names = ("closed-port", "forbidding-http", "redirecting-server")
+        urls = (f"ws://127.0.0.1:{closed}", forbidding, redirecting)
+        ids = []
+        for name, url in zip(names, urls, strict=True):
+            r = portal.client().post(
+                "/api/submissions/endpoints",
+                json=endpoint_body(url, policy_name=name),
+                headers=h,
+            )
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["id"])
+        outcomes = run_worker(portal)
+    assert [o.verdict for o in outcomes] == ["failed"] * 3
+    reports = [
+        portal.client().get(f"/api/submissions/{i}", headers=h).json()["conformance_report"]
+        for i in ids
+    ]
+    findings = [r["findings"] for r in reports]
+    assert findings[0] == findings[1] == findings[2], findings
+    (connect,) = findings[0]
+    assert connect["check"] == "connect" and connect["details"] == {}
+    assert "Could not open a WebSocket connection" in connect["message"]
+    assert target.connections == 0
+
+
+@contextlib.contextmanager
+def _raw_ws_server(process_request: Any) -> Iterator[str]:
+    from websockets.sync.server import serve
+
+    server = serve(lambda ws: None, "127.0.0.1", 0, process_request=process_request)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}"
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_an_api_key_needs_the_servers_encryption_key(web_db_url: str, tmp_path: Path) -> None:

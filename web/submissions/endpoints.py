@@ -2,19 +2,20 @@
 
 Pure checks (``check_url``, ``check_dialect``, and ``check_endpoint``, which
 runs both and gives a Positronic endpoint its session path, the URL that is
-stored and that the worker and the gateway connect to) plus the network policy:
-outside dev and test, an endpoint may not resolve to loopback, private,
-link-local or otherwise reserved addresses — the conformance worker and the
-gateway connect to it from inside our network, and a submitter must not be
-able to make them knock on our own services.
+stored and that the worker and the gateway connect to) plus the network policy
+(``proctor.netguard``, shared with the worker and the gateway): unless the
+settings allow private endpoints (tests and ``proctor demo``), an endpoint may
+not resolve to loopback, private, link-local or otherwise reserved addresses,
+nor to an IPv6 address carrying one — the conformance worker and the gateway
+connect to it from inside our network, and a submitter must not be able to make
+them knock on our own services.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from urllib.parse import urlsplit
 
+from proctor import netguard
 from proctor.domain import EndpointDialect
 from proctor.settings import Settings
 from station.policy import positronic
@@ -97,34 +98,17 @@ def check_endpoint(url: str, dialect: str | EndpointDialect) -> tuple[str, Endpo
 
 
 def private_endpoints_allowed(settings: Settings) -> bool:
-    allowed = settings.submissions.allow_private_endpoints
-    return allowed if allowed is not None else settings.env != "prod"
-
-
-def _is_private(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return not ip.is_global or ip.is_multicast
+    return netguard.private_endpoints_allowed(settings)
 
 
 def check_reachable_publicly(url: str, settings: Settings) -> None:
     """Refuse (unless allowed) a URL whose host is or resolves to a
-    non-public address. DNS can change after this check: the worker checks
-    again before it connects."""
+    non-public address (``proctor.netguard``). DNS can change after this
+    check: the worker and the gateway resolve and judge again, and connect
+    to the address they judged."""
     if private_endpoints_allowed(settings):
         return
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "wss" else 80)
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError):
-        raise EndpointProblem("url", f"the host '{host}' does not resolve") from None
-    private = sorted({i[4][0] for i in infos if _is_private(str(i[4][0]))})
-    if private:
-        raise EndpointProblem(
-            "url",
-            f"'{host}' resolves to a non-public address ({', '.join(private)}); policy "
-            "servers must be reachable on the public internet",
-        )
+        netguard.pin(url, allow_private=False)
+    except netguard.AddressRefused as exc:
+        raise EndpointProblem("url", str(exc)) from None

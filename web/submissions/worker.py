@@ -11,6 +11,7 @@ enforces it) and the run ``done``. A checker that crashes leaves the run
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import traceback
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.orm import sessionmaker
 
+from proctor import netguard
 from proctor.db.engine import ProctorSession, session_scope
 from proctor.db.models import ConformanceRun, Submission, User
 from proctor.db.types import utcnow
@@ -133,13 +135,24 @@ def run_one(
         submission_id = run.submission_id
     report: dict[str, Any] | None = None
     if job is not None:
+        allowed = endpoints.private_endpoints_allowed(settings)
         try:
-            endpoints.check_reachable_publicly(job.url, settings)
-        except endpoints.EndpointProblem as exc:
-            report = _refused_report(f"The endpoint's {exc}.")
+            # resolved and judged once, here; every connection of the check goes to
+            # the judged address, so a name that changes meanwhile cannot move it
+            pinned = netguard.pin(job.url, allow_private=allowed)
+        except netguard.AddressRefused as exc:
+            report = _refused_report(f"The endpoint's url: {exc}.")
         else:
+            options = dataclasses.replace(
+                job.options,
+                pinned=pinned,
+                # why a connection failed (refused, HTTP status, timed out) is said only
+                # about a public server on a site that allows private ones: in prod, and
+                # for any private address, it would map a network that is not the submitter's
+                connect_detail=allowed and pinned.public,
+            )
             try:
-                report = check(job.url, expect=job.expect, options=job.options).to_json()
+                report = check(job.url, expect=job.expect, options=options).to_json()
             except Exception:
                 error = traceback.format_exc(limit=8)
                 log.exception("conformance run %s: the checker failed", run_id)
