@@ -13,9 +13,8 @@ each atomically.
 from __future__ import annotations
 
 import json
-import os
+import math
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -75,26 +74,55 @@ def _check_plots_target(path: Path | None) -> None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file beside ``path``, then rename it in."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, allow_nan=False)
-            fh.write("\n")
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON to a temporary file beside ``path``, then rename it in
+    (with the mode the umask gives, as any other file the user creates)."""
+    from analysis.interchange import write_text_atomic
+
+    # serialised first: a value JSON cannot hold fails before any file exists
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    write_text_atomic(path, lambda fh: fh.write(text))
 
 
 def _floats_option(name: str, text: str) -> tuple[float, ...]:
+    """Comma-separated thresholds or rates: finite and positive (``float``
+    accepts "nan" and "inf", which would pass a ``<= 0`` check, be computed
+    with, and fail only when the JSON is written)."""
     try:
         values = tuple(float(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
         raise UsageError(f"{name}: expected comma-separated numbers, got {text!r}") from None
     if not values:
         raise UsageError(f"{name}: no values given")
+    bad = [v for v in values if not (math.isfinite(v) and v > 0)]
+    if bad:
+        raise UsageError(f"{name}: values must be finite and positive, got {bad[0]:g}")
     return values
+
+
+def _finite_option(name: str, value: float | None, *, positive: bool = False) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value) or (positive and value <= 0):
+        need = "a finite positive number" if positive else "a finite number"
+        raise UsageError(f"{name}: must be {need}, got {value:g}")
+
+
+# Protocol reports a bad value by its field name; the user typed an option
+_PROTOCOL_OPTIONS = {
+    "tau": "--tau",
+    "bootstrap": "--bootstrap",
+    "ks_resamples": "--ks-resamples",
+    "alpha": "--alpha",
+    "success_at": "--at",
+}
+
+
+def _protocol_error(exc: ValueError) -> UsageError:
+    field, _, rest = str(exc).partition(":")
+    option = _PROTOCOL_OPTIONS.get(field.strip())
+    if option is None or not rest:
+        return UsageError(str(exc))
+    return UsageError(f"{option}:{rest}")
 
 
 def _ints_option(name: str, text: str) -> list[int]:
@@ -191,7 +219,7 @@ def analyze(
             success_at=success_at,
         )
     except ValueError as exc:
-        raise UsageError(f"--{exc}") from None
+        raise _protocol_error(exc) from None
     with _stderr().status(
         f"scoring {len(table)} episodes: {bootstrap} bootstrap replicates, "
         f"{protocol.resamples} KS resamples per pair"
@@ -333,6 +361,10 @@ def power(
     detection rate vs n, null calibration, and the Wilson / Connor formulas."""
     _check_json_target(json_out)
     _check_plots_target(plots)
+    _finite_option("--tau", tau, positive=True)
+    _finite_option("--wilson", wilson)
+    _finite_option("--p", p)
+    _finite_option("--connor-delta", connor_delta)
     if not 0 < alpha < 1:
         raise UsageError(f"--alpha: must be in (0, 1), got {alpha}")
     if not 0 < target < 1:

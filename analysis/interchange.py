@@ -18,10 +18,10 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from analysis.episodes import Episode, EpisodeTable, resolve_reference, validate_episode
 from proctor.errors import UsageError
@@ -319,27 +319,57 @@ def _row(ep: Episode) -> dict[str, Any]:
     }
 
 
+def _umask() -> int:
+    """The process umask, without changing it where the kernel tells (Linux):
+    setting it to read it back would, for a moment, let another thread
+    create a world-writable file."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: str | Path, write: Callable[[TextIO], None]) -> None:
+    """Create ``path`` through ``write(fh)`` into a temporary file beside it,
+    then rename it in: readers see the old file or the whole new one.
+
+    The file gets the mode a plain ``open`` would give (0666 minus the
+    umask); ``mkstemp`` alone makes it 0600 whatever the user asked for."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent or ".")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            write(fh)
+        Path(tmp).replace(p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_interchange(episodes: Sequence[Episode], path: str | Path) -> None:
     """Write episodes as CSV (``.csv``) or JSON Lines (anything else),
     atomically (a temporary file renamed into place)."""
     p = Path(path)
     fmt = "csv" if p.suffix.lower() == ".csv" else "jsonl"
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            if fmt == "jsonl":
-                for ep in episodes:
-                    fh.write(json.dumps(_row(ep)) + "\n")
-            else:
-                w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-                w.writeheader()
-                for ep in episodes:
-                    r = _row(ep)
-                    r["placements_s"] = " ".join(repr(float(x)) for x in ep.placements_s)
-                    r["object_tags"] = " ".join(ep.object_tags)
-                    r["reference"] = "true" if ep.reference else "false"
-                    w.writerow({k: "" if v is None else v for k, v in r.items()})
-        Path(tmp).replace(p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def write(fh: TextIO) -> None:
+        if fmt == "jsonl":
+            for ep in episodes:
+                fh.write(json.dumps(_row(ep)) + "\n")
+            return
+        w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+        w.writeheader()
+        for ep in episodes:
+            r = _row(ep)
+            r["placements_s"] = " ".join(repr(float(x)) for x in ep.placements_s)
+            r["object_tags"] = " ".join(ep.object_tags)
+            r["reference"] = "true" if ep.reference else "false"
+            w.writerow({k: "" if v is None else v for k, v in r.items()})
+
+    write_text_atomic(p, write)

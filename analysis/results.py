@@ -43,8 +43,8 @@ class Protocol:
             raise ValueError(f"ks_resamples: must be at least 1, got {self.ks_resamples}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha: must be in (0, 1), got {self.alpha}")
-        if any(t <= 0 for t in self.success_at):
-            raise ValueError("success_at: thresholds must be positive")
+        if not all(t > 0 and np.isfinite(t) for t in self.success_at):
+            raise ValueError("success_at: thresholds must be finite and positive")
         if not 0 < self.power_target < 1:
             raise ValueError(f"power_target: must be in (0, 1), got {self.power_target}")
         if self.rho is not None and not 0 <= self.rho <= 1:

@@ -99,15 +99,88 @@ def test_bad_file_one_line_per_problem_exit_2_nothing_written(tmp_path: Path) ->
         (["--tau", "-5"], "tau"),
         (["--json", "/nonexistent-dir/x.json"], "does not exist"),
         (["--at", "ten"], "--at"),
+        # float() takes these; they used to be computed with, then fail
+        # writing the JSON (exit 1) or print a leaderboard (exit 0)
+        (["--at", "nan"], "--at: values must be finite and positive, got nan"),
+        (["--at", "10,inf"], "--at: values must be finite and positive, got inf"),
+        (["--at", "0"], "--at: values must be finite and positive"),
+        (["--tau", "nan"], "--tau: "),
+        (["--tau", "inf"], "--tau: "),
+        (["--alpha", "nan"], "--alpha: "),
+        (["--ks-resamples", "0"], "--ks-resamples: "),
     ],
 )
 def test_bad_options_exit_2(
-    episodes_csv: Path, args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+    episodes_csv: Path,
+    args: list[str],
+    fragment: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
+    json_out = tmp_path / "r.json"
+    if "--json" not in args:
+        args = [*args, "--json", str(json_out)]
     code, out, err = in_process(capsys, "analyze", str(episodes_csv), *args)
     assert code == 2, out
     assert err.startswith("error: ") and fragment in err
     assert len(err.strip().splitlines()) == 1
+    # named as the user typed it, not as the Protocol field
+    assert "success_at" not in err and "ks_resamples" not in err
+    assert not json_out.exists() and "Leaderboard" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--tau", "nan"], "--tau: must be a finite positive number, got nan"),
+        (["--tau", "inf"], "--tau: must be a finite positive number, got inf"),
+        (["--tau", "-3"], "--tau: must be a finite positive number"),
+        (["--at", "nan"], "--at: values must be finite and positive, got nan"),
+        (["--alpha", "nan"], "--alpha: "),
+        (["--rho", "nan"], "--rho: "),
+        (["--power", "inf"], "--power: "),
+        (["--wilson", "nan"], "--wilson: "),
+        (["--wilson", "0.1", "--p", "nan"], "--p: "),
+        (["--connor-delta", "0.1", "--psi", "nan"], "--psi: "),
+    ],
+)
+def test_power_rejects_non_finite_options(
+    episodes_csv: Path,
+    args: list[str],
+    fragment: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    json_out = tmp_path / "p.json"
+    code, out, err = in_process(
+        capsys, "power", str(episodes_csv), "--sims", "50", *args, "--json", str(json_out)
+    )
+    assert code == 2, out
+    assert err.startswith("error: ") and fragment in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not json_out.exists()
+
+
+@pytest.mark.parametrize("umask", [0o027, 0o002])
+def test_outputs_get_the_mode_the_umask_gives(
+    episodes_csv: Path, tmp_path: Path, umask: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analysis.interchange import read_interchange
+
+    result, power_out, copy = tmp_path / "r.json", tmp_path / "p.json", tmp_path / "copy.jsonl"
+    old = os.umask(umask)
+    try:
+        code, _, err = in_process(
+            capsys, "analyze", str(episodes_csv), "--bootstrap", "20", "--json", str(result)
+        )
+        assert code == 0, err
+        code, _, err = in_process(capsys, "power", "--wilson", "0.1", "--json", str(power_out))
+        assert code == 0, err
+        write_interchange(read_interchange(episodes_csv).episodes, copy)
+    finally:
+        os.umask(old)
+    for path in (result, power_out, copy):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
 
 
 def test_power_planning_formulas(capsys: pytest.CaptureFixture[str]) -> None:
@@ -154,3 +227,31 @@ def test_power_reads_an_analysis_result(episodes_csv: Path, tmp_path: Path) -> N
     r = proctor("power", str(out))
     assert r.returncode == 0, r.stderr
     assert "Power of unresolved pairs" in r.stdout
+
+
+def test_analyze_and_power_with_a_policy_that_never_succeeds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: this file made `proctor analyze` exit 2 with "attempt to get
+    argmax of an empty sequence"."""
+    path = tmp_path / "never.csv"
+    path.write_text(
+        "episode_id,policy,object,items,duration_s,placements_s,lost,dropped,outcome,budget_s\n"
+        "h1,human,o,2,20,5 10,0,0,success,60\n"
+        "h2,human,o,2,25,6 12,0,0,success,60\n"
+        "a1,stuck,o,2,60,,0,0,ran_out_of_time,60\n"
+        "a2,stuck,o,2,60,,0,0,ran_out_of_time,60\n"
+    )
+    out = tmp_path / "r.json"
+    code, stdout, err = in_process(
+        capsys, "analyze", str(path), "--reference", "human", "--bootstrap", "50",
+        "--json", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "stuck" in stdout
+    stuck = next(p for p in json.loads(out.read_text())["policies"] if p["policy"] == "stuck")
+    assert stuck["rmst"] == {"estimate": 60.0, "ci": [60.0, 60.0]}  # τ = the budget
+    assert stuck["median"]["estimate"] is None
+    code, stdout, err = in_process(capsys, "power", str(path), "--sims", "50")
+    assert code == 0, err
+    assert "human vs stuck" in stdout or "stuck vs human" in stdout
