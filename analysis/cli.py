@@ -12,6 +12,7 @@ each atomically.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -197,7 +198,7 @@ def analyze(
     """Score policies from an interchange file: time-to-success CDFs, HRT,
     RMST, macro-KS verdicts (METHODS.md)."""
     from analysis.leaderboard import analyze as run_analysis
-    from analysis.leaderboard import default_tau
+    from analysis.leaderboard import budget_overrun_note, default_tau
     from analysis.report import data_version, to_json
     from analysis.results import Protocol
 
@@ -208,6 +209,9 @@ def analyze(
     tau_source = "--tau"
     if tau is None:
         tau, tau_source = default_tau(table)
+        note = budget_overrun_note(table, tau) if tau_source == "largest budget_s" else None
+        if note is not None:
+            table = dataclasses.replace(table, notes=(*table.notes, note))
     try:
         protocol = Protocol(
             tau=tau,
@@ -483,13 +487,16 @@ def _power_from_file(
     from analysis.bootstrap import child_rng
     from analysis.cells import build_cell
     from analysis.episodes import scored
-    from analysis.leaderboard import default_tau, pair_effects
+    from analysis.leaderboard import budget_overrun_note, default_tau, pair_effects
     from analysis.planning import BridgeModel
 
     table = _read(file, reference)
     kept, _ = scored(table.episodes)
     if tau is None:
-        tau, _src = default_tau(table)
+        tau, src = default_tau(table)
+        note = budget_overrun_note(table, tau) if src == "largest budget_s" else None
+        if note is not None:
+            con.print(f"note: {note}")
     policies = sorted({e.policy for e in kept})
     wanted = _pairs_wanted(pair, policies)
     cells: dict[tuple[str, str], Any] = {}
@@ -507,7 +514,13 @@ def _power_from_file(
     for a, b in pairs:
         objs = sorted({o for (pp, o) in work if pp == a} & {o for (pp, o) in work if pp == b})
         if not objs:
-            raise UsageError(f"--pair {a},{b}: the two policies share no object")
+            if wanted:
+                raise UsageError(f"--pair {a},{b}: the two policies share no object")
+            # as on the leaderboard: a note, not an error for the whole file
+            note = f"{a} and {b} were run on no common object: not compared"
+            con.print(f"note: {note}")
+            result.setdefault("notes", []).append(note)
+            continue
         effects, rho_used, estimated = pair_effects(
             {o: work[(a, o)] for o in objs}, {o: work[(b, o)] for o in objs}, tau=tau, rho=rho
         )
@@ -546,6 +559,7 @@ def _power_from_file(
             }
         )
     con.print(t)
+    pairs = [ab for ab in pairs if ab in curves]  # those sharing an object
     if plots is not None:
         from analysis.plots import power_figure
 

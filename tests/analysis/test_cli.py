@@ -255,3 +255,54 @@ def test_analyze_and_power_with_a_policy_that_never_succeeds(
     code, stdout, err = in_process(capsys, "power", str(path), "--sims", "50")
     assert code == 0, err
     assert "human vs stuck" in stdout or "stuck vs human" in stdout
+
+
+SPLIT_OBJECTS = (
+    "episode_id,policy,object,items,duration_s,placements_s,lost,dropped,outcome,budget_s\n"
+    "a1,A,o1,1,5,2,0,0,success,60\n"
+    "a2,A,o1,1,5,3,0,0,success,60\n"
+    "b1,B,o2,1,5,2,0,0,success,60\n"
+    "b2,B,o2,1,75,,0,0,ran_out_of_time,60\n"
+    "c1,C,o1,1,5,4,0,0,success,60\n"
+    "c2,C,o2,1,5,4,0,0,success,60\n"
+)
+
+
+def test_power_leaves_out_a_pair_with_no_shared_object_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the leaderboard does; it used to fail the whole command (exit 2)."""
+    path = tmp_path / "split.csv"
+    path.write_text(SPLIT_OBJECTS)
+    out = tmp_path / "p.json"
+    code, stdout, err = in_process(capsys, "power", str(path), "--sims", "50", "--json", str(out))
+    assert code == 0, err
+    assert "note: A and B were run on no common object: not compared" in stdout
+    js = json.loads(out.read_text())
+    assert [(p["a"], p["b"]) for p in js["pairs"]] == [("A", "C"), ("B", "C")]
+    assert js["notes"] == ["A and B were run on no common object: not compared"]
+    # asking for that pair by name is still an error
+    code, _, err = in_process(capsys, "power", str(path), "--pair", "A,B", "--sims", "50")
+    assert code == 2 and "--pair A,B: the two policies share no object" in err
+
+
+def test_analyze_notes_episodes_past_their_budget_when_tau_is_the_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "split.csv"
+    path.write_text(SPLIT_OBJECTS)
+    out = tmp_path / "r.json"
+    code, stdout, err = in_process(
+        capsys, "analyze", str(path), "--bootstrap", "20", "--json", str(out)
+    )
+    assert code == 0, err
+    note = (
+        "1 episode(s) ran past their budget_s (longest: b2, 75 s of 60 s); τ defaulted to "
+        "the budget, 60 s, so time after it is not scored (pass --tau to choose)"
+    )
+    assert note in json.loads(out.read_text())["notes"]
+    assert "ran past their budget_s" in stdout
+    # τ given: nothing defaulted, no note
+    code, stdout, err = in_process(capsys, "analyze", str(path), "--bootstrap", "20", "--tau", "60")
+    assert code == 0, err
+    assert "ran past" not in stdout
