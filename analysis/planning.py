@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special  # not scipy.stats: see binary.py
 
 
 def _z(p: float) -> float:
-    return float(stats.norm.ppf(p))
+    return float(special.ndtri(p))
 
 
 def wilson_interval(successes: int, trials: int, alpha: float = 0.05) -> tuple[float, float]:

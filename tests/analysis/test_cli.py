@@ -306,3 +306,16 @@ def test_analyze_notes_episodes_past_their_budget_when_tau_is_the_budget(
     code, stdout, err = in_process(capsys, "analyze", str(path), "--bootstrap", "20", "--tau", "60")
     assert code == 0, err
     assert "ran past" not in stdout
+
+
+def test_scoring_does_not_import_scipy_stats() -> None:
+    """scipy.stats costs `proctor analyze` about half a second of start-up (more
+    on a loaded machine) for four functions scipy.special has: structural,
+    not timed."""
+    code = (
+        "import sys; import analysis.leaderboard, analysis.cli, analysis.store; "
+        "print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
