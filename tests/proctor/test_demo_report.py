@@ -56,3 +56,24 @@ def test_a_terminal_keeps_its_own_width() -> None:
     print_leaderboard(console, _result(), title="Leaderboard")
     widths = {len(line) for line in re.sub(r"\x1b\[[0-9;]*m", "", buf.getvalue()).splitlines()}
     assert max(widths) <= 100
+
+
+def test_a_policy_that_never_succeeds_on_an_object_prints() -> None:
+    """Issue 22's acceptance: the demo's printed board handles a policy with
+    no success on one object (its RMST there is τ)."""
+    names = list(world.POLICY_NAMES.values())
+    models = [
+        dataclasses.replace(m, name=n) for m, n in zip(phail_like_models(), names, strict=True)
+    ]
+    models[-1] = dataclasses.replace(
+        models[-1], object_speed={**models[-1].object_speed, "towels": 1e6}
+    )
+    eps = cohort(models, PHAIL_OBJECTS, episodes_per_cell=3, rng=np.random.default_rng(4))
+    lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=240.0, bootstrap=40, seed=0))
+    result = to_json(lb, code_version="proctor-test/analysis-test")
+    stuck = next(p for p in result["policies"] if p["policy"] == names[-1])
+    towels = next(o for o in stuck["per_object"] if o["object"] == "towels")
+    assert towels["rmst"]["estimate"] == 240.0 and towels["median"]["estimate"] is None
+    buf = io.StringIO()
+    print_leaderboard(Console(file=buf, width=80), result, title="Leaderboard")
+    assert names[-1] in buf.getvalue() and "…" not in buf.getvalue()
