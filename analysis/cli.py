@@ -114,6 +114,7 @@ _PROTOCOL_OPTIONS = {
     "bootstrap": "--bootstrap",
     "ks_resamples": "--ks-resamples",
     "alpha": "--alpha",
+    "seed": "--seed",
     "success_at": "--at",
 }
 
@@ -367,8 +368,11 @@ def power(
     _check_plots_target(plots)
     _finite_option("--tau", tau, positive=True)
     _finite_option("--wilson", wilson)
-    _finite_option("--p", p)
     _finite_option("--connor-delta", connor_delta)
+    if not 0 <= p <= 1:
+        raise UsageError(f"--p: must be in [0, 1], got {p:g}")
+    if seed < 0:
+        raise UsageError(f"--seed: must be a non-negative integer, got {seed}")
     if not 0 < alpha < 1:
         raise UsageError(f"--alpha: must be in (0, 1), got {alpha}")
     if not 0 < target < 1:

@@ -37,6 +37,9 @@ class Protocol:
     def __post_init__(self) -> None:
         if not (self.tau > 0 and np.isfinite(self.tau)):
             raise ValueError(f"tau: must be a positive number of seconds, got {self.tau}")
+        if self.seed < 0:
+            # numpy's seed sequences take none, and would say so without a name
+            raise ValueError(f"seed: must be a non-negative integer, got {self.seed}")
         if self.bootstrap < 1:
             raise ValueError(f"bootstrap: must be at least 1, got {self.bootstrap}")
         if self.ks_resamples is not None and self.ks_resamples < 1:

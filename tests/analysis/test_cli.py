@@ -108,6 +108,7 @@ def test_bad_file_one_line_per_problem_exit_2_nothing_written(tmp_path: Path) ->
         (["--tau", "inf"], "--tau: "),
         (["--alpha", "nan"], "--alpha: "),
         (["--ks-resamples", "0"], "--ks-resamples: "),
+        (["--seed", "-1"], "--seed: must be a non-negative integer, got -1"),
     ],
 )
 def test_bad_options_exit_2(
@@ -140,7 +141,9 @@ def test_bad_options_exit_2(
         (["--rho", "nan"], "--rho: "),
         (["--power", "inf"], "--power: "),
         (["--wilson", "nan"], "--wilson: "),
-        (["--wilson", "0.1", "--p", "nan"], "--p: "),
+        (["--wilson", "0.1", "--p", "nan"], "--p: must be in [0, 1], got nan"),
+        (["--wilson", "0.1", "--p", "1.5"], "--p: must be in [0, 1], got 1.5"),
+        (["--seed", "-1"], "--seed: must be a non-negative integer, got -1"),
         (["--connor-delta", "0.1", "--psi", "nan"], "--psi: "),
     ],
 )
