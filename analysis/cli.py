@@ -12,10 +12,10 @@ each atomically.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
+import math
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -75,26 +75,56 @@ def _check_plots_target(path: Path | None) -> None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file beside ``path``, then rename it in."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, allow_nan=False)
-            fh.write("\n")
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON to a temporary file beside ``path``, then rename it in
+    (with the mode the umask gives, as any other file the user creates)."""
+    from analysis.interchange import write_text_atomic
+
+    # serialised first: a value JSON cannot hold fails before any file exists
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    write_text_atomic(path, lambda fh: fh.write(text))
 
 
 def _floats_option(name: str, text: str) -> tuple[float, ...]:
+    """Comma-separated thresholds or rates: finite and positive (``float``
+    accepts "nan" and "inf", which would pass a ``<= 0`` check, be computed
+    with, and fail only when the JSON is written)."""
     try:
         values = tuple(float(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
         raise UsageError(f"{name}: expected comma-separated numbers, got {text!r}") from None
     if not values:
         raise UsageError(f"{name}: no values given")
+    bad = [v for v in values if not (math.isfinite(v) and v > 0)]
+    if bad:
+        raise UsageError(f"{name}: values must be finite and positive, got {bad[0]:g}")
     return values
+
+
+def _finite_option(name: str, value: float | None, *, positive: bool = False) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value) or (positive and value <= 0):
+        need = "a finite positive number" if positive else "a finite number"
+        raise UsageError(f"{name}: must be {need}, got {value:g}")
+
+
+# Protocol reports a bad value by its field name; the user typed an option
+_PROTOCOL_OPTIONS = {
+    "tau": "--tau",
+    "bootstrap": "--bootstrap",
+    "ks_resamples": "--ks-resamples",
+    "alpha": "--alpha",
+    "seed": "--seed",
+    "success_at": "--at",
+}
+
+
+def _protocol_error(exc: ValueError) -> UsageError:
+    field, _, rest = str(exc).partition(":")
+    option = _PROTOCOL_OPTIONS.get(field.strip())
+    if option is None or not rest:
+        return UsageError(str(exc))
+    return UsageError(f"{option}:{rest}")
 
 
 def _ints_option(name: str, text: str) -> list[int]:
@@ -169,7 +199,7 @@ def analyze(
     """Score policies from an interchange file: time-to-success CDFs, HRT,
     RMST, macro-KS verdicts (METHODS.md)."""
     from analysis.leaderboard import analyze as run_analysis
-    from analysis.leaderboard import default_tau
+    from analysis.leaderboard import budget_overrun_note, default_tau
     from analysis.report import data_version, to_json
     from analysis.results import Protocol
 
@@ -180,6 +210,9 @@ def analyze(
     tau_source = "--tau"
     if tau is None:
         tau, tau_source = default_tau(table)
+        note = budget_overrun_note(table, tau) if tau_source == "largest budget_s" else None
+        if note is not None:
+            table = dataclasses.replace(table, notes=(*table.notes, note))
     try:
         protocol = Protocol(
             tau=tau,
@@ -191,7 +224,7 @@ def analyze(
             success_at=success_at,
         )
     except ValueError as exc:
-        raise UsageError(f"--{exc}") from None
+        raise _protocol_error(exc) from None
     with _stderr().status(
         f"scoring {len(table)} episodes: {bootstrap} bootstrap replicates, "
         f"{protocol.resamples} KS resamples per pair"
@@ -333,6 +366,13 @@ def power(
     detection rate vs n, null calibration, and the Wilson / Connor formulas."""
     _check_json_target(json_out)
     _check_plots_target(plots)
+    _finite_option("--tau", tau, positive=True)
+    _finite_option("--wilson", wilson)
+    _finite_option("--connor-delta", connor_delta)
+    if not 0 <= p <= 1:
+        raise UsageError(f"--p: must be in [0, 1], got {p:g}")
+    if seed < 0:
+        raise UsageError(f"--seed: must be a non-negative integer, got {seed}")
     if not 0 < alpha < 1:
         raise UsageError(f"--alpha: must be in (0, 1), got {alpha}")
     if not 0 < target < 1:
@@ -451,13 +491,16 @@ def _power_from_file(
     from analysis.bootstrap import child_rng
     from analysis.cells import build_cell
     from analysis.episodes import scored
-    from analysis.leaderboard import default_tau, pair_effects
+    from analysis.leaderboard import budget_overrun_note, default_tau, pair_effects
     from analysis.planning import BridgeModel
 
     table = _read(file, reference)
     kept, _ = scored(table.episodes)
     if tau is None:
-        tau, _src = default_tau(table)
+        tau, src = default_tau(table)
+        note = budget_overrun_note(table, tau) if src == "largest budget_s" else None
+        if note is not None:
+            con.print(f"note: {note}")
     policies = sorted({e.policy for e in kept})
     wanted = _pairs_wanted(pair, policies)
     cells: dict[tuple[str, str], Any] = {}
@@ -475,7 +518,13 @@ def _power_from_file(
     for a, b in pairs:
         objs = sorted({o for (pp, o) in work if pp == a} & {o for (pp, o) in work if pp == b})
         if not objs:
-            raise UsageError(f"--pair {a},{b}: the two policies share no object")
+            if wanted:
+                raise UsageError(f"--pair {a},{b}: the two policies share no object")
+            # as on the leaderboard: a note, not an error for the whole file
+            note = f"{a} and {b} were run on no common object: not compared"
+            con.print(f"note: {note}")
+            result.setdefault("notes", []).append(note)
+            continue
         effects, rho_used, estimated = pair_effects(
             {o: work[(a, o)] for o in objs}, {o: work[(b, o)] for o in objs}, tau=tau, rho=rho
         )
@@ -514,6 +563,7 @@ def _power_from_file(
             }
         )
     con.print(t)
+    pairs = [ab for ab in pairs if ab in curves]  # those sharing an object
     if plots is not None:
         from analysis.plots import power_figure
 

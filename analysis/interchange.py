@@ -6,9 +6,11 @@ tote_placement, external_camera, station, started_at, reference`` and, an
 extension of §8, ``object_tags``. In CSV, ``placements_s`` and
 ``object_tags`` are space-separated lists; in JSON Lines they may be arrays.
 
-Reading validates everything first and reports every problem, one line each
-naming the line, the episode and the field; nothing is returned (or written)
-from a file with problems.
+Reading validates everything first and reports the problems, one line each
+naming the line, the episode and the field (the first ``MAX_REPORTED``, then
+a count of the rest); nothing is returned (or written) from a file with
+problems. An empty file, a header in another separator and a folder are one
+line each. The file is streamed, so a huge bad file costs little memory.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from analysis.episodes import Episode, EpisodeTable, resolve_reference, validate_episode
 from proctor.errors import UsageError
@@ -67,35 +69,91 @@ class FileProblem:
 
 
 class InvalidFile(UsageError):
-    """A file with problems. ``lines`` holds one message per problem."""
+    """A file with problems. ``lines`` holds one message per reported problem
+    (at most ``MAX_REPORTED``, then one line counting the rest); ``total``
+    counts them all."""
 
-    def __init__(self, path: str, problems: Sequence[FileProblem]) -> None:
+    def __init__(
+        self, path: str, problems: Sequence[FileProblem], total: int | None = None
+    ) -> None:
         self.path = path
-        self.problems = list(problems)
-        shown = [p.format(path) for p in self.problems[:MAX_REPORTED]]
-        if len(self.problems) > MAX_REPORTED:
-            shown.append(f"{path}: … and {len(self.problems) - MAX_REPORTED} more problems")
+        self.problems = list(problems[:MAX_REPORTED])
+        self.total = len(problems) if total is None else total
+        shown = [p.format(path) for p in self.problems]
+        if self.total > len(shown):
+            shown.append(f"{path}: … and {self.total - len(shown)} more problems")
         self.lines = shown
-        super().__init__(
-            f"{path}: {len(self.problems)} problem(s); first: {shown[0] if shown else ''}"
-        )
+        super().__init__(f"{path}: {self.total} problem(s); first: {shown[0] if shown else ''}")
 
 
-def _rows(path: Path) -> tuple[str, Iterator[tuple[int, dict[str, Any] | str]], list[str] | None]:
-    """(format, iterator of (line, row-or-error), CSV header or None)."""
-    text = path.read_text(encoding="utf-8-sig")
-    suffix = path.suffix.lower()
+class _Problems:
+    """The problems of one file: the first ``MAX_REPORTED`` kept, the rest
+    only counted — a file of a million bad rows would otherwise hold a
+    million objects to print a hundred lines (50 MB took 27 s and 485 MB)."""
+
+    def __init__(self) -> None:
+        self.kept: list[FileProblem] = []
+        self.total = 0
+
+    def append(self, problem: FileProblem) -> None:
+        self.total += 1
+        if len(self.kept) < MAX_REPORTED:
+            self.kept.append(problem)
+
+    def extend(self, problems: Iterator[FileProblem] | Sequence[FileProblem]) -> None:
+        for p in problems:
+            self.append(p)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def error(self, path: str) -> InvalidFile:
+        return InvalidFile(path, self.kept, self.total)
+
+
+# a header in one of these, read as comma-separated, is one long column name
+_OTHER_SEPARATORS = {";": "';'", "\t": "tab", "|": "'|'"}
+
+
+def _header_problem(raw: str, header: list[str]) -> str | None:
+    """One reason for a header that cannot be the interchange header, or None
+    (then each missing column is reported)."""
+    if any(c in header for c in REQUIRED):
+        return None
+    for sep, name in _OTHER_SEPARATORS.items():
+        if any(c.strip() in REQUIRED for c in raw.split(sep)):
+            return (
+                f"the header looks {name}-separated; the interchange CSV is "
+                "comma-separated (METHODS.md §8)"
+            )
+    return (
+        f"no required column in the header (expected {', '.join(REQUIRED)}): "
+        "is this an interchange file?"
+    )
+
+
+def _rows(
+    fh: TextIO, suffix: str
+) -> tuple[str, Iterator[tuple[int, dict[str, Any] | str]], list[str] | None, str]:
+    """(format, iterator of (line, row-or-error), CSV header or None, the
+    header's raw text), streaming ``fh`` (the whole text is never held)."""
+    first = fh.readline()
+    while first and not first.strip():
+        first = fh.readline()
+    if not first:
+        raise _Empty
     fmt = (
         "csv"
         if suffix == ".csv"
         else "jsonl"
         if suffix in (".jsonl", ".ndjson", ".json")
-        else ("jsonl" if text.lstrip().startswith("{") else "csv")
+        else ("jsonl" if first.lstrip().startswith("{") else "csv")
     )
+    fh.seek(0)
     if fmt == "jsonl":
 
         def gen_jsonl() -> Iterator[tuple[int, dict[str, Any] | str]]:
-            for k, line in enumerate(text.splitlines(), start=1):
+            for k, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
                 try:
@@ -108,9 +166,9 @@ def _rows(path: Path) -> tuple[str, Iterator[tuple[int, dict[str, Any] | str]], 
                     continue
                 yield k, row
 
-        return fmt, gen_jsonl(), None
+        return fmt, gen_jsonl(), None, first
 
-    reader = csv.DictReader(text.splitlines(keepends=True))
+    reader = csv.DictReader(fh)
     header = [h.strip() for h in (reader.fieldnames or [])]
     reader.fieldnames = header
 
@@ -121,7 +179,11 @@ def _rows(path: Path) -> tuple[str, Iterator[tuple[int, dict[str, Any] | str]], 
                 continue
             yield reader.line_num, row
 
-    return fmt, gen_csv(), header
+    return fmt, gen_csv(), header, first
+
+
+class _Empty(Exception):
+    """The file holds nothing but blank lines."""
 
 
 def _text(v: Any) -> str | None:
@@ -200,7 +262,7 @@ def _bool(v: Any) -> bool:
     raise ValueError(f"expected true or false, got {v!r}")
 
 
-def _episode(line: int, row: dict[str, Any], problems: list[FileProblem]) -> Episode | None:
+def _episode(line: int, row: dict[str, Any], problems: _Problems) -> Episode | None:
     eid = _text(row.get("episode_id"))
     start = len(problems)
 
@@ -243,18 +305,36 @@ def _episode(line: int, row: dict[str, Any], problems: list[FileProblem]) -> Epi
 
 def read_interchange(path: str | Path, *, reference: str | None = None) -> EpisodeTable:
     """Read and validate an interchange file; raises :class:`InvalidFile`
-    listing every problem, or UsageError for an unreadable file."""
+    listing the problems (the first ``MAX_REPORTED``, then a count), or
+    UsageError for an unreadable, empty or misshapen file (one line)."""
     p = Path(path)
     shown = str(path)
-    if not p.is_file():
+    if p.is_dir():
+        raise UsageError(f"{shown}: is a directory, not an interchange file")
+    if not p.exists():
         raise UsageError(f"{shown}: no such file")
+    if not p.is_file():
+        raise UsageError(f"{shown}: not a regular file")
     try:
-        fmt, rows, header = _rows(p)
+        # newline="": the csv module handles line ends (and quoted newlines)
+        with p.open(encoding="utf-8-sig", newline="") as fh:
+            return _read(fh, p.suffix.lower(), shown, reference)
+    except _Empty:
+        raise UsageError(f"{shown}: empty file") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"{shown}: not a UTF-8 text file ({exc.reason})") from None
-    problems: list[FileProblem] = []
+    except OSError as exc:
+        raise UsageError(f"{shown}: cannot read ({exc.strerror or exc})") from None
+
+
+def _read(fh: TextIO, suffix: str, shown: str, reference: str | None) -> EpisodeTable:
+    fmt, rows, header, raw_header = _rows(fh, suffix)
+    problems = _Problems()
     notes: list[str] = []
     if header is not None:
+        reason = _header_problem(raw_header, header)
+        if reason is not None:
+            raise UsageError(f"{shown} line 1: {reason}")
         missing = [c for c in REQUIRED if c not in header]
         for c in missing:
             problems.append(FileProblem(1, None, c, "required column missing from the header"))
@@ -262,7 +342,7 @@ def read_interchange(path: str | Path, *, reference: str | None = None) -> Episo
         if unknown:
             notes.append(f"ignored unknown columns: {', '.join(unknown)}")
         if missing:
-            raise InvalidFile(shown, problems)
+            raise problems.error(shown)
     episodes: list[Episode] = []
     first_line: dict[str, int] = {}
     unknown_keys: set[str] = set()
@@ -281,7 +361,8 @@ def read_interchange(path: str | Path, *, reference: str | None = None) -> Episo
         if eid is not None:
             first_line[eid] = line
         ep = _episode(line, row, problems)
-        if ep is not None:
+        # once the file has a problem nothing is returned: stop keeping rows
+        if ep is not None and not problems:
             episodes.append(ep)
     if unknown_keys:
         notes.append(f"ignored unknown fields: {', '.join(sorted(unknown_keys))}")
@@ -294,7 +375,7 @@ def read_interchange(path: str | Path, *, reference: str | None = None) -> Episo
             field, _, reason = str(exc).partition(": ")
             problems.append(FileProblem(1, None, field, reason))
     if problems:
-        raise InvalidFile(shown, problems)
+        raise problems.error(shown)
     return EpisodeTable(episodes=tuple(episodes), reference=ref, notes=tuple(notes))
 
 
@@ -319,27 +400,57 @@ def _row(ep: Episode) -> dict[str, Any]:
     }
 
 
+def _umask() -> int:
+    """The process umask, without changing it where the kernel tells (Linux):
+    setting it to read it back would, for a moment, let another thread
+    create a world-writable file."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: str | Path, write: Callable[[TextIO], None]) -> None:
+    """Create ``path`` through ``write(fh)`` into a temporary file beside it,
+    then rename it in: readers see the old file or the whole new one.
+
+    The file gets the mode a plain ``open`` would give (0666 minus the
+    umask); ``mkstemp`` alone makes it 0600 whatever the user asked for."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent or ".")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            write(fh)
+        Path(tmp).replace(p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_interchange(episodes: Sequence[Episode], path: str | Path) -> None:
     """Write episodes as CSV (``.csv``) or JSON Lines (anything else),
     atomically (a temporary file renamed into place)."""
     p = Path(path)
     fmt = "csv" if p.suffix.lower() == ".csv" else "jsonl"
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            if fmt == "jsonl":
-                for ep in episodes:
-                    fh.write(json.dumps(_row(ep)) + "\n")
-            else:
-                w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-                w.writeheader()
-                for ep in episodes:
-                    r = _row(ep)
-                    r["placements_s"] = " ".join(repr(float(x)) for x in ep.placements_s)
-                    r["object_tags"] = " ".join(ep.object_tags)
-                    r["reference"] = "true" if ep.reference else "false"
-                    w.writerow({k: "" if v is None else v for k, v in r.items()})
-        Path(tmp).replace(p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def write(fh: TextIO) -> None:
+        if fmt == "jsonl":
+            for ep in episodes:
+                fh.write(json.dumps(_row(ep)) + "\n")
+            return
+        w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+        w.writeheader()
+        for ep in episodes:
+            r = _row(ep)
+            r["placements_s"] = " ".join(repr(float(x)) for x in ep.placements_s)
+            r["object_tags"] = " ".join(ep.object_tags)
+            r["reference"] = "true" if ep.reference else "false"
+            w.writerow({k: "" if v is None else v for k, v in r.items()})
+
+    write_text_atomic(p, write)

@@ -77,6 +77,21 @@ def default_tau(table: EpisodeTable) -> tuple[float, str]:
     return float(max(durations)), "longest episode (no budget_s)"
 
 
+def budget_overrun_note(table: EpisodeTable, tau: float) -> str | None:
+    """A note when τ defaulted to the budget and some episodes ran past their
+    own ``budget_s``: what they did after τ is not scored, which a user
+    comparing with a survival package fed the raw durations would not expect."""
+    over = [e for e in table.episodes if e.budget_s is not None and e.duration_s > e.budget_s]
+    if not over:
+        return None
+    longest = max(over, key=lambda e: e.duration_s - (e.budget_s or 0.0))
+    return (
+        f"{len(over)} episode(s) ran past their budget_s (longest: {longest.episode_id}, "
+        f"{longest.duration_s:g} s of {longest.budget_s:g} s); τ defaulted to the budget, "
+        f"{tau:g} s, so time after it is not scored (pass --tau to choose)"
+    )
+
+
 def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
     """Score every policy of ``table`` under ``protocol``.
 

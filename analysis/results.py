@@ -37,14 +37,17 @@ class Protocol:
     def __post_init__(self) -> None:
         if not (self.tau > 0 and np.isfinite(self.tau)):
             raise ValueError(f"tau: must be a positive number of seconds, got {self.tau}")
+        if self.seed < 0:
+            # numpy's seed sequences take none, and would say so without a name
+            raise ValueError(f"seed: must be a non-negative integer, got {self.seed}")
         if self.bootstrap < 1:
             raise ValueError(f"bootstrap: must be at least 1, got {self.bootstrap}")
         if self.ks_resamples is not None and self.ks_resamples < 1:
             raise ValueError(f"ks_resamples: must be at least 1, got {self.ks_resamples}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha: must be in (0, 1), got {self.alpha}")
-        if any(t <= 0 for t in self.success_at):
-            raise ValueError("success_at: thresholds must be positive")
+        if not all(t > 0 and np.isfinite(t) for t in self.success_at):
+            raise ValueError("success_at: thresholds must be finite and positive")
         if not 0 < self.power_target < 1:
             raise ValueError(f"power_target: must be in (0, 1), got {self.power_target}")
         if self.rho is not None and not 0 <= self.rho <= 1:

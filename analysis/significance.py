@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special  # not scipy.stats: see binary.py
 
 from analysis.bootstrap import draw_counts
 from analysis.km import at_risk, risk_set, survival
@@ -132,7 +132,7 @@ def logrank(strata: Sequence[tuple[Operations, Operations]]) -> LogRank:
     if v_total <= 0:
         return LogRank(o_total, e_total, 0.0, 0.0, 1.0)
     chi2 = (o_total - e_total) ** 2 / v_total
-    return LogRank(o_total, e_total, v_total, chi2, float(stats.chi2.sf(chi2, df=1)))
+    return LogRank(o_total, e_total, v_total, chi2, float(special.chdtrc(1, chi2)))
 
 
 def bonferroni(p: float, comparisons: int) -> float:

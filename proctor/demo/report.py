@@ -7,8 +7,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
+
+# the widest a piped leaderboard may grow before rich wraps or clips it
+_MAX_PIPED_WIDTH = 400
 
 
 def _num(x: float | None, digits: int = 1, suffix: str = "") -> str:
@@ -34,9 +38,27 @@ def verdict_counts(result: dict[str, Any]) -> Counter[str]:
     return Counter(p["verdict"] for p in result.get("pairs", []))
 
 
+def _natural_width(console: Console, renderable: RenderableType) -> int:
+    options = console.options.update_width(_MAX_PIPED_WIDTH)
+    return Measurement.get(console, options, renderable).maximum
+
+
+def _for_tables(console: Console, *tables: RenderableType) -> Console:
+    """The console to print ``tables`` on. A terminal keeps its own width (the
+    user sees it and can widen it). A file or a pipe has none: rich assumes 80
+    columns and cut every number of the leaderboard to "…", so it gets a
+    console as wide as the widest table."""
+    if console.is_terminal:
+        return console
+    width = max([console.width, *(_natural_width(console, t) for t in tables)])
+    if width <= console.width:
+        return console
+    return Console(file=console.file, width=width, highlight=False, color_system=None)
+
+
 def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -> None:
     proto = result["protocol"]
-    console.print(
+    header = (
         f"[bold]{title}[/bold]\n"
         f"τ = {proto['tau']:g} s · bootstrap B = {proto['bootstrap']} · KS resamples "
         f"{proto['ks_resamples']} · seed {proto['seed']} · α = {proto['alpha']} · "
@@ -68,7 +90,6 @@ def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -
             _num((modes.get("drops_per_operation") or {}).get("estimate"), 3),
             _num((modes.get("safety_stops_per_episode") or {}).get("estimate"), 3),
         )
-    console.print(table)
 
     pairs = Table(
         title="pairs: macro-averaged KS, Bonferroni-adjusted p; direction from RMST and AUC",
@@ -97,7 +118,10 @@ def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -
             _interval(pair.get("rmst_diff")),
             need,
         )
-    console.print(pairs)
+    out = _for_tables(console, table, pairs)
+    out.print(header)
+    out.print(table)
+    out.print(pairs)
     counts = verdict_counts(result)
     console.print(
         f"pairs: {counts.get('better', 0)} resolved, {counts.get('crossing', 0)} crossing, "

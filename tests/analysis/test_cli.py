@@ -99,15 +99,91 @@ def test_bad_file_one_line_per_problem_exit_2_nothing_written(tmp_path: Path) ->
         (["--tau", "-5"], "tau"),
         (["--json", "/nonexistent-dir/x.json"], "does not exist"),
         (["--at", "ten"], "--at"),
+        # float() takes these; they used to be computed with, then fail
+        # writing the JSON (exit 1) or print a leaderboard (exit 0)
+        (["--at", "nan"], "--at: values must be finite and positive, got nan"),
+        (["--at", "10,inf"], "--at: values must be finite and positive, got inf"),
+        (["--at", "0"], "--at: values must be finite and positive"),
+        (["--tau", "nan"], "--tau: "),
+        (["--tau", "inf"], "--tau: "),
+        (["--alpha", "nan"], "--alpha: "),
+        (["--ks-resamples", "0"], "--ks-resamples: "),
+        (["--seed", "-1"], "--seed: must be a non-negative integer, got -1"),
     ],
 )
 def test_bad_options_exit_2(
-    episodes_csv: Path, args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+    episodes_csv: Path,
+    args: list[str],
+    fragment: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
+    json_out = tmp_path / "r.json"
+    if "--json" not in args:
+        args = [*args, "--json", str(json_out)]
     code, out, err = in_process(capsys, "analyze", str(episodes_csv), *args)
     assert code == 2, out
     assert err.startswith("error: ") and fragment in err
     assert len(err.strip().splitlines()) == 1
+    # named as the user typed it, not as the Protocol field
+    assert "success_at" not in err and "ks_resamples" not in err
+    assert not json_out.exists() and "Leaderboard" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--tau", "nan"], "--tau: must be a finite positive number, got nan"),
+        (["--tau", "inf"], "--tau: must be a finite positive number, got inf"),
+        (["--tau", "-3"], "--tau: must be a finite positive number"),
+        (["--at", "nan"], "--at: values must be finite and positive, got nan"),
+        (["--alpha", "nan"], "--alpha: "),
+        (["--rho", "nan"], "--rho: "),
+        (["--power", "inf"], "--power: "),
+        (["--wilson", "nan"], "--wilson: "),
+        (["--wilson", "0.1", "--p", "nan"], "--p: must be in [0, 1], got nan"),
+        (["--wilson", "0.1", "--p", "1.5"], "--p: must be in [0, 1], got 1.5"),
+        (["--seed", "-1"], "--seed: must be a non-negative integer, got -1"),
+        (["--connor-delta", "0.1", "--psi", "nan"], "--psi: "),
+    ],
+)
+def test_power_rejects_non_finite_options(
+    episodes_csv: Path,
+    args: list[str],
+    fragment: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    json_out = tmp_path / "p.json"
+    code, out, err = in_process(
+        capsys, "power", str(episodes_csv), "--sims", "50", *args, "--json", str(json_out)
+    )
+    assert code == 2, out
+    assert err.startswith("error: ") and fragment in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not json_out.exists()
+
+
+@pytest.mark.parametrize("umask", [0o027, 0o002])
+def test_outputs_get_the_mode_the_umask_gives(
+    episodes_csv: Path, tmp_path: Path, umask: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analysis.interchange import read_interchange
+
+    result, power_out, copy = tmp_path / "r.json", tmp_path / "p.json", tmp_path / "copy.jsonl"
+    old = os.umask(umask)
+    try:
+        code, _, err = in_process(
+            capsys, "analyze", str(episodes_csv), "--bootstrap", "20", "--json", str(result)
+        )
+        assert code == 0, err
+        code, _, err = in_process(capsys, "power", "--wilson", "0.1", "--json", str(power_out))
+        assert code == 0, err
+        write_interchange(read_interchange(episodes_csv).episodes, copy)
+    finally:
+        os.umask(old)
+    for path in (result, power_out, copy):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
 
 
 def test_power_planning_formulas(capsys: pytest.CaptureFixture[str]) -> None:
@@ -154,3 +230,95 @@ def test_power_reads_an_analysis_result(episodes_csv: Path, tmp_path: Path) -> N
     r = proctor("power", str(out))
     assert r.returncode == 0, r.stderr
     assert "Power of unresolved pairs" in r.stdout
+
+
+def test_analyze_and_power_with_a_policy_that_never_succeeds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: this file made `proctor analyze` exit 2 with "attempt to get
+    argmax of an empty sequence"."""
+    path = tmp_path / "never.csv"
+    path.write_text(
+        "episode_id,policy,object,items,duration_s,placements_s,lost,dropped,outcome,budget_s\n"
+        "h1,human,o,2,20,5 10,0,0,success,60\n"
+        "h2,human,o,2,25,6 12,0,0,success,60\n"
+        "a1,stuck,o,2,60,,0,0,ran_out_of_time,60\n"
+        "a2,stuck,o,2,60,,0,0,ran_out_of_time,60\n"
+    )
+    out = tmp_path / "r.json"
+    code, stdout, err = in_process(
+        capsys, "analyze", str(path), "--reference", "human", "--bootstrap", "50",
+        "--json", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "stuck" in stdout
+    stuck = next(p for p in json.loads(out.read_text())["policies"] if p["policy"] == "stuck")
+    assert stuck["rmst"] == {"estimate": 60.0, "ci": [60.0, 60.0]}  # τ = the budget
+    assert stuck["median"]["estimate"] is None
+    code, stdout, err = in_process(capsys, "power", str(path), "--sims", "50")
+    assert code == 0, err
+    assert "human vs stuck" in stdout or "stuck vs human" in stdout
+
+
+SPLIT_OBJECTS = (
+    "episode_id,policy,object,items,duration_s,placements_s,lost,dropped,outcome,budget_s\n"
+    "a1,A,o1,1,5,2,0,0,success,60\n"
+    "a2,A,o1,1,5,3,0,0,success,60\n"
+    "b1,B,o2,1,5,2,0,0,success,60\n"
+    "b2,B,o2,1,75,,0,0,ran_out_of_time,60\n"
+    "c1,C,o1,1,5,4,0,0,success,60\n"
+    "c2,C,o2,1,5,4,0,0,success,60\n"
+)
+
+
+def test_power_leaves_out_a_pair_with_no_shared_object_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the leaderboard does; it used to fail the whole command (exit 2)."""
+    path = tmp_path / "split.csv"
+    path.write_text(SPLIT_OBJECTS)
+    out = tmp_path / "p.json"
+    code, stdout, err = in_process(capsys, "power", str(path), "--sims", "50", "--json", str(out))
+    assert code == 0, err
+    assert "note: A and B were run on no common object: not compared" in stdout
+    js = json.loads(out.read_text())
+    assert [(p["a"], p["b"]) for p in js["pairs"]] == [("A", "C"), ("B", "C")]
+    assert js["notes"] == ["A and B were run on no common object: not compared"]
+    # asking for that pair by name is still an error
+    code, _, err = in_process(capsys, "power", str(path), "--pair", "A,B", "--sims", "50")
+    assert code == 2 and "--pair A,B: the two policies share no object" in err
+
+
+def test_analyze_notes_episodes_past_their_budget_when_tau_is_the_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "split.csv"
+    path.write_text(SPLIT_OBJECTS)
+    out = tmp_path / "r.json"
+    code, stdout, err = in_process(
+        capsys, "analyze", str(path), "--bootstrap", "20", "--json", str(out)
+    )
+    assert code == 0, err
+    note = (
+        "1 episode(s) ran past their budget_s (longest: b2, 75 s of 60 s); τ defaulted to "
+        "the budget, 60 s, so time after it is not scored (pass --tau to choose)"
+    )
+    assert note in json.loads(out.read_text())["notes"]
+    assert "ran past their budget_s" in stdout
+    # τ given: nothing defaulted, no note
+    code, stdout, err = in_process(capsys, "analyze", str(path), "--bootstrap", "20", "--tau", "60")
+    assert code == 0, err
+    assert "ran past" not in stdout
+
+
+def test_scoring_does_not_import_scipy_stats() -> None:
+    """scipy.stats costs `proctor analyze` about half a second of start-up (more
+    on a loaded machine) for four functions scipy.special has: structural,
+    not timed."""
+    code = (
+        "import sys; import analysis.leaderboard, analysis.cli, analysis.store; "
+        "print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

@@ -107,3 +107,60 @@ def test_reference_conflicts_and_empty_files(tmp_path: Path) -> None:
         read_interchange(empty)
     with pytest.raises(UsageError, match="no such file"):
         read_interchange(tmp_path / "missing.csv")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", ": empty file"),
+        ("\n  \n", ": empty file"),
+        (
+            HEADER.replace(",", ";") + "\na;p;o;1;2;1;0;0;success\n",
+            " line 1: the header looks ';'-separated; the interchange CSV is comma-separated",
+        ),
+        (
+            HEADER.replace(",", "\t") + "\na\tp\to\t1\t2\t1\t0\t0\tsuccess\n",
+            " line 1: the header looks tab-separated",
+        ),
+        ("name,age\nx,3\n", " line 1: no required column in the header"),
+    ],
+)
+def test_a_file_that_is_not_an_interchange_file_is_one_line(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    """Used to be nine "required column missing" lines."""
+    f = tmp_path / "x.csv"
+    f.write_text(content)
+    with pytest.raises(UsageError) as err:
+        read_interchange(f)
+    assert not isinstance(err.value, InvalidFile)  # one line, not one per column
+    assert str(err.value).startswith(f"{f}{message}"), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_folder_is_not_a_missing_file(tmp_path: Path) -> None:
+    folder = tmp_path / "episodes.csv"
+    folder.mkdir()
+    with pytest.raises(UsageError, match="is a directory, not an interchange file"):
+        read_interchange(folder)
+
+
+def test_many_bad_rows_keep_only_the_reported_problems(tmp_path: Path) -> None:
+    """Problems past MAX_REPORTED are counted, not kept: 20 000 rows with two
+    problems each leave 100 problem objects and one line for the rest."""
+    from analysis.interchange import MAX_REPORTED
+
+    rows = 20_000
+    f = tmp_path / "bad.csv"
+    with f.open("w") as fh:
+        fh.write(HEADER + "\n")
+        for k in range(rows):
+            fh.write(f"e{k},p,o,two,ten,,0,0,ran_out_of_time\n")
+    with pytest.raises(InvalidFile) as err:
+        read_interchange(f)
+    exc = err.value
+    assert exc.total == 2 * rows
+    assert len(exc.problems) == MAX_REPORTED
+    assert len(exc.lines) == MAX_REPORTED + 1
+    assert exc.lines[0] == f"{f} line 2 (episode e0): items: expected an integer, got 'two'"
+    assert exc.lines[-1] == f"{f}: … and {2 * rows - MAX_REPORTED} more problems"

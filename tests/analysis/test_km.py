@@ -194,3 +194,23 @@ def test_supplied_grid_must_hold_every_success() -> None:
         risk_set(ops, grid=np.array([1.0, 3.0]))
     rs = risk_set(ops, grid=np.array([0.5, 1.0, 1.5, 2.0, 2.5]))
     assert survival(rs)[:, 0].tolist() == [1.0, 0.5, 0.5, 0.0, 0.0]
+
+
+def test_logrank_with_zero_variance_is_chi2_0_p_1() -> None:
+    """The convention docs/methods.md §5 states (R's survdiff raises here):
+    A's only success comes after every B operation left the risk set, so no
+    success time has both arms at risk; and two arms with no success at all."""
+    a = make_ops([5.0, 6.0], [SUCCESS_OP, CENSORED_OP], [0, 1])
+    b = make_ops([1.0, 2.0], [CENSORED_OP, CENSORED_OP], [0, 1])
+    lr = logrank([(a, b)])
+    assert (lr.variance, lr.chi2, lr.p) == (0.0, 0.0, 1.0)
+    assert lr.observed == 1.0 and lr.expected == 1.0
+    none = logrank([(b, b)])
+    assert (none.chi2, none.p) == (0.0, 1.0)
+
+
+def test_quantile_of_a_curve_with_no_success_is_never_reached() -> None:
+    # an empty grid (no success in the cell): argmax over it used to raise
+    s = np.ones((0, 3))
+    assert np.array_equal(quantile_time(np.array([]), s, 0.5), np.full(3, np.inf))
+    assert np.array_equal(rmst(np.array([]), s, 7.5), np.full(3, 7.5))

@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 import typer
+from typer.core import TyperGroup
 
 from proctor.cli import app
 
@@ -24,13 +26,18 @@ def run(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = N
 
 
 def _all_command_paths() -> list[list[str]]:
+    # through list_commands/get_command, as click resolves them: the root
+    # builds a service's commands only when asked (proctor/cli.py)
     root = typer.main.get_command(app)
     paths: list[list[str]] = []
 
-    def walk(cmd: object, path: list[str]) -> None:
+    def walk(cmd: click.Command, path: list[str]) -> None:
         paths.append(path)
-        if hasattr(cmd, "commands"):
-            for name, sub in cmd.commands.items():
+        if isinstance(cmd, click.Group | TyperGroup):
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, [*path, name]
                 walk(sub, [*path, name])
 
     walk(root, [])
@@ -57,6 +64,45 @@ def test_help_and_version_in_a_subprocess() -> None:
         assert name in result.stdout
     version = run(["version"])
     assert version.returncode == 0 and version.stdout.startswith("proctor ")
+
+
+def test_version_and_help_import_no_service() -> None:
+    """Start-up is lazy: printing a version or the command list imports no
+    service's CLI, SQLAlchemy or FastAPI (it used to import them all)."""
+    for args in (["version"], ["--help"]):
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "proctor", *args],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        imported = {
+            line.rsplit("|", 1)[-1].strip()
+            for line in result.stderr.splitlines()
+            if line.startswith("import time:")
+        }
+        assert "proctor.cli" in imported
+        heavy = {
+            m
+            for m in imported
+            if m.split(".")[0] in {"sqlalchemy", "fastapi", "numpy", "web", "station", "analysis"}
+            or (m.endswith(("_cli", ".cli")) and m != "proctor.cli")
+        }
+        assert heavy == set(), (args, sorted(heavy)[:10])
+
+
+def test_the_listed_help_is_each_commands_own() -> None:
+    """proctor --help prints SERVICE_COMMANDS' one-liners without importing the
+    services: they must say what each command's own help says."""
+    from proctor.cli import SERVICE_COMMANDS, load_service_command
+
+    for name, spec in SERVICE_COMMANDS.items():
+        cmd = load_service_command(name)
+        own = " ".join((cmd.help or "").split("\n\n")[0].split())
+        assert spec.help == own, name
 
 
 def test_db_upgrade_and_current_on_both_databases(fresh_db_url: str, tmp_path: Path) -> None:

@@ -131,3 +131,65 @@ def test_a_policy_that_did_not_opt_in_is_exported_under_its_arm_label(
     assert [w["policy"] for w in dataset["identities_withheld"]] == sorted(
         p for p in policies if p.startswith("arm ")
     )
+
+
+def test_the_dataset_gets_the_umasks_mode_and_a_never_succeeding_policy_scores(
+    db_session: ProctorSession, artifact_store: LocalArtifactStore, tmp_path: Path
+) -> None:
+    """The interchange file was created 0600 whatever the umask (mkstemp);
+    and a policy with no success on an object exports and analyses (RMST = τ)."""
+    import os
+
+    from analysis.interchange import read_interchange
+    from analysis.leaderboard import analyze
+    from analysis.results import Protocol
+    from proctor.db.models import CampaignPolicy, PlacementEvent
+    from proctor.domain import (
+        EpisodeState,
+        LabelStatus,
+        Outcome,
+        PlacementSource,
+        PlacementStatus,
+        PolicyKind,
+        Visibility,
+    )
+
+    camp = f.campaign(db_session, status=CampaignStatus.released)
+    obj = f.object_type(db_session)
+    ref = f.policy(db_session, "the-reference", kind=PolicyKind.reference)
+    stuck = f.policy(db_session, "stuck-model")
+    stuck.visibility = Visibility.public
+    for i, (pol, succeeds) in enumerate([(ref, True), (ref, True), (stuck, False), (stuck, False)]):
+        if i % 2 == 0:
+            db_session.add(CampaignPolicy(campaign_id=camp.id, policy_id=pol.id))
+        a = f.assignment(db_session, camp, pol, obj, sequence=i)
+        ep = f.episode(
+            db_session, obj, items=2, campaign_id=camp.id, assignment_id=a.id,
+            run_code=a.run_code, state=EpisodeState.closed,
+            outcome=Outcome.success if succeeds else Outcome.ran_out_of_time,
+            placed=2 if succeeds else 0, lost=0, dropped=0,
+            clock_start_s=0.0, clock_end_s=10.0 if succeeds else 60.0,
+            label_status=LabelStatus.auto,
+        )  # fmt: skip
+        for t in (3.0, 7.0) if succeeds else ():
+            db_session.add(
+                PlacementEvent(
+                    episode_id=ep.id,
+                    t_s=t,
+                    source=PlacementSource.detector,
+                    status=PlacementStatus.accepted,
+                )
+            )
+    db_session.flush()
+    out = tmp_path / "out"
+    old = os.umask(0o027)
+    try:
+        export_campaign(db_session, artifact_store, campaign=camp.name, out=out)
+    finally:
+        os.umask(old)
+    for path in (out / "episodes.csv", out / "dataset.json"):
+        assert path.stat().st_mode & 0o777 == 0o640, path
+    table = read_interchange(out / "episodes.csv")
+    lb = analyze(table, Protocol(tau=60.0, bootstrap=20))
+    row = next(p for p in lb.policies if p.policy == "stuck-model")
+    assert row.rmst.estimate == 60.0 and row.median.estimate == float("inf")
