@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,12 +126,20 @@ def tar_bytes(entries: list[tuple[str, str, Any]], mode: str = "w:gz") -> bytes:
     return buf.getvalue()
 
 
-def zip_bytes(entries: list[tuple[str, bytes]], *, symlinks: dict[str, str] | None = None) -> bytes:
+def zip_bytes(
+    entries: list[tuple[str, bytes]],
+    *,
+    symlinks: dict[str, str] | list[tuple[str, str]] | None = None,
+) -> bytes:
+    """Files, then links (``{name: target}``, or pairs in order: a list may
+    name a path twice)."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+    links = list(symlinks.items()) if isinstance(symlinks, dict) else list(symlinks or [])
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of a duplicate name: some tests want one
         for name, data in entries:
             z.writestr(name, data)
-        for name, target in (symlinks or {}).items():
+        for name, target in links:
             info = zipfile.ZipInfo(name)
             info.create_system = 3
             info.external_attr = 0o120777 << 16
