@@ -4,6 +4,7 @@ nothing left behind (no artifact, no rows, no staged or temporary files)."""
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import subprocess
@@ -424,6 +425,31 @@ def test_manifest_problems_name_the_field(portal: Web, text: bytes, expected: st
     problems = _problems(upload(portal.client(), h, data, chunk=len(data)))
     assert problems[0][1].startswith(expected), problems
     assert leftovers(portal) == NOTHING
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        b"x = " + b"[" * 20_000 + b"]" * 20_000,
+        b"x = " + b"{a = " * 5_000 + b"1" + b"}" * 5_000,
+    ],
+    ids=["arrays", "inline tables"],
+)
+def test_a_deeply_nested_manifest_is_refused_and_the_upload_discarded(
+    portal: Web, nested: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """[M7] tomllib recurses once per level: the nesting is bounded before it
+    parses, so this is a 422 (not a 500 with a 3000-line traceback) and the
+    upload does not linger against the open-upload cap."""
+    h = submitter(portal)
+    data = tar_bytes([("policy.toml", "file", manifest() + nested + b"\n")])
+    problems = _problems(upload(portal.client(), h, data, chunk=len(data)))
+    assert problems == [
+        (["policy.toml"], "policy.toml nests arrays or tables more than 32 levels deep")
+    ]
+    assert leftovers(portal) == NOTHING
+    assert audit_actions(portal)[-1] == "upload.rejected"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_a_manifest_in_the_single_top_folder_and_a_zip_are_accepted(portal: Web) -> None:
