@@ -49,6 +49,7 @@ TITLES = {
     500: "Something went wrong",
     501: "Not available yet",
     503: "Unavailable",
+    507: "Insufficient storage",
 }
 
 

@@ -46,7 +46,7 @@ from web.submissions.schemas import (
 from web.templating import render
 
 api_router = APIRouter(
-    tags=["submissions"], responses=error_responses(401, 403, 404, 409, 413, 422)
+    tags=["submissions"], responses=error_responses(401, 403, 404, 409, 413, 422, 507)
 )
 page_router = APIRouter()
 
@@ -110,6 +110,8 @@ def create_upload(
         )
     except uploads.UploadTooLarge as exc:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
+    except uploads.NoRoomForUpload as exc:
+        raise HTTPException(status.HTTP_507_INSUFFICIENT_STORAGE, str(exc)) from None
     return upload_out(upload, 0)
 
 
