@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import BinaryIO
@@ -68,11 +69,19 @@ class LocalArtifactStore(ArtifactStore):
         except FileNotFoundError:
             raise IntegrityError(f"artifact {sha256}: not in the store") from None
 
-    def clean_temporary(self) -> int:
-        """Remove leftovers of interrupted writes; returns how many."""
+    def clean_temporary(self, *, older_than_s: float = 0.0) -> int:
+        """Remove leftovers of interrupted writes untouched for ``older_than_s``
+        seconds (a write in progress in another process keeps its file's
+        modification time fresh); returns how many."""
         removed = 0
+        cutoff = time.time() - older_than_s
         for part in self._tmp.glob("*.part"):
-            part.unlink(missing_ok=True)
+            try:
+                if older_than_s and part.stat().st_mtime > cutoff:
+                    continue
+                part.unlink()
+            except FileNotFoundError:
+                continue  # its writer finished (or another cleaner was first)
             removed += 1
         return removed
 

@@ -91,6 +91,26 @@ def portal_app(web_db_url: str, tmp_path: Path) -> Iterator[Web]:
     harness.app.state.web.engine.dispose()
 
 
+def live_token(server: Any, username: str) -> str:
+    """A submitter API token for ``username`` on a live server (tests.browser.LiveServer)."""
+    from web.accounts import service as accounts
+
+    with server.db() as s:
+        user = accounts.get_user_by_username(s, username)
+        assert user is not None
+        _, token = accounts.create_token(
+            session=s,
+            user=user,
+            name="cli",
+            scopes=("submitter",),
+            expires_in_days=None,
+            allowed_roles=list(Role),
+            actor=accounts.Actor(label="test"),
+            now=server.app.state.web.clock(),
+        )
+    return str(token)
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 

@@ -22,31 +22,13 @@ from tests.web.test_submissions_helpers import (
     NOTHING,
     begin,
     leftovers,
+    live_token,
     portal_settings,
     submitter,
 )
 from web.submissions import staging
 
 CREATES = 20
-
-
-def _token(server: LiveServer, username: str) -> str:
-    from web.accounts import service as accounts
-
-    with server.db() as s:
-        user = accounts.get_user_by_username(s, username)
-        assert user is not None
-        _, token = accounts.create_token(
-            session=s,
-            user=user,
-            name="cli",
-            scopes=("submitter",),
-            expires_in_days=None,
-            allowed_roles=list(Role),
-            actor=accounts.Actor(label="test"),
-            now=server.app.state.web.clock(),
-        )
-    return token
 
 
 def test_concurrent_creates_stop_at_the_open_upload_cap(
@@ -60,7 +42,7 @@ def test_concurrent_creates_stop_at_the_open_upload_cap(
         submissions=settings.submissions.model_dump(),
     )
     server.add_user("ada", Role.submitter)
-    token = _token(server, "ada")
+    token = live_token(server, "ada")
     cap = settings.submissions.max_open_uploads
     barrier = threading.Barrier(CREATES)
     codes: list[int] = []

@@ -25,7 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from proctor.artifacts import ArtifactStore
 from proctor.db.engine import ProctorSession
@@ -241,6 +241,29 @@ def record_progress(
     upload.updated_at = now
     upload.expires_at = _expiry(settings, now)
     session.flush()
+
+
+def record_progress_now(
+    session_factory: sessionmaker[ProctorSession],
+    *,
+    settings: Settings,
+    upload_id: str,
+    received: int,
+    now: datetime,
+    rewind: bool = False,
+) -> None:
+    """Record the offset in a transaction of its own, committed at once (the
+    request's own commits only when it ends): the bytes up to ``received``
+    must be fsynced first. Only forward, unless ``rewind`` (the request's
+    bytes were dropped after some were recorded)."""
+    stmt = sa.update(UploadSession).where(UploadSession.id == upload_id)
+    if not rewind:
+        stmt = stmt.where(UploadSession.received_bytes < received)
+    with session_factory.begin() as s:
+        s.execute(
+            stmt.values(received_bytes=received, updated_at=now, expires_at=_expiry(settings, now)),
+            execution_options={"synchronize_session": False},
+        )
 
 
 def staged_offset(settings: Settings, upload: UploadSession) -> int:
