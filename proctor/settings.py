@@ -91,6 +91,15 @@ class SubmissionSettings(BaseModel):
     upload_expiry_hours: float = Field(default=48.0, gt=0)
     # unfinished uploads one submitter may hold at once (each stages up to a checkpoint)
     max_open_uploads: int = Field(default=4, ge=1)
+    # free disk an upload may not eat into (bytes): a new upload is refused when
+    # its size plus what the open uploads still have to receive would leave less
+    # than this free where uploads are staged (the database, logs and the
+    # artifact store's copy at completion need room too)
+    upload_disk_margin_bytes: int = Field(default=5 * 2**30, ge=0)
+    # during a PUT, the bytes in so far are fsynced and their offset recorded
+    # every this many bytes, so a server crash mid-request loses at most this
+    # much of it (the client resumes from GET /api/uploads/{id}'s offset)
+    upload_progress_bytes: int = Field(default=64 * 2**20, ge=2**20)
     # how a submission's conformance check is started: "subprocess" spawns a
     # `proctor submission work` process per submission from the web server;
     # "worker" leaves it queued for a separately run `proctor submission worker`

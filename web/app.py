@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
 
@@ -46,6 +47,7 @@ from web.policies import routes as policies
 from web.review import routes as review
 from web.shared_cache import SharedCacheMiddleware
 from web.snapshots import routes as snapshots
+from web.startup import recover
 from web.state import AppState, Clock
 from web.submissions import routes as submissions
 from web.system import routes as system
@@ -135,6 +137,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # repair what a crash left (web.startup) before the first request
+        await run_in_threadpool(recover, app.state.web)
         yield
         engine.dispose()
 

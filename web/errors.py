@@ -14,11 +14,11 @@ turn each into the right response:
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
@@ -49,6 +49,7 @@ TITLES = {
     500: "Something went wrong",
     501: "Not available yet",
     503: "Unavailable",
+    507: "Insufficient storage",
 }
 
 
@@ -104,9 +105,34 @@ def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
 def _validation_error(request: Request, exc: RequestValidationError) -> Response:
     errors = exc.errors()
     if is_api(request):
-        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+        return JSONResponse({"detail": [_public_error(e) for e in errors]}, status_code=422)
     lines = [f"{_field_name(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
     return error_page(request, 422, "; ".join(lines) or "invalid input")
+
+
+def _public_error(error: Any) -> dict[str, Any]:
+    """One validation error as the API answers it: where, what, which kind.
+    The rejected ``input`` is never echoed (it is the caller's own bytes, may
+    be large or secret, and a NaN or Infinity in it cannot be written as
+    JSON: that was a 500); ``ctx`` (the limits, e.g. ``{"ge": 0}``) is kept,
+    with anything that is not a finite JSON scalar written as text."""
+    out: dict[str, Any] = {
+        "loc": list(error.get("loc", ())),
+        "msg": str(error.get("msg", "invalid")),
+        "type": str(error.get("type", "value_error")),
+    }
+    ctx = error.get("ctx")
+    if isinstance(ctx, dict):
+        out["ctx"] = {str(k): _json_scalar(v) for k, v in ctx.items()}
+    return out
+
+
+def _json_scalar(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    return str(value)
 
 
 def _proctor_error(request: Request, exc: ProctorError) -> Response:

@@ -54,6 +54,11 @@ class ArtifactStore(ABC):
     @abstractmethod
     def _open_raw(self, sha256: str) -> BinaryIO: ...
 
+    def clean_temporary(self, *, older_than_s: float = 0.0) -> int:
+        """Remove leftovers of interrupted writes untouched for ``older_than_s``
+        seconds; returns how many. Stores that stage nothing have none."""
+        return 0
+
     def local_path(self, sha256: str) -> Path | None:
         """A filesystem path for the object if the store has one (lets the web
         app serve byte ranges of videos without copying)."""

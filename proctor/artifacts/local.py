@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import BinaryIO
@@ -16,8 +17,9 @@ class LocalArtifactStore(ArtifactStore):
         self.root = Path(root).resolve()
         self._objects = self.root / "objects"
         self._tmp = self.root / "tmp"
-        self._objects.mkdir(parents=True, exist_ok=True)
-        self._tmp.mkdir(parents=True, exist_ok=True)
+        # checkpoints and recordings: for the server's own user only
+        for folder in (self.root, self._objects, self._tmp):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def _path(self, sha256: str) -> Path:
         check_sha256(sha256)
@@ -30,7 +32,7 @@ class LocalArtifactStore(ArtifactStore):
         try:
             # write to a temp name, fsync, then rename: a crash at any point
             # leaves either no object or a complete one, never a partial one
-            with tmp.open("wb") as f:
+            with os.fdopen(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "wb") as f:
                 sha256, size = hash_stream_to(stream, f)
                 f.flush()
                 os.fsync(f.fileno())
@@ -39,7 +41,7 @@ class LocalArtifactStore(ArtifactStore):
                     f"sha256: the upload hashes to {sha256}, not the declared {expected_sha256}"
                 )
             final = self._path(sha256)
-            final.parent.mkdir(parents=True, exist_ok=True)
+            final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             if final.exists():
                 tmp.unlink()
             else:
@@ -67,11 +69,19 @@ class LocalArtifactStore(ArtifactStore):
         except FileNotFoundError:
             raise IntegrityError(f"artifact {sha256}: not in the store") from None
 
-    def clean_temporary(self) -> int:
-        """Remove leftovers of interrupted writes; returns how many."""
+    def clean_temporary(self, *, older_than_s: float = 0.0) -> int:
+        """Remove leftovers of interrupted writes untouched for ``older_than_s``
+        seconds (a write in progress in another process keeps its file's
+        modification time fresh); returns how many."""
         removed = 0
+        cutoff = time.time() - older_than_s
         for part in self._tmp.glob("*.part"):
-            part.unlink(missing_ok=True)
+            try:
+                if older_than_s and part.stat().st_mtime > cutoff:
+                    continue
+                part.unlink()
+            except FileNotFoundError:
+                continue  # its writer finished (or another cleaner was first)
             removed += 1
         return removed
 

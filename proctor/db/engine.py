@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,11 +33,27 @@ def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
     cursor.close()
 
 
+def _private_database_file(path: Path) -> None:
+    """The SQLite file (password hashes, encrypted keys) readable by its owner
+    only: created 0600 here, before SQLite would create it 0644 under the usual
+    umask; SQLite gives its -wal and -shm files the database file's mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        # one made before this rule: tighten it if it is ours
+        if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
+            path.chmod(0o600)
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     parsed = make_url(url)
+    # error messages and logs show the statement, never its values (token
+    # hashes, password hashes, API keys)
+    kwargs.setdefault("hide_parameters", True)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            _private_database_file(Path(parsed.database))
         kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
         engine = sa.create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)

@@ -412,6 +412,8 @@ def test_a_withheld_identity_stays_hidden_after_release(web: Web, tmp_path: Path
             f"/leaderboard/{cid}/policies/{quote(steady)}?vs={quote(swift_arm)}",
             f"/api/leaderboard/{cid}/policies/{quote(ref)}?vs={quote(swift_arm)}",
             f"/leaderboard/{cid}/episodes?policy={quote(swift_arm)}&object=spoons",
+            # built by a signed-in user's request during the crawl: now served to all
+            f"/api/episodes/{uid}/rrd",
         )
     ]
     leaks = _search(responses, hidden)
@@ -424,7 +426,12 @@ def test_a_withheld_identity_stays_hidden_after_release(web: Web, tmp_path: Path
     steady_page = anonymous[f"/leaderboard/{cid}/policies/{quote(steady)}"].text
     assert f"Lab of {steady}" in steady_page and "private-data-" in steady_page
     statuses = {(who, path): r.status_code for who, path, r in responses}
-    assert statuses[("anonymous", f"/api/episodes/{uid}/rrd")] == 200
+    # anonymous requests get the .rrd only once a signed-in user's has built it
+    assert [
+        r.status_code
+        for who, path, r in responses
+        if (who, path) == ("anonymous", f"/api/episodes/{uid}/rrd")
+    ] == [401, 200]
     assert statuses[("reviewer", f"/api/episodes/{uid}")] == 200
 
     # a withheld name is answered like a made-up one

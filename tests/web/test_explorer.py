@@ -100,7 +100,15 @@ def test_the_rrd_is_built_from_the_recording_and_verifies(web: Web, tmp_path: Pa
     rr = pytest.importorskip("rerun", reason="the rerun extra is part of ./run test")
     _, uid = _recorded(web, tmp_path, released=True, seed=3)
     c = web.client()
+    # anonymous requests never build one (each costs seconds of CPU and MBs of
+    # disk); any signed-in user's does, and then everyone gets the built file
     r = c.get(f"/api/episodes/{uid}/rrd")
+    assert r.status_code == 401 and "sign in to have it built" in r.json()["detail"]
+    with web.db() as s:
+        built = sa.select(sa.func.count()).select_from(Artifact)
+        assert s.scalar(built.where(Artifact.kind == ArtifactKind.rrd)) == 0
+    web.add_user("sam", Role.submitter)
+    r = c.get(f"/api/episodes/{uid}/rrd", headers=bearer(web.token("sam", ("submitter",))))
     assert r.status_code == 200
     assert r.headers["content-disposition"] == f'attachment; filename="{uid}-rrd.rrd"'
     path = tmp_path / "episode.rrd"
@@ -129,7 +137,7 @@ def test_the_rrd_is_built_from_the_recording_and_verifies(web: Web, tmp_path: Pa
     np.testing.assert_array_equal(
         from_video, np.round(np.asarray(table["pts_s"]) * 1e9).astype(np.int64)
     )
-    # the second download is the stored file, not a rebuild
+    # the second download (anonymous) is the stored file, not a rebuild
     again = c.get(f"/api/episodes/{uid}/rrd")
     assert again.content == r.content
     with web.db() as s:
@@ -157,5 +165,7 @@ def test_unknown_and_unrecorded_episodes(web: Web) -> None:
     body = c.get(f"/api/episodes/{uid}").json()
     assert body["cameras"] == [] and body["telemetry_sha256"] is None
     assert "No video was recorded" in c.get(f"/episodes/{uid}").text
-    r = c.get(f"/api/episodes/{uid}/rrd")
+    assert c.get(f"/api/episodes/{uid}/rrd").status_code == 401  # anonymous: nothing built
+    web.add_user("sam", Role.submitter)
+    r = c.get(f"/api/episodes/{uid}/rrd", headers=bearer(web.token("sam", ("submitter",))))
     assert r.status_code == 400 and "nothing was recorded" in r.json()["detail"]

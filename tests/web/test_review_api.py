@@ -133,6 +133,32 @@ def test_bad_decisions_are_refused_with_the_reason(web: Web) -> None:
         assert s.scalar(sa.select(sa.func.count()).select_from(ReviewAction)) == 0
 
 
+def test_non_finite_numbers_are_refused_naming_the_field(web: Web) -> None:
+    """[L6] NaN and 1e999 (infinity once parsed) in a body: a 422 naming the
+    field. The error never echoes the input: a non-finite float in it could
+    not be written as JSON (that was a 500), and the caller's bytes are not
+    ours to repeat."""
+    uid = queued_episode(web)
+    web.add_user("rev", Role.reviewer)
+    c = web.client()
+    h = {**bearer(web.token("rev", ("reviewer",))), "Content-Type": "application/json"}
+    for raw in ('{"t_s": NaN}', '{"t_s": 1e999}', '{"t_s": -Infinity}'):
+        r = c.post(f"/api/review/episodes/{uid}/add", content=raw, headers=h)
+        assert r.status_code == 422, (raw, r.text)
+        [problem] = r.json()["detail"]
+        assert problem["loc"] == ["body", "t_s"] and problem["msg"], raw
+        assert "input" not in problem
+    secretish = "s" * 2500  # over the note's 2000 characters: refused, not repeated
+    r = c.post(f"/api/review/episodes/{uid}/add", json={"t_s": 1.0, "note": secretish}, headers=h)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "note"]
+    assert r.json()["detail"][0]["ctx"] == {"max_length": 2000}
+    assert secretish not in r.text
+    # the connection is still usable afterwards (a 500 here used to reset it)
+    assert c.get(f"/api/review/episodes/{uid}", headers=h).status_code == 200
+    with web.db() as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(ReviewAction)) == 0
+
+
 def test_signed_in_pages_need_the_csrf_token(web: Web) -> None:
     uid = queued_episode(web)
     web.add_user("rev", Role.reviewer)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,26 @@ def portal_app(web_db_url: str, tmp_path: Path) -> Iterator[Web]:
     harness.app.state.web.engine.dispose()
 
 
+def live_token(server: Any, username: str) -> str:
+    """A submitter API token for ``username`` on a live server (tests.browser.LiveServer)."""
+    from web.accounts import service as accounts
+
+    with server.db() as s:
+        user = accounts.get_user_by_username(s, username)
+        assert user is not None
+        _, token = accounts.create_token(
+            session=s,
+            user=user,
+            name="cli",
+            scopes=("submitter",),
+            expires_in_days=None,
+            allowed_roles=list(Role),
+            actor=accounts.Actor(label="test"),
+            now=server.app.state.web.clock(),
+        )
+    return str(token)
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -125,12 +146,20 @@ def tar_bytes(entries: list[tuple[str, str, Any]], mode: str = "w:gz") -> bytes:
     return buf.getvalue()
 
 
-def zip_bytes(entries: list[tuple[str, bytes]], *, symlinks: dict[str, str] | None = None) -> bytes:
+def zip_bytes(
+    entries: list[tuple[str, bytes]],
+    *,
+    symlinks: dict[str, str] | list[tuple[str, str]] | None = None,
+) -> bytes:
+    """Files, then links (``{name: target}``, or pairs in order: a list may
+    name a path twice)."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+    links = list(symlinks.items()) if isinstance(symlinks, dict) else list(symlinks or [])
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of a duplicate name: some tests want one
         for name, data in entries:
             z.writestr(name, data)
-        for name, target in (symlinks or {}).items():
+        for name, target in links:
             info = zipfile.ZipInfo(name)
             info.create_system = 3
             info.external_attr = 0o120777 << 16

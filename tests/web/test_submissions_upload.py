@@ -4,8 +4,11 @@ nothing left behind (no artifact, no rows, no staged or temporary files)."""
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
+import subprocess
+import tarfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -210,6 +213,83 @@ UNSAFE: list[tuple[str, Callable[[], bytes], str | re.Pattern[str]]] = [
         "archive: 'inside/x' is written through the link 'inside'",
     ),
     (
+        # [M5] x is re-pointed after esc was checked through it: after extraction
+        # esc would be /etc/passwd
+        "symlink redefined",
+        lambda: tar_bytes(
+            [
+                ("policy.toml", "file", manifest()),
+                ("x", "symlink", "p/q/r/s/t/u"),
+                ("esc", "symlink", "x/../../../../../../etc/passwd"),
+                ("x", "symlink", "."),
+            ]
+        ),
+        "archive: 'x' appears more than once in the archive; each path may be defined once",
+    ),
+    (
+        "zip symlink redefined",
+        lambda: zip_bytes(
+            [("policy.toml", manifest())],
+            symlinks=[
+                ("x", "p/q/r/s/t/u"),
+                ("esc", "x/../../../../../../etc/passwd"),
+                ("x", "."),
+            ],
+        ),
+        "archive: 'x' appears more than once in the archive; each path may be defined once",
+    ),
+    (
+        "file defined twice",
+        lambda: tar_bytes(
+            [
+                ("policy.toml", "file", manifest()),
+                ("policy.toml", "file", manifest("someone-else")),
+            ]
+        ),
+        "archive: 'policy.toml' appears more than once in the archive",
+    ),
+    (
+        # esc is fine when checked (x is nothing yet); x -> . defined afterwards
+        # makes x/.. the archive's parent: caught when the walk is complete
+        "link changed by a later link",
+        lambda: tar_bytes(
+            [
+                ("policy.toml", "file", manifest()),
+                ("esc", "symlink", "x/../sibling"),
+                ("x", "symlink", "."),
+            ]
+        ),
+        "archive: the link 'esc' points to 'x/../sibling', outside the archive",
+    ),
+    (
+        "zip link changed by a later link",
+        lambda: zip_bytes(
+            [("policy.toml", manifest())], symlinks=[("esc", "x/../sibling"), ("x", ".")]
+        ),
+        "archive: the link 'esc' points to 'x/../sibling', outside the archive",
+    ),
+    (
+        "entry beneath a later link",
+        lambda: tar_bytes(
+            [
+                ("policy.toml", "file", manifest()),
+                ("d/f", "file", b"x"),
+                ("d", "symlink", "."),
+            ]
+        ),
+        "archive: 'd/f' is written through the link 'd'",
+    ),
+    (
+        "the root as a link",
+        lambda: tar_bytes([("policy.toml", "file", manifest()), ("./", "symlink", "..")]),
+        "archive: './' names the archive's root; only a folder entry may name it",
+    ),
+    (
+        "dot-slash dot-dot",
+        lambda: tar_bytes([("./policy.toml", "file", manifest()), ("./../x", "file", b"x")]),
+        "archive: './../x' points outside the archive ('..' in its path)",
+    ),
+    (
         "hard link out",
         lambda: tar_bytes([("policy.toml", "file", manifest()), ("h", "hardlink", "/etc/shadow")]),
         "archive: 'h' is a hard link to '/etc/shadow', which is not an earlier file of the archive",
@@ -347,6 +427,31 @@ def test_manifest_problems_name_the_field(portal: Web, text: bytes, expected: st
     assert leftovers(portal) == NOTHING
 
 
+@pytest.mark.parametrize(
+    "nested",
+    [
+        b"x = " + b"[" * 20_000 + b"]" * 20_000,
+        b"x = " + b"{a = " * 5_000 + b"1" + b"}" * 5_000,
+    ],
+    ids=["arrays", "inline tables"],
+)
+def test_a_deeply_nested_manifest_is_refused_and_the_upload_discarded(
+    portal: Web, nested: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """[M7] tomllib recurses once per level: the nesting is bounded before it
+    parses, so this is a 422 (not a 500 with a 3000-line traceback) and the
+    upload does not linger against the open-upload cap."""
+    h = submitter(portal)
+    data = tar_bytes([("policy.toml", "file", manifest() + nested + b"\n")])
+    problems = _problems(upload(portal.client(), h, data, chunk=len(data)))
+    assert problems == [
+        (["policy.toml"], "policy.toml nests arrays or tables more than 32 levels deep")
+    ]
+    assert leftovers(portal) == NOTHING
+    assert audit_actions(portal)[-1] == "upload.rejected"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 def test_a_manifest_in_the_single_top_folder_and_a_zip_are_accepted(portal: Web) -> None:
     h = submitter(portal)
     c = portal.client()
@@ -365,6 +470,34 @@ def test_a_manifest_in_the_single_top_folder_and_a_zip_are_accepted(portal: Web)
     r = upload(c, h, z, filename="acme.zip")
     assert r.status_code == 201, r.text
     assert r.json()["archive"]["format"] == "zip"
+
+
+def test_an_archive_of_a_folder_s_contents_is_accepted(portal: Web, tmp_path: Path) -> None:
+    """[L13] ``tar czf x.tgz -C dir .`` writes ``./`` and ``./policy.toml``:
+    the root entry is the archive's top, ``./x`` is ``x``."""
+    folder = tmp_path / "acme"
+    (folder / "checkpoint").mkdir(parents=True)
+    (folder / "policy.toml").write_bytes(manifest())
+    (folder / "checkpoint" / "params").write_bytes(noise(4096))
+    (folder / "checkpoint" / "latest").symlink_to("params")
+    packed = tmp_path / "acme.tar.gz"
+    subprocess.run(["tar", "czf", str(packed), "-C", str(folder), "."], check=True)
+    data = packed.read_bytes()
+    with tarfile.open(packed) as tar:
+        assert tar.getnames()[0] == "."  # what tar writes for the folder itself
+        assert "./policy.toml" in tar.getnames()
+    h = submitter(portal)
+    r = upload(portal.client(), h, data)
+    assert r.status_code == 201, r.text
+    archive = r.json()["archive"]
+    assert archive["manifest_root"] == "" and archive["files"] == 2
+    assert archive["folders"] == 1 and archive["links"] == 1  # the root is no folder of its own
+    zipped = zip_bytes(
+        [("./", b""), ("./policy.toml", manifest("acme-zip")), ("./checkpoint/p", b"p")]
+    )
+    r = upload(portal.client(), h, zipped, filename="acme.zip")
+    assert r.status_code == 201, r.text
+    assert r.json()["archive"]["manifest_root"] == ""
 
 
 def test_a_name_taken_by_someone_else_is_refused_and_the_upload_discarded(portal: Web) -> None:

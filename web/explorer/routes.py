@@ -13,15 +13,16 @@ from fastapi.responses import HTMLResponse
 from web.artifacts.access import visible_episode
 from web.artifacts.service import VisibleArtifact
 from web.artifacts.serving import serve_artifact
+from web.auth.identity import NotSignedIn
 from web.deps import OptionalUser, SessionDep, StoreDep
 from web.errors import error_responses
-from web.explorer.export import episode_rrd
+from web.explorer.export import cached_rrd, episode_rrd
 from web.explorer.service import EpisodeOut, episode_bundle
 from web.leaderboard.caching import PUBLIC_MAX_AGE_S
 from web.leaderboard.format import FORMATS
 from web.templating import render
 
-api_router = APIRouter(tags=["recordings"], responses=error_responses(404, 422))
+api_router = APIRouter(tags=["recordings"], responses=error_responses(401, 404, 422))
 page_router = APIRouter()
 # samples per telemetry column the page asks for: about two per pixel of a wide plot
 TELEMETRY_POINTS = 2400
@@ -46,7 +47,8 @@ def get_episode(
 
 @api_router.get(
     "/episodes/{uid}/rrd",
-    summary="The episode's recording as a Rerun .rrd file (built on first request)",
+    summary="The episode's recording as a Rerun .rrd file (built on a signed-in user's "
+    "first request; a built one is served to everyone who may see the episode)",
     response_class=Response,
     responses={200: {"content": {"application/x-rerun": {}}, "description": "the .rrd file"}},
 )
@@ -54,6 +56,16 @@ def get_rrd(
     uid: EpisodeUid, request: Request, session: SessionDep, store: StoreDep, who: OptionalUser
 ) -> Response:
     episode, access = visible_episode(session, uid, who)
+    if who is None:
+        # building one takes up to seconds of CPU and stores 4–9 MB: only for a
+        # signed-in user (anyone with an account), so that anonymous requests
+        # cannot make the server build every episode's; a built one is served to all
+        built = cached_rrd(session, episode, redacted=access.redacted)
+        if built is None or not store.exists(built.sha256):
+            raise NotSignedIn(
+                "this episode's .rrd has not been built yet: sign in to have it built "
+                "(once built, it is served to everyone who may see the episode)"
+            )
     # a sync route: runs in the thread pool
     row = episode_rrd(session, store, episode, redacted=access.redacted)
     return serve_artifact(request, store, VisibleArtifact(row, episode, access), download=True)

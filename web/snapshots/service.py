@@ -122,6 +122,36 @@ def recompute(
     return out
 
 
+def stale_campaigns(session: ProctorSession) -> list[int]:
+    """Campaigns whose latest snapshot of some stream no longer matches the
+    data it was scored from (its data version), e.g. a review committed just
+    before a crash, whose queued recomputation was lost with the process.
+    Compares data only: a new code version alone does not make a board stale
+    here (it is recomputed with the next change, as before)."""
+    latest = (
+        sa.select(sa.func.max(AnalysisSnapshot.id))
+        .where(AnalysisSnapshot.campaign_id.is_not(None))
+        .group_by(AnalysisSnapshot.campaign_id, AnalysisSnapshot.label_stream)
+    )
+    rows = session.execute(
+        sa.select(
+            AnalysisSnapshot.campaign_id,
+            AnalysisSnapshot.label_stream,
+            AnalysisSnapshot.data_version,
+        )
+        .where(AnalysisSnapshot.id.in_(latest))
+        .order_by(AnalysisSnapshot.campaign_id)
+    )
+    stale: list[int] = []
+    for campaign_id, stream, stored in rows:
+        if campaign_id in stale:
+            continue
+        table = load_episodes(session, campaign_id=campaign_id, stream=LabelStream(stream))
+        if data_version(table) != stored:
+            stale.append(campaign_id)
+    return stale
+
+
 # ------------------------------------------------------------------- reading
 
 

@@ -9,7 +9,9 @@ last request. Each recomputation runs in its own transaction.
 The review flow calls ``recompute_after_commit(session, campaign_id=…)``
 inside its request: the campaign is queued only when that transaction
 commits (a rolled-back review queues nothing, and the worker never reads
-data that is not committed yet).
+data that is not committed yet). The queue lives in this process: a crash
+loses it, so the server's start-up (``web.startup``) queues every campaign
+whose latest snapshot no longer matches its data.
 """
 
 from __future__ import annotations

@@ -6,12 +6,17 @@ way an extractor that trusts nobody would check it, so that the runner (a
 later service, on another machine) can unpack the archive safely:
 
 * names: no absolute paths (``/x``, ``C:x``), no ``..`` components, no
-  backslashes or NUL characters;
+  backslashes or NUL characters; ``./`` (what ``tar -C dir .`` writes) is
+  the archive's root and ``./x`` is ``x``; no path may be defined twice
+  (an extractor would overwrite the first, e.g. re-point a link that other
+  links were checked through);
 * types: regular files, folders, and links only; no devices, FIFOs or
   sparse files;
 * links: a symbolic link must resolve inside the archive, following the
   links the archive has already defined (so ``a -> b/..`` chains cannot
-  climb out); a hard link must name an earlier file of the archive; no
+  climb out), and once the walk is complete every link is checked again
+  against the final tree (a link defined later can change where an earlier
+  one leads); a hard link must name an earlier file of the archive; no
   member may be written through a link;
 * sizes: the sum of the files' sizes, the number of entries, and the ratio
   of unpacked to packed bytes are limited (decompression bombs); the
@@ -46,6 +51,8 @@ RATIO_FLOOR_BYTES = 1 << 20
 _READ = 1 << 20
 _MAX_LINK_HOPS = 40
 _MAX_NAME = 4096
+# the normalized name of the archive's root (the ``./`` entry of ``tar -C dir .``)
+ROOT = ""
 
 
 class ArchiveRejected(ValueError):
@@ -105,8 +112,9 @@ def detect_format(head: bytes) -> str | None:
 
 # -- names and links ----------------------------------------------------------
 def _check_name(name: str) -> str:
-    """The member's normalized path, or ArchiveRejected."""
-    if not name or name in (".", "./"):
+    """The member's normalized path (``ROOT`` for ``.`` and ``./``), or
+    ArchiveRejected."""
+    if not name:
         raise ArchiveRejected("an archive entry has an empty name")
     shown = name if len(name) < 200 else name[:200] + "…"
     if len(name) > _MAX_NAME:
@@ -120,9 +128,7 @@ def _check_name(name: str) -> str:
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise ArchiveRejected(f"'{shown}' points outside the archive ('..' in its path)")
-    if not parts:
-        raise ArchiveRejected(f"'{shown}': the name is empty once normalized")
-    return "/".join(parts)
+    return "/".join(parts)  # ROOT when only "." and "/" were left
 
 
 @dataclass
@@ -131,6 +137,17 @@ class _Tree:
 
     symlinks: dict[str, str] = field(default_factory=dict)
     files: set[str] = field(default_factory=set)
+    defined: set[str] = field(default_factory=set)  # every entry's path, whatever its kind
+
+    def define(self, path: str) -> None:
+        """Each path once: a second entry would replace the first on
+        extraction (a link re-pointed after others were checked through it)."""
+        if path in self.defined:
+            shown = path or "./"
+            raise ArchiveRejected(
+                f"'{shown}' appears more than once in the archive; each path may be defined once"
+            )
+        self.defined.add(path)
 
     def resolve(self, start: list[str], target: str, what: str) -> list[str]:
         """Walk ``target`` from the folder ``start``, following the archive's own
@@ -180,6 +197,15 @@ class _Tree:
         parent = path.split("/")[:-1]
         self.resolve(parent, target, what)
         self.symlinks[path] = target
+
+    def check_final(self) -> None:
+        """Every link again, against the complete tree: a link defined after
+        another may change where the other leads (``esc -> x/../a``, then
+        ``x -> .``), and no entry may lie beneath a link defined after it."""
+        for path, target in self.symlinks.items():
+            self.resolve(path.split("/")[:-1], target, f"the link '{path}'")
+        for path in self.defined:
+            self.check_parent(path)
 
 
 # -- the walk -----------------------------------------------------------------
@@ -320,7 +346,11 @@ def _reason(exc: BaseException) -> str:
 def _tar_member(tar: tarfile.TarFile, member: tarfile.TarInfo, walk: _Walk) -> None:
     walk.count_entry()
     name = _check_name(member.name)
+    if name == ROOT:
+        _root_entry(member.isdir(), member.name, walk)
+        return
     walk.tree.check_parent(name)
+    walk.tree.define(name)
     if member.isdev() or member.isfifo():
         kind = (
             "a character device"
@@ -363,6 +393,16 @@ def _tar_member(tar: tarfile.TarFile, member: tarfile.TarInfo, walk: _Walk) -> N
     walk.members.append(name)
 
 
+def _root_entry(is_dir: bool, raw_name: str, walk: _Walk) -> None:
+    """``.`` or ``./``: the folder the archive unpacks into, nothing to
+    create; anything but a folder there would replace it."""
+    if not is_dir:
+        raise ArchiveRejected(
+            f"'{raw_name}' names the archive's root; only a folder entry may name it"
+        )
+    walk.tree.define(ROOT)
+
+
 def _walk_zip(path: Path, walk: _Walk) -> None:
     try:
         archive = zipfile.ZipFile(path)
@@ -389,7 +429,11 @@ def _zip_mode(info: zipfile.ZipInfo) -> int:
 def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, walk: _Walk) -> None:
     walk.count_entry()
     name = _check_name(info.filename)
+    if name == ROOT:
+        _root_entry(info.is_dir() or stat.S_IFMT(_zip_mode(info)) == stat.S_IFDIR, name, walk)
+        return
     walk.tree.check_parent(name)
+    walk.tree.define(name)
     if info.flag_bits & 0x1:
         raise ArchiveRejected(f"'{name}' is encrypted; upload an unencrypted archive")
     mode = _zip_mode(info)
@@ -462,4 +506,5 @@ def inspect_archive(path: Path, limits: ArchiveLimits) -> ArchiveSummary:
         _walk_tar(path, fmt, walk)
     if not walk.members:
         raise ArchiveRejected("the archive is empty")
+    walk.tree.check_final()
     return walk.summary(fmt)

@@ -30,6 +30,9 @@ from station.policy.spec import ActionSpace
 MANIFEST_NAME = "policy.toml"
 MAX_MANIFEST_BYTES = 64 * 1024
 MANIFEST_VERSION = 1
+# arrays and tables inside one another: the schema needs 2 (image_size in
+# [policy]); tomllib recurses once per level, so 20 000 levels exhaust the stack
+MAX_NESTING = 32
 
 # a policy's public name: shown on the leaderboard once a campaign is released
 POLICY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._+()-]{1,126}[A-Za-z0-9)]$"
@@ -285,11 +288,75 @@ def parse_manifest(raw: bytes | str) -> Manifest:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ManifestError([ManifestProblem(MANIFEST_NAME, "is not UTF-8 text")]) from None
+    too_deep = ManifestProblem(
+        MANIFEST_NAME, f"nests arrays or tables more than {MAX_NESTING} levels deep"
+    )
+    if _nesting(text) > MAX_NESTING:
+        raise ManifestError([too_deep])
     try:
         parsed = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError([ManifestProblem(MANIFEST_NAME, f"is not valid TOML: {exc}")]) from None
+    except RecursionError:  # the scan above should make this unreachable
+        raise ManifestError([too_deep]) from None
     return validate_manifest(parsed)
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` outside strings and comments: a
+    linear scan, so the parser is never handed a document deep enough to
+    exhaust the stack. Invalid TOML may be counted loosely (the parser
+    refuses it anyway)."""
+    deepest = depth = 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if c in "\"'":
+            i = _skip_string(text, i)
+            continue
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return deepest
+
+
+def _skip_string(text: str, i: int) -> int:
+    """The index just past the string that opens at ``text[i]`` (basic or
+    literal, one line or multi-line); the end of the text if it never closes."""
+    quote = text[i]
+    escapes = quote == '"'  # only basic strings have backslash escapes
+    n = len(text)
+    if text.startswith(quote * 3, i):
+        j = i + 3
+        while j < n:
+            if escapes and text[j] == "\\":
+                j += 2
+                continue
+            if text.startswith(quote * 3, j):
+                j += 3
+                # one or two more quotes right before the closing three are content
+                for _ in range(2):
+                    if j < n and text[j] == quote:
+                        j += 1
+                return j
+            j += 1
+        return n
+    j = i + 1
+    while j < n and text[j] != "\n":
+        if escapes and text[j] == "\\":
+            j += 2
+            continue
+        if text[j] == quote:
+            return j + 1
+        j += 1
+    return j
 
 
 def check_paths(manifest: Manifest, root: str, members: Iterable[str]) -> list[ManifestProblem]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -149,8 +150,12 @@ def _after_rollback(session: Session, previous_transaction: Any) -> None:
 
 def worker_env(settings: Settings) -> dict[str, str]:
     """The environment a worker needs to reach this server's database and
-    read endpoint keys (secrets pass through the environment only)."""
-    env = dict(os.environ)
+    read endpoint keys (secrets pass through the environment only). Not the
+    server's session key: a worker signs no cookie, and a key it never holds
+    cannot leak from it. (Settings demand a key in prod from every process,
+    so a prod worker gets a random one of its own.) No other ``PROCTOR_*``
+    variable of the server is passed on: the worker's settings are these."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
     env["PROCTOR_ENV"] = settings.env
     env["PROCTOR_DATA_DIR"] = str(settings.data_dir)
     env["PROCTOR_DATABASE_URL"] = settings.db_url
@@ -158,8 +163,8 @@ def worker_env(settings: Settings) -> dict[str, str]:
     env["PROCTOR_SUBMISSIONS"] = settings.submissions.model_dump_json()
     if settings.encryption_key is not None:
         env["PROCTOR_ENCRYPTION_KEY"] = settings.encryption_key.get_secret_value()
-    if settings.secret_key is not None:
-        env["PROCTOR_SECRET_KEY"] = settings.secret_key.get_secret_value()
+    if settings.env == "prod":
+        env["PROCTOR_SECRET_KEY"] = secrets.token_urlsafe(48)
     env.setdefault("PYTHONPATH", str(_ROOT))
     return env
 
@@ -172,8 +177,10 @@ def spawn_worker(settings: Settings, run_id: int) -> subprocess.Popen[bytes]:
     """``proctor submission work RUN_ID`` in its own session (it outlives a
     restarting web server); a thread reaps it so no zombie is left."""
     log_dir = Path(settings.data_dir) / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with (log_dir / "conformance.log").open("ab") as out:
+    log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # the log holds submitters' endpoint URLs and error replies: owner only
+    log_fd = os.open(log_dir / "conformance.log", os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
+    with os.fdopen(log_fd, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "proctor", "submission", "work", str(run_id)],
             env=worker_env(settings),

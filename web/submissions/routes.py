@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect
 from proctor.domain import EndpointDialect, Role, Visibility
 from web.auth.identity import Principal
 from web.deps import (
+    AppStateDep,
     DbId,
     FormDep,
     NowDep,
@@ -46,7 +47,7 @@ from web.submissions.schemas import (
 from web.templating import render
 
 api_router = APIRouter(
-    tags=["submissions"], responses=error_responses(401, 403, 404, 409, 413, 422)
+    tags=["submissions"], responses=error_responses(401, 403, 404, 409, 413, 422, 507)
 )
 page_router = APIRouter()
 
@@ -110,6 +111,8 @@ def create_upload(
         )
     except uploads.UploadTooLarge as exc:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None
+    except uploads.NoRoomForUpload as exc:
+        raise HTTPException(status.HTTP_507_INSUFFICIENT_STORAGE, str(exc)) from None
     return upload_out(upload, 0)
 
 
@@ -149,6 +152,7 @@ def get_upload(
 async def put_bytes(
     upload_id: UploadId,
     request: Request,
+    state: AppStateDep,
     session: SessionDep,
     settings: SettingsDep,
     who: Submitter,
@@ -173,6 +177,8 @@ async def put_bytes(
         )
     folder = staging.upload_dir(settings)
     written = 0
+    recorded = 0  # of written: fsynced and its offset committed
+    every = settings.submissions.upload_progress_bytes
     overflow = False
     disconnected = False
     try:
@@ -196,10 +202,33 @@ async def put_bytes(
                     await run_in_threadpool(f.write, bytes(buffer))
                     written += len(buffer)
                     buffer.clear()
+                if written - recorded >= every:
+                    # a server crash from here on keeps these bytes: fsync, then
+                    # commit the offset (bytes first, so it never runs ahead)
+                    await run_in_threadpool(staging.sync, f)
+                    await run_in_threadpool(
+                        uploads.record_progress_now,
+                        state.session_factory,
+                        settings=settings,
+                        upload_id=upload.id,
+                        received=offset + written,
+                        now=now,
+                    )
+                    recorded = written
         except ClientDisconnect:
             disconnected = True  # keep what arrived: the client resumes from there
         if overflow:
             await run_in_threadpool(f.truncate, offset)
+            if recorded:  # the offset recorded on the way must go back with the bytes
+                await run_in_threadpool(
+                    uploads.record_progress_now,
+                    state.session_factory,
+                    settings=settings,
+                    upload_id=upload.id,
+                    received=offset,
+                    now=now,
+                    rewind=True,
+                )
         else:
             if buffer:
                 await run_in_threadpool(f.write, bytes(buffer))

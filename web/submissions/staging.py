@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,11 @@ def upload_dir(settings: Settings) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def free_bytes(folder: Path) -> int:
+    """Free bytes on the file system holding ``folder`` (for unprivileged users)."""
+    return shutil.disk_usage(folder).free
 
 
 def staged_path(folder: Path, upload_id: str) -> Path:

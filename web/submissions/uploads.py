@@ -25,7 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from proctor.artifacts import ArtifactStore
 from proctor.db.engine import ProctorSession
@@ -60,6 +60,10 @@ _CLEANUP_KEY = "proctor.upload_cleanup"
 
 class UploadTooLarge(UsageError):
     """The declared or sent size is over the limit (413)."""
+
+
+class NoRoomForUpload(UsageError):
+    """The disk cannot hold the declared size next to the open uploads (507)."""
 
 
 class OffsetMismatch(Conflict):
@@ -127,6 +131,10 @@ def create_upload(
             f"size_bytes: the checkpoint is {human_bytes(size_bytes)}; this server accepts "
             f"at most {human_bytes(limit)}"
         )
+    # count and insert under the owner's lock: concurrent creates by one
+    # submitter queue here, so the cap holds (a bare count-then-insert let 9 of
+    # 20 simultaneous creates through a cap of 4)
+    _lock_owner(session, owner.id)
     expire_uploads(session, settings=settings, now=now)
     open_count = session.scalar(
         sa.select(sa.func.count()).where(UploadSession.owner_id == owner.id)
@@ -136,6 +144,7 @@ def create_upload(
             f"you have {open_count} unfinished uploads; resume or cancel one before "
             "starting another"
         )
+    _check_room(session, settings=settings, size_bytes=size_bytes)
     upload = UploadSession(
         id=secrets.token_hex(16),
         owner_id=owner.id,
@@ -151,6 +160,43 @@ def create_upload(
     session.add(upload)
     session.flush()
     return upload
+
+
+def _lock_owner(session: ProctorSession, owner_id: int) -> None:
+    """Hold the owner's row until the transaction ends. PostgreSQL: a row lock
+    (``FOR UPDATE``). SQLite: a write to the row, which takes the database's
+    write lock now, before anything is counted (a read alone would not: the
+    driver begins the transaction at the first write), so a second create
+    waits (``busy_timeout``) until the first has committed."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(sa.select(User.id).where(User.id == owner_id).with_for_update())
+    else:
+        session.execute(
+            sa.update(User).where(User.id == owner_id).values(id=User.id),
+            execution_options={"synchronize_session": False},
+        )
+
+
+def _check_room(session: ProctorSession, *, settings: Settings, size_bytes: int) -> None:
+    """Refuse an upload the staging disk cannot hold: its size plus the bytes
+    the open uploads have yet to receive must leave the margin free. (Across
+    submitters this is checked without a shared lock: creates racing each
+    other can each pass, by at most one upload size each.)"""
+    folder = staging.upload_dir(settings)
+    pending = session.scalar(
+        sa.select(
+            sa.func.coalesce(
+                sa.func.sum(UploadSession.size_bytes - UploadSession.received_bytes), 0
+            )
+        )
+    )
+    margin = settings.submissions.upload_disk_margin_bytes
+    room = staging.free_bytes(folder) - margin - int(pending or 0)
+    if size_bytes > room:
+        raise NoRoomForUpload(
+            f"size_bytes: the server has room for {human_bytes(max(0, room))} more of uploads "
+            f"now, not {human_bytes(size_bytes)}; try again later"
+        )
 
 
 def get_upload(
@@ -195,6 +241,29 @@ def record_progress(
     upload.updated_at = now
     upload.expires_at = _expiry(settings, now)
     session.flush()
+
+
+def record_progress_now(
+    session_factory: sessionmaker[ProctorSession],
+    *,
+    settings: Settings,
+    upload_id: str,
+    received: int,
+    now: datetime,
+    rewind: bool = False,
+) -> None:
+    """Record the offset in a transaction of its own, committed at once (the
+    request's own commits only when it ends): the bytes up to ``received``
+    must be fsynced first. Only forward, unless ``rewind`` (the request's
+    bytes were dropped after some were recorded)."""
+    stmt = sa.update(UploadSession).where(UploadSession.id == upload_id)
+    if not rewind:
+        stmt = stmt.where(UploadSession.received_bytes < received)
+    with session_factory.begin() as s:
+        s.execute(
+            stmt.values(received_bytes=received, updated_at=now, expires_at=_expiry(settings, now)),
+            execution_options={"synchronize_session": False},
+        )
 
 
 def staged_offset(settings: Settings, upload: UploadSession) -> int:
