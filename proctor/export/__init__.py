@@ -10,7 +10,9 @@ into place when complete, so a half-written export never looks finished)::
     episodes/<uid>/
         episode.json       the episode row, its event log (operator log included),
                            detector candidates, placement events of every label
-                           stream and the append-only review history
+                           stream and the append-only review history (a person
+                           who reviewed is "a reviewer", as the public explorer
+                           says; an automatic reviewer keeps its label)
         telemetry.parquet  100 Hz telemetry (columns: station/keys.py)
         frames-<camera>.parquet   per-frame timestamps of each video
         video-<camera>.mp4        H.264, one per camera (skipped with --no-media)

@@ -81,6 +81,8 @@ def _description(text: str, hidden: dict[str, str]) -> str | None:
 
 
 def _episode_document(session: ProctorSession, ep: Episode) -> dict[str, Any]:
+    from web.explorer.service import ANONYMOUS_REVIEWER
+
     events = session.scalars(
         sa.select(EpisodeEvent).where(EpisodeEvent.episode_id == ep.id).order_by(EpisodeEvent.id)
     )
@@ -149,7 +151,9 @@ def _episode_document(session: ProctorSession, ep: Episode) -> dict[str, Any]:
         "reviews": [
             {
                 "at": _when(r.at),
-                "reviewer": r.reviewer_label or (f"user {r.reviewer_id}" if r.reviewer_id else ""),
+                # as the public explorer names them: an automatic reviewer by its
+                # label, a person never (their user id would tell reviews apart)
+                "reviewer": r.reviewer_label or ANONYMOUS_REVIEWER,
                 "action": r.action.value,
                 "placement_event_id": r.placement_event_id,
                 "before": r.before,

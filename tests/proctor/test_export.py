@@ -239,3 +239,23 @@ def test_free_text_is_exported_as_written_and_a_label_only_replaces_a_name(
         assert [e["message"] for e in doc["events"]] == [notes]
         assert [r["note"] for r in doc["reviews"]] == ["gearbox", "gearbox", ""]
         assert arm not in text
+
+
+def test_reviewers_are_exported_as_the_public_explorer_names_them(
+    db_session: ProctorSession, artifact_store: LocalArtifactStore, tmp_path: Path
+) -> None:
+    """A person who reviewed is "a reviewer" (the public explorer's word),
+    never their user id or name; an automatic reviewer keeps its label."""
+    import json
+
+    campaign, uids, reviewer_id, _ = _reviewed_campaign(db_session)
+    out = tmp_path / "out"
+    export_campaign(db_session, artifact_store, campaign=campaign, out=out)
+    for uid in uids.values():
+        text = (out / "episodes" / uid / "episode.json").read_text()
+        assert [r["reviewer"] for r in json.loads(text)["reviews"]] == [
+            "a reviewer",
+            "a reviewer",
+            "detector v2 (automatic)",
+        ]
+        assert f"user {reviewer_id}" not in text and "rev-export" not in text
