@@ -428,6 +428,49 @@ def test_a_policy_name_belongs_to_its_owner(portal: Web) -> None:
     assert r.status_code == 409 and "too close to the existing policy" in r.json()["detail"]
 
 
+def test_names_the_results_use_for_something_else_are_refused(portal: Web) -> None:
+    """A policy named like a key of the result ("policy", "estimate"), an
+    object or a reserved word could be mistaken for it: refused at
+    registration, naming the field, with nothing written."""
+    with portal.db() as s:
+        factories.object_type(s, "spoons-deep", display_name="Deep Spoons")
+    h = submitter(portal)
+    c = portal.client()
+    for name in (
+        "policy",
+        "estimate",
+        "rmst",
+        "Reference",
+        "letters_completion",
+        "NULL",
+        "withheld",
+        "arm B",
+        "spoons-deep",
+        "SPOONS-DEEP",
+        "deep spoons",
+    ):
+        r = c.post(
+            "/api/submissions/endpoints",
+            json=endpoint_body("ws://127.0.0.1:9", policy_name=name),
+            headers=h,
+        )
+        assert r.status_code == 422, (name, r.text)
+        [problem] = r.json()["detail"]
+        assert problem["loc"] == ["body", "policy_name"], (name, problem)
+        assert name in problem["msg"] or "'arm '" in problem["msg"], (name, problem)
+    with portal.db() as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(Policy)) == 0
+        assert s.scalar(sa.select(sa.func.count()).select_from(Submission)) == 0
+    # ... while names that merely contain such words are fine
+    for name in ("policy-estimate-v2", "spoons-deep-net"):
+        r = c.post(
+            "/api/submissions/endpoints",
+            json=endpoint_body("ws://127.0.0.1:9", policy_name=name),
+            headers=h,
+        )
+        assert r.status_code == 201, (name, r.text)
+
+
 # -- role boundaries on these routes ------------------------------------------------------------
 def test_role_boundaries_on_the_portal(portal: Web) -> None:
     h_ada = submitter(portal, "ada")

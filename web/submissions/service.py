@@ -19,6 +19,7 @@ from proctor.db.models import (
     Campaign,
     CampaignPolicy,
     ConformanceRun,
+    ObjectType,
     Policy,
     Submission,
     User,
@@ -185,7 +186,8 @@ def policy_for(
     session: ProctorSession, *, owner: User, name: str, description: str, field: str
 ) -> Policy:
     """The owner's policy of this name, created if new; Conflict if the name
-    belongs to someone else's policy (or to the human reference)."""
+    belongs to someone else's policy (or to the human reference). A new name
+    must not be an object's (the results name objects)."""
     policy = session.scalars(sa.select(Policy).where(Policy.name == name)).first()
     if policy is None:
         # names differing only in case would be confusing on the leaderboard
@@ -194,6 +196,7 @@ def policy_for(
         ).first()
         if clash is not None:
             raise Conflict(f"{field}: '{name}' is too close to the existing policy '{clash}'")
+        _not_an_object(session, name, field)
         policy = Policy(name=name, owner_id=owner.id, description=description)
         session.add(policy)
         session.flush()
@@ -203,6 +206,17 @@ def policy_for(
     if description and not policy.description:
         policy.description = description
     return policy
+
+
+def _not_an_object(session: ProctorSession, name: str, field: str) -> None:
+    folded = name.casefold()
+    for obj_name, display in session.execute(sa.select(ObjectType.name, ObjectType.display_name)):
+        if folded in (obj_name.casefold(), (display or "").casefold()):
+            raise FieldError(
+                field,
+                f"'{name}' is the name of an object the cell handles; a policy named like "
+                "one could be mistaken for it in the results, choose another",
+            )
 
 
 def register_endpoint(
