@@ -417,15 +417,21 @@ def test_a_policy_name_belongs_to_its_owner(portal: Web) -> None:
     body = endpoint_body("ws://127.0.0.1:9")
     assert c.post("/api/submissions/endpoints", json=body, headers=h_ada).status_code == 201
     assert c.post("/api/submissions/endpoints", json=body, headers=h_ada).status_code == 201
-    r = c.post("/api/submissions/endpoints", json=body, headers=h_bob)
-    assert r.status_code == 409
-    assert (
-        r.json()["detail"] == "policy_name: the policy name 'acme-server' is taken; choose another"
-    )
+    # someone else's name, exactly or but for case: one answer that neither
+    # repeats the existing name nor tells the two cases apart (no name oracle)
+    unavailable = "policy_name: this policy name is not available; choose another"
+    for probe in ("acme-server", "ACME-Server", "Acme-server"):
+        r = c.post("/api/submissions/endpoints", json={**body, "policy_name": probe}, headers=h_bob)
+        assert (r.status_code, r.json()["detail"]) == (409, unavailable), probe
+    # its owner may be told which of their own names is too close
     r = c.post(
-        "/api/submissions/endpoints", json={**body, "policy_name": "ACME-Server"}, headers=h_bob
+        "/api/submissions/endpoints", json={**body, "policy_name": "ACME-Server"}, headers=h_ada
     )
-    assert r.status_code == 409 and "too close to the existing policy" in r.json()["detail"]
+    assert r.status_code == 409
+    assert r.json()["detail"] == (
+        "policy_name: 'ACME-Server' differs only in case from your policy 'acme-server'; "
+        "use that name or choose another"
+    )
 
 
 def test_names_the_results_use_for_something_else_are_refused(portal: Web) -> None:

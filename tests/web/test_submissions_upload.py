@@ -376,7 +376,7 @@ def test_a_name_taken_by_someone_else_is_refused_and_the_upload_discarded(portal
     assert _problems(r) == [
         (
             ["policy.toml", "name"],
-            "policy.toml: name: the policy name 'shared-name' is taken; choose another",
+            "policy.toml: name: this policy name is not available; choose another",
         )
     ]
     assert leftovers(portal) == before

@@ -185,27 +185,38 @@ def policy_detail(session: ProctorSession, policy: Policy) -> PolicyDetailOut:
 def policy_for(
     session: ProctorSession, *, owner: User, name: str, description: str, field: str
 ) -> Policy:
-    """The owner's policy of this name, created if new; Conflict if the name
-    belongs to someone else's policy (or to the human reference). A new name
+    """The owner's policy of this name, created if new. A name that is
+    someone else's (or the human reference's), or differs from one only in
+    case, is refused with one message that neither repeats nor confirms the
+    other name: a withheld policy's name must not be found by guessing (its
+    owner may be told which of their own names is too close). A new name
     must not be an object's (the results name objects)."""
     policy = session.scalars(sa.select(Policy).where(Policy.name == name)).first()
+    if policy is not None and policy.owner_id == owner.id and policy.kind == PolicyKind.policy:
+        if description and not policy.description:
+            policy.description = description
+        return policy
     if policy is None:
         # names differing only in case would be confusing on the leaderboard
         clash = session.scalars(
-            sa.select(Policy.name).where(sa.func.lower(Policy.name) == name.lower())
+            sa.select(Policy).where(sa.func.lower(Policy.name) == name.lower())
         ).first()
-        if clash is not None:
-            raise Conflict(f"{field}: '{name}' is too close to the existing policy '{clash}'")
-        _not_an_object(session, name, field)
-        policy = Policy(name=name, owner_id=owner.id, description=description)
-        session.add(policy)
-        session.flush()
-        return policy
-    if policy.owner_id != owner.id or policy.kind != PolicyKind.policy:
-        raise Conflict(f"{field}: the policy name '{name}' is taken; choose another")
-    if description and not policy.description:
-        policy.description = description
-    return policy
+        if clash is None:
+            _not_an_object(session, name, field)
+            policy = Policy(name=name, owner_id=owner.id, description=description)
+            session.add(policy)
+            session.flush()
+            return policy
+        if clash.owner_id == owner.id and clash.kind == PolicyKind.policy:
+            raise Conflict(
+                f"{field}: '{name}' differs only in case from your policy '{clash.name}'; "
+                "use that name or choose another"
+            )
+    raise Conflict(f"{field}: {NAME_UNAVAILABLE}")
+
+
+# someone else's name, exactly or but for case: one answer for both
+NAME_UNAVAILABLE = "this policy name is not available; choose another"
 
 
 def _not_an_object(session: ProctorSession, name: str, field: str) -> None:
