@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from proctor.db.models import (
     AnalysisSnapshot,
+    AuditLog,
     Campaign,
     CampaignPolicy,
     ConformanceRun,
@@ -660,6 +661,46 @@ def test_campaign_progress_hides_my_count_until_the_campaign_closes(portal: Web)
     ]
     assert progress["leaderboard"] == f"/leaderboard/{cid}/policies/acme-server"
     assert "under your policy's name" in progress["note"]
+
+
+def test_an_admin_does_not_see_a_named_policys_results_before_release(portal: Web) -> None:
+    """Before release a named policy's rank and scores are its blinded arm's
+    row of the preview: showing them to an admin would unblind it without the
+    audited unblind. Its owner sees them; everyone sees them once released."""
+    h = submitter(portal)
+    portal.add_user("root", Role.admin)
+    h_root = bearer(portal.token("root", ("admin",)))
+    c = portal.client()
+    sub = c.post(
+        "/api/submissions/endpoints", json=endpoint_body("ws://127.0.0.1:9"), headers=h
+    ).json()
+    cid = _campaign(portal, sub["policy_id"], sub["id"])
+    with portal.db() as s:
+        camp = s.get(Campaign, cid)
+        assert camp is not None
+        camp.status = CampaignStatus.closed
+        audited = s.scalar(sa.select(sa.func.max(AuditLog.id)))
+    path = f"/api/submissions/policies/{sub['policy_id']}"
+    (mine,) = c.get(path, headers=h).json()["campaigns"]
+    assert mine["results"]["rank"] == 1 and mine["my_episodes"] == 3
+    r = c.get(path, headers=h_root)
+    assert r.status_code == 200
+    (seen,) = r.json()["campaigns"]
+    assert seen["results"] is None and seen["my_episodes"] is None
+    assert "sealed until the release" in seen["note"]
+    assert (seen["slots_done"], seen["slots_total"]) == (5, 8)  # the campaign's own progress
+    login(c, "root")
+    page = c.get(f"/submit/policies/{sub['policy_id']}").text
+    assert "sealed until the release" in page and "12.5 s" not in page
+    with portal.db() as s:
+        # nothing unblinded, so nothing to audit (but the sign-in)
+        new = s.scalars(sa.select(AuditLog.action).where(AuditLog.id > audited)).all()
+        assert new == ["login.success"]
+        camp = s.get(Campaign, cid)
+        assert camp is not None
+        camp.status = CampaignStatus.released
+    (seen,) = c.get(path, headers=h_root).json()["campaigns"]
+    assert seen["results"]["rank"] == 1 and seen["my_episodes"] == 3
 
 
 # -- pages ------------------------------------------------------------------------------

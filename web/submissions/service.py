@@ -175,9 +175,10 @@ def policy_out(session: ProctorSession, policy: Policy) -> PolicyOut:
     )
 
 
-def policy_detail(session: ProctorSession, policy: Policy) -> PolicyDetailOut:
+def policy_detail(session: ProctorSession, policy: Policy, viewer: Principal) -> PolicyDetailOut:
     return PolicyDetailOut(
-        **policy_out(session, policy).model_dump(), campaigns=campaign_progress(session, policy)
+        **policy_out(session, policy).model_dump(),
+        campaigns=campaign_progress(session, policy, viewer),
     )
 
 
@@ -379,11 +380,18 @@ def _results(session: ProctorSession, campaign: Campaign, policy: Policy) -> Res
     )
 
 
-def campaign_progress(session: ProctorSession, policy: Policy) -> list[CampaignProgressOut]:
+def campaign_progress(
+    session: ProctorSession, policy: Policy, viewer: Principal
+) -> list[CampaignProgressOut]:
     """Every campaign this policy is in. While a campaign runs, only its
     overall progress is shown: a count of this policy's episodes that ticks
     up as runs go by would tell anyone watching at the station whose run was
-    whose. Its own counts and results follow once the campaign is closed."""
+    whose. Its own counts and results follow once the campaign is closed —
+    to its owner. An admin looking at someone else's policy sees them only
+    once the campaign is released: before, a named policy's rank and scores
+    match its blinded arm's row of the preview, so showing them would unblind
+    it, which is the audited ``proctor campaign unblind`` and nothing else."""
+    owner_view = policy.owner_id == viewer.id
     rows = session.execute(
         sa.select(Campaign, CampaignPolicy.submission_id)
         .join(CampaignPolicy, CampaignPolicy.campaign_id == Campaign.id)
@@ -403,7 +411,13 @@ def campaign_progress(session: ProctorSession, policy: Policy) -> list[CampaignP
             )
             or 0
         )
-        finished = campaign.status in (CampaignStatus.closed, CampaignStatus.released)
+        released = campaign.status == CampaignStatus.released
+        # closed but not released, seen by someone else than the owner (an admin)
+        sealed = campaign.status == CampaignStatus.closed and not owner_view
+        finished = not sealed and campaign.status in (
+            CampaignStatus.closed,
+            CampaignStatus.released,
+        )
         mine = (
             session.scalar(
                 sa.select(sa.func.count()).where(
@@ -416,9 +430,14 @@ def campaign_progress(session: ProctorSession, policy: Policy) -> list[CampaignP
             else None
         )
         results = _results(session, campaign, policy) if finished else None
-        released = campaign.status == CampaignStatus.released
         label: str | None = None
-        if campaign.status == CampaignStatus.draft:
+        if sealed:
+            note = (
+                "Closed, not released: this policy's own count and results stay sealed until "
+                "the release. Seeing them before is unblinding, an audited admin action "
+                "(proctor campaign unblind)."
+            )
+        elif campaign.status == CampaignStatus.draft:
             note = "The campaign has not started."
         elif campaign.status == CampaignStatus.running:
             note = (
