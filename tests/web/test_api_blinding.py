@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from proctor.db.models import AnalysisSnapshot, Artifact, Campaign, Episode, User, UserRole
 from proctor.db.types import utcnow
 from proctor.domain import ArtifactKind, CampaignStatus, Role
-from tests.web.conftest import Web
+from tests.web.conftest import Web, login, page_csrf
 from tests.web.leaderboard_data import ALL_STREAMS, SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
 from web.app import api_routes
@@ -544,3 +544,34 @@ def test_names_that_look_like_parts_of_the_result_are_relabelled_only_where_name
     )
     leaks = _search(responses, secrets_of)
     assert leaks == [], "\n".join(leaks)
+
+
+def test_naming_the_arms_takes_a_post_with_the_pages_csrf_token(web: Web) -> None:
+    """Naming a campaign's arms writes an audit row in the caller's name, so
+    it must be a request another site cannot make a signed-in admin's browser
+    send: not a GET (a link, an <img>: the Lax cookie goes along), not a POST
+    without the page's CSRF token (a cross-site form)."""
+    with web.db() as s:
+        seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=61)
+    cid = seeded.campaign_id
+    names = {i.name for i in seeded.identities}
+    web.add_user("root", Role.admin)
+    browser = web.client()
+    assert login(browser, "root").status_code == 303
+
+    navigated = browser.get(f"/api/campaigns/{cid}?identities=true")
+    assert navigated.status_code == 422, navigated.text
+    assert navigated.json()["detail"][0]["loc"][-1] == "identities"
+    forged = browser.post(f"/api/campaigns/{cid}/identities")
+    assert forged.status_code == 403 and "CSRF" in forged.json()["detail"]
+    for r in (navigated, forged):
+        assert not any(n in r.text for n in names)
+    assert web.audit("campaign.status_identified") == []
+
+    # the admin's own page sends its token: the arms are named, and it is audited
+    csrf = page_csrf(browser)
+    named = browser.post(f"/api/campaigns/{cid}/identities", headers={"X-CSRF-Token": csrf})
+    assert named.status_code == 200, named.text
+    assert {cell["arm"] for cell in named.json()["cells"]} == names
+    [(_, actor, target_type, target_id, _)] = web.audit("campaign.status_identified")
+    assert (actor, target_type, target_id) == ("root", "campaign", str(cid))
