@@ -35,6 +35,7 @@ from analysis.episodes import (
     scored,
 )
 from analysis.km import at_risk, auc_against, quantile_time, risk_set, rmst, survival
+from analysis.notes import NOT_COMPARED
 from analysis.operations import concat_operations
 from analysis.planning import BridgeModel, ObjectEffect, indicator_icc
 from analysis.results import (
@@ -158,7 +159,7 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
         if objects_of[a] & objects_of[b]:
             comparable.append((a, b))
         else:
-            notes.append(f"{a} and {b} were run on no common object: not compared")
+            notes.append(NOT_COMPARED.render(a=a, b=b))
     n_pairs = len(comparable)
     pairs = [_pair_result(a, b, cells, objects, protocol, n_pairs) for a, b in comparable]
     letters = compact_letters(order, [(pr.a, pr.b) for pr in pairs if pr.significant])

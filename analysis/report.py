@@ -30,6 +30,31 @@ from analysis.results import (
 
 SCHEMA = "proctor.analysis/1"
 
+# every key the result JSON uses (analysis/README.md; a test checks a real
+# result against it): policy names must not be one of them, so that no name
+# can be mistaken for a part of the result (web.submissions.manifest)
+RESULT_KEYS = frozenset(
+    {
+        *("schema", "code_version", "data_version", "protocol", "objects", "configurations"),
+        *("policies", "pairs", "letters", "letters_completion", "matrix", "excluded", "notes"),
+        *("tau", "bootstrap", "ks_resamples", "seed", "alpha", "reference", "success_at"),
+        *("power_target", "rho", "interval", "tau_source", "source", "label_stream"),
+        *("campaign_id", "object", "tags", "policy", "rank", "episodes", "operations"),
+        *("objects_missing", "rmst", "rmst_pooled", "hrt", "uph", "completion", "mtbfa"),
+        *("hard_failure_rate", "failure_modes", "ghosts_per_operation", "drops_per_operation"),
+        *("lost_per_operation", "safety_stops_per_episode", "timeouts_per_episode"),
+        *("operator_stops_per_episode", "auc_vs_reference", "median", "per_object"),
+        *("per_configuration", "per_tag", "tau_sweep", "binary", "successes", "success_rate"),
+        *("completion_mean", "estimate", "ci", "plateau", "km", "pp", "qq", "t", "cdf", "lo"),
+        *("hi", "n_risk", "ref", "model", "p", "last_reachable", "key", "tote_placement"),
+        *("external_camera", "same_side", "a", "b", "macro_ks", "statistic", "p_bonferroni"),
+        *("resamples", "logrank", "chi2", "observed_a", "expected_a", "rmst_diff", "auc"),
+        *("completion_welch", "df", "significant", "verdict", "winner", "power", "n_per_cell"),
+        *("power_at_current_n", "n_needed_per_cell", "more_episodes_per_cell", "effect"),
+        *("m_bar", "rho_estimated", "deff", "episode_id", "reason"),
+    }
+)
+
 
 def data_version(table: EpisodeTable) -> str:
     """SHA-256 of the exact input: every episode's fields (sorted by id), the

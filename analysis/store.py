@@ -42,6 +42,7 @@ from analysis.episodes import (
     validate_episode,
 )
 from analysis.leaderboard import analyze
+from analysis.notes import REFERENCE_UNSCORED, REFERENCES_IN_SCOPE
 from analysis.report import data_version, to_json
 from analysis.results import Protocol
 from proctor.db.models import (
@@ -213,12 +214,10 @@ def load_episodes(
     if len(references) == 1:
         reference = next(iter(references))
         if not any(e.policy == reference and e.outcome != SYSTEM for e in episodes):
-            notes.append(
-                f"the reference {reference} has no scored episodes in stream {stream.value}"
-            )
+            notes.append(REFERENCE_UNSCORED.render(reference=reference, stream=stream.value))
             reference = None
     elif len(references) > 1:
-        notes.append(f"more than one reference policy in scope: {sorted(references)}")
+        notes.append(REFERENCES_IN_SCOPE.render(references=references))
     return EpisodeTable(
         episodes=tuple(episodes),
         reference=reference,

@@ -120,6 +120,17 @@ class CampaignProtocol(BaseModel):
             if o in objs:
                 out.append(f"objects[{i}]: '{o}' is already listed at objects[{objs[o]}]")
             objs.setdefault(o, i)
+        # a policy named like an object could be mistaken for it in the results
+        folded = {o.casefold() for o in self.objects}
+        for where, p in (
+            *((f"policies[{i}]", p) for i, p in enumerate(self.policies)),
+            ("reference", self.reference),
+        ):
+            if p.name.casefold() in folded:
+                out.append(
+                    f"{where}: '{p.name}' is also the name of an object of this campaign; "
+                    "a policy must not be named like an object"
+                )
         cfgs: dict[tuple[Side, Side], int] = {}
         if not self.spatial_configs:
             out.append("spatial_configs: at least one configuration is needed")

@@ -30,6 +30,7 @@ from scheduler.schemas import (
 from scheduler.service import Actor, CampaignNotFound, CampaignStateError
 from web.auth.identity import Principal
 from web.deps import DbId, OptionalUser, SessionDep, require_role
+from web.errors import FieldError
 from web.snapshots.blinding import campaign_naming
 
 api_router = APIRouter(tags=["campaigns"])
@@ -94,9 +95,31 @@ def campaign_status(
     campaign_id: DbId,
     session: SessionDep,
     who: OptionalUser,
-    identities: Annotated[
-        bool, Query(description="name the arms (admins; audited until the campaign is released)")
-    ] = False,
+    identities: Annotated[bool, Query(include_in_schema=False)] = False,
+) -> CampaignStatusOut:
+    if identities:
+        # naming the arms writes an audit row in the caller's name: a GET would
+        # let any page an admin visits do it for them (a link, an <img>)
+        raise FieldError(
+            "identities",
+            f"naming the arms is POST /api/campaigns/{campaign_id}/identities (audited)",
+        )
+    return _status(session, campaign_id, who, identities=False)
+
+
+@api_router.post(
+    "/campaigns/{campaign_id}/identities",
+    summary="Per-cell progress with the arms named (audited until released)",
+)
+def campaign_status_identified(
+    campaign_id: DbId, session: SessionDep, who: AdminUser
+) -> CampaignStatusOut:
+    # a POST: a signed-in page must send its CSRF token (web.deps.resolve_principal)
+    return _status(session, campaign_id, who, identities=True)
+
+
+def _status(
+    session: SessionDep, campaign_id: int, who: Principal | None, *, identities: bool
 ) -> CampaignStatusOut:
     c = _visible(session, campaign_id, who)
     released = c.status == CampaignStatus.released

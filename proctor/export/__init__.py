@@ -10,7 +10,9 @@ into place when complete, so a half-written export never looks finished)::
     episodes/<uid>/
         episode.json       the episode row, its event log (operator log included),
                            detector candidates, placement events of every label
-                           stream and the append-only review history
+                           stream and the append-only review history (a person
+                           who reviewed is "a reviewer", as the public explorer
+                           says; an automatic reviewer keeps its label)
         telemetry.parquet  100 Hz telemetry (columns: station/keys.py)
         frames-<camera>.parquet   per-frame timestamps of each video
         video-<camera>.mp4        H.264, one per camera (skipped with --no-media)
@@ -20,6 +22,11 @@ into place when complete, so a half-written export never looks finished)::
 Only released campaigns are exported: before release, who ran what is sealed.
 After release the public board's rule applies (``web.snapshots.blinding``): a
 policy is named only if its submitter opted in — the human reference always —
-and the others appear under their blinded arm label.
+and the others appear under their blinded arm label — in the fields that
+hold a policy's name (the interchange file's ``policy`` column, the
+reference, the list of withheld identities). Free text (operator notes,
+events, review notes) is exported as the public run explorer shows it,
+never rewritten (a label where a word was would show which name it hides);
+the campaign's description is left out if it mentions a withheld name.
 Every artifact is verified against its sha256 on the way out.
 """

@@ -69,7 +69,20 @@ def _when(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def _description(text: str, hidden: dict[str, str]) -> str | None:
+    """The campaign's description, unless it mentions a withheld policy's
+    name: then none. Free text is never relabelled, because replacing a name
+    wherever it occurs would also rewrite words that merely look like it (a
+    policy called ``spoons``) and so show which label hides which name."""
+    folded = text.casefold()
+    if any(name.casefold() in folded for name in hidden):
+        return None
+    return text
+
+
 def _episode_document(session: ProctorSession, ep: Episode) -> dict[str, Any]:
+    from web.explorer.service import ANONYMOUS_REVIEWER
+
     events = session.scalars(
         sa.select(EpisodeEvent).where(EpisodeEvent.episode_id == ep.id).order_by(EpisodeEvent.id)
     )
@@ -138,7 +151,9 @@ def _episode_document(session: ProctorSession, ep: Episode) -> dict[str, Any]:
         "reviews": [
             {
                 "at": _when(r.at),
-                "reviewer": r.reviewer_label or (f"user {r.reviewer_id}" if r.reviewer_id else ""),
+                # as the public explorer names them: an automatic reviewer by its
+                # label, a person never (their user id would tell reviews apart)
+                "reviewer": r.reviewer_label or ANONYMOUS_REVIEWER,
                 "action": r.action.value,
                 "placement_event_id": r.placement_event_id,
                 "before": r.before,
@@ -183,14 +198,13 @@ def export_campaign(
 ) -> ExportSummary:
     from analysis.interchange import write_interchange
     from analysis.store import load_episodes
-    from web.snapshots.blinding import WITHHELD_NOTE, Blinder, campaign_naming
+    from web.snapshots.blinding import WITHHELD_NOTE, campaign_naming
 
     c = _campaign(session, campaign)
     # the public board's naming rule, exactly: a policy is named only if its
     # submitter opted in (the reference always); the others keep their arm label
     naming = campaign_naming(session, c)
     hidden = naming.hidden_from(None)
-    blind = Blinder(hidden)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"out: {out} exists and is not empty; choose a new folder")
@@ -214,9 +228,7 @@ def export_campaign(
             folder = partial / "episodes" / ep.uid
             folder.mkdir(parents=True)
             doc = folder / "episode.json"
-            doc.write_text(
-                json.dumps(blind(_episode_document(session, ep)), indent=1), encoding="utf-8"
-            )
+            doc.write_text(json.dumps(_episode_document(session, ep), indent=1), encoding="utf-8")
             files.append(_file_entry(doc, partial))
             for art in session.scalars(sa.select(Artifact).where(Artifact.episode_id == ep.id)):
                 if art.kind in MEDIA and not media:
@@ -237,7 +249,7 @@ def export_campaign(
             "code_version": f"proctor-{__version__}",
             "campaign": {
                 "name": c.name,
-                "description": blind.text(c.description),
+                "description": _description(c.description, hidden),
                 "items_per_episode": c.items_per_episode,
                 "per_item_cap_s": c.per_item_cap_s,
                 "tau_s": c.tau_s,
@@ -251,13 +263,13 @@ def export_campaign(
                 "released_at": _when(c.released_at),
             },
             "label_stream": stream.value,
-            "reference": table.reference,
+            "reference": hidden.get(table.reference or "", table.reference),
             "identities_withheld": [
                 {"policy": label, "note": WITHHELD_NOTE} for label in sorted(hidden.values())
             ],
             "episodes": len(episodes),
             "excluded_from_interchange": [
-                {"episode_id": x.episode_id, "reason": blind.text(x.reason)} for x in table.excluded
+                {"episode_id": x.episode_id, "reason": x.reason} for x in table.excluded
             ],
             "media": media,
             "files": files,

@@ -10,7 +10,7 @@ import pytest
 
 from analysis.episodes import Episode, EpisodeTable
 from analysis.leaderboard import _hrt, analyze, default_tau
-from analysis.report import data_version, to_json
+from analysis.report import RESULT_KEYS, data_version, to_json
 from analysis.results import Protocol
 from analysis.significance import verdict
 from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
@@ -130,6 +130,30 @@ def synthetic_table() -> EpisodeTable:
     # one policy never ran on one object
     eps = [e for e in eps if not (e.policy == "beta" and e.object == "towels")]
     return EpisodeTable(tuple(eps))
+
+
+def test_every_key_of_the_result_is_listed(synthetic_table: EpisodeTable) -> None:
+    """RESULT_KEYS (the words policy names may not be) covers the result."""
+    lb = analyze(synthetic_table, Protocol(tau=240.0, bootstrap=50, seed=4))
+    extra = {
+        "label_stream": "auto_and_reviewed",
+        "campaign_id": 1,
+        "tau_source": "x",
+        "source": "y",
+    }
+    js = to_json(lb, extra_protocol=extra)
+
+    def keys(value: object, parent: str = "") -> set[str]:
+        if isinstance(value, dict):
+            own = set() if parent in ("letters", "letters_completion") else set(value)
+            return own | {x for k, v in value.items() for x in keys(v, k)}
+        if isinstance(value, list):
+            return {x for v in value for x in keys(v, parent)}
+        return set()
+
+    found = keys(js)
+    assert found - RESULT_KEYS == set()
+    assert {"policy", "estimate", "rmst", "letters_completion"} <= found
 
 
 def test_result_json_schema(synthetic_table: EpisodeTable) -> None:

@@ -133,6 +133,134 @@ def test_a_policy_that_did_not_opt_in_is_exported_under_its_arm_label(
     )
 
 
+def _reviewed_campaign(db_session: ProctorSession) -> tuple[str, dict[str, str], int, str]:
+    """A released campaign on the object "gearbox" whose withheld policy is
+    also called "gearbox", with notes, events and reviews that use the word;
+    returns (campaign name, policy name → episode uid, reviewer id, notes)."""
+    from proctor.db.models import CampaignPolicy, EpisodeEvent, PlacementEvent, ReviewAction
+    from proctor.domain import (
+        EpisodeState,
+        LabelStatus,
+        Outcome,
+        PlacementSource,
+        PlacementStatus,
+        PolicyKind,
+        ReviewActionKind,
+        Role,
+        Visibility,
+    )
+
+    camp = f.campaign(db_session, status=CampaignStatus.released, allocation_seed="cd" * 32)
+    obj = f.object_type(db_session, "gearbox")
+    reviewer = f.user(db_session, "rev-export", Role.reviewer)
+    ref = f.policy(db_session, "the-reference", kind=PolicyKind.reference)
+    shy = f.policy(db_session, "gearbox")  # named like the object, not opted in
+    shy.visibility = Visibility.private
+    notes = "gearbox slipped once; gearbox lid closed"
+    uids = {}
+    for i, pol in enumerate((ref, shy)):
+        db_session.add(CampaignPolicy(campaign_id=camp.id, policy_id=pol.id))
+        a = f.assignment(db_session, camp, pol, obj, sequence=i)
+        ep = f.episode(
+            db_session,
+            obj,
+            items=2,
+            campaign_id=camp.id,
+            assignment_id=a.id,
+            run_code=a.run_code,
+            state=EpisodeState.closed,
+            outcome=Outcome.success,
+            placed=2,
+            lost=0,
+            dropped=0,
+            clock_start_s=0.0,
+            clock_end_s=10.0,
+            label_status=LabelStatus.reviewed,
+            operator_notes=notes,
+        )
+        uids[pol.name] = ep.uid
+        db_session.add(EpisodeEvent(episode_id=ep.id, t_s=1.0, kind="log", message=notes))
+        for t in (3.0, 7.0):
+            placed = PlacementEvent(
+                episode_id=ep.id,
+                t_s=t,
+                source=PlacementSource.reviewer,
+                status=PlacementStatus.confirmed,
+            )
+            db_session.add(placed)
+            db_session.flush()
+            db_session.add(
+                ReviewAction(
+                    episode_id=ep.id,
+                    reviewer_id=reviewer.id,
+                    action=ReviewActionKind.confirm,
+                    placement_event_id=placed.id,
+                    note="gearbox",
+                )
+            )
+        db_session.add(
+            ReviewAction(
+                episode_id=ep.id,
+                reviewer_label="detector v2 (automatic)",
+                action=ReviewActionKind.confirm,
+                note="",
+            )
+        )
+    db_session.flush()
+    return camp.name, uids, reviewer.id, notes
+
+
+def test_free_text_is_exported_as_written_and_a_label_only_replaces_a_name(
+    db_session: ProctorSession, artifact_store: LocalArtifactStore, tmp_path: Path
+) -> None:
+    """A withheld policy named like the cell's object keeps its arm label in
+    the policy column only: free text (operator notes, events, review notes)
+    is exported as written — as the public explorer shows it — never with a
+    label where the word was (that would tell which label hides the name)."""
+    import csv
+    import json
+
+    campaign, uids, _, notes = _reviewed_campaign(db_session)
+    out = tmp_path / "out"
+    export_campaign(db_session, artifact_store, campaign=campaign, out=out)
+    dataset = json.loads((out / "dataset.json").read_text())
+    [arm] = [w["policy"] for w in dataset["identities_withheld"]]
+    assert arm.startswith("arm ") and dataset["reference"] == "the-reference"
+    with (out / "episodes.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert {(r["policy"], r["object"]) for r in rows} == {
+        ("the-reference", "gearbox"),
+        (arm, "gearbox"),
+    }
+    for name, uid in uids.items():
+        text = (out / "episodes" / uid / "episode.json").read_text()
+        doc = json.loads(text)
+        assert doc["episode"]["operator_notes"] == notes, name
+        assert [e["message"] for e in doc["events"]] == [notes]
+        assert [r["note"] for r in doc["reviews"]] == ["gearbox", "gearbox", ""]
+        assert arm not in text
+
+
+def test_reviewers_are_exported_as_the_public_explorer_names_them(
+    db_session: ProctorSession, artifact_store: LocalArtifactStore, tmp_path: Path
+) -> None:
+    """A person who reviewed is "a reviewer" (the public explorer's word),
+    never their user id or name; an automatic reviewer keeps its label."""
+    import json
+
+    campaign, uids, reviewer_id, _ = _reviewed_campaign(db_session)
+    out = tmp_path / "out"
+    export_campaign(db_session, artifact_store, campaign=campaign, out=out)
+    for uid in uids.values():
+        text = (out / "episodes" / uid / "episode.json").read_text()
+        assert [r["reviewer"] for r in json.loads(text)["reviews"]] == [
+            "a reviewer",
+            "a reviewer",
+            "detector v2 (automatic)",
+        ]
+        assert f"user {reviewer_id}" not in text and "rev-export" not in text
+
+
 def test_the_dataset_gets_the_umasks_mode_and_a_never_succeeding_policy_scores(
     db_session: ProctorSession, artifact_store: LocalArtifactStore, tmp_path: Path
 ) -> None:

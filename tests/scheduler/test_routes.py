@@ -127,8 +127,17 @@ def test_campaign_lifecycle_over_the_api(api: Api) -> None:
     status = c.get(f"/api/campaigns/{cid}", headers=api.as_("admin"))
     assert status.status_code == 200 and status.json()["slots"] == 3 * 2 * 2
     assert not any(n in status.text for n in names)
-    named = c.get(f"/api/campaigns/{cid}?identities=true", headers=api.as_("admin"))
-    assert {cell["arm"] for cell in named.json()["cells"]} == names
+    # naming the arms is an audited write: a POST (a GET that did it would let
+    # any page an admin visits unblind in their name), for admins only
+    stale = c.get(f"/api/campaigns/{cid}?identities=true", headers=api.as_("admin"))
+    assert stale.status_code == 422 and stale.json()["detail"][0]["loc"] == ["body", "identities"]
+    assert not any(n in stale.text for n in names)
+    assert c.post(f"/api/campaigns/{cid}/identities").status_code == 401
+    assert (
+        c.post(f"/api/campaigns/{cid}/identities", headers=api.as_("operator")).status_code == 403
+    )
+    named = c.post(f"/api/campaigns/{cid}/identities", headers=api.as_("admin"))
+    assert named.status_code == 200 and {cell["arm"] for cell in named.json()["cells"]} == names
 
     assert c.get(f"/api/campaigns/{cid}/reveal", headers=api.as_("admin")).status_code == 409
     closed = c.post(f"/api/campaigns/{cid}/close", headers=api.as_("admin"))

@@ -58,6 +58,11 @@ def test_protocol_validation_names_every_field() -> None:
         parse_protocol(good | {"policies": ["a", "a"]})
     with pytest.raises(UsageError, match=r"policies\[0\]: 'human' is the reference"):
         parse_protocol(good | {"policies": ["human"]})
+    # a policy named like one of the campaign's objects could be taken for it
+    with pytest.raises(UsageError, match=r"policies\[1\]: 'Spoons' is also the name of an object"):
+        parse_protocol(good | {"policies": ["a", "Spoons"]})
+    with pytest.raises(UsageError, match=r"reference: 'spoons' is also the name of an object"):
+        parse_protocol(good | {"reference": "spoons"})
     with pytest.raises(UsageError, match="colour: Extra inputs are not permitted"):
         parse_protocol(good | {"colour": "red"})
     with pytest.raises(UsageError, match=r"episodes_per_cell: .* exceeds the limit"):

@@ -125,11 +125,13 @@ def seed_campaign(
     streams: tuple[LabelStream, ...] = (LabelStream.auto_and_reviewed,),
     tag: str | None = None,
     opted_in: bool | Collection[str] = True,
+    skip: Collection[tuple[str, str]] = (),
 ) -> SeededCampaign:
     """A closed (or released) campaign with scored episodes, and its snapshots
     under ``streams`` (``ALL_STREAMS`` for every label stream). ``opted_in``:
     which policies' submitters agreed to be named on the public board (all,
-    none, or these names); the others stay private, the model's default."""
+    none, or these names); the others stay private, the model's default.
+    ``skip``: (policy, object) cells that get no episodes."""
     tag = tag or secrets.token_hex(3)
     rng = np.random.default_rng(seed)
     objects = objects or {"spoons": ["rigid"], "towels": ["deformable"]}
@@ -210,6 +212,8 @@ def seed_campaign(
         for obj_name, tags in objects.items():
             camera = sides[k % 2]
             for m in models:
+                if (m.name, obj_name) in skip:
+                    continue
                 ep = simulate_episode(
                     m,
                     obj_name,

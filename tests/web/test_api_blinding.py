@@ -31,10 +31,18 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Artifact, Campaign, Episode, EpisodeEvent, User, UserRole
+from proctor.db.models import (
+    AnalysisSnapshot,
+    Artifact,
+    Campaign,
+    Episode,
+    EpisodeEvent,
+    User,
+    UserRole,
+)
 from proctor.db.types import utcnow
 from proctor.domain import ArtifactKind, CampaignStatus, Role, Side
-from tests.web.conftest import Web
+from tests.web.conftest import Web, login, page_csrf
 from tests.web.leaderboard_data import ALL_STREAMS, SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
 from web.app import api_routes
@@ -485,6 +493,200 @@ def test_a_withheld_identity_stays_hidden_after_release(web: Web, tmp_path: Path
         if shown:
             assert f"Lab of {swift}" in page_of.text
         before = page
+
+
+# where a policy's label may stand in a result: the fields that hold names
+_NAME_FIELDS = (
+    re.compile(r"^protocol\.reference$"),
+    re.compile(r"^policies\[\d+\]\.policy$"),
+    re.compile(r"^pairs\[\d+\]\.(a|b|winner)$"),
+    re.compile(r"^letters(_completion)?\.<key>$"),
+    re.compile(r"^matrix\.policies\[\d+\]$"),
+    re.compile(r"^matrix\.winner\[\d+\]\[\d+\]$"),
+    re.compile(r"^excluded\[\d+\]\.policy$"),
+)
+
+
+def _where(value: Any, text: str, path: str = "") -> list[str]:
+    """The paths in a JSON value where ``text`` occurs (in a string or a key)."""
+    found = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if text in k:
+                found.append(f"{path}.<key>".lstrip("."))
+            found += _where(v, text, f"{path}.{k}".lstrip("."))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found += _where(v, text, f"{path}[{i}]")
+    elif isinstance(value, str) and text in value:
+        found.append(path)
+    return found
+
+
+def _names_at_name_fields(result: dict[str, Any]) -> set[str]:
+    """Every string in the fields of a result that hold policy names."""
+    out = {result["protocol"].get("reference")}
+    out |= {p["policy"] for p in result["policies"]}
+    out |= {q[k] for q in result["pairs"] for k in ("a", "b", "winner")}
+    out |= {k for key in ("letters", "letters_completion") for k in result[key]}
+    out |= set(result["matrix"]["policies"]) | {w for r in result["matrix"]["winner"] for w in r}
+    out |= {e["policy"] for e in result["excluded"]}
+    return {x for x in out if x is not None}
+
+
+def _keys(value: Any, skip: tuple[str, ...] = ("letters", "letters_completion")) -> set[str]:
+    if isinstance(value, dict):
+        return {k for k in value} | {
+            x for k, v in value.items() if k not in skip for x in _keys(v, skip)
+        }
+    if isinstance(value, list):
+        return {x for v in value for x in _keys(v, skip)}
+    return set()
+
+
+def test_names_that_look_like_parts_of_the_result_are_relabelled_only_where_names_are(
+    web: Web, tmp_path: Path
+) -> None:
+    """Withheld policies named like a key of the result ("policy",
+    "estimate"), an object ("spoons") and a word of its notes ("common"):
+    the public board still renders, every number stays, and no label lands
+    on a key, an object or a word — where it would tell which name it hides
+    (such names are refused at registration now; these rows predate that)."""
+    from analysis.synthetic import PolicyModel
+    from web.snapshots.service import snapshot_result
+
+    tag = "c" + secrets.token_hex(3)
+    ref, steady = f"human-ref-{tag}", f"steady-act-{tag}"
+    speeds = {"spoons": 1.0, "towels": 1.4}
+    withheld = ["policy", "estimate", "spoons", "common"]
+    models = [
+        PolicyModel(ref, 2.5, sigma=0.35, frailty_shape=12.0, p_drop=0.0, p_lost=0.0,
+                    p_safety=0.0, object_speed=speeds, reference=True),
+        PolicyModel(steady, 9.0, p_drop=0.05, p_safety=0.01, object_speed=speeds),
+        *(PolicyModel(n, 6.0 + 2 * i, object_speed=speeds) for i, n in enumerate(withheld)),
+    ]  # fmt: skip
+    with web.db() as s:
+        seeded = seed_campaign(
+            s,
+            released=True,
+            episodes_per_cell=2,
+            seed=59,
+            tag=tag,
+            models=models,
+            opted_in={steady},
+            # "policy" and "estimate" share no object: a note names them both
+            skip={("policy", "towels"), ("estimate", "spoons")},
+        )
+        meta_id = s.scalar(
+            sa.select(sa.func.max(AnalysisSnapshot.id)).where(
+                AnalysisSnapshot.campaign_id == seeded.campaign_id
+            )
+        )
+        raw = snapshot_result(s, meta_id)
+    cid = seeded.campaign_id
+    assert any(
+        n.endswith(" were run on no common object: not compared") and "policy" in n
+        for n in raw["notes"]
+    ), raw["notes"]
+
+    c = web.client()
+    # the home board (this is the newest release), the board, its JSON and snapshot
+    for path in ("/leaderboard", f"/leaderboard/{cid}", f"/api/leaderboard/{cid}"):
+        assert c.get(path).status_code == 200, path
+    board = _get_json(web, f"/api/leaderboard/{cid}")
+    rows = {r["label"]: r for r in board["rows"]}
+    arms = sorted(label for label in rows if label.startswith("arm "))
+    assert set(rows) == {ref, steady, *arms} and len(arms) == len(withheld)
+    assert board["objects"] == ["spoons", "towels"]
+    for label, row in rows.items():
+        assert row["name"] == (None if label in arms else label)
+        assert isinstance(row["rmst"]["estimate"], float), label
+        assert isinstance(row["completion"]["estimate"], float), label
+        for page in (
+            f"/leaderboard/{cid}/policies/{quote(label, safe='')}",
+            f"/api/leaderboard/{cid}/policies/{quote(label, safe='')}",
+            f"/leaderboard/{cid}/episodes?policy={quote(label, safe='')}",
+        ):
+            assert c.get(page).status_code == 200, page
+    for name in withheld:  # a withheld name is answered like a made-up one
+        assert c.get(f"/api/leaderboard/{cid}/policies/{name}").status_code == 404
+
+    public = _get_json(web, f"/api/leaderboard/{cid}/snapshot")
+    # keys, objects and the shape of the result are untouched ...
+    assert _keys(public) == _keys(raw)
+    assert public["objects"] == raw["objects"]
+    assert [len(p["per_object"]) for p in public["policies"]] == [
+        len(p["per_object"]) for p in raw["policies"]
+    ]
+    # ... a label stands only where a name stood, and no withheld name stands there
+    for label in arms:
+        strays = [
+            p
+            for p in _where(public, label)
+            if not any(f.match(p) for f in _NAME_FIELDS) and not p.startswith("notes[")
+        ]
+        assert strays == [], (label, strays)
+    at_name_fields = _names_at_name_fields(public)
+    assert at_name_fields == {ref, steady, *arms}, at_name_fields
+    # the note about the two withheld policies names their labels; the others are as written
+    relabelled = [n for n in public["notes"] if n not in raw["notes"]]
+    assert len(relabelled) == 1, relabelled
+    pair = relabelled[0].removesuffix(" were run on no common object: not compared")
+    assert pair != relabelled[0] and set(pair.split(" and ")) <= set(arms), relabelled
+    assert len(public["notes"]) == len(raw["notes"])
+
+    # the crawl: no withheld owner, description, endpoint or checkpoint anywhere
+    by_name = {i.name: i for i in seeded.identities}
+    secrets_of = [x for n in withheld for x in by_name[n].secrets() if x != n]
+    uid = seeded.episode_uids[0]
+    archived = attach_recording(
+        sessions=web.app.state.web.session_factory,
+        store=web.app.state.web.store,
+        uid=uid,
+        spool=tmp_path / "spool",
+        spec=SPEC,
+    )
+    responses = _crawl(
+        web,
+        seeded,
+        uid,
+        archived.shas,
+        [ref, steady, *arms],
+        {"anonymous": None, "reviewer": Role.reviewer},
+    )
+    leaks = _search(responses, secrets_of)
+    assert leaks == [], "\n".join(leaks)
+
+
+def test_naming_the_arms_takes_a_post_with_the_pages_csrf_token(web: Web) -> None:
+    """Naming a campaign's arms writes an audit row in the caller's name, so
+    it must be a request another site cannot make a signed-in admin's browser
+    send: not a GET (a link, an <img>: the Lax cookie goes along), not a POST
+    without the page's CSRF token (a cross-site form)."""
+    with web.db() as s:
+        seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=61)
+    cid = seeded.campaign_id
+    names = {i.name for i in seeded.identities}
+    web.add_user("root", Role.admin)
+    browser = web.client()
+    assert login(browser, "root").status_code == 303
+
+    navigated = browser.get(f"/api/campaigns/{cid}?identities=true")
+    assert navigated.status_code == 422, navigated.text
+    assert navigated.json()["detail"][0]["loc"][-1] == "identities"
+    forged = browser.post(f"/api/campaigns/{cid}/identities")
+    assert forged.status_code == 403 and "CSRF" in forged.json()["detail"]
+    for r in (navigated, forged):
+        assert not any(n in r.text for n in names)
+    assert web.audit("campaign.status_identified") == []
+
+    # the admin's own page sends its token: the arms are named, and it is audited
+    csrf = page_csrf(browser)
+    named = browser.post(f"/api/campaigns/{cid}/identities", headers={"X-CSRF-Token": csrf})
+    assert named.status_code == 200, named.text
+    assert {cell["arm"] for cell in named.json()["cells"]} == names
+    [(_, actor, target_type, target_id, _)] = web.audit("campaign.status_identified")
+    assert (actor, target_type, target_id) == ("root", "campaign", str(cid))
 
 
 class _SpellsATeam:

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from proctor.db.models import (
     AnalysisSnapshot,
+    AuditLog,
     Campaign,
     CampaignPolicy,
     ConformanceRun,
@@ -487,15 +488,64 @@ def test_a_policy_name_belongs_to_its_owner(portal: Web) -> None:
     body = endpoint_body("ws://127.0.0.1:9")
     assert c.post("/api/submissions/endpoints", json=body, headers=h_ada).status_code == 201
     assert c.post("/api/submissions/endpoints", json=body, headers=h_ada).status_code == 201
-    r = c.post("/api/submissions/endpoints", json=body, headers=h_bob)
-    assert r.status_code == 409
-    assert (
-        r.json()["detail"] == "policy_name: the policy name 'acme-server' is taken; choose another"
-    )
+    # someone else's name, exactly or but for case: one answer that neither
+    # repeats the existing name nor tells the two cases apart (no name oracle)
+    unavailable = "policy_name: this policy name is not available; choose another"
+    for probe in ("acme-server", "ACME-Server", "Acme-server"):
+        r = c.post("/api/submissions/endpoints", json={**body, "policy_name": probe}, headers=h_bob)
+        assert (r.status_code, r.json()["detail"]) == (409, unavailable), probe
+    # its owner may be told which of their own names is too close
     r = c.post(
-        "/api/submissions/endpoints", json={**body, "policy_name": "ACME-Server"}, headers=h_bob
+        "/api/submissions/endpoints", json={**body, "policy_name": "ACME-Server"}, headers=h_ada
     )
-    assert r.status_code == 409 and "too close to the existing policy" in r.json()["detail"]
+    assert r.status_code == 409
+    assert r.json()["detail"] == (
+        "policy_name: 'ACME-Server' differs only in case from your policy 'acme-server'; "
+        "use that name or choose another"
+    )
+
+
+def test_names_the_results_use_for_something_else_are_refused(portal: Web) -> None:
+    """A policy named like a key of the result ("policy", "estimate"), an
+    object or a reserved word could be mistaken for it: refused at
+    registration, naming the field, with nothing written."""
+    with portal.db() as s:
+        factories.object_type(s, "spoons-deep", display_name="Deep Spoons")
+    h = submitter(portal)
+    c = portal.client()
+    for name in (
+        "policy",
+        "estimate",
+        "rmst",
+        "Reference",
+        "letters_completion",
+        "NULL",
+        "withheld",
+        "arm B",
+        "spoons-deep",
+        "SPOONS-DEEP",
+        "deep spoons",
+    ):
+        r = c.post(
+            "/api/submissions/endpoints",
+            json=endpoint_body("ws://127.0.0.1:9", policy_name=name),
+            headers=h,
+        )
+        assert r.status_code == 422, (name, r.text)
+        [problem] = r.json()["detail"]
+        assert problem["loc"] == ["body", "policy_name"], (name, problem)
+        assert name in problem["msg"] or "'arm '" in problem["msg"], (name, problem)
+    with portal.db() as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(Policy)) == 0
+        assert s.scalar(sa.select(sa.func.count()).select_from(Submission)) == 0
+    # ... while names that merely contain such words are fine
+    for name in ("policy-estimate-v2", "spoons-deep-net"):
+        r = c.post(
+            "/api/submissions/endpoints",
+            json=endpoint_body("ws://127.0.0.1:9", policy_name=name),
+            headers=h,
+        )
+        assert r.status_code == 201, (name, r.text)
 
 
 # -- role boundaries on these routes ------------------------------------------------------------
@@ -681,6 +731,46 @@ def test_campaign_progress_hides_my_count_until_the_campaign_closes(portal: Web)
     ]
     assert progress["leaderboard"] == f"/leaderboard/{cid}/policies/acme-server"
     assert "under your policy's name" in progress["note"]
+
+
+def test_an_admin_does_not_see_a_named_policys_results_before_release(portal: Web) -> None:
+    """Before release a named policy's rank and scores are its blinded arm's
+    row of the preview: showing them to an admin would unblind it without the
+    audited unblind. Its owner sees them; everyone sees them once released."""
+    h = submitter(portal)
+    portal.add_user("root", Role.admin)
+    h_root = bearer(portal.token("root", ("admin",)))
+    c = portal.client()
+    sub = c.post(
+        "/api/submissions/endpoints", json=endpoint_body("ws://127.0.0.1:9"), headers=h
+    ).json()
+    cid = _campaign(portal, sub["policy_id"], sub["id"])
+    with portal.db() as s:
+        camp = s.get(Campaign, cid)
+        assert camp is not None
+        camp.status = CampaignStatus.closed
+        audited = s.scalar(sa.select(sa.func.max(AuditLog.id)))
+    path = f"/api/submissions/policies/{sub['policy_id']}"
+    (mine,) = c.get(path, headers=h).json()["campaigns"]
+    assert mine["results"]["rank"] == 1 and mine["my_episodes"] == 3
+    r = c.get(path, headers=h_root)
+    assert r.status_code == 200
+    (seen,) = r.json()["campaigns"]
+    assert seen["results"] is None and seen["my_episodes"] is None
+    assert "sealed until the release" in seen["note"]
+    assert (seen["slots_done"], seen["slots_total"]) == (5, 8)  # the campaign's own progress
+    login(c, "root")
+    page = c.get(f"/submit/policies/{sub['policy_id']}").text
+    assert "sealed until the release" in page and "12.5 s" not in page
+    with portal.db() as s:
+        # nothing unblinded, so nothing to audit (but the sign-in)
+        new = s.scalars(sa.select(AuditLog.action).where(AuditLog.id > audited)).all()
+        assert new == ["login.success"]
+        camp = s.get(Campaign, cid)
+        assert camp is not None
+        camp.status = CampaignStatus.released
+    (seen,) = c.get(path, headers=h_root).json()["campaigns"]
+    assert seen["results"]["rank"] == 1 and seen["my_episodes"] == 3
 
 
 # -- pages ------------------------------------------------------------------------------

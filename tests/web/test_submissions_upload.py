@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from proctor.artifacts import open_store
-from proctor.db.models import Artifact, Policy, Submission, UploadSession
+from proctor.db.models import Artifact, ObjectType, Policy, Submission, UploadSession
 from proctor.domain import ArtifactKind, ConformanceStatus, Role, SubmissionKind
 from tests.browser import LiveServer
 from tests.web.conftest import Web
@@ -509,10 +509,32 @@ def test_a_name_taken_by_someone_else_is_refused_and_the_upload_discarded(portal
     assert _problems(r) == [
         (
             ["policy.toml", "name"],
-            "policy.toml: name: the policy name 'shared-name' is taken; choose another",
+            "policy.toml: name: this policy name is not available; choose another",
         )
     ]
     assert leftovers(portal) == before
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("estimate", "a word the results use for something else"),
+        ("Towels-XL", "is the name of an object"),
+    ],
+)
+def test_a_name_the_results_use_is_refused_and_the_upload_discarded(
+    portal: Web, name: str, says: str
+) -> None:
+    with portal.db() as s:
+        s.add(ObjectType(name="towels-xl"))
+    h_ada = submitter(portal, "ada")
+    before = leftovers(portal)
+    r = upload(portal.client(), h_ada, good_checkpoint(name))
+    [(loc, message)] = _problems(r)
+    assert loc == ["policy.toml", "name"] and says in message and name in message, message
+    assert leftovers(portal) == before
+    with portal.db() as s:
+        assert s.scalar(sa.select(sa.func.count()).select_from(Policy)) == 0
 
 
 def test_uploads_are_private_to_their_owner(portal: Web) -> None:

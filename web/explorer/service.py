@@ -41,6 +41,9 @@ from web.artifacts.access import EpisodeAccess, is_staff
 from web.auth.identity import Principal
 from web.snapshots.blinding import WITHHELD_NOTE, campaign_naming
 
+# how the public (and the export) names a person who reviewed an episode
+ANONYMOUS_REVIEWER = "a reviewer"
+
 
 class CameraOut(BaseModel):
     name: str
@@ -186,7 +189,7 @@ def episode_bundle(
                 reviewers[r.reviewer_id] = u.username if u else f"user {r.reviewer_id}"
             name = reviewers[r.reviewer_id]
         else:
-            name = "a reviewer"
+            name = ANONYMOUS_REVIEWER
         reviews.append(
             ReviewOut(
                 at=r.at,

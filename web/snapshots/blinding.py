@@ -14,18 +14,23 @@ and one caller.
   Their owners and admins still learn the name (:meth:`CampaignNaming.known_to`),
   beside the label — the label stays what every URL and every row uses.
 
-The replacement walks a whole result — values, dictionary keys, and free
-text such as notes — so a name cannot leak through a field added later.
+The replacement is structural (:func:`relabel_result`): it renames the
+fields of a result that hold policy names, never text that merely looks
+like a name — a policy called ``policy`` or ``estimate`` or after an object
+would otherwise rewrite keys and words, break the board and show which label
+hides which name. Names that collide with the result's words are also
+refused at registration (``web.submissions.manifest``, ``service.policy_for``).
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
+from analysis.notes import relabel_note
 from proctor.db.engine import ProctorSession
 from proctor.db.models import Campaign, CampaignPolicy, Policy
 from proctor.domain import CampaignStatus, PolicyKind, Visibility
@@ -154,39 +159,52 @@ def arm_labels(session: ProctorSession, campaign: Campaign) -> dict[str, str]:
     return {a.name: a.arm for a in campaign_naming(session, campaign).arms}
 
 
-class Blinder:
-    """Replaces names with labels in any JSON-like structure."""
+def relabel_result(result: dict[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of an analysis result (``analysis/README.md``, "The result
+    JSON") with each policy name replaced by its label (``labels``: name →
+    label; names it lacks stay), in exactly the fields that hold names: the
+    reference, each policy row, each pair's members and winner, the letter
+    tables' keys, the matrix, the exclusions, and the notes written about
+    policies (``analysis.notes``). Nothing else is touched: a name that is
+    also a word of the result (a key, an object, free text) stays that word,
+    so the labels never tell which name they stand for. Nested parts not
+    relabelled are shared with ``result``, which is not modified."""
 
-    def __init__(self, labels: dict[str, str]) -> None:
-        self.labels = dict(labels)
-        names = sorted(self.labels, key=len, reverse=True)
-        self._pattern = (
-            re.compile("|".join(re.escape(n) for n in names if n)) if any(names) else None
-        )
+    def name(value: Any) -> Any:
+        return labels.get(value, value) if isinstance(value, str) else value
 
-    def text(self, value: str) -> str:
-        exact = self.labels.get(value)
-        if exact is not None:
-            return exact
-        if self._pattern is None:
-            return value
-        return self._pattern.sub(lambda m: self.labels[m.group(0)], value)
-
-    def __call__(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {(self.text(k) if isinstance(k, str) else k): self(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self(v) for v in value]
-        return value
+    out = dict(result)
+    if isinstance(result.get("protocol"), dict):
+        out["protocol"] = {
+            **result["protocol"],
+            "reference": name(result["protocol"].get("reference")),
+        }
+    out["policies"] = [{**p, "policy": name(p.get("policy"))} for p in result.get("policies", [])]
+    out["pairs"] = [
+        {**q, "a": name(q.get("a")), "b": name(q.get("b")), "winner": name(q.get("winner"))}
+        for q in result.get("pairs", [])
+    ]
+    for key in ("letters", "letters_completion"):
+        if isinstance(result.get(key), dict):
+            out[key] = {name(k): v for k, v in result[key].items()}
+    matrix = result.get("matrix")
+    if isinstance(matrix, dict):
+        out["matrix"] = {
+            **matrix,
+            "policies": [name(n) for n in matrix.get("policies", [])],
+            "winner": [[name(w) for w in row] for row in matrix.get("winner", [])],
+        }
+    out["excluded"] = [{**e, "policy": name(e.get("policy"))} for e in result.get("excluded", [])]
+    out["notes"] = [
+        relabel_note(n, labels) if isinstance(n, str) else n for n in result.get("notes", [])
+    ]
+    return out
 
 
 def blind_result(result: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     """A copy of ``result`` with every policy name replaced by its label
-    (``labels``: name → label; a name that stays maps to itself, which also
-    keeps a longer name that contains a hidden one intact). Policies the
-    campaign does not list (a stray reference) get labels of their own."""
+    (``labels``: name → label; a name that stays maps to itself). Policies
+    the campaign does not list (a stray reference) get labels of their own."""
     labels = dict(labels)
     extra = sorted(
         {p["policy"] for p in result.get("policies", [])}
@@ -197,4 +215,4 @@ def blind_result(result: dict[str, Any], labels: dict[str, str]) -> dict[str, An
             labels[name] = f"arm ?{len(labels) + 1}"
     if all(k == v for k, v in labels.items()):
         return result  # nothing to hide
-    return Blinder(labels)(result)
+    return relabel_result(result, labels)

@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
 )
 
+from analysis.report import RESULT_KEYS
 from station.policy.spec import ActionSpace
 
 MANIFEST_NAME = "policy.toml"
@@ -45,10 +46,37 @@ CAMERAS = ("exterior", "wrist")
 _ARM_LABEL_LIKE = re.compile(r"^arm\s", re.IGNORECASE)
 
 
-def _not_an_arm_label(name: str) -> str:
+# words a result or a page uses for something else: a policy named like one
+# could be mistaken for it (its key in the result JSON, "reference", "null", …).
+# Object names are refused too, against the database (service.policy_for).
+RESERVED_NAMES = RESULT_KEYS | {
+    "arm",
+    "withheld",
+    "identity",
+    "label",
+    "name",
+    "note",
+    "null",
+    "none",
+    "true",
+    "false",
+    "nan",
+    "inf",
+    "infinity",
+    "unknown",
+    "all",
+}
+
+
+def _allowed_name(name: str) -> str:
     if _ARM_LABEL_LIKE.match(name):
         raise ValueError(
             "must not begin with 'arm ': that is how the leaderboard labels blinded policies"
+        )
+    if name.casefold() in RESERVED_NAMES:
+        raise ValueError(
+            f"'{name}' is a word the results use for something else (a field or a "
+            "label); choose a more distinctive name"
         )
     return name
 
@@ -56,11 +84,13 @@ def _not_an_arm_label(name: str) -> str:
 PolicyName = Annotated[
     str,
     StringConstraints(strip_whitespace=True, pattern=POLICY_NAME_PATTERN),
-    AfterValidator(_not_an_arm_label),
+    AfterValidator(_allowed_name),
     Field(
         description="3–128 characters: letters, digits, space and . _ + ( ) -, "
         "starting and ending with a letter or digit, not beginning with 'arm ' "
-        "(the leaderboard's blinded labels)"
+        "(the leaderboard's blinded labels), not a word the results use for "
+        "something else (a field such as 'policy' or 'estimate', 'reference', an "
+        "object's name)"
     ),
 ]
 Text = Annotated[str, StringConstraints(max_length=4000, pattern=_PRINTABLE)]

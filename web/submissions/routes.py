@@ -317,7 +317,7 @@ def list_policies(session: SessionDep, who: OwnerOrAdmin) -> list[PolicyOut]:
     response_model=PolicyDetailOut,
 )
 def get_policy(policy_id: DbId, session: SessionDep, who: OwnerOrAdmin) -> PolicyDetailOut:
-    return service.policy_detail(session, service.get_policy(session, who, policy_id))
+    return service.policy_detail(session, service.get_policy(session, who, policy_id), who)
 
 
 @api_router.patch(
@@ -491,7 +491,7 @@ def policy_page(
     return render(
         request,
         "submissions/policy.html",
-        {"policy": service.policy_detail(session, policy), "Visibility": Visibility},
+        {"policy": service.policy_detail(session, policy, who), "Visibility": Visibility},
     )
 
 

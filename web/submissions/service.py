@@ -19,6 +19,7 @@ from proctor.db.models import (
     Campaign,
     CampaignPolicy,
     ConformanceRun,
+    ObjectType,
     Policy,
     Submission,
     User,
@@ -174,9 +175,10 @@ def policy_out(session: ProctorSession, policy: Policy) -> PolicyOut:
     )
 
 
-def policy_detail(session: ProctorSession, policy: Policy) -> PolicyDetailOut:
+def policy_detail(session: ProctorSession, policy: Policy, viewer: Principal) -> PolicyDetailOut:
     return PolicyDetailOut(
-        **policy_out(session, policy).model_dump(), campaigns=campaign_progress(session, policy)
+        **policy_out(session, policy).model_dump(),
+        campaigns=campaign_progress(session, policy, viewer),
     )
 
 
@@ -184,25 +186,49 @@ def policy_detail(session: ProctorSession, policy: Policy) -> PolicyDetailOut:
 def policy_for(
     session: ProctorSession, *, owner: User, name: str, description: str, field: str
 ) -> Policy:
-    """The owner's policy of this name, created if new; Conflict if the name
-    belongs to someone else's policy (or to the human reference)."""
+    """The owner's policy of this name, created if new. A name that is
+    someone else's (or the human reference's), or differs from one only in
+    case, is refused with one message that neither repeats nor confirms the
+    other name: a withheld policy's name must not be found by guessing (its
+    owner may be told which of their own names is too close). A new name
+    must not be an object's (the results name objects)."""
     policy = session.scalars(sa.select(Policy).where(Policy.name == name)).first()
+    if policy is not None and policy.owner_id == owner.id and policy.kind == PolicyKind.policy:
+        if description and not policy.description:
+            policy.description = description
+        return policy
     if policy is None:
         # names differing only in case would be confusing on the leaderboard
         clash = session.scalars(
-            sa.select(Policy.name).where(sa.func.lower(Policy.name) == name.lower())
+            sa.select(Policy).where(sa.func.lower(Policy.name) == name.lower())
         ).first()
-        if clash is not None:
-            raise Conflict(f"{field}: '{name}' is too close to the existing policy '{clash}'")
-        policy = Policy(name=name, owner_id=owner.id, description=description)
-        session.add(policy)
-        session.flush()
-        return policy
-    if policy.owner_id != owner.id or policy.kind != PolicyKind.policy:
-        raise Conflict(f"{field}: the policy name '{name}' is taken; choose another")
-    if description and not policy.description:
-        policy.description = description
-    return policy
+        if clash is None:
+            _not_an_object(session, name, field)
+            policy = Policy(name=name, owner_id=owner.id, description=description)
+            session.add(policy)
+            session.flush()
+            return policy
+        if clash.owner_id == owner.id and clash.kind == PolicyKind.policy:
+            raise Conflict(
+                f"{field}: '{name}' differs only in case from your policy '{clash.name}'; "
+                "use that name or choose another"
+            )
+    raise Conflict(f"{field}: {NAME_UNAVAILABLE}")
+
+
+# someone else's name, exactly or but for case: one answer for both
+NAME_UNAVAILABLE = "this policy name is not available; choose another"
+
+
+def _not_an_object(session: ProctorSession, name: str, field: str) -> None:
+    folded = name.casefold()
+    for obj_name, display in session.execute(sa.select(ObjectType.name, ObjectType.display_name)):
+        if folded in (obj_name.casefold(), (display or "").casefold()):
+            raise FieldError(
+                field,
+                f"'{name}' is the name of an object the cell handles; a policy named like "
+                "one could be mistaken for it in the results, choose another",
+            )
 
 
 def register_endpoint(
@@ -354,11 +380,18 @@ def _results(session: ProctorSession, campaign: Campaign, policy: Policy) -> Res
     )
 
 
-def campaign_progress(session: ProctorSession, policy: Policy) -> list[CampaignProgressOut]:
+def campaign_progress(
+    session: ProctorSession, policy: Policy, viewer: Principal
+) -> list[CampaignProgressOut]:
     """Every campaign this policy is in. While a campaign runs, only its
     overall progress is shown: a count of this policy's episodes that ticks
     up as runs go by would tell anyone watching at the station whose run was
-    whose. Its own counts and results follow once the campaign is closed."""
+    whose. Its own counts and results follow once the campaign is closed —
+    to its owner. An admin looking at someone else's policy sees them only
+    once the campaign is released: before, a named policy's rank and scores
+    match its blinded arm's row of the preview, so showing them would unblind
+    it, which is the audited ``proctor campaign unblind`` and nothing else."""
+    owner_view = policy.owner_id == viewer.id
     rows = session.execute(
         sa.select(Campaign, CampaignPolicy.submission_id)
         .join(CampaignPolicy, CampaignPolicy.campaign_id == Campaign.id)
@@ -378,7 +411,13 @@ def campaign_progress(session: ProctorSession, policy: Policy) -> list[CampaignP
             )
             or 0
         )
-        finished = campaign.status in (CampaignStatus.closed, CampaignStatus.released)
+        released = campaign.status == CampaignStatus.released
+        # closed but not released, seen by someone else than the owner (an admin)
+        sealed = campaign.status == CampaignStatus.closed and not owner_view
+        finished = not sealed and campaign.status in (
+            CampaignStatus.closed,
+            CampaignStatus.released,
+        )
         mine = (
             session.scalar(
                 sa.select(sa.func.count()).where(
@@ -391,9 +430,14 @@ def campaign_progress(session: ProctorSession, policy: Policy) -> list[CampaignP
             else None
         )
         results = _results(session, campaign, policy) if finished else None
-        released = campaign.status == CampaignStatus.released
         label: str | None = None
-        if campaign.status == CampaignStatus.draft:
+        if sealed:
+            note = (
+                "Closed, not released: this policy's own count and results stay sealed until "
+                "the release. Seeing them before is unblinding, an audited admin action "
+                "(proctor campaign unblind)."
+            )
+        elif campaign.status == CampaignStatus.draft:
             note = "The campaign has not started."
         elif campaign.status == CampaignStatus.running:
             note = (

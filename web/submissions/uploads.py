@@ -409,7 +409,8 @@ def complete_upload(
                 description=manifest.description,
                 field="name",
             )
-        except Conflict as exc:
+        except (Conflict, FieldError) as exc:
+            # the name is in the archive: fixing it means a new upload
             raise reject([MANIFEST_NAME, "name"], f"{MANIFEST_NAME}: {exc}") from None
         same = session.scalars(
             sa.select(Submission.id).where(
