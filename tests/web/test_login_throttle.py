@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from proctor.domain import Role
 from proctor.settings import Settings
 from tests.web.conftest import FakeClock, Web, login
 
@@ -193,3 +194,38 @@ def test_wrong_passwords_from_elsewhere_do_not_lock_the_user_out(web: Web) -> No
     assert "for this account from this address" in blocked.text
     assert [t[4]["limit"] for t in web.audit("login.throttled")] == ["account-client"]
     assert login(web.client(ip="10.12.0.7"), "ada").status_code == 303
+
+
+def test_hashing_for_other_requests_is_bounded_too(web_settings: Settings) -> None:
+    """Setting a password (here: an admin adding a user) takes a hashing slot
+    as well; with none free for the whole wait it is a 503, nothing written."""
+    from web.app import create_app
+
+    settings = web_settings.model_copy(
+        update={
+            "web": web_settings.web.model_copy(
+                update={"max_concurrent_hashes": 1, "hash_wait_s": 0.2}
+            )
+        }
+    )
+    clock = FakeClock()
+    web = Web(app=create_app(settings, clock=clock), clock=clock, settings=settings)
+    try:
+        web.add_user("root", Role.admin)
+        token = web.token("root", ("admin",))
+        slots = web.app.state.web.passwords._slots
+        body = {"username": "newbie", "password": "a long enough passphrase"}
+        auth = {"Authorization": f"Bearer {token}"}
+        assert slots.acquire(timeout=5)  # every slot taken (a flood of sign-ins)
+        try:
+            r = web.client().post("/api/users", json=body, headers=auth)
+        finally:
+            slots.release()
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert "busy" in r.json()["detail"]
+        assert web.audit("user.create")[1:] == []
+        assert web.client().post("/api/users", json=body, headers=auth).status_code == 201
+    finally:
+        for c in web.clients:
+            c.close()
+        web.app.state.web.engine.dispose()
