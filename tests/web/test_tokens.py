@@ -331,3 +331,17 @@ def test_changing_ones_own_password_keeps_ones_tokens(web: Web) -> None:
     assert web.client().get("/api/me", headers=bearer(token)).status_code == 200
     (changed,) = web.audit("user.password")
     assert changed[4] == {"reset": False, "tokens_revoked": 0}
+
+
+def test_a_token_made_by_a_token_never_outlives_it(web: Web) -> None:
+    web.add_user("ada", Role.submitter)
+    short = web.token("ada", ("submitter",), expires_in_days=2)
+    c = web.client()
+    for body in ({"name": "longer"}, {"name": "much longer", "expires_in_days": 3650}):
+        r = c.post("/api/me/tokens", json=body, headers=bearer(short))
+        assert r.status_code == 201
+        assert datetime.fromisoformat(r.json()["expires_at"]) == web.clock() + timedelta(days=2)
+    shorter = c.post(
+        "/api/me/tokens", json={"name": "shorter", "expires_in_days": 1}, headers=bearer(short)
+    )
+    assert datetime.fromisoformat(shorter.json()["expires_at"]) == web.clock() + timedelta(days=1)

@@ -140,8 +140,9 @@ def create_my_token(
 ) -> TokenCreated:
     """From a page session, only within ``web.token_reauth_minutes`` of
     signing in. The token expires after ``expires_in_days`` (default
-    ``web.token_expiry_days``)."""
+    ``web.token_expiry_days``), and never after a token that creates it."""
     _check_recent_sign_in(who, state, app, now)
+    parent = session.get(ApiToken, who.token_id) if who.token_id is not None else None
     row, plaintext = service.create_token(
         session=session,
         user=who.user,
@@ -151,6 +152,8 @@ def create_my_token(
         allowed_roles=who.roles,
         actor=_actor(who),
         now=now,
+        # a short-lived token must not mint itself a longer life
+        not_after=parent.expires_at if parent is not None else None,
     )
     response.headers.update(NO_STORE)
     return TokenCreated(**token_out(row, now).model_dump(), token=plaintext)

@@ -348,11 +348,13 @@ def create_token(
     allowed_roles: Iterable[Role],
     actor: Actor,
     now: datetime,
+    not_after: datetime | None = None,
 ) -> tuple[ApiToken, str]:
     """Mint a token; returns the row and the token itself (shown once).
 
     ``allowed_roles`` are the roles the caller may hand on: a token can never
-    carry a role its creator could not use in the creating request."""
+    carry a role its creator could not use in the creating request. Likewise
+    it never outlives ``not_after`` (the expiry of a token that creates it)."""
     scope_set = sorted(set(scopes), key=[s.value for s in tokens.Scope].index)
     allowed = {r.value for r in allowed_roles}
     for scope in scope_set:
@@ -362,6 +364,9 @@ def create_token(
             raise FieldError("scopes", f"you cannot grant the '{scope}' role to a token")
     if not name.strip():
         raise FieldError("name", "must not be empty")
+    expires_at = now + timedelta(days=expires_in_days) if expires_in_days else None
+    if not_after is not None and (expires_at is None or expires_at > not_after):
+        expires_at = not_after
     plaintext = tokens.new_token()
     row = ApiToken(
         user_id=user.id,
@@ -370,7 +375,7 @@ def create_token(
         token_hash=tokens.hash_token(plaintext),
         scopes=scope_set,
         created_at=now,
-        expires_at=now + timedelta(days=expires_in_days) if expires_in_days else None,
+        expires_at=expires_at,
     )
     session.add(row)
     session.flush()
