@@ -73,21 +73,6 @@ class _Context:
         self.store: ArtifactStore = open_store(settings.artifacts_location)
 
 
-def with_own_secret_key(settings: Settings) -> Settings:
-    """The demo's data folder is a small deployment of its own: unless
-    PROCTOR_SECRET_KEY is set, its sessions are signed with a random key kept
-    in that folder (``secret_key``, mode 0600, made on the first run and
-    reused after), never with the published development key."""
-    if settings.secret_key is not None:
-        return settings
-    from pydantic import SecretStr
-
-    from web.auth.sessions import data_dir_secret_key
-
-    key = data_dir_secret_key(settings.data_dir)
-    return settings.model_copy(update={"secret_key": SecretStr(key)})
-
-
 def run_demo(settings: Settings, options: DemoOptions, console: Console) -> DemoResult:
     if options.episodes_per_cell < 1:
         raise ProctorError("--episodes must be at least 1")
@@ -415,3 +400,18 @@ def _hint(console: Console, demo: DemoResult) -> None:
             f"log in as [bold]{demo.admin}[/bold] (password from your first demo run) for the "
             "operator console and review queue. Ctrl-C stops the server."
         )
+
+
+def with_own_secret_key(settings: Settings) -> Settings:
+    """The demo's data folder is a small deployment of its own: unless
+    PROCTOR_SECRET_KEY is set, its sessions are signed with a random key kept
+    in that folder (``secret_key``, mode 0600, made on the first run and
+    reused after), never with the published development key."""
+    if settings.secret_key is not None:
+        return settings
+    from pydantic import SecretStr
+
+    from web.auth.sessions import data_dir_secret_key
+
+    key = data_dir_secret_key(settings.data_dir)
+    return settings.model_copy(update={"secret_key": SecretStr(key)})
