@@ -45,6 +45,18 @@ class WebSettings(BaseModel):
     session_idle_minutes: int = Field(default=120, ge=1, le=7 * 24 * 60)
     # ...and this long after sign-in, however active: one working day
     session_max_hours: int = Field(default=12, ge=1, le=30 * 24)
+    # creating an API token from a page session needs a sign-in at most this
+    # old: a cookie left on a shared machine must not turn into a lasting token
+    token_reauth_minutes: int = Field(default=10, ge=1, le=24 * 60)
+    # API tokens made on the pages or the API expire after this many days unless
+    # the request asks for fewer or more (at most 3650); only the server's CLI
+    # (`proctor user token create --no-expiry`) mints tokens that never expire
+    token_expiry_days: int = Field(default=90, ge=1, le=3650)
+    # password hashes (argon2id, 64 MiB and ~0.13 s of CPU each) computed at once
+    # by one server process; a sign-in that waits longer than hash_wait_s for a
+    # slot gets 503 with Retry-After instead of queueing without bound
+    max_concurrent_hashes: int = Field(default=4, ge=1, le=64)
+    hash_wait_s: float = Field(default=5.0, gt=0, le=60)
     # send the session cookie over HTTPS only; default: on in prod, off otherwise
     secure_cookies: bool | None = None
     # the station daemon's local API that this server's operator console drives; it

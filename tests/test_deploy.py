@@ -121,3 +121,18 @@ def test_nginx_upgrades_the_websocket_paths_the_app_serves() -> None:
     for location in ("location /policy/", "location /api/console/"):
         block = conf.split(location, 1)[1].split("}", 1)[0]
         assert "proxy_set_header Upgrade $http_upgrade" in block
+
+
+def test_nginx_sends_hsts_on_its_tls_server_once() -> None:
+    """HTTPS only, for a year: on the TLS server (not the port-80 redirect),
+    for every answer (`always`), with the app's own copy hidden so that the
+    header is not sent twice."""
+    from web.middleware import STRICT_TRANSPORT_SECURITY
+
+    conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
+    tls = conf.split("listen 443 ssl;", 1)[1]
+    header = f'add_header Strict-Transport-Security "{STRICT_TRANSPORT_SECURITY}" always;'
+    assert header in tls and header not in conf.split("listen 443 ssl;", 1)[0]
+    assert "proxy_hide_header Strict-Transport-Security;" in tls
+    # no location adds headers of its own (nginx would then drop the server's)
+    assert conf.count("add_header") == 1

@@ -197,13 +197,15 @@ def create_app(
 
     install_error_handlers(app)
     web = settings.web
+    # served over HTTPS: secure (and __Host- named) cookies, and HSTS
+    https = web.secure_cookies if web.secure_cookies is not None else settings.env == "prod"
     app.add_middleware(
         SessionCookieMiddleware,
         secret_key=secret_key,
-        secure=web.secure_cookies if web.secure_cookies is not None else settings.env == "prod",
+        secure=https,
         max_age_s=web.session_max_hours * 3600,
     )
-    app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(SecurityHeadersMiddleware, hsts=https)
     # outermost: it answers from what the layers inside produced, headers included
     app.add_middleware(SharedCacheMiddleware, seconds=web.shared_cache_s)
     return app

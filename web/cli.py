@@ -232,8 +232,19 @@ def create_token(
         ),
     ] = None,
     expires_days: Annotated[
-        int | None, typer.Option(min=1, max=3650, help="Days until it expires (default: never).")
+        int | None,
+        typer.Option(
+            min=1, max=3650, help="Days until it expires (default: web.token_expiry_days, 90)."
+        ),
     ] = None,
+    no_expiry: Annotated[
+        bool,
+        typer.Option(
+            "--no-expiry",
+            help="A token that never expires (revoke it yourself), e.g. for a service account. "
+            "Only here: the pages and the API always set an expiry.",
+        ),
+    ] = False,
 ) -> None:
     """Create an API token (printed once).
 
@@ -250,10 +261,14 @@ def create_token(
     for s in scopes:
         if s not in valid:
             raise UsageError(f"--scope: unknown scope '{s}' (choose from {', '.join(valid)})")
-    with _accounts_session(ctx) as (_, session):
+    if no_expiry and expires_days is not None:
+        raise UsageError("--no-expiry and --expires-days exclude each other")
+    with _accounts_session(ctx) as (settings, session):
         user = service.get_user_by_username(session, username)
         if user is None:
             raise UsageError(f"no user '{username}'")
+        if not no_expiry and expires_days is None:
+            expires_days = settings.web.token_expiry_days
         try:
             row, plaintext = service.create_token(
                 session=session,

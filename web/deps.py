@@ -214,15 +214,21 @@ def require_role(*roles: Role) -> Any:
     return Depends(check_role)
 
 
-async def require_csrf(
+def require_csrf(
     request: Request,
     state: SessionStateDep,
     csrf: Annotated[str | None, Depends(submitted_csrf_token)],
+    db: SessionDep,
+    now: NowDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
     if request.method in SAFE_METHODS:
         return
-    if request.headers.get("authorization", "").lower().startswith("bearer "):
-        return  # a script with a token: no cookie, no cross-site forgery
+    if bearer is not None:
+        # a script with a token: no cookie, no cross-site forgery. Only a
+        # token that authenticates skips the check: anything else is a 401
+        principal_from_token(session=db, token=bearer.credentials, method=request.method, now=now)
+        return
     if not state.csrf_matches(csrf):
         raise Forbidden(CSRF_FAILED)
 

@@ -32,6 +32,7 @@ from proctor.errors import (
     UsageError,
 )
 from web.auth.identity import NotSignedIn
+from web.auth.passwords import PasswordsBusy
 from web.templating import render
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,12 @@ def _json_scalar(value: Any) -> Any:
 
 
 def _proctor_error(request: Request, exc: ProctorError) -> Response:
+    if isinstance(exc, PasswordsBusy):
+        # every password-hashing slot stayed taken (a flood of sign-ins)
+        retry = {"Retry-After": str(exc.retry_after_s)}
+        if is_api(request):
+            return JSONResponse({"detail": str(exc)}, status_code=503, headers=retry)
+        return error_page(request, 503, str(exc), headers=retry)
     if isinstance(exc, FieldError):
         status = 422
         detail: Any = [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]

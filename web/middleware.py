@@ -34,9 +34,18 @@ SECURITY_HEADERS = {
 }
 
 
+# sent when the app is served over HTTPS (secure cookies: prod by default):
+# browsers then refuse plain HTTP to this host for a year, so a network
+# attacker cannot strip TLS on a later visit
+STRICT_TRANSPORT_SECURITY = "max-age=31536000"
+
+
 class SecurityHeadersMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, hsts: bool = False) -> None:
         self.app = app
+        self.headers = SECURITY_HEADERS | (
+            {"strict-transport-security": STRICT_TRANSPORT_SECURITY} if hsts else {}
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -46,7 +55,7 @@ class SecurityHeadersMiddleware:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
-                for key, value in SECURITY_HEADERS.items():
+                for key, value in self.headers.items():
                     headers.setdefault(key, value)
             await send(message)
 

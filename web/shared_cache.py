@@ -95,6 +95,7 @@ def _anonymous(scope: Scope) -> bool:
             return False
         if key == b"cookie":
             cookie += value
+    # also matches the __Host- prefixed name used over HTTPS
     return SESSION_COOKIE.encode() + b"=" not in cookie
 
 

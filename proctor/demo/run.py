@@ -104,6 +104,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
     # answer it with an error text); the demo servers' log of it is noise here
     logging.getLogger("station.policy.server").setLevel(logging.CRITICAL)
     migrate.upgrade(settings.db_url)
+    settings = with_own_secret_key(settings)
     ctx = _Context(settings)
 
     from web.app import create_app
@@ -444,3 +445,18 @@ def _hint(console: Console, demo: DemoResult) -> None:
             f"log in as [bold]{demo.admin}[/bold] (password from your first demo run) for the "
             "operator console and review queue. Ctrl-C stops the server."
         )
+
+
+def with_own_secret_key(settings: Settings) -> Settings:
+    """The demo's data folder is a small deployment of its own: unless
+    PROCTOR_SECRET_KEY is set, its sessions are signed with a random key kept
+    in that folder (``secret_key``, mode 0600, made on the first run and
+    reused after), never with the published development key."""
+    if settings.secret_key is not None:
+        return settings
+    from pydantic import SecretStr
+
+    from web.auth.sessions import data_dir_secret_key
+
+    key = data_dir_secret_key(settings.data_dir)
+    return settings.model_copy(update={"secret_key": SecretStr(key)})

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,18 @@ def test_the_campaign_ran_every_slot_blinded_and_was_released(demo_run: tuple[Pa
     assert all(r[1].startswith("R-") for r in rows)
     # the annotator labelled every episode; the queue was worked
     assert {r[2] for r in rows} <= {"auto", "reviewed"}
+
+
+def test_the_demo_signs_sessions_with_a_key_of_its_own(demo_run: tuple[Path, str]) -> None:
+    """Not the published development key: a random one in the data folder,
+    readable by its owner only; the admin's one-time password still works."""
+    data_dir, _ = demo_run
+    key_file = data_dir / "secret_key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert len(key_file.read_text().strip()) >= 48
+    db = _db(data_dir)
+    users = dict(db.execute("SELECT username, password_hash IS NOT NULL FROM users").fetchall())
+    assert users[world.DEMO_ADMIN] == 1 and users[world.DEMO_SUBMITTER] == 0
 
 
 def test_stand_ins_are_labelled_wherever_they_left_a_trace(demo_run: tuple[Path, str]) -> None:

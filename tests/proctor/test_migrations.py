@@ -60,3 +60,27 @@ def test_every_revision_steps_down_and_up(fresh_db_url: str) -> None:
         migrate.downgrade(fresh_db_url, "-1")
         migrate.upgrade(fresh_db_url, rev)
         assert _tables(fresh_db_url) == before
+
+
+def test_existing_users_get_a_random_session_nonce_each(fresh_db_url: str) -> None:
+    """The session-nonce migration fills the new column for users that exist:
+    a different random value each (a shared one would tie their sessions)."""
+    migrate.upgrade(fresh_db_url, "b7e2c41a9f30")
+    engine = make_engine(fresh_db_url)
+    try:
+        with engine.begin() as conn:
+            for name in ("ada", "bob"):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO users (username, display_name, is_active, created_at) "
+                        "VALUES (:n, '', true, CURRENT_TIMESTAMP)"
+                    ),
+                    {"n": name},
+                )
+        migrate.upgrade(fresh_db_url)
+        with engine.connect() as conn:
+            nonces = [n for (n,) in conn.execute(sa.text("SELECT session_nonce FROM users"))]
+    finally:
+        engine.dispose()
+    assert len(nonces) == 2 and len(set(nonces)) == 2
+    assert all(isinstance(n, str) and len(n) == 32 for n in nonces)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import warnings
 from pathlib import Path
 from typing import Any
@@ -14,16 +15,22 @@ import pytest
 import sqlalchemy as sa
 from fastapi import FastAPI, HTTPException
 
+from proctor.db import migrate
+from proctor.db.engine import session_scope
 from proctor.db.models import AuditLog
+from proctor.db.types import utcnow
 from proctor.domain import Role
 from proctor.errors import ConfigError
 from proctor.settings import load_settings
-from tests.web.conftest import Web, login
+from tests.web.conftest import PASSWORD, Web, login
+from web.accounts import service
 from web.app import api_routes
 from web.deps import NowDep, SessionDep
 from web.templating import compile_all
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
+# a key prod accepts (random; the same for every run of the suite)
+PROD_KEY = "Zq8vR2mW5kT0yH3nB7cX1fJ4sL9pD6gA-e_uQiOwEr"
 
 
 def test_importing_the_app_module_builds_nothing() -> None:
@@ -208,12 +215,21 @@ def test_prod_refuses_missing_default_or_short_secret_keys(tmp_path: Path) -> No
 
     with pytest.raises(ConfigError, match="PROCTOR_SECRET_KEY"):
         load_settings(env="prod", data_dir=tmp_path)
-    for key, match in [(DEV_SECRET_KEY, "published development key"), ("short", "at least 32")]:
+    for key, match in [
+        (DEV_SECRET_KEY, "published development key"),
+        ("short", "at least 32"),
+        # long enough, but guessable: the length alone is not a key
+        (" " * 32, "PROCTOR_SECRET_KEY looks guessable"),
+        ("a" * 32, "PROCTOR_SECRET_KEY looks guessable"),
+        ("ab" * 40, "PROCTOR_SECRET_KEY looks guessable"),
+        ("abcdefg" * 6, "PROCTOR_SECRET_KEY looks guessable"),
+    ]:
         settings = load_settings(env="prod", data_dir=tmp_path, secret_key=key)
         with pytest.raises(ConfigError, match=match):
             create_app(settings)
-    ok = load_settings(env="prod", data_dir=tmp_path, secret_key="k" * 40)
-    assert isinstance(create_app(ok), FastAPI)
+    for good in (secrets.token_urlsafe(48), secrets.token_hex(16), PROD_KEY):
+        ok = load_settings(env="prod", data_dir=tmp_path, secret_key=good)
+        assert isinstance(create_app(ok), FastAPI)
 
 
 def test_dev_default_secret_is_logged_loudly(
@@ -231,10 +247,51 @@ def test_prod_sets_secure_cookies(tmp_path: Path) -> None:
 
     from web.app import create_app
 
-    settings = load_settings(env="prod", data_dir=tmp_path, secret_key="k" * 40)
+    settings = load_settings(env="prod", data_dir=tmp_path, secret_key=PROD_KEY)
     r = TestClient(create_app(settings), base_url="https://testserver").get("/login")
     cookie = r.headers["set-cookie"]
     assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    # __Host-: the browser keeps it only with Secure, Path=/ and no Domain
+    assert cookie.startswith("__Host-proctor_session=") and "; Path=/" in cookie
+    assert "domain=" not in cookie.lower()
+    assert r.headers["strict-transport-security"] == "max-age=31536000"
+
+
+def test_prod_sessions_work_under_the_host_prefix(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from web.app import create_app
+
+    settings = load_settings(env="prod", data_dir=tmp_path, secret_key=PROD_KEY)
+    migrate.upgrade(settings.db_url)
+    app = create_app(settings)
+    with session_scope(app.state.web.session_factory) as s:
+        service.create_user(
+            session=s,
+            passwords=app.state.web.passwords,
+            username="ada",
+            password=PASSWORD,
+            actor=service.Actor(label="test"),
+            now=utcnow(),
+        )
+    c = TestClient(app, base_url="https://testserver", follow_redirects=False)
+    assert login(c, "ada").status_code == 303
+    assert set(c.cookies.keys()) == {"__Host-proctor_session"}
+    assert c.get("/api/me").json()["username"] == "ada"
+    # the unprefixed name is not read in prod: it could be planted over plain HTTP
+    plain = TestClient(app, base_url="https://testserver")
+    plain.cookies.set("proctor_session", c.cookies["__Host-proctor_session"])
+    assert plain.get("/api/me").status_code == 401
+
+
+def test_dev_sends_no_hsts(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from web.app import create_app
+
+    r = TestClient(create_app(load_settings(env="dev", data_dir=tmp_path))).get("/login")
+    assert "strict-transport-security" not in r.headers
+    assert r.headers["set-cookie"].startswith("proctor_session=")
 
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}

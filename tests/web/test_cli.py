@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -173,6 +174,23 @@ def _serve(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def test_cli_tokens_expire_by_default_unless_asked_not_to(cli: Cli) -> None:
+    assert cli("user", "add", "bot", "--no-password")[0] == 0
+    code, _, err = cli("user", "token", "create", "bot", "--name", "default")
+    assert code == 0 and "expires never" not in err
+    code, _, err = cli("user", "token", "create", "bot", "--name", "service", "--no-expiry")
+    assert code == 0 and "expires never" in err
+    code, _, err = cli(
+        "user", "token", "create", "bot", "--name", "x", "--no-expiry", "--expires-days", "3"
+    )  # fmt: skip
+    assert code == 2 and "exclude each other" in err
+    rows = cli.rows("SELECT name, created_at, expires_at FROM api_tokens ORDER BY id")
+    (_, created, expires), (_, _, never) = rows
+    assert never is None and expires is not None
+    as_time = [datetime.fromisoformat(str(v)) for v in (created, expires)]
+    assert as_time[1] - as_time[0] == timedelta(days=90)
 
 
 def test_serve_migrates_then_serves(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 from proctor.domain import Role
-from tests.web.conftest import PASSWORD, Web, csrf_from, login, page_csrf
+from proctor.settings import Settings
+from tests.web.conftest import PASSWORD, FakeClock, Web, csrf_from, login, page_csrf
 from web.auth.sessions import SESSION_COOKIE
 
 
@@ -20,7 +21,10 @@ def test_login_starts_a_session_and_returns_to_next(web: Web) -> None:
     me = c.get("/api/me").json()
     assert me["username"] == "ada" and me["authenticated_via"] == "session"
     assert me["effective_roles"] == ["operator"]
-    assert web.audit("login.success") == [(uid, "", "user", "ada", {"client": "10.1.1.1"})]
+    [(actor, label, kind, target, details)] = web.audit("login.success")
+    assert (actor, label, kind, target, details["client"]) == (uid, "", "user", "ada", "10.1.1.1")
+    # the success ends the attempt reserved before the password was checked
+    assert [d["client"] for *_, d in web.audit("login.attempt")] == ["10.1.1.1"]
 
 
 def test_usernames_are_case_insensitive_at_login(web: Web) -> None:
@@ -238,7 +242,7 @@ def test_failed_logins_throttle_the_account(web: Web) -> None:
 
 def test_a_successful_login_resets_the_account_count(web: Web) -> None:
     web.add_user("ada")
-    limit = web.app.state.web.throttle.per_user
+    limit = web.app.state.web.throttle.per_user_client
     for _ in range(limit - 1):
         login(web.client(), "ada", "guess")
     web.clock.advance(seconds=1)
@@ -268,3 +272,146 @@ def test_the_login_page_keeps_the_username_and_shows_the_error(web: Web) -> None
     assert r.status_code == 401
     assert 'value="ada&lt;script&gt;"' in r.text  # escaped, not executed
     assert csrf_from(r.text)
+
+
+# -- sessions end on the server ------------------------------------------------
+
+
+def test_a_cookie_replayed_after_logout_is_refused(web: Web) -> None:
+    """The cookie is signed, not stored: logging out must still end it on the
+    server, or a copy taken before (a shared machine, a proxy log) lives on."""
+    web.add_user("ada", Role.submitter)
+    c = web.client()
+    login(c, "ada")
+    csrf = page_csrf(c)
+    copied = c.cookies[SESSION_COOKIE]
+    assert c.post("/logout", data={"csrf_token": csrf}).status_code == 303
+
+    replay = web.client()
+    replay.cookies.set(SESSION_COOKIE, copied)
+    assert replay.get("/api/me").status_code == 401
+    minted = replay.post(
+        "/api/me/tokens", json={"name": "after logout"}, headers={"X-CSRF-Token": csrf}
+    )
+    assert minted.status_code == 401
+    assert web.audit("token.create") == []
+
+
+def test_logout_ends_every_page_session_of_the_user(web: Web) -> None:
+    """The documented choice: one nonce per user, so signing out anywhere
+    signs out everywhere (other users are untouched)."""
+    web.add_user("ada")
+    web.add_user("bob")
+    laptop, tablet, bob = web.client(), web.client(), web.client()
+    for client, name in ((laptop, "ada"), (tablet, "ada"), (bob, "bob")):
+        assert login(client, name).status_code == 303
+    assert laptop.post("/logout", data={"csrf_token": page_csrf(laptop)}).status_code == 303
+    assert tablet.get("/api/me").status_code == 401
+    assert bob.get("/api/me").status_code == 200
+    assert login(tablet, "ada").status_code == 303
+    assert tablet.get("/api/me").status_code == 200
+
+
+def test_reactivation_does_not_revive_old_sessions(web: Web) -> None:
+    web.add_user("root", Role.admin)
+    uid = web.add_user("ada", Role.operator)
+    ada, root = web.client(), web.client()
+    login(ada, "ada")
+    login(root, "root")
+    for active in ("0", "1"):
+        r = root.post(
+            f"/admin/users/{uid}/active", data={"csrf_token": page_csrf(root), "active": active}
+        )
+        assert r.status_code == 303
+    assert ada.get("/api/me").status_code == 401
+    assert login(ada, "ada").status_code == 303
+
+
+def _forge(secret_key: str, data: dict[str, object]) -> str:
+    from itsdangerous import URLSafeSerializer
+
+    return URLSafeSerializer(secret_key, salt="proctor.session").dumps(data)
+
+
+def test_a_forged_session_for_a_password_less_account_is_refused(
+    web_settings: Settings,
+) -> None:
+    """Dev signs sessions with the published key. A password-less account
+    (token-only, e.g. a `--no-password` admin) gave no secret to the mark
+    (HMAC(key, "")), so anyone could forge its session; now such an account
+    never has a page session, whatever the cookie says."""
+    import hashlib
+    import hmac
+
+    from web.app import create_app
+    from web.auth.sessions import DEV_SECRET_KEY
+
+    settings = web_settings.model_copy(update={"env": "dev", "secret_key": None})
+    clock = FakeClock()
+    web = Web(app=create_app(settings, clock=clock), clock=clock, settings=settings)
+    try:
+        assert web.app.state.web.secret_key == DEV_SECRET_KEY
+        uid = web.add_user("svcadmin", Role.admin, password=None)
+        now = clock().timestamp()
+        csrf = "c" * 43
+        empty_mark = hmac.new(DEV_SECRET_KEY.encode(), b"", hashlib.sha256).hexdigest()
+        for mark in (empty_mark[:16], empty_mark[:32], None, ""):
+            forged = web.client()
+            forged.cookies.set(
+                SESSION_COOKIE,
+                _forge(
+                    DEV_SECRET_KEY,
+                    {"uid": uid, "iat": now, "seen": now, "pwm": mark, "csrf": csrf},
+                ),
+            )
+            assert forged.get("/api/me").status_code == 401, mark
+            r = forged.post(
+                "/api/users",
+                json={"username": "forged-admin", "roles": ["admin"]},
+                headers={"X-CSRF-Token": csrf},
+            )
+            assert r.status_code == 401, mark
+        with web.db() as s:
+            from web.accounts import service
+
+            assert service.get_user_by_username(s, "forged-admin") is None
+    finally:
+        for c in web.clients:
+            c.close()
+        web.app.state.web.engine.dispose()
+
+
+def test_a_session_mark_needs_the_users_own_nonce(web: Web) -> None:
+    """The mark binds the session to a per-user random nonce as well as the
+    password hash: knowing the key and the hash is not enough."""
+    import hashlib
+    import hmac
+
+    uid = web.add_user("ada")
+    key = web.app.state.web.secret_key
+    with web.db() as s:
+        from proctor.db.models import User
+
+        user = s.get(User, uid)
+        assert user is not None and len(user.session_nonce) == 32
+        password_hash = user.password_hash
+        assert password_hash is not None
+    now = web.clock().timestamp()
+    old_style = hmac.new(key.encode(), password_hash.encode(), hashlib.sha256).hexdigest()[:16]
+    c = web.client()
+    c.cookies.set(
+        SESSION_COOKIE, _forge(key, {"uid": uid, "iat": now, "seen": now, "pwm": old_style})
+    )
+    assert c.get("/api/me").status_code == 401
+
+
+def test_a_bearer_header_skips_the_login_csrf_check_only_when_the_token_is_valid(
+    web: Web,
+) -> None:
+    web.add_user("ada", Role.submitter)
+    form = {"username": "ada", "password": PASSWORD}
+    junk = web.client().post("/login", data=form, headers={"Authorization": "Bearer x"})
+    assert junk.status_code == 401
+    token = web.token("ada")
+    scripted = web.client().post("/login", data=form, headers={"Authorization": f"Bearer {token}"})
+    assert scripted.status_code == 303

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Annotated
 
 import sqlalchemy as sa
 
 from proctor.db.models import ApiToken
 from proctor.domain import Role
-from tests.web.conftest import Web, login, page_csrf
+from tests.web.conftest import PASSWORD, Web, login, page_csrf
 from web.auth.identity import Principal
 from web.deps import require_role
 
@@ -228,3 +229,119 @@ def test_a_submitter_cannot_see_or_revoke_anothers_token(web: Web) -> None:
     assert c.get(f"/api/tokens/{bobs['id']}", headers=bearer(admin)).status_code == 200
     assert c.delete(f"/api/tokens/{bobs['id']}", headers=bearer(admin)).status_code == 200
     assert c.get("/api/me", headers=bearer(bob_token)).status_code == 401
+
+
+# -- minting from a session, expiry, resets ----------------------------------------
+
+
+def test_minting_a_token_from_a_session_needs_a_recent_sign_in(web: Web) -> None:
+    """A session is not enough to create a lasting credential: a cookie left
+    on a shared machine (or copied) must not turn into a token."""
+    web.add_user("ada", Role.submitter)
+    c = web.client()
+    login(c, "ada")
+    minutes = web.settings.web.token_reauth_minutes
+    web.clock.advance(minutes=minutes, seconds=1)  # well inside the idle timeout
+    csrf = page_csrf(c)
+    stale = c.post("/api/me/tokens", json={"name": "ci"}, headers={"X-CSRF-Token": csrf})
+    assert stale.status_code == 403
+    assert "recent sign-in" in stale.json()["detail"]
+    page = c.post(
+        "/account/tokens", data={"csrf_token": csrf, "name": "ci", "expires_in_days": "30"}
+    )
+    assert page.status_code == 422 and "recent sign-in" in page.text
+    assert web.audit("token.create") == []
+    # signing in again opens the window
+    login(c, "ada")
+    fresh = c.post("/api/me/tokens", json={"name": "ci"}, headers={"X-CSRF-Token": page_csrf(c)})
+    assert fresh.status_code == 201
+
+
+def test_tokens_made_on_the_api_or_the_pages_expire_by_default(web: Web) -> None:
+    web.add_user("ada", Role.submitter)
+    c = web.client()
+    login(c, "ada")
+    days = web.settings.web.token_expiry_days
+    assert days == 90
+    r = c.post("/api/me/tokens", json={"name": "ci"}, headers={"X-CSRF-Token": page_csrf(c)})
+    assert r.status_code == 201
+    expires = datetime.fromisoformat(r.json()["expires_at"])
+    assert expires == web.clock() + timedelta(days=days)
+    explicit_null = c.post(
+        "/api/me/tokens",
+        json={"name": "ci2", "expires_in_days": None},
+        headers={"X-CSRF-Token": page_csrf(c)},
+    )
+    assert explicit_null.status_code == 201 and explicit_null.json()["expires_at"] is not None
+    # the page offers no "never" any more, and refuses it if sent
+    page = c.get("/account").text
+    assert "never (revoke it yourself)" not in page
+    never = c.post(
+        "/account/tokens", data={"csrf_token": page_csrf(c), "name": "x", "expires_in_days": ""}
+    )
+    assert never.status_code == 422 and "choose one of the offered lifetimes" in never.text
+    with web.db() as s:
+        assert s.scalar(sa.select(sa.func.count()).where(ApiToken.expires_at.is_(None))) == 0
+
+
+def test_an_admin_password_reset_revokes_the_users_tokens(web: Web) -> None:
+    web.add_user("root", Role.admin)
+    uid = web.add_user("ada", Role.submitter)
+    by_api, by_page = web.token("ada"), web.token("ada")
+    c = web.client()
+    assert c.get("/api/me", headers=bearer(by_api)).status_code == 200
+    root = web.client()
+    login(root, "root")
+    r = root.patch(
+        f"/api/users/{uid}",
+        json={"password": "a fresh passphrase"},
+        headers={"X-CSRF-Token": page_csrf(root)},
+    )
+    assert r.status_code == 200
+    for token in (by_api, by_page):
+        refused = c.get("/api/me", headers=bearer(token))
+        assert refused.status_code == 401 and refused.json() == {"detail": "API token revoked"}
+    (reset,) = web.audit("user.password")
+    assert reset[4] == {"reset": True, "tokens_revoked": 2}
+    # the page's reset does the same
+    again = web.token("ada")
+    r = root.post(
+        f"/admin/users/{uid}/password",
+        data={"csrf_token": page_csrf(root), "password": "another passphrase"},
+    )
+    assert r.status_code == 303
+    assert c.get("/api/me", headers=bearer(again)).status_code == 401
+
+
+def test_changing_ones_own_password_keeps_ones_tokens(web: Web) -> None:
+    web.add_user("ada", Role.submitter)
+    token = web.token("ada")
+    c = web.client()
+    login(c, "ada")
+    r = c.post(
+        "/account/password",
+        data={
+            "csrf_token": page_csrf(c),
+            "current_password": PASSWORD,
+            "new_password": "a much better passphrase",
+            "confirm_password": "a much better passphrase",
+        },
+    )
+    assert r.status_code == 303
+    assert web.client().get("/api/me", headers=bearer(token)).status_code == 200
+    (changed,) = web.audit("user.password")
+    assert changed[4] == {"reset": False, "tokens_revoked": 0}
+
+
+def test_a_token_made_by_a_token_never_outlives_it(web: Web) -> None:
+    web.add_user("ada", Role.submitter)
+    short = web.token("ada", ("submitter",), expires_in_days=2)
+    c = web.client()
+    for body in ({"name": "longer"}, {"name": "much longer", "expires_in_days": 3650}):
+        r = c.post("/api/me/tokens", json=body, headers=bearer(short))
+        assert r.status_code == 201
+        assert datetime.fromisoformat(r.json()["expires_at"]) == web.clock() + timedelta(days=2)
+    shorter = c.post(
+        "/api/me/tokens", json={"name": "shorter", "expires_in_days": 1}, headers=bearer(short)
+    )
+    assert datetime.fromisoformat(shorter.json()["expires_at"]) == web.clock() + timedelta(days=1)

@@ -30,8 +30,9 @@ from web.accounts.schemas import (
     UserUpdate,
 )
 from web.auth.access import NotFound, check_owner_access
-from web.auth.identity import Principal
-from web.auth.sessions import password_mark
+from web.auth.identity import Forbidden, Principal
+from web.auth.passwords import PasswordsBusy
+from web.auth.sessions import SessionState, session_mark
 from web.auth.tokens import Scope
 from web.deps import (
     AppStateDep,
@@ -129,20 +130,53 @@ def my_tokens(who: CurrentUser, session: SessionDep, now: NowDep) -> list[TokenO
     summary="Create an API token (the response is the only time it is shown)",
 )
 def create_my_token(
-    body: TokenCreate, who: CurrentUser, session: SessionDep, now: NowDep, response: Response
+    body: TokenCreate,
+    who: CurrentUser,
+    session: SessionDep,
+    now: NowDep,
+    response: Response,
+    app: AppStateDep,
+    state: SessionStateDep,
 ) -> TokenCreated:
+    """From a page session, only within ``web.token_reauth_minutes`` of
+    signing in. The token expires after ``expires_in_days`` (default
+    ``web.token_expiry_days``), and never after a token that creates it."""
+    _check_recent_sign_in(who, state, app, now)
+    parent = session.get(ApiToken, who.token_id) if who.token_id is not None else None
     row, plaintext = service.create_token(
         session=session,
         user=who.user,
         name=body.name,
         scopes=[s.value for s in body.scopes],
-        expires_in_days=body.expires_in_days,
+        expires_in_days=body.expires_in_days or app.settings.web.token_expiry_days,
         allowed_roles=who.roles,
         actor=_actor(who),
         now=now,
+        # a short-lived token must not mint itself a longer life
+        not_after=parent.expires_at if parent is not None else None,
     )
     response.headers.update(NO_STORE)
     return TokenCreated(**token_out(row, now).model_dump(), token=plaintext)
+
+
+REAUTH_NEEDED = (
+    "creating an API token needs a recent sign-in: sign out and in again, then create it "
+    "within {minutes} minutes"
+)
+
+
+def _check_recent_sign_in(
+    who: Principal, state: SessionState, app: AppStateDep, now: datetime
+) -> None:
+    """A session cookie left on a shared machine (or copied) must not turn
+    into a credential that outlives it: minting a token from a page session
+    needs a recent sign-in. A token may mint narrower tokens: its holder
+    already has a lasting credential."""
+    if who.via != "session":
+        return
+    minutes = app.settings.web.token_reauth_minutes
+    if state.signed_in_at is None or now.timestamp() - state.signed_in_at > minutes * 60:
+        raise Forbidden(REAUTH_NEEDED.format(minutes=minutes))
 
 
 @api_router.get("/tokens/{token_id}", response_model=TokenOut, summary="One API token")
@@ -298,6 +332,7 @@ def login(
     next_path = safe_next(form_text(form, "next"))
     result = service.authenticate(
         session=session,
+        reserve_in=app.session_factory,
         passwords=app.passwords,
         username=username,
         password=form_text(form, "password"),
@@ -312,6 +347,9 @@ def login(
         if result.throttled is not None:
             status = 429
             headers["Retry-After"] = str(result.throttled.retry_after_s)
+        elif result.busy:
+            status = 503
+            headers["Retry-After"] = str(PasswordsBusy.retry_after_s)
         return render(
             request,
             "accounts/login.html",
@@ -319,15 +357,19 @@ def login(
             status_code=status,
             headers=headers,
         )
-    state.sign_in(
-        result.user.id, password_mark(app.secret_key, result.user.password_hash), now.timestamp()
-    )
+    mark = session_mark(app.secret_key, result.user)
+    assert mark is not None  # signed in with a password
+    state.sign_in(result.user.id, mark, now.timestamp())
     return RedirectResponse(next_path, status_code=303)
 
 
 @page_router.post("/logout", dependencies=[CsrfProtected])
 def logout(who: OptionalUser, session: SessionDep, now: NowDep, state: SessionStateDep) -> Response:
     if who is not None:
+        if who.via == "session":
+            # the cookie may have been copied: end it on the server, with
+            # every other page session of this user (docs: web/README.md)
+            service.end_sessions(who.user)
         audit.record(
             session=session,
             action="logout",
@@ -369,17 +411,27 @@ def account_page(request: Request, who: CurrentUser, session: SessionDep, now: N
     return _account_page(request, who, session, now)
 
 
-EXPIRY_CHOICES = {"": None, "30": 30, "90": 90, "365": 365}
+EXPIRY_CHOICES = {"30": 30, "90": 90, "365": 365}
 
 
 @page_router.post("/account/tokens")
 def create_token_from_page(
-    request: Request, form: FormDep, who: CurrentUser, session: SessionDep, now: NowDep
+    request: Request,
+    form: FormDep,
+    who: CurrentUser,
+    session: SessionDep,
+    now: NowDep,
+    app: AppStateDep,
+    state: SessionStateDep,
 ) -> Response:
     name = form_text(form, "name").strip()
     scopes = [s for s in form.getlist("scopes") if isinstance(s, str)]
     expiry = form_text(form, "expires_in_days")
     errors: dict[str, str] = {}
+    try:
+        _check_recent_sign_in(who, state, app, now)
+    except Forbidden as exc:
+        errors["form"] = str(exc.detail)
     if not name:
         errors["name"] = "give the token a name, so you can tell it apart later"
     elif len(name) > 128 or any(ord(c) < 32 or ord(c) == 127 for c in name):
@@ -456,7 +508,9 @@ def change_password(
         session.rollback()
         return _account_page(request, who, session, now, errors=errors, status_code=422)
     # this session carries on; every other one ends with the old password
-    state.sign_in(who.id, password_mark(app.secret_key, who.user.password_hash), now.timestamp())
+    mark = session_mark(app.secret_key, who.user)
+    assert mark is not None  # a password was just set
+    state.sign_in(who.id, mark, now.timestamp())
     state.flash("Your password is changed. Other sessions are signed out.")
     return RedirectResponse("/account", status_code=303)
 

@@ -103,7 +103,9 @@ class TokenCreate(BaseModel):
 
     name: TokenName
     scopes: list[Scope] = Field(default_factory=list, max_length=len(Scope))
-    # omit for a token that never expires (it can still be revoked)
+    # omit for the server's default (web.token_expiry_days, 90 days unless set);
+    # tokens made through the API always expire (only the server's CLI makes
+    # tokens that never do)
     expires_in_days: int | None = Field(default=None, ge=1, le=3650)
 
 

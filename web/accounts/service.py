@@ -7,26 +7,27 @@ security writes an audit row in the same transaction.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
+from sqlalchemy.orm import sessionmaker
 
-from proctor.db.engine import ProctorSession
+from proctor.db.engine import ProctorSession, session_scope
 from proctor.db.models import ApiToken, User, UserRole
+from proctor.db.models.people import new_session_nonce
 from proctor.domain import Role
 from web import audit
 from web.accounts.schemas import TokenStatus
 from web.auth import tokens
-from web.auth.passwords import Passwords, password_problem
+from web.auth.passwords import Passwords, PasswordsBusy, password_problem
 from web.auth.throttle import (
-    LOGIN_FAILURE,
-    LOGIN_SUCCESS,
-    LOGIN_THROTTLED,
     Throttled,
     ThrottlePolicy,
-    check_login_throttle,
+    record_outcome,
+    reserve_login_attempt,
 )
 from web.errors import Conflict, FieldError
 
@@ -183,6 +184,7 @@ def set_active(
         return
     if not active:
         _keeps_an_admin(session, user)
+        end_sessions(user)
     user.is_active = active
     session.flush()
     _audit(session, actor, "user.activate" if active else "user.deactivate", now, user)
@@ -198,13 +200,24 @@ def set_password(
     now: datetime,
     field: str = "password",
 ) -> None:
-    """Set a new password; every session opened with the old one ends."""
+    """Set a new password; every session opened with the old one ends. When
+    someone else sets it (an admin's reset: the account may be compromised),
+    the user's API tokens are revoked too."""
     problem = password_problem(password, username=user.username)
     if problem:
         raise FieldError(field, problem)
     user.password_hash = passwords.hash(password)
+    end_sessions(user)
     session.flush()
-    _audit(session, actor, "user.password", now, user)
+    reset = actor.user is None or actor.user.id != user.id
+    revoked = revoke_user_tokens(session=session, user=user, actor=actor, now=now) if reset else 0
+    _audit(session, actor, "user.password", now, user, reset=reset, tokens_revoked=revoked)
+
+
+def end_sessions(user: User) -> None:
+    """End every page session of ``user`` (all devices): their marks were
+    made with the old nonce (``web.auth.sessions.session_mark``)."""
+    user.session_nonce = new_session_nonce()
 
 
 def update_profile(
@@ -235,15 +248,18 @@ def update_profile(
 class LoginResult:
     user: User | None
     throttled: Throttled | None = None
+    busy: bool = False
     message: str = ""
 
 
 WRONG_CREDENTIALS = "Wrong username or password."
+BUSY = "The server is busy; try again in a few seconds."
 
 
 def authenticate(
     *,
     session: ProctorSession,
+    reserve_in: sessionmaker[ProctorSession],
     passwords: Passwords,
     username: str,
     password: str,
@@ -252,61 +268,49 @@ def authenticate(
     policy: ThrottlePolicy,
 ) -> LoginResult:
     """Check a sign-in attempt and audit it (success, failure or throttled).
-    Returns the user on success; the caller starts the session."""
+    Returns the user on success; the caller starts the session.
+
+    The attempt is reserved first, in a transaction of its own from
+    ``reserve_in`` that is committed before the password is checked (see
+    ``web.auth.throttle``); the outcome goes into ``session``."""
     name = username.strip().lower()[:USERNAME_MAX]
     client = client[:64]
-    throttled = check_login_throttle(
-        session=session, username=name, client=client, now=now, policy=policy
-    )
-    if throttled is not None:
-        audit.record(
-            session=session,
-            action=LOGIN_THROTTLED,
-            now=now,
-            actor_label="anonymous",
-            target_type="user",
-            target_id=name,
-            details={"client": client, "limit": throttled.reason},
+    with session_scope(reserve_in) as reserving:
+        reserved = reserve_login_attempt(
+            session=reserving, username=name, client=client, now=now, policy=policy
         )
-        return LoginResult(None, throttled=throttled, message=throttled.message)
+    if isinstance(reserved, Throttled):
+        return LoginResult(None, throttled=reserved, message=reserved.message)
+
+    def failed(reason: str, message: str = WRONG_CREDENTIALS, busy: bool = False) -> LoginResult:
+        record_outcome(
+            session=session,
+            reservation=reserved,
+            username=name,
+            client=client,
+            now=now,
+            failure=reason,
+        )
+        return LoginResult(None, busy=busy, message=message)
 
     user = get_user_by_username(session, name) if name else None
-    if user is None or user.password_hash is None:
-        passwords.burn(password)
-        reason, ok = ("unknown user" if user is None else "no password"), False
-    else:
-        ok = passwords.verify(user.password_hash, password)
-        reason = "wrong password"
-        if ok and not user.is_active:
-            ok, reason = False, "inactive"
-    if not ok:
-        audit.record(
-            session=session,
-            action=LOGIN_FAILURE,
-            now=now,
-            actor_label="anonymous",
-            target_type="user",
-            target_id=name,
-            details={"client": client, "reason": reason},
-        )
-        message = (
-            "This account is deactivated; ask an admin to reactivate it."
-            if reason == "inactive"
-            else WRONG_CREDENTIALS
-        )
-        return LoginResult(None, message=message)
+    try:
+        if user is None or user.password_hash is None:
+            passwords.burn(password)
+            return failed("unknown user" if user is None else "no password")
+        if not passwords.verify(user.password_hash, password):
+            return failed("wrong password")
+    except PasswordsBusy:
+        return failed("server busy", BUSY, busy=True)
+    if not user.is_active:
+        return failed("inactive", "This account is deactivated; ask an admin to reactivate it.")
 
-    assert user is not None and user.password_hash is not None  # narrowed by ok
     if passwords.needs_rehash(user.password_hash):
-        user.password_hash = passwords.hash(password)
-    audit.record(
-        session=session,
-        action=LOGIN_SUCCESS,
-        now=now,
-        actor=user,
-        target_type="user",
-        target_id=name,
-        details={"client": client},
+        # an upgrade, not a requirement: skipped when the server is busy
+        with contextlib.suppress(PasswordsBusy):
+            user.password_hash = passwords.hash(password)
+    record_outcome(
+        session=session, reservation=reserved, username=name, client=client, now=now, user=user
     )
     return LoginResult(user)
 
@@ -344,11 +348,13 @@ def create_token(
     allowed_roles: Iterable[Role],
     actor: Actor,
     now: datetime,
+    not_after: datetime | None = None,
 ) -> tuple[ApiToken, str]:
     """Mint a token; returns the row and the token itself (shown once).
 
     ``allowed_roles`` are the roles the caller may hand on: a token can never
-    carry a role its creator could not use in the creating request."""
+    carry a role its creator could not use in the creating request. Likewise
+    it never outlives ``not_after`` (the expiry of a token that creates it)."""
     scope_set = sorted(set(scopes), key=[s.value for s in tokens.Scope].index)
     allowed = {r.value for r in allowed_roles}
     for scope in scope_set:
@@ -358,6 +364,9 @@ def create_token(
             raise FieldError("scopes", f"you cannot grant the '{scope}' role to a token")
     if not name.strip():
         raise FieldError("name", "must not be empty")
+    expires_at = now + timedelta(days=expires_in_days) if expires_in_days else None
+    if not_after is not None and (expires_at is None or expires_at > not_after):
+        expires_at = not_after
     plaintext = tokens.new_token()
     row = ApiToken(
         user_id=user.id,
@@ -366,7 +375,7 @@ def create_token(
         token_hash=tokens.hash_token(plaintext),
         scopes=scope_set,
         created_at=now,
-        expires_at=now + timedelta(days=expires_in_days) if expires_in_days else None,
+        expires_at=expires_at,
     )
     session.add(row)
     session.flush()
@@ -390,6 +399,16 @@ def revoke_token(*, session: ProctorSession, token: ApiToken, actor: Actor, now:
     token.revoked_at = now
     session.flush()
     _audit(session, actor, "token.revoke", now, token, user_id=token.user_id, name=token.name)
+
+
+def revoke_user_tokens(*, session: ProctorSession, user: User, actor: Actor, now: datetime) -> int:
+    """Revoke every live token of ``user``; returns how many."""
+    live = session.scalars(
+        sa.select(ApiToken).where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None))
+    ).all()
+    for token in live:
+        revoke_token(session=session, token=token, actor=actor, now=now)
+    return len(live)
 
 
 def find_token(session: ProctorSession, ref: str) -> ApiToken | None:

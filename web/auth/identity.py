@@ -15,7 +15,7 @@ from proctor.db.models import ApiToken, User
 from proctor.domain import Role
 from proctor.settings import WebSettings
 from web.auth import tokens
-from web.auth.sessions import SessionState, password_mark
+from web.auth.sessions import SessionState, marks_match, session_mark
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # last_used_at is bookkeeping, not an access log: write it at most this often
@@ -139,9 +139,10 @@ def principal_from_session(
     if (
         user is None
         or not user.is_active
-        or state.mark != password_mark(secret_key, user.password_hash)
+        or not marks_match(session_mark(secret_key, user), state.mark)
     ):
-        # deactivated, deleted, or the password changed since sign-in
+        # deactivated, deleted, signed out, the password changed since sign-in,
+        # or an account without a password (never a page session)
         state.sign_out()
         return SessionCheck(None, expired=True)
     state.touch(ts)

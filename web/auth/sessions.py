@@ -2,9 +2,17 @@
 
 The cookie holds a small JSON document signed with the app's secret key
 (itsdangerous, HMAC-SHA1 over a key derived with a salt): who signed in,
-when, when they were last seen, a CSRF token, a mark of their password hash
-(changing the password ends every other session), and flash messages. It is
-signed, not encrypted: nothing secret goes in it.
+when, when they were last seen, a CSRF token, a mark, and flash messages.
+It is signed, not encrypted: nothing secret goes in it.
+
+The mark is a keyed digest of the user's password hash and their random
+``session_nonce``: a session whose mark no longer matches the user row is
+over. So sessions are revocable on the server without a session table (the
+user row is read anyway to resolve the signed-in user): signing out,
+changing the password and deactivation give the user a new nonce, which
+ends *every* page session of that user (all devices). An account without a
+password has no mark and never gets a page session: knowing the signing key
+alone is not enough to forge one.
 
 Expiry is checked by the code that resolves the signed-in user, against the
 app's clock (idle timeout and absolute lifetime, ``WebSettings``); this
@@ -18,7 +26,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
+import os
 import secrets
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from itsdangerous import BadSignature, URLSafeSerializer
@@ -26,12 +38,18 @@ from starlette.datastructures import MutableHeaders
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proctor.db.models import User
 from proctor.errors import ConfigError
 from proctor.settings import Settings
 
 log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "proctor_session"
+# over HTTPS (secure cookies: prod by default) the cookie is named with the
+# __Host- prefix: browsers then accept it only with Secure, Path=/ and no
+# Domain, so neither plain HTTP nor a sibling subdomain can plant or shadow it
+HOST_SESSION_COOKIE = "__Host-" + SESSION_COOKIE
+SESSION_COOKIE_NAMES = (SESSION_COOKIE, HOST_SESSION_COOKIE)
 SCOPE_KEY = "proctor.session"
 # a signed-in session's "last seen" is rewritten at most this often, so that
 # not every response carries a Set-Cookie
@@ -42,12 +60,30 @@ MAX_FLASHES = 5
 # Anyone who reads this file can forge sessions signed with it.
 DEV_SECRET_KEY = "proctor-dev-only-secret-key-never-use-in-production"
 MIN_SECRET_KEY_LENGTH = 32
+# Production also refuses keys that are long but guessable ("a" * 32, spaces,
+# "abab…"): it wants at least this many distinct characters and this many
+# bits by the key's own character statistics (length × Shannon entropy of its
+# character frequencies). A random 32-character hex key (secrets.token_hex(16))
+# scores about 115 bits and 14 distinct characters (in 200,000 draws never
+# under 92 bits or 9 characters); the suggested token_urlsafe(48) about 350.
+MIN_SECRET_KEY_DISTINCT = 8
+MIN_SECRET_KEY_BITS = 80
+# `proctor demo` keeps its own random key here, in its data folder
+DATA_DIR_KEY_FILE = "secret_key"
+
+
+def estimated_key_bits(key: str) -> float:
+    """The key's length times the Shannon entropy of its character
+    frequencies: a rough upper bound, enough to catch repeated patterns."""
+    counts = Counter(key)
+    n = len(key)
+    return -n * sum(c / n * math.log2(c / n) for c in counts.values()) if n else 0.0
 
 
 def resolve_secret_key(settings: Settings) -> str:
     """The key that signs session cookies. Production refuses a missing,
-    short or default key; dev and test fall back to a published default and
-    say so loudly."""
+    short, low-entropy or default key; dev and test fall back to a published
+    default and say so loudly."""
     key = settings.secret_key.get_secret_value() if settings.secret_key else None
     if settings.env == "prod":
         if not key:
@@ -62,6 +98,15 @@ def resolve_secret_key(settings: Settings) -> str:
                 f"PROCTOR_SECRET_KEY is {len(key)} characters; use at least "
                 f"{MIN_SECRET_KEY_LENGTH} random characters"
             )
+        distinct = len(set(key))
+        bits = estimated_key_bits(key)
+        if distinct < MIN_SECRET_KEY_DISTINCT or bits < MIN_SECRET_KEY_BITS:
+            raise ConfigError(
+                f"PROCTOR_SECRET_KEY looks guessable ({distinct} distinct characters, about "
+                f"{bits:.0f} bits); use at least {MIN_SECRET_KEY_DISTINCT} distinct characters "
+                f"and {MIN_SECRET_KEY_BITS} bits, e.g. "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(48))'`"
+            )
         return key
     if not key:
         log.warning(
@@ -74,11 +119,44 @@ def resolve_secret_key(settings: Settings) -> str:
     return key
 
 
-def password_mark(secret: str, password_hash: str | None) -> str:
-    """A short keyed digest of the password hash: a session whose mark no
-    longer matches was opened before the password changed."""
-    digest = hmac.new(secret.encode(), (password_hash or "").encode(), hashlib.sha256).hexdigest()
-    return digest[:16]
+def data_dir_secret_key(data_dir: Path) -> str:
+    """A random signing key kept in ``data_dir`` (mode 0600): made on first
+    use, read back after. For `proctor demo`, whose data folder is its own
+    small deployment: its sessions must not be signed with the published key."""
+    path = data_dir / DATA_DIR_KEY_FILE
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        # O_EXCL: two demos starting at once agree on one key
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text(encoding="ascii").strip()
+        if len(key) < MIN_SECRET_KEY_LENGTH:
+            raise ConfigError(
+                f"{path}: the stored session key is shorter than {MIN_SECRET_KEY_LENGTH} "
+                "characters; delete the file to make a new one"
+            ) from None
+        return key
+    key = secrets.token_urlsafe(48)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(key + "\n")
+    return key
+
+
+def session_mark(secret: str, user: User) -> str | None:
+    """A short keyed digest of the user's password hash and session nonce; a
+    session whose mark no longer matches was opened before the password
+    changed or before the user's sessions were ended. None for an account
+    without a password: it signs in with API tokens only, never to pages."""
+    if not user.password_hash or not user.session_nonce:
+        return None
+    material = f"{user.password_hash}\x00{user.session_nonce}".encode()
+    return hmac.new(secret.encode(), material, hashlib.sha256).hexdigest()[:32]
+
+
+def marks_match(expected: str | None, presented: str | None) -> bool:
+    if expected is None or presented is None:
+        return False
+    return hmac.compare_digest(expected.encode(), presented.encode())
 
 
 class SessionState:
@@ -172,6 +250,7 @@ class SessionCookieMiddleware:
         self.app = app
         self.serializer = URLSafeSerializer(secret_key, salt="proctor.session")
         self.secure = secure
+        self.cookie_name = HOST_SESSION_COOKIE if secure else SESSION_COOKIE
         self.max_age_s = max_age_s
 
     def decode(self, value: str | None) -> SessionState:
@@ -190,7 +269,7 @@ class SessionCookieMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        state = self.decode(_read_cookie(scope, SESSION_COOKIE))
+        state = self.decode(_read_cookie(scope, self.cookie_name))
         scope[SCOPE_KEY] = state
 
         async def send_with_cookie(message: Message) -> None:
@@ -207,8 +286,8 @@ class SessionCookieMiddleware:
         data = state.to_dict()
         attrs = "; Path=/; HttpOnly; SameSite=Lax" + ("; Secure" if self.secure else "")
         if not data:
-            return f"{SESSION_COOKIE}=; Max-Age=0{attrs}"
-        return f"{SESSION_COOKIE}={self.encode(state)}; Max-Age={self.max_age_s}{attrs}"
+            return f"{self.cookie_name}=; Max-Age=0{attrs}"
+        return f"{self.cookie_name}={self.encode(state)}; Max-Age={self.max_age_s}{attrs}"
 
 
 def _read_cookie(scope: Scope, name: str) -> str | None:

@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse
 
 from proctor.db.engine import ProctorSession
 from web.auth.identity import Principal
-from web.auth.sessions import SESSION_COOKIE
+from web.auth.sessions import SESSION_COOKIE_NAMES
 from web.leaderboard import caching
 from web.leaderboard.board import board_version, parse_stream
 from web.snapshots.service import RESULTS, db_key
@@ -25,7 +25,7 @@ from web.snapshots.service import RESULTS, db_key
 def anonymous(request: Request, who: Principal | None) -> bool:
     """Nobody signed in and no session (so no flash messages): the page is
     the same for everyone who asks."""
-    return who is None and SESSION_COOKIE not in request.cookies
+    return who is None and not any(name in request.cookies for name in SESSION_COOKIE_NAMES)
 
 
 @dataclass(frozen=True)

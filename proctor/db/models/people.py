@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +12,10 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from proctor.db.models.base import Base, created_at_column
 from proctor.db.types import JSONType, UTCDateTime, enum_column
 from proctor.domain import Role
+
+
+def new_session_nonce() -> str:
+    return secrets.token_hex(16)
 
 
 class User(Base):
@@ -24,6 +29,9 @@ class User(Base):
     password_hash: Mapped[str | None] = mapped_column(sa.String(256))
     is_active: Mapped[bool] = mapped_column(default=True)
     created_at: Mapped[datetime] = created_at_column()
+    # random, part of every page session's mark: a new one (sign-out, password
+    # change, deactivation) ends every session opened before it
+    session_nonce: Mapped[str] = mapped_column(sa.String(32), default=new_session_nonce)
 
     roles: Mapped[list[UserRole]] = relationship(
         back_populates="user", cascade="all, delete-orphan", lazy="selectin"
