@@ -53,6 +53,15 @@ class WebSettings(BaseModel):
     # public result pages (released, nobody signed in) answered from memory for up
     # to this long; this process's own writes clear it at once (web.shared_cache)
     shared_cache_s: float = Field(default=2.0, ge=0, le=30)
+    # requests the app works on at once (web.limits); beyond it, 503 with Retry-After.
+    # The database pool and the worker threads are sized from it, so that no admitted
+    # request can wait on a connection that another is holding while it waits for a
+    # thread (the deadlock that froze the server under ~100 anonymous requests). On
+    # PostgreSQL, max_connections must leave room for it plus 16 (web.limits.POOL_HEADROOM)
+    max_concurrent_requests: int = Field(default=48, ge=1, le=1000)
+    # how long a request waits for a pooled database connection before it is answered
+    # 503 (SQLAlchemy's default, 30 s, kept every worker stuck for the whole of it)
+    db_pool_timeout_s: float = Field(default=5.0, gt=0, le=60)
 
     @field_validator("station_url")
     @classmethod
