@@ -62,6 +62,10 @@ class WebSettings(BaseModel):
     # how long a request waits for a pooled database connection before it is answered
     # 503 (SQLAlchemy's default, 30 s, kept every worker stuck for the whole of it)
     db_pool_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # request bodies: JSON APIs and forms are small; only a checkpoint upload's
+    # chunk (PUT /api/uploads/{id}) is large (the page sends at most 8 MiB a chunk)
+    max_body_bytes: int = Field(default=2**20, ge=1024, le=2**30)
+    max_upload_chunk_bytes: int = Field(default=256 * 2**20, ge=64 * 1024, le=2**34)
 
     @field_validator("station_url")
     @classmethod

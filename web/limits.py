@@ -1,5 +1,6 @@
 """What one request may take from the server: a place among the requests in
-flight, a database connection for a bounded wait.
+flight, a request body of a bounded size, a database connection for a
+bounded wait.
 
 The deadlock these limits prevent: every request holds a pooled connection
 from its first query until its session closes, and the session's teardown
@@ -24,13 +25,17 @@ counted: health checks the database on a connection of its own
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
 import sqlalchemy as sa
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proctor.db.engine import server_pool
 from proctor.settings import WebSettings
@@ -122,6 +127,90 @@ class ConcurrencyLimitMiddleware:
             self.in_flight -= 1
 
 
+@dataclass(frozen=True)
+class BodyLimit:
+    """Requests matching ``method`` and ``path`` may carry a body of up to
+    ``limit(web)`` bytes instead of ``web.max_body_bytes``."""
+
+    method: str
+    path: re.Pattern[str]
+    limit: Callable[[WebSettings], int]
+    what: str
+
+
+# the routes whose bodies may be larger than a JSON document or a form
+BODY_LIMITS: tuple[BodyLimit, ...] = (
+    BodyLimit(
+        "PUT",
+        re.compile(r"^/api/uploads/[^/]+$"),
+        lambda web: web.max_upload_chunk_bytes,
+        "an upload chunk",
+    ),
+)
+
+
+def _size(n: int) -> str:
+    if n >= 2**20 and n % 2**20 == 0:
+        return f"{n // 2**20} MiB"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024} KiB"
+    return f"{n} bytes"
+
+
+class BodyLimitMiddleware:
+    """Bounds request bodies before anything parses them (FastAPI reads and
+    decodes a JSON body before it resolves the caller, so an anonymous client
+    could otherwise make the server hold and parse any amount).
+
+    A declared Content-Length over the limit is answered 413 at once, unread.
+    A body without one (chunked) is counted as it streams in, and reading
+    stops with a 413 as soon as it passes the limit."""
+
+    def __init__(self, app: ASGIApp, *, web: WebSettings) -> None:
+        self.app = app
+        self.default = web.max_body_bytes
+        self.rules = [(rule, rule.limit(web)) for rule in BODY_LIMITS]
+
+    def _limit_for(self, method: str, path: str) -> tuple[int, str]:
+        for rule, limit in self.rules:
+            if rule.method == method and rule.path.match(path):
+                return limit, rule.what
+        return self.default, "this request"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit, what = self._limit_for(scope["method"], scope["path"])
+        detail = f"request body: {what} may carry at most {_size(limit)}"
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _refuse(
+                scope,
+                receive,
+                send,
+                413,
+                f"{detail}, not {declared} bytes",
+                {"connection": "close"},
+            )
+            return
+        received = 0
+
+        async def counted_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    # raised inside the route's own call, so the app's error
+                    # handlers answer it (FastAPI re-raises HTTPExceptions from
+                    # body reading); nothing more is read
+                    raise HTTPException(413, detail, headers={"connection": "close"})
+            return message
+
+        await self.app(scope, counted_receive, send)
+
+
 def _pool_exhausted(request: Request, exc: Exception) -> Response:
     log.warning("no database connection for %s %s: %s", request.method, request.url.path, exc)
     detail = "the server is busy: try again in a moment"
@@ -136,3 +225,5 @@ def install_limits(app: FastAPI, web: WebSettings) -> None:
     so that their answers carry them too) and the pool timeout as a 503."""
     app.add_exception_handler(sa.exc.TimeoutError, _pool_exhausted)
     app.add_middleware(ConcurrencyLimitMiddleware, limit=web.max_concurrent_requests)
+    # outside the admission count: an oversized body is refused without taking a place
+    app.add_middleware(BodyLimitMiddleware, web=web)

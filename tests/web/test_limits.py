@@ -1,6 +1,6 @@
 """What one client can take from the server (web/limits.py, web/server.py):
 a flood of anonymous requests gets answers (503 at worst) instead of freezing
-the site.
+the site, and bodies are bounded before anything parses them.
 
 The server tests run the real ``proctor serve`` in a subprocess on a free
 127.0.0.1 port over a migrated database of each backend, and talk to it with
@@ -28,8 +28,17 @@ from fastapi.testclient import TestClient
 
 from proctor.db.engine import make_engine, make_session_factory, session_scope
 from proctor.settings import load_settings
-from tests.web.conftest import FakeClock
+from tests.web.conftest import FakeClock, Web
 from tests.web.leaderboard_data import seed_campaign
+from tests.web.test_submissions_helpers import (
+    begin,
+    good_checkpoint,
+    noise,
+    portal_settings,
+    put,
+    sha,
+    submitter,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 # an episode uid nobody has: the lookup is a real query, answered 404
@@ -299,3 +308,104 @@ def test_the_pool_and_threads_are_sized_from_the_limit(tmp_path: Path) -> None:
             assert client.portal.call(thread_tokens) == 7 + THREAD_HEADROOM
     finally:
         app.state.web.engine.dispose()
+
+
+# -- [M1] request bodies -----------------------------------------------------------------
+BIG = 5 * 10**6
+
+
+def _post_head(path: str, length: int | None) -> bytes:
+    framing = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: proctor\r\nContent-Type: application/json\r\n"
+        f"{framing}\r\nConnection: close\r\n\r\n"
+    ).encode()
+
+
+def _read_status(sock: socket.socket) -> int | None:
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    match = re.match(rb"HTTP/1\.[01] (\d{3}) ", data)
+    return int(match.group(1)) if match else None
+
+
+def test_a_big_declared_body_is_refused_before_it_is_read(serve: Callable[..., Served]) -> None:
+    """An anonymous 5 MB JSON body to a JSON API: 413 at once, after the
+    headers and the first 64 KiB only (it used to be read and parsed whole,
+    then answered 401)."""
+    served = serve()
+    with socket.create_connection((served.host, served.port), timeout=10) as sock:
+        sock.sendall(_post_head("/api/users", BIG))
+        sock.sendall(b"[" + b"1," * 32 * 1024)
+        # the server has what it needs to answer; the other 4.9 MB never come
+        assert _read_status(sock) == 413
+
+
+def test_a_big_chunked_body_stops_being_read_at_the_limit(serve: Callable[..., Served]) -> None:
+    served = serve()
+    piece = b"1," * 32 * 1024
+    with socket.create_connection((served.host, served.port), timeout=10) as sock:
+        sock.sendall(_post_head("/api/users", None) + b"1\r\n[\r\n")
+        sent = 0
+        try:
+            while sent < BIG:
+                sock.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                sent += len(piece)
+        except OSError:
+            pass  # the server answered and closed: what was not sent was not read
+        status = _read_status(sock)
+    assert status == 413, f"after {sent} bytes"
+
+
+def _body_app(web_db_url: str, tmp_path: Path, **web: Any) -> Web:
+    from web.app import create_app
+
+    base = portal_settings(web_db_url, tmp_path)
+    settings = base.model_copy(update={"web": base.web.model_copy(update=web)})
+    clock = FakeClock()
+    return Web(app=create_app(settings, clock=clock), clock=clock, settings=settings)
+
+
+def test_body_limits_are_per_route_and_name_the_request_body(
+    web_db_url: str, tmp_path: Path
+) -> None:
+    portal = _body_app(
+        web_db_url, tmp_path, max_body_bytes=64 * 1024, max_upload_chunk_bytes=256 * 1024
+    )
+    try:
+        h = submitter(portal)
+        c = portal.client()
+        # an upload chunk may be larger than a JSON body...
+        data = good_checkpoint(weights=noise(200_000))
+        assert len(data) > 64 * 1024
+        r = begin(c, h, data)
+        assert r.status_code == 201, r.text
+        uid = r.json()["id"]
+        r = put(c, h, uid, 0, data)
+        assert r.status_code == 200 and r.json()["complete"], r.text
+        r = c.post(f"/api/uploads/{uid}/complete", headers=h, json={"sha256": sha(data)})
+        assert r.status_code == 201, r.text
+        # ...up to its own limit
+        big = noise(300 * 1024)
+        r = begin(c, h, big, filename="big.tar.gz")
+        assert r.status_code == 201, r.text
+        r = put(c, h, r.json()["id"], 0, big)
+        assert r.status_code == 413
+        assert r.json()["detail"].startswith(
+            "request body: an upload chunk may carry at most 256 KiB"
+        )
+        # a JSON body over the default limit, even from a signed-in caller
+        r = c.post("/api/uploads", headers=h, json={"filename": "x" * 70_000, "size_bytes": 1})
+        assert r.status_code == 413
+        assert r.json()["detail"].startswith("request body: this request may carry at most 64 KiB")
+        # a page's form gets the same answer, as text
+        r = c.post("/login", content=b"a" * 70_000, headers={"content-type": "text/plain"})
+        assert r.status_code == 413 and r.text.startswith("request body:")
+    finally:
+        for client in portal.clients:
+            client.close()
+        portal.app.state.web.engine.dispose()
