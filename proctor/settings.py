@@ -66,6 +66,11 @@ class WebSettings(BaseModel):
     # chunk (PUT /api/uploads/{id}) is large (the page sends at most 8 MiB a chunk)
     max_body_bytes: int = Field(default=2**20, ge=1024, le=2**30)
     max_upload_chunk_bytes: int = Field(default=256 * 2**20, ge=64 * 1024, le=2**34)
+    # a connection must have sent a request's whole header this long after it opened
+    # (or after its first byte, on a kept-alive connection), else it is closed; the
+    # same as uvicorn's keep-alive idle timeout. Stops slow-header clients from holding
+    # sockets forever (uvicorn has no such timeout of its own)
+    header_timeout_s: float = Field(default=5.0, gt=0, le=300)
 
     @field_validator("station_url")
     @classmethod

@@ -1,6 +1,7 @@
 """What one client can take from the server (web/limits.py, web/server.py):
 a flood of anonymous requests gets answers (503 at worst) instead of freezing
-the site, and bodies are bounded before anything parses them.
+the site, bodies are bounded before anything parses them, and a slow header
+does not hold a socket forever.
 
 The server tests run the real ``proctor serve`` in a subprocess on a free
 127.0.0.1 port over a migrated database of each backend, and talk to it with
@@ -409,3 +410,42 @@ def test_body_limits_are_per_route_and_name_the_request_body(
         for client in portal.clients:
             client.close()
         portal.app.state.web.engine.dispose()
+
+
+# -- [L9] slow headers -------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_connection_trickling_its_header_is_closed(serve: Callable[..., Served]) -> None:
+    """A header line every half second, forever: the server closes the
+    connection (at web.header_timeout_s, 5 s by default) instead of keeping it."""
+    served = serve()
+    with socket.create_connection((served.host, served.port), timeout=1) as sock:
+        sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: proctor\r\n")
+        closed = False
+        give_up = time.monotonic() + 20
+        n = 0
+        while not closed and time.monotonic() < give_up:
+            try:
+                sock.sendall(f"X-Slow-{n}: 1\r\n".encode())
+                n += 1
+                closed = sock.recv(1024) == b""
+            except TimeoutError:
+                continue  # nothing from the server yet: keep trickling
+            except OSError:
+                closed = True  # reset
+        assert closed, f"still open after {n} header lines"
+    # a normal request on a new connection is still served
+    assert httpx.get(served.base_url + "/api/health", timeout=5).status_code == 200
+
+
+def test_an_endless_header_is_refused(serve: Callable[..., Served]) -> None:
+    """Header lines that never end (200 KiB, no blank line): refused with a 400
+    once past MAX_HEADER_BYTES, instead of being buffered for ever."""
+    served = serve()
+    head = b"GET /api/health HTTP/1.1\r\nHost: proctor\r\n"
+    head += b"".join(f"X-Pad-{i}: {'a' * 1000}\r\n".encode() for i in range(200))
+    with socket.create_connection((served.host, served.port), timeout=10) as sock:
+        try:
+            sock.sendall(head)
+        except OSError:
+            return  # refused and closed while we were still sending it
+        assert _read_status(sock) == 400
