@@ -8,6 +8,7 @@ a config file can be committed to ``deploy/`` without leaking anything.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from contextvars import ContextVar
@@ -71,6 +72,24 @@ class WebSettings(BaseModel):
     # same as uvicorn's keep-alive idle timeout. Stops slow-header clients from holding
     # sockets forever (uvicorn has no such timeout of its own)
     header_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    # addresses (or networks) of the reverse proxies whose X-Forwarded-For /
+    # X-Forwarded-Proto are believed, e.g. ["127.0.0.1"] behind deploy/nginx on the same
+    # host. Default: none, so the client address is the socket's peer (login throttling
+    # counts by it, and any local process could otherwise claim any address)
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry)
+            except ValueError:
+                raise ValueError(
+                    "each entry must be an IP address or network (e.g. 127.0.0.1 or "
+                    f"10.0.0.0/24): a name or '*' would trust anyone, got {entry!r}"
+                ) from None
+        return value
 
     @field_validator("station_url")
     @classmethod

@@ -1,5 +1,5 @@
-"""How ``proctor serve`` runs the app under uvicorn: how long a connection
-may take to send a request's header.
+"""How ``proctor serve`` runs the app under uvicorn: which proxies it
+believes, and how long a connection may take to send a request's header.
 
 uvicorn has no header-read timeout: a client that opens connections and
 trickles a header line now and then keeps each socket (and a file
@@ -101,11 +101,16 @@ def header_deadline_protocol(timeout_s: float) -> type[HeaderDeadlineProtocol]:
 def uvicorn_config(app: Any, settings: Settings, *, host: str, port: int) -> uvicorn.Config:
     """The uvicorn configuration ``proctor serve`` runs ``app`` with."""
     web = settings.web
+    proxies = list(web.trusted_proxies)
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         http=header_deadline_protocol(web.header_timeout_s),
-        proxy_headers=True,
+        # X-Forwarded-For/-Proto only from the configured proxies: uvicorn's own
+        # default believes any process on loopback, which could then claim any
+        # client address (login throttling counts failures by address)
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or [],
         log_level="info",
     )

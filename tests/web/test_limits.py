@@ -1,7 +1,8 @@
 """What one client can take from the server (web/limits.py, web/server.py):
 a flood of anonymous requests gets answers (503 at worst) instead of freezing
-the site, bodies are bounded before anything parses them, and a slow header
-does not hold a socket forever.
+the site, bodies are bounded before anything parses them, a slow header
+does not hold a socket forever, and X-Forwarded-For is believed only from
+configured proxies.
 
 The server tests run the real ``proctor serve`` in a subprocess on a free
 127.0.0.1 port over a migrated database of each backend, and talk to it with
@@ -28,8 +29,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from proctor.db.engine import make_engine, make_session_factory, session_scope
+from proctor.errors import ConfigError
 from proctor.settings import load_settings
-from tests.web.conftest import FakeClock, Web
+from tests.web.conftest import FakeClock, Web, csrf_from
 from tests.web.leaderboard_data import seed_campaign
 from tests.web.test_submissions_helpers import (
     begin,
@@ -449,3 +451,44 @@ def test_an_endless_header_is_refused(serve: Callable[..., Served]) -> None:
         except OSError:
             return  # refused and closed while we were still sending it
         assert _read_status(sock) == 400
+
+
+# -- [L7] X-Forwarded-For ---------------------------------------------------------------
+def _failed_logins(served: Served, n: int) -> list[int]:
+    """``n`` failed sign-ins from this process, each claiming another client
+    address in X-Forwarded-For and naming another account."""
+    with httpx.Client(base_url=served.base_url, timeout=30) as client:
+        token = csrf_from(client.get("/login").text)
+        return [
+            client.post(
+                "/login",
+                data={"username": f"nobody{i}", "password": "wrong", "csrf_token": token},
+                headers={"X-Forwarded-For": f"203.0.113.{i + 1}"},
+            ).status_code
+            for i in range(n)
+        ]
+
+
+def test_x_forwarded_for_from_loopback_is_not_believed_by_default(
+    serve: Callable[..., Served],
+) -> None:
+    """20 failures from one address lock it out for a while, whatever address
+    each request claims (the review rotated past the limit from loopback)."""
+    statuses = _failed_logins(serve(), 21)
+    assert statuses[:20] == [401] * 20
+    assert statuses[20] == 429
+
+
+def test_x_forwarded_for_is_believed_from_a_configured_proxy(
+    serve: Callable[..., Served],
+) -> None:
+    served = serve(PROCTOR_WEB__TRUSTED_PROXIES='["127.0.0.1"]')
+    assert _failed_logins(served, 21) == [401] * 21
+
+
+@pytest.mark.parametrize("entry", ["*", "proxy.lab.internal", "10.0.0.1/8"])
+def test_trusted_proxies_must_be_addresses(entry: str) -> None:
+    with pytest.raises(
+        ConfigError, match=r"web\.trusted_proxies: .*must be an IP address or network"
+    ):
+        load_settings(web={"trusted_proxies": [entry]})
