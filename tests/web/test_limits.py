@@ -16,6 +16,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -229,6 +230,35 @@ def test_a_flood_of_anonymous_requests_is_answered_and_health_stays_up(
     assert health and health[0][1] > 0
     for answer, _ in health:
         assert answer.status == 200 and answer.seconds < 5, health
+
+
+def test_health_answers_when_every_worker_thread_is_taken(web: Web) -> None:
+    """/api/health runs on threads of its own: with the shared worker threads
+    all busy (as they were, waiting for connections, in the freeze), it still
+    answers."""
+    borrower = object()
+    with TestClient(web.app) as client:
+        assert client.portal is not None
+
+        async def take_every_thread() -> None:
+            limiter = anyio.to_thread.current_default_thread_limiter()
+            limiter.total_tokens = 1
+            await limiter.acquire_on_behalf_of(borrower)
+
+        async def give_back() -> None:
+            anyio.to_thread.current_default_thread_limiter().release_on_behalf_of(borrower)
+
+        client.portal.call(take_every_thread)
+        answers: list[Any] = []
+        asking = threading.Thread(target=lambda: answers.append(client.get("/api/health")))
+        asking.start()
+        asking.join(timeout=15)
+        answered_while_taken = bool(answers)
+        client.portal.call(give_back)
+        asking.join(timeout=15)
+    assert answered_while_taken
+    assert answers[0].status_code == 200
+    assert answers[0].json()["database"] == "ok"
 
 
 def test_refused_requests_get_503_with_retry_after(web_db_url: str, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from proctor import __version__
 from proctor.db import migrate
-from web.deps import AppStateDep
+from web.state import AppState
 from web.templating import render
 
 api_router = APIRouter(tags=["system"])
@@ -38,7 +38,9 @@ class Health(BaseModel):
     summary="Is the server up, and its database reachable and current",
     responses={503: {"model": Health, "description": "database unreachable"}},
 )
-async def health(app: AppStateDep) -> Response:
+async def health(request: Request) -> Response:
+    # no dependency: a sync one (web.deps.get_app_state) would need a worker thread
+    app: AppState = request.app.state.web
     head = schema_head()
     try:
         revision = await anyio.to_thread.run_sync(
