@@ -8,6 +8,7 @@ a config file can be committed to ``deploy/`` without leaking anything.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from contextvars import ContextVar
@@ -65,6 +66,42 @@ class WebSettings(BaseModel):
     # public result pages (released, nobody signed in) answered from memory for up
     # to this long; this process's own writes clear it at once (web.shared_cache)
     shared_cache_s: float = Field(default=2.0, ge=0, le=30)
+    # requests the app works on at once (web.limits); beyond it, 503 with Retry-After.
+    # The database pool and the worker threads are sized from it, so that no admitted
+    # request can wait on a connection that another is holding while it waits for a
+    # thread (the deadlock that froze the server under ~100 anonymous requests). On
+    # PostgreSQL, max_connections must leave room for it plus 16 (web.limits.POOL_HEADROOM)
+    max_concurrent_requests: int = Field(default=48, ge=1, le=1000)
+    # how long a request waits for a pooled database connection before it is answered
+    # 503 (SQLAlchemy's default, 30 s, kept every worker stuck for the whole of it)
+    db_pool_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # request bodies: JSON APIs and forms are small; only a checkpoint upload's
+    # chunk (PUT /api/uploads/{id}) is large (the page sends at most 8 MiB a chunk)
+    max_body_bytes: int = Field(default=2**20, ge=1024, le=2**30)
+    max_upload_chunk_bytes: int = Field(default=256 * 2**20, ge=64 * 1024, le=2**34)
+    # a connection must have sent a request's whole header this long after it opened
+    # (or after its first byte, on a kept-alive connection), else it is closed; the
+    # same as uvicorn's keep-alive idle timeout. Stops slow-header clients from holding
+    # sockets forever (uvicorn has no such timeout of its own)
+    header_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    # addresses (or networks) of the reverse proxies whose X-Forwarded-For /
+    # X-Forwarded-Proto are believed, e.g. ["127.0.0.1"] behind deploy/nginx on the same
+    # host. Default: none, so the client address is the socket's peer (login throttling
+    # counts by it, and any local process could otherwise claim any address)
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry)
+            except ValueError:
+                raise ValueError(
+                    "each entry must be an IP address or network (e.g. 127.0.0.1 or "
+                    f"10.0.0.0/24): a name or '*' would trust anyone, got {entry!r}"
+                ) from None
+        return value
 
     @field_validator("station_url")
     @classmethod

@@ -4,6 +4,7 @@ production, so the files cannot drift from the code."""
 from __future__ import annotations
 
 import configparser
+import re
 import shlex
 import tomllib
 from pathlib import Path
@@ -136,3 +137,44 @@ def test_nginx_sends_hsts_on_its_tls_server_once() -> None:
     assert "proxy_hide_header Strict-Transport-Security;" in tls
     # no location adds headers of its own (nginx would then drop the server's)
     assert conf.count("add_header") == 1
+
+
+def _nginx_size(value: str) -> int:
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
+
+
+def test_nginx_bounds_bodies_as_the_app_does() -> None:
+    """Small bodies everywhere, large only on the upload chunk location, and
+    the same split as the app's own limits (web/limits.py)."""
+    from proctor.settings import WebSettings
+    from web.limits import BODY_LIMITS
+
+    conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
+    server = conf.split("listen 443 ssl;", 1)[1]
+    upload = re.search(r'location ~ "(\^/api/uploads/[^"]+)" \{(.*?)\}', server, re.S)
+    assert upload, "no upload chunk location"
+    outside = server.replace(upload.group(0), "")
+    sizes = re.findall(r"client_max_body_size (\w+);", outside)
+    web = WebSettings()
+    assert sizes and all(_nginx_size(s) <= web.max_body_bytes for s in sizes)
+    (chunk,) = re.findall(r"client_max_body_size (\w+);", upload.group(2))
+    assert _nginx_size(chunk) == web.max_upload_chunk_bytes
+    assert "proxy_request_buffering off;" in upload.group(2)
+    # nginx's location matches exactly the requests the app lets be large
+    path = upload.group(1)
+    assert re.match(path, "/api/uploads/" + "a" * 32)
+    assert not re.match(path, "/api/uploads/" + "a" * 32 + "/complete")
+    (rule,) = BODY_LIMITS
+    assert rule.method == "PUT" and rule.path.match("/api/uploads/" + "a" * 32)
+    for directive in ("limit_conn proctor_per_client", "client_header_timeout"):
+        assert directive in server, directive
+
+
+def test_the_server_believes_forwarded_headers_only_from_its_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PROCTOR_SECRET_KEY", "x" * 48)
+    settings = load_settings(DEPLOY / "server" / "proctor.toml")
+    assert settings.web.trusted_proxies == ["127.0.0.1"]  # nginx, on the same host
+    assert load_settings().web.trusted_proxies == []  # by default: nobody

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.pool import NullPool
 
 from proctor import __version__, netguard
 from proctor.artifacts import open_store
@@ -41,6 +42,7 @@ from web.errors import install_error_handlers
 from web.explorer import routes as explorer
 from web.home import routes as home
 from web.leaderboard import routes as leaderboard
+from web.limits import engine_options, install_limits, size_worker_threads
 from web.middleware import SecurityHeadersMiddleware
 from web.placeholders import routes as placeholders
 from web.policies import routes as policies
@@ -133,10 +135,14 @@ def create_app(
     static_dirs = [SHARED_STATIC, *(d / "static" for d in domains.values())]
     static_version = static_fingerprint([d for d in static_dirs if d.is_dir()])
 
-    engine = make_engine(settings.db_url)
+    engine = make_engine(settings.db_url, **engine_options(settings.web))
+    # /api/health's own way in: a connection opened for each check, so that it
+    # answers (and tells the truth about the database) when the pool is taken
+    health_engine = make_engine(settings.db_url, poolclass=NullPool)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        size_worker_threads(settings.web)
         # repair what a crash left (web.startup) before the first request
         await run_in_threadpool(recover, app.state.web)
         yield
@@ -157,6 +163,7 @@ def create_app(
     app.state.web = AppState(
         settings=settings,
         engine=engine,
+        health_engine=health_engine,
         session_factory=make_session_factory(engine),
         store=open_store(settings.artifacts_location),
         templates=make_templates(domains, static_version),
@@ -205,6 +212,7 @@ def create_app(
         secure=https,
         max_age_s=web.session_max_hours * 3600,
     )
+    install_limits(app, web)
     app.add_middleware(SecurityHeadersMiddleware, hsts=https)
     # outermost: it answers from what the layers inside produced, headers included
     app.add_middleware(SharedCacheMiddleware, seconds=web.shared_cache_s)

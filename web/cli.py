@@ -366,6 +366,7 @@ def serve(
     from proctor.cli import cli_context
     from proctor.db import migrate
     from web.app import create_app
+    from web.server import uvicorn_config
     from web.templating import compile_all
 
     settings = cli_context(ctx).settings()
@@ -385,4 +386,7 @@ def serve(
     bind_host = host or settings.web.host
     bind_port = port or settings.web.port
     _err(f"Proctor on http://{bind_host}:{bind_port}/ (API docs at /api/docs); Ctrl-C stops it")
-    uvicorn.run(app, host=bind_host, port=bind_port, proxy_headers=True, log_level="info")
+    server = uvicorn.Server(uvicorn_config(app, settings, host=bind_host, port=bind_port))
+    server.run()
+    if not server.started:  # e.g. the port is taken: uvicorn has logged why
+        raise typer.Exit(code=3)

@@ -24,6 +24,8 @@ Clock = Callable[[], datetime]
 class AppState:
     settings: Settings
     engine: Engine
+    # /api/health's: no pool, so it never waits behind the requests (web.limits)
+    health_engine: Engine
     session_factory: sessionmaker[ProctorSession]
     store: ArtifactStore
     templates: Jinja2Templates

@@ -62,6 +62,20 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return sa.create_engine(url, **kwargs)
 
 
+def server_pool(*, connections: int, overflow: int, timeout_s: float) -> dict[str, Any]:
+    """``make_engine`` keyword arguments for a server's pool: ``connections`` kept
+    open, up to ``overflow`` more for a moment, and a checkout that gives up
+    (``sqlalchemy.exc.TimeoutError``) after ``timeout_s``. Both backends use a
+    QueuePool for a database file or server (SQLAlchemy's default would be 5 + 10
+    connections and a 30 s wait, whatever the server's concurrency)."""
+    return {
+        "poolclass": sa.QueuePool,
+        "pool_size": connections,
+        "max_overflow": overflow,
+        "pool_timeout": timeout_s,
+    }
+
+
 def make_session_factory(engine: Engine) -> sessionmaker[ProctorSession]:
     return sessionmaker(bind=engine, class_=ProctorSession, expire_on_commit=False)
 

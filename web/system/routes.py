@@ -5,6 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
+import anyio
+import anyio.to_thread
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 from fastapi import APIRouter, Request, Response
@@ -13,7 +15,7 @@ from pydantic import BaseModel
 
 from proctor import __version__
 from proctor.db import migrate
-from web.deps import AppStateDep
+from web.state import AppState
 from web.templating import render
 
 api_router = APIRouter(tags=["system"])
@@ -36,12 +38,14 @@ class Health(BaseModel):
     summary="Is the server up, and its database reachable and current",
     responses={503: {"model": Health, "description": "database unreachable"}},
 )
-def health(app: AppStateDep) -> Response:
+async def health(request: Request) -> Response:
+    # no dependency: a sync one (web.deps.get_app_state) would need a worker thread
+    app: AppState = request.app.state.web
     head = schema_head()
     try:
-        with app.engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-            revision = MigrationContext.configure(conn).get_current_revision()
+        revision = await anyio.to_thread.run_sync(
+            _schema_revision, app.health_engine, limiter=_HEALTH_THREADS
+        )
     except sa.exc.SQLAlchemyError as exc:
         body = Health(
             status="unavailable",
@@ -64,6 +68,18 @@ def health(app: AppStateDep) -> Response:
         else "the database schema is not at this code's revision: run `proctor db upgrade`",
     )
     return JSONResponse(body.model_dump())
+
+
+# health runs on threads of its own and a connection of its own (not the pool):
+# it must answer while the requests have every pooled connection and every
+# worker thread (web/limits.py)
+_HEALTH_THREADS = anyio.CapacityLimiter(2)
+
+
+def _schema_revision(engine: sa.Engine) -> str | None:
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT 1"))
+        return MigrationContext.configure(conn).get_current_revision()
 
 
 @lru_cache(maxsize=1)
