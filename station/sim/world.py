@@ -767,7 +767,7 @@ class SimWorld:
         # aim error, and a moving hand closes on a moving target
         chance = spec.grasp_base * math.exp(-0.5 * (best_d / spec.grasp_tolerance) ** 2)
         chance *= math.exp(-speed / 0.15)
-        details = {"aim_error_m": round(best_d, 4), "p": round(chance, 3)}
+        details: dict[str, Any] = {"aim_error_m": round(best_d, 4), "p": round(chance, 3)}
         if self._rng.random() < chance:
             details["from"] = best.state.value
             self.held = best.index
