@@ -18,6 +18,7 @@ mypy itself could not run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import subprocess
@@ -43,6 +44,11 @@ def _key(error: dict[str, object]) -> Key:
 
 def run_mypy(root: Path) -> Counter[Key]:
     """Today's errors under ``root``, counted by key."""
+    if importlib.util.find_spec("mypy") is None:
+        raise RuntimeError(
+            f"mypy is not installed for {sys.executable} (it is in the test extra: "
+            "pip install -e '.[test]', which ./run test does)"
+        )
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--output", "json"],
         cwd=root,
