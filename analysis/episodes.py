@@ -106,48 +106,62 @@ def validate_episode(ep: Episode) -> list[Problem]:
     if ep.budget_s is not None and (not math.isfinite(ep.budget_s) or ep.budget_s <= 0):
         bad("budget_s", f"must be a finite number > 0, got {ep.budget_s}")
 
+    placement = _placement_problem(ep)
+    if placement is not None:
+        problems.append(placement)
+    counts = _count_problem(ep)
+    if counts is not None:
+        problems.append(counts)
+    return problems
+
+
+def _placement_problem(ep: Episode) -> Problem | None:
+    """The first placement time that breaks §2's rules (finite, after the
+    start, strictly increasing, within the episode), if any."""
     previous = 0.0
     for i, t in enumerate(ep.placements_s):
+        reason = None
         if not math.isfinite(t):
-            bad("placements_s", f"placement {i + 1} is not a finite number ({t})")
-            break
-        if t < 0:
-            bad("placements_s", f"placement {i + 1} is negative ({t:g} s)")
-            break
-        if i == 0 and t == 0:
-            bad("placements_s", "placement 1 is at 0 s (an operation cannot take no time)")
-            break
-        if i > 0 and t <= previous:
-            bad(
-                "placements_s",
+            reason = f"placement {i + 1} is not a finite number ({t})"
+        elif t < 0:
+            reason = f"placement {i + 1} is negative ({t:g} s)"
+        elif i == 0 and t == 0:
+            reason = "placement 1 is at 0 s (an operation cannot take no time)"
+        elif i > 0 and t <= previous:
+            reason = (
                 f"not strictly increasing (placement {i + 1} at {t:g} s "
-                f"after placement {i} at {previous:g} s)",
+                f"after placement {i} at {previous:g} s)"
             )
-            break
-        if math.isfinite(ep.duration_s) and t > ep.duration_s:
-            bad(
-                "placements_s",
+        elif math.isfinite(ep.duration_s) and t > ep.duration_s:
+            reason = (
                 f"placement {i + 1} at {t:g} s is after the episode's end "
-                f"(duration_s = {ep.duration_s:g})",
+                f"(duration_s = {ep.duration_s:g})"
             )
-            break
+        if reason is not None:
+            return Problem("placements_s", reason)
         previous = t
+    return None
 
-    if ep.items >= 1 and ep.lost >= 0 and ep.dropped >= 0:
-        handled = ep.placed + ep.lost + ep.dropped
-        if handled > ep.items:
-            bad(
-                "items",
-                f"placed + lost + dropped = {ep.placed} + {ep.lost} + {ep.dropped} "
-                f"= {handled} exceeds items = {ep.items}",
-            )
-        elif ep.outcome == SUCCESS and handled < ep.items:
-            bad(
-                "outcome",
-                f"'success' but {ep.items - handled} of {ep.items} items are unhandled "
-                f"(placed {ep.placed}, lost {ep.lost}, dropped {ep.dropped})",
-            )
-    return problems
+
+def _count_problem(ep: Episode) -> Problem | None:
+    """Items handled (placed, lost, dropped) against items offered and the
+    outcome; only once the counts themselves are valid."""
+    if ep.items < 1 or ep.lost < 0 or ep.dropped < 0:
+        return None
+    handled = ep.placed + ep.lost + ep.dropped
+    if handled > ep.items:
+        return Problem(
+            "items",
+            f"placed + lost + dropped = {ep.placed} + {ep.lost} + {ep.dropped} "
+            f"= {handled} exceeds items = {ep.items}",
+        )
+    if ep.outcome == SUCCESS and handled < ep.items:
+        return Problem(
+            "outcome",
+            f"'success' but {ep.items - handled} of {ep.items} items are unhandled "
+            f"(placed {ep.placed}, lost {ep.lost}, dropped {ep.dropped})",
+        )
+    return None
 
 
 @dataclass(frozen=True)

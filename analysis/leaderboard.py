@@ -122,7 +122,9 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
         )
         for key, eps in sorted(by_cell.items())
     }
-    ref_cells = {o: cells[(reference, o)] for o in objects if (reference, o) in cells}
+    ref_cells: dict[str, CellWork] = {}
+    if reference is not None:
+        ref_cells = {o: cells[(reference, o)] for o in objects if (reference, o) in cells}
     ref_rmst = {o: c.rmst() for o, c in ref_cells.items()}
 
     configurations = sorted({c for e in kept if (c := e.configuration) is not None})

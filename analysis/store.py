@@ -111,23 +111,7 @@ def load_episodes(
         q = q.where(EpisodeRow.campaign_id == campaign_id)
     rows = session.execute(q).all()
 
-    ids = [r[0].id for r in rows]
-    placements: dict[int, list[tuple[float, PlacementSource, PlacementStatus]]] = defaultdict(list)
-    for chunk in range(0, len(ids), 500):
-        part = ids[chunk : chunk + 500]
-        for ev in session.execute(
-            sa.select(
-                PlacementEvent.episode_id,
-                PlacementEvent.t_s,
-                PlacementEvent.source,
-                PlacementEvent.status,
-            )
-            .where(PlacementEvent.episode_id.in_(part))
-            .order_by(PlacementEvent.episode_id, PlacementEvent.t_s, PlacementEvent.id)
-        ):
-            placements[ev.episode_id].append(
-                (float(ev.t_s), PlacementSource(ev.source), PlacementStatus(ev.status))
-            )
+    placements = _placements(session, [r[0].id for r in rows])
 
     episodes: list[Episode] = []
     excluded: list[Exclusion] = []
@@ -148,13 +132,12 @@ def load_episodes(
             continue
         if policy.kind == PolicyKind.reference:
             references.add(policy.name)
-        if row.state != EpisodeState.closed:
-            skip(f"not closed (state {_value(row.state)})")
+        unready = _unready(row)
+        if unready is not None:
+            skip(unready)
             continue
-        if row.outcome is None or row.placed is None or row.lost is None or row.dropped is None:
-            skip("no operator log (outcome and counts)")
-            continue
-        if row.clock_start_s is None or row.clock_end_s is None:
+        duration_s = row.duration_s
+        if duration_s is None:
             skip("no clock times")
             continue
         base = dict(
@@ -162,7 +145,7 @@ def load_episodes(
             policy=policy.name,
             object=obj.name,
             items=row.items,
-            duration_s=float(row.clock_end_s - row.clock_start_s),
+            duration_s=float(duration_s),
             lost=row.lost,
             dropped=row.dropped,
             outcome=_value(row.outcome),
@@ -210,20 +193,63 @@ def load_episodes(
             f"detector_only: {reconciled} episodes' detector counts differ from the "
             "operator's log (reconciled: see analysis/README.md)"
         )
-    reference = None
-    if len(references) == 1:
-        reference = next(iter(references))
-        if not any(e.policy == reference and e.outcome != SYSTEM for e in episodes):
-            notes.append(REFERENCE_UNSCORED.render(reference=reference, stream=stream.value))
-            reference = None
-    elif len(references) > 1:
-        notes.append(REFERENCES_IN_SCOPE.render(references=references))
+    reference, note = _reference(references, episodes, stream)
+    if note is not None:
+        notes.append(note)
     return EpisodeTable(
         episodes=tuple(episodes),
         reference=reference,
         excluded=tuple(excluded),
         notes=tuple(notes),
     )
+
+
+def _reference(
+    references: set[str], episodes: list[Episode], stream: LabelStream
+) -> tuple[str | None, str | None]:
+    """The reference policy of the scope, if exactly one is in it and it has
+    scored episodes; and the note saying why there is none, if one is due."""
+    if len(references) > 1:
+        return None, REFERENCES_IN_SCOPE.render(references=references)
+    if not references:
+        return None, None
+    reference = next(iter(references))
+    if not any(e.policy == reference and e.outcome != SYSTEM for e in episodes):
+        return None, REFERENCE_UNSCORED.render(reference=reference, stream=stream.value)
+    return reference, None
+
+
+def _placements(
+    session: Session, ids: list[int]
+) -> dict[int, list[tuple[float, PlacementSource, PlacementStatus]]]:
+    """Every placement event of the episodes ``ids``, by episode, in time order."""
+    placements: dict[int, list[tuple[float, PlacementSource, PlacementStatus]]] = defaultdict(list)
+    for chunk in range(0, len(ids), 500):
+        part = ids[chunk : chunk + 500]
+        for ev in session.execute(
+            sa.select(
+                PlacementEvent.episode_id,
+                PlacementEvent.t_s,
+                PlacementEvent.source,
+                PlacementEvent.status,
+            )
+            .where(PlacementEvent.episode_id.in_(part))
+            .order_by(PlacementEvent.episode_id, PlacementEvent.t_s, PlacementEvent.id)
+        ):
+            placements[ev.episode_id].append(
+                (float(ev.t_s), PlacementSource(ev.source), PlacementStatus(ev.status))
+            )
+    return placements
+
+
+def _unready(row: EpisodeRow) -> str | None:
+    """Why an episode cannot be read yet (not closed, no operator log), or
+    None when it can."""
+    if row.state != EpisodeState.closed:
+        return f"not closed (state {_value(row.state)})"
+    if row.outcome is None or row.placed is None or row.lost is None or row.dropped is None:
+        return "no operator log (outcome and counts)"
+    return None
 
 
 def _reconcile_detector(

@@ -22,6 +22,7 @@ from station import keys
 from station.cell import Cell
 from station.clock import Clock, MonotonicClock, VirtualClock
 from station.config import CameraSettings, StationConfig
+from station.drivers.camera.base import Camera
 from station.profiles import PROFILES, camera_settings
 from station.sim.arm import SimArm
 from station.sim.camera import SimCamera, SimCameraConfig
@@ -58,7 +59,7 @@ def build(config: StationConfig, clock: Clock | None = None) -> Cell:
     if clock is None:
         clock = VirtualClock() if clock_kind == "virtual" else MonotonicClock()
     world = SimWorld(clock, params)
-    cameras = {}
+    cameras: dict[str, Camera] = {}
     for name in keys.CAMERAS:
         cs = camera_settings(config, name, DEFAULT_CAMERA)
         cameras[name] = SimCamera(

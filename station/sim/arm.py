@@ -33,7 +33,7 @@ class SimArmConfig(ArmConfig):
 
 
 @ARMS.register("sim")
-class SimArm(Arm):
+class SimArm(Arm[SimArmConfig]):
     def __init__(self, world: SimWorld, config: SimArmConfig | None = None) -> None:
         self.world = world
         self.config = config or SimArmConfig()

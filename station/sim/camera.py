@@ -28,7 +28,7 @@ class SimCameraConfig(CameraConfig):
 
 
 @CAMERAS.register("sim")
-class SimCamera(Camera):
+class SimCamera(Camera[SimCameraConfig]):
     def __init__(self, world: SimWorld, config: SimCameraConfig) -> None:
         if config.name not in RENDERERS:
             raise ValueError(f"simulated camera '{config.name}': known views {sorted(RENDERERS)}")

@@ -67,7 +67,7 @@ class _Status:
 
 
 @GRIPPERS.register("sim")
-class SimGripper(Gripper):
+class SimGripper(Gripper[SimGripperConfig]):
     def __init__(self, world: SimWorld, config: SimGripperConfig | None = None) -> None:
         self.world = world
         self.config = config or SimGripperConfig()

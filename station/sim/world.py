@@ -674,16 +674,7 @@ class SimWorld:
         events: list[tuple[float, float]] = []
         for _ in range(16):  # a handful of events a step at most
             grasp = self._grasp
-            target = self.grip_target
-            if grasp is not None and target >= grasp.contact:
-                # closing on the item: full speed to the touch, then slowly
-                # squeezing it up to where the force balances (or the target)
-                if g < grasp.contact - 1e-12:
-                    goal, r = grasp.contact, rate
-                else:
-                    goal, r = min(target, grasp.stall), rate * p.squeeze_speed
-            else:
-                goal, r = target, rate
+            goal, r = self._finger_goal(grasp, g, rate)
             if abs(goal - g) <= 1e-12:  # at rest for the rest of the step
                 g = goal
                 if slip_at is None:
@@ -714,16 +705,8 @@ class SimWorld:
             elif kind == "free":
                 slip_at = None
                 self._release(self.held, "release", t)  # type: ignore[arg-type]
-            elif (
-                grasp is not None
-                and self.held is not None
-                and goal == grasp.stall
-                and not (self._stalls and self._stalls[-1][1] == math.inf)
-            ):
-                # the fingers stall on the item: what the gripper detects as an object
-                self._stalls.append([t, math.inf])
-                if len(self._stalls) > 64:
-                    del self._stalls[:32]
+            else:
+                self._maybe_stall(t, goal, grasp)
         if g != g_start or events:
             if self._finger_t[-1] < t_end - self.dt - 1e-12:
                 self._finger_point(t_end - self.dt, g_start)  # at rest until this step
@@ -731,6 +714,30 @@ class SimWorld:
                 self._finger_point(te, ge)
             self._finger_point(t_end, g)
         self.grip = g
+
+    def _finger_goal(self, grasp: _Grasp | None, g: float, rate: float) -> tuple[float, float]:
+        """Where the fingers are heading from ``g`` in this stretch, and how fast."""
+        target = self.grip_target
+        if grasp is not None and target >= grasp.contact:
+            # closing on the item: full speed to the touch, then slowly
+            # squeezing it up to where the force balances (or the target)
+            if g < grasp.contact - 1e-12:
+                return grasp.contact, rate
+            return min(target, grasp.stall), rate * self.params.squeeze_speed
+        return target, rate
+
+    def _maybe_stall(self, t: float, goal: float, grasp: _Grasp | None) -> None:
+        """The fingers reached ``goal`` at ``t``: if that is the squeeze's end
+        on a held item, they stall there, which the gripper detects as an object."""
+        if (
+            grasp is not None
+            and self.held is not None
+            and goal == grasp.stall
+            and not (self._stalls and self._stalls[-1][1] == math.inf)
+        ):
+            self._stalls.append([t, math.inf])
+            if len(self._stalls) > 64:
+                del self._stalls[:32]
 
     def _slip_time(self, t_start: float) -> float | None:
         """When (if at all) the held item slips out during this step: hazard
@@ -767,7 +774,7 @@ class SimWorld:
         # aim error, and a moving hand closes on a moving target
         chance = spec.grasp_base * math.exp(-0.5 * (best_d / spec.grasp_tolerance) ** 2)
         chance *= math.exp(-speed / 0.15)
-        details = {"aim_error_m": round(best_d, 4), "p": round(chance, 3)}
+        details: dict[str, Any] = {"aim_error_m": round(best_d, 4), "p": round(chance, 3)}
         if self._rng.random() < chance:
             details["from"] = best.state.value
             self.held = best.index

@@ -217,3 +217,24 @@ def test_campaign_protocol_extra(world: World) -> None:
     world.campaign.protocol_extra = {"analysis": {"bootstrap": 0}}
     with pytest.raises(UsageError, match=r"protocol_extra\.analysis: bootstrap"):
         build_snapshot(world.s, campaign_id=world.campaign.id, stream=LabelStream.reviewed_only)
+
+
+def test_episodes_not_yet_readable_are_excluded_and_two_references_are_noted(
+    world: World,
+) -> None:
+    w = world
+    unlogged = w.episode(w.bot, w.cup, placed=[5.0])
+    unlogged.outcome = None
+    unclocked = w.episode(w.bot, w.towel, placed=[5.0])
+    unclocked.clock_end_s = None
+    second = f.policy(w.s, "human-2", kind=PolicyKind.reference)
+    w.episode(second, w.cup, placed=[2.0, 4.0, 6.0], outcome=Outcome.success)
+    w.s.flush()
+    table = load_episodes(w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed)
+    reasons = {x.episode_id: x.reason for x in table.excluded}
+    assert reasons == {
+        unlogged.uid: "no operator log (outcome and counts)",
+        unclocked.uid: "no clock times",
+    }
+    assert table.reference is None
+    assert any("more than one reference policy in scope" in n for n in table.notes)

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import TracebackType
-from typing import ClassVar
+from typing import ClassVar, Generic, Self, TypeVar
 
 import numpy as np
 
@@ -80,11 +80,16 @@ class ArmFault(RuntimeError):
     """The arm refused or aborted a motion (reflex, limits, lost link)."""
 
 
-class Arm(ABC):
+# each implementation narrows ``config`` to its own config class, so that its
+# fields type-check where the implementation reads them
+C = TypeVar("C", bound=ArmConfig)
+
+
+class Arm(ABC, Generic[C]):
     """Lifecycle: ``connect`` → (``read_state`` / ``send``)* → ``disconnect``;
     usable as a context manager, which stops the arm on the way out."""
 
-    config: ArmConfig
+    config: C
 
     @abstractmethod
     def connect(self) -> None: ...
@@ -117,7 +122,7 @@ class Arm(ABC):
     def home(self) -> None:
         """Move to ``config.home_q`` and wait until there."""
 
-    def __enter__(self) -> Arm:
+    def __enter__(self) -> Self:
         self.connect()
         return self
 

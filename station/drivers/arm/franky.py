@@ -187,7 +187,7 @@ def quaternion_normalised(q: np.ndarray) -> np.ndarray:
 
 
 @ARMS.register("franky")
-class FrankyArm(Arm):
+class FrankyArm(Arm[FrankyArmConfig]):
     config_class: ClassVar[type[FrankyArmConfig]] = FrankyArmConfig
 
     def __init__(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar
+from typing import ClassVar, Generic, Self, TypeVar
 
 import numpy as np
 
@@ -33,8 +33,13 @@ class CameraStalled(RuntimeError):
     """No frame for longer than the camera's stall timeout."""
 
 
-class Camera(ABC):
-    config: CameraConfig
+# each implementation narrows ``config`` to its own config class, so that its
+# fields type-check where the implementation reads them
+C = TypeVar("C", bound=CameraConfig)
+
+
+class Camera(ABC, Generic[C]):
+    config: C
 
     @abstractmethod
     def connect(self) -> None: ...
@@ -50,7 +55,7 @@ class Camera(ABC):
     def read(self, timeout_s: float = 1.0) -> Frame:
         """The next frame; raises ``CameraStalled`` if none arrives in time."""
 
-    def __enter__(self) -> Camera:
+    def __enter__(self) -> Self:
         self.connect()
         return self
 

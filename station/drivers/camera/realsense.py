@@ -57,7 +57,7 @@ class RealSenseCameraConfig(CameraConfig):
 
 
 @CAMERAS.register("realsense")
-class RealSenseCamera(Camera):
+class RealSenseCamera(Camera[RealSenseCameraConfig]):
     config_class: ClassVar[type[RealSenseCameraConfig]] = RealSenseCameraConfig
 
     def __init__(self, config: RealSenseCameraConfig, clock: Clock | None = None) -> None:

@@ -51,7 +51,7 @@ class UvcCameraConfig(CameraConfig):
 
 
 @CAMERAS.register("uvc")
-class UvcCamera(Camera):
+class UvcCamera(Camera[UvcCameraConfig]):
     config_class: ClassVar[type[UvcCameraConfig]] = UvcCameraConfig
 
     def __init__(self, config: UvcCameraConfig, clock: Clock | None = None) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar
+from typing import ClassVar, Generic, Self, TypeVar
 
 from station.drivers.registry import Registry
 
@@ -45,8 +45,13 @@ class GripperFault(RuntimeError):
     """The gripper reported a fault or stopped answering."""
 
 
-class Gripper(ABC):
-    config: GripperConfig
+# each implementation narrows ``config`` to its own config class, so that its
+# fields type-check where the implementation reads them
+C = TypeVar("C", bound=GripperConfig)
+
+
+class Gripper(ABC, Generic[C]):
+    config: C
 
     @abstractmethod
     def connect(self) -> None: ...
@@ -69,7 +74,7 @@ class Gripper(ABC):
     @abstractmethod
     def read_state(self) -> GripperState: ...
 
-    def __enter__(self) -> Gripper:
+    def __enter__(self) -> Self:
         self.connect()
         return self
 

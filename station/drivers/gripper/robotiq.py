@@ -106,7 +106,7 @@ def quantise(command: GripperCommand) -> tuple[CommandRegisters, GripperCommand]
 
 
 @GRIPPERS.register("robotiq_2f85")
-class RobotiqGripper(Gripper):
+class RobotiqGripper(Gripper[RobotiqGripperConfig]):
     config_class: ClassVar[type[RobotiqGripperConfig]] = RobotiqGripperConfig
 
     def __init__(self, config: RobotiqGripperConfig, clock: Clock | None = None) -> None:
