@@ -30,7 +30,9 @@ JOINT_POSITION = tuple(f"q{i}" for i in range(N_JOINTS))  # measured, rad
 JOINT_VELOCITY = tuple(f"dq{i}" for i in range(N_JOINTS))  # measured, rad/s
 EE_POSE = ("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw")  # measured
 EE_X, EE_Y, EE_Z = EE_POSE[:3]
-EE_SPEED = "ee_speed"  # linear speed of the tool centre point, m/s (from the Jacobian)
+# linear speed of the tool centre point, m/s: the finite difference of EE_X..EE_Z
+# between consecutive samples (their own times), 0 on the first sample
+EE_SPEED = "ee_speed"
 # the arm command in force at the sample (the latest action step's)
 ACTION_KIND = "action_kind"  # ArmCommandKind value, "" before the first action
 ACTION_STEP = "action_step"  # index of that action step in the episode, -1 before the first
@@ -55,6 +57,25 @@ TELEMETRY_FLOAT_COLUMNS: tuple[str, ...] = (
     GRIPPER_POSITION,
     POLICY_LATENCY,
 )
+
+
+def _float_slice(names: tuple[str, ...]) -> slice:
+    start = TELEMETRY_FLOAT_COLUMNS.index(names[0])
+    span = slice(start, start + len(names))
+    if TELEMETRY_FLOAT_COLUMNS[span] != names:
+        raise ValueError(f"telemetry columns {names} are not contiguous in the float row")
+    return span
+
+
+# Where each column sits in a row of TELEMETRY_FLOAT_COLUMNS (the recorder's float
+# buffer): writers address a row through these, never through literal offsets
+SLICE_JOINT_POSITION = _float_slice(JOINT_POSITION)
+SLICE_JOINT_VELOCITY = _float_slice(JOINT_VELOCITY)
+SLICE_EE_POSE = _float_slice(EE_POSE)
+SLICE_ACTION_REQUESTED = _float_slice(ACTION_REQUESTED)
+SLICE_ACTION_SENT = _float_slice(ACTION_SENT)
+FLOAT_INDEX: dict[str, int] = {name: i for i, name in enumerate(TELEMETRY_FLOAT_COLUMNS)}
+
 TELEMETRY_COLUMNS: tuple[str, ...] = (
     T,
     PHASE,
