@@ -304,7 +304,7 @@ def _print_leaderboard(lb: Any, tau_source: str) -> None:
     if lb.excluded:
         con.print(
             f"excluded: {len(lb.excluded)} episodes ("
-            + ", ".join(sorted({r for *_, r in lb.excluded}))
+            + ", ".join(sorted({x.reason for x in lb.excluded}))
             + ")"
         )
 
