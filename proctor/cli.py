@@ -61,8 +61,8 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
     ),
     "power": ServiceCommand(
         "analysis.cli",
-        "power",
-        False,
+        "power_app",
+        True,
         "How many episodes per cell a pair needs (bridge model), the empirical detection "
         "rate vs n, null calibration, and the Wilson / Connor formulas.",
     ),
