@@ -1,6 +1,6 @@
 """``proctor analyze`` and the ``proctor power`` group.
 
-``analyze`` scores an interchange file (METHODS.md §8). ``power`` has one
+``analyze`` scores an interchange file (docs/methods.md §8). ``power`` has one
 subcommand per job, each with only its own options: ``pair`` answers "how
 many episodes per cell does this pair need" (bridge model), ``detection``
 runs the empirical detection-rate experiment, ``calibrate`` the null
@@ -167,7 +167,7 @@ def _fmt_iv(iv: Any, digits: int = 1, pct: bool = False) -> str:
 
 def analyze(
     file: Annotated[
-        Path, typer.Argument(help="Interchange file: CSV or JSON Lines (METHODS.md §8).")
+        Path, typer.Argument(help="Interchange file: CSV or JSON Lines (docs/methods.md §8).")
     ],
     reference: Annotated[
         str | None,
@@ -200,7 +200,7 @@ def analyze(
     ] = None,
 ) -> None:
     """Score policies from an interchange file: time-to-success CDFs, HRT,
-    RMST, macro-KS verdicts (METHODS.md)."""
+    RMST, macro-KS verdicts (docs/methods.md)."""
     from analysis.leaderboard import analyze as run_analysis
     from analysis.leaderboard import budget_overrun_note, default_tau
     from analysis.report import data_version, to_json

@@ -1,5 +1,5 @@
 """The whole analysis of an episode table: every cell, every policy, every
-pair (METHODS.md §2–§6, §9).
+pair (docs/methods.md §2–§6, §9).
 
 Aggregation choices (written down in analysis/README.md):
 

@@ -207,7 +207,7 @@ class PolicyResult:
 
 @dataclass(frozen=True)
 class PowerPrediction:
-    """The bridge model's answer for one pair (METHODS.md §6)."""
+    """The bridge model's answer for one pair (docs/methods.md §6)."""
 
     n_per_cell: float
     power_at_current_n: float

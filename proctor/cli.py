@@ -57,7 +57,7 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         "analyze",
         False,
         "Score policies from an interchange file: time-to-success CDFs, HRT, RMST, "
-        "macro-KS verdicts (METHODS.md).",
+        "macro-KS verdicts (docs/methods.md).",
     ),
     "power": ServiceCommand(
         "analysis.cli",

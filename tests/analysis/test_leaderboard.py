@@ -79,7 +79,7 @@ def test_scores_by_hand() -> None:
 
 
 def test_hrt_sanity_numbers_of_methods_md() -> None:
-    # METHODS.md §4: reference RMST 10.5 s and OpenPI 77.7 s give 13.5 %
+    # docs/methods.md §4: reference RMST 10.5 s and OpenPI 77.7 s give 13.5 %
     assert float(_hrt(np.array(10.5), np.array(77.7))) == pytest.approx(13.51, abs=0.005)
 
 
