@@ -626,7 +626,6 @@ class _PowerEpisodes:
     tau: float
     cells: dict[tuple[str, str], list[Any]]
     pairs: list[tuple[str, str]]
-    explicit: bool  # the pairs were named with --pair
     notes: tuple[str, ...]
 
     def objects(self, a: str, b: str) -> list[str]:
@@ -645,6 +644,8 @@ def _power_episodes(
     from analysis.leaderboard import budget_overrun_note, default_tau
 
     con = _stdout()
+    if _analysis_result(file) is not None:
+        raise UsageError(f"{file}: an analysis result has no episodes; give the interchange file")
     table = _read(file, reference)
     kept, _ = scored(table.episodes)
     if tau is None:
@@ -670,7 +671,7 @@ def _power_episodes(
             note = f"{a} and {b} were run on no common object: not compared"
             con.print(f"note: {note}")
             notes.append(note)
-    return _PowerEpisodes(kept, table.reference, tau, cells, pairs, bool(wanted), tuple(notes))
+    return _PowerEpisodes(kept, table.reference, tau, cells, pairs, tuple(notes))
 
 
 def _bridge_model(

@@ -40,7 +40,7 @@ def test_the_walk_sees_the_docs() -> None:
 
 def test_no_reference_to_a_docs_file_that_does_not_exist() -> None:
     """The method and style documents are docs/methods.md and docs/style.md;
-    METHODS.md / STYLE.md at the root never existed."""
+    the upper-case names at the root that older text cites never existed."""
     paths = _tracked()
     stale = _hits(re.compile(r"(?<![\w/])(METHODS|STYLE)(\.md|\s+§)"), paths)
     assert not stale, "\n".join(stale)

@@ -283,6 +283,9 @@ def test_power_reads_an_analysis_result(episodes_csv: Path, tmp_path: Path) -> N
     r = proctor("power", "pair", str(out))
     assert r.returncode == 0, r.stderr
     assert "Power of unresolved pairs" in r.stdout
+    # the experiments resample episodes, which a result does not carry
+    r = proctor("power", "detection", str(out))
+    assert r.returncode == 2 and "an analysis result has no episodes" in r.stderr, r.stderr
 
 
 def test_analyze_and_power_with_a_policy_that_never_succeeds(
