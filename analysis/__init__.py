@@ -1,4 +1,4 @@
-"""The methodology of METHODS.md as pure functions over arrays.
+"""The methodology of docs/methods.md as pure functions over arrays.
 
 Pure modules take arrays or episode records and return frozen result
 dataclasses; ``interchange`` (files), ``store`` (the database), ``plots``

@@ -1,4 +1,4 @@
-"""Binary and partial-credit outcomes (METHODS.md §7, the TRI LBM paper).
+"""Binary and partial-credit outcomes (docs/methods.md §7, the TRI LBM paper).
 
 * Success rate: posterior Beta(1 + s, 1 + n − s) under a uniform prior;
 * task completion on a rubric with levels v_1..v_K: the posterior of the

@@ -1,4 +1,4 @@
-"""Episode-clustered resampling (METHODS.md §3) and percentile intervals.
+"""Episode-clustered resampling (docs/methods.md §3) and percentile intervals.
 
 Operations within an episode share the scene, so a replicate resamples whole
 episodes with replacement, within the cell; a replicate is the vector of

@@ -1,5 +1,5 @@
 """One (policy, object) cell: its operations, its observed KM curve and the
-bootstrap replicates every scalar's interval is read from (METHODS.md §3–4).
+bootstrap replicates every scalar's interval is read from (docs/methods.md §3–4).
 
 A cell draws its replicate weights once, from a generator derived from the
 protocol seed and the cell's name; every scalar of the cell (RMST, F(t),

@@ -1,9 +1,10 @@
-"""``proctor analyze`` and ``proctor power``.
+"""``proctor analyze`` and the ``proctor power`` group.
 
-``analyze`` scores an interchange file (METHODS.md §8); ``power`` answers
-"how many episodes per cell does this pair need" (bridge model), runs the
-empirical detection-rate experiment, the null calibration of App. J, and the
-Wilson / Connor planning formulas.
+``analyze`` scores an interchange file (docs/methods.md §8). ``power`` has one
+subcommand per job, each with only its own options: ``pair`` answers "how
+many episodes per cell does this pair need" (bridge model), ``detection``
+runs the empirical detection-rate experiment, ``calibrate`` the null
+calibration of App. J, ``wilson`` and ``connor`` the planning formulas.
 
 Bad input: one ``error:`` line per problem on stderr, exit code 2, nothing
 written. Outputs are written only after the whole computation succeeded,
@@ -19,9 +20,11 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from proctor.errors import UsageError
 
@@ -164,7 +167,7 @@ def _fmt_iv(iv: Any, digits: int = 1, pct: bool = False) -> str:
 
 def analyze(
     file: Annotated[
-        Path, typer.Argument(help="Interchange file: CSV or JSON Lines (METHODS.md §8).")
+        Path, typer.Argument(help="Interchange file: CSV or JSON Lines (docs/methods.md §8).")
     ],
     reference: Annotated[
         str | None,
@@ -197,7 +200,7 @@ def analyze(
     ] = None,
 ) -> None:
     """Score policies from an interchange file: time-to-success CDFs, HRT,
-    RMST, macro-KS verdicts (METHODS.md)."""
+    RMST, macro-KS verdicts (docs/methods.md)."""
     from analysis.leaderboard import analyze as run_analysis
     from analysis.leaderboard import budget_overrun_note, default_tau
     from analysis.report import data_version, to_json
@@ -304,142 +307,284 @@ def _print_leaderboard(lb: Any, tau_source: str) -> None:
     if lb.excluded:
         con.print(
             f"excluded: {len(lb.excluded)} episodes ("
-            + ", ".join(sorted({r for *_, r in lb.excluded}))
+            + ", ".join(sorted({x.reason for x in lb.excluded}))
             + ")"
         )
 
 
-def power(
+class _PowerGroup(TyperGroup):
+    """``proctor power``: one subcommand per job. The flat form (``proctor
+    power FILE --detection``, ``--wilson 0.05`` …) gets one line naming the
+    subcommand that now does it, not click's "no such option"."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            raise UsageError(_flat_form_hint(args))
+        return super().parse_args(ctx, args)
+
+
+# an option of the old flat form → the subcommand that took it over
+_FLAT_OPTIONS = {
+    "--wilson": "wilson --halfwidth H",
+    "--connor-delta": "connor --delta D",
+    "--detection": "detection FILE",
+    "--calibrate": "calibrate FILE",
+}
+
+
+def _flat_form_hint(args: list[str]) -> str:
+    wanted = [_FLAT_OPTIONS[a] for a in args if a in _FLAT_OPTIONS] or ["pair FILE"]
+    uses = " and ".join(f"`proctor power {w}`" for w in wanted)
+    return (
+        f"proctor power: {args[0]!r} is not a subcommand; use {uses} "
+        "(subcommands: pair, detection, calibrate, wilson, connor; see `proctor power --help`)"
+    )
+
+
+power_app = typer.Typer(
+    cls=_PowerGroup,
+    help="How many episodes per cell a pair needs (bridge model), the empirical detection "
+    "rate vs n, null calibration, and the Wilson / Connor formulas.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# options several subcommands share, declared once
+EpisodesArg = Annotated[
+    Path, typer.Argument(help="Interchange file of episodes (CSV or JSON Lines).")
+]
+PairOpt = Annotated[
+    list[str] | None, typer.Option(help="A pair as 'A,B' (repeatable; default: every pair).")
+]
+ReferenceOpt = Annotated[str | None, typer.Option(help="The reference policy.")]
+TauOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="τ in seconds (default as in analyze; PhAIL's detection runs used a "
+        "shorter cap, e.g. --tau 60, to limit censoring at small n)."
+    ),
+]
+AlphaOpt = Annotated[float, typer.Option(help="Significance level of one pair's test.")]
+TargetOpt = Annotated[float, typer.Option("--power", help="Target power.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed.")]
+OuterOpt = Annotated[int, typer.Option(help="Outer subsampling trials.")]
+InnerOpt = Annotated[int, typer.Option(help="Inner bootstrap resamples per trial.")]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write results as JSON.")]
+PlotsOpt = Annotated[Path | None, typer.Option("--plots", help="Write figures here.")]
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0 < alpha < 1:
+        raise UsageError(f"--alpha: must be in (0, 1), got {alpha}")
+
+
+def _check_target(target: float) -> None:
+    if not 0 < target < 1:
+        raise UsageError(f"--power: must be in (0, 1), got {target}")
+
+
+def _check_seed(seed: int) -> None:
+    if seed < 0:
+        raise UsageError(f"--seed: must be a non-negative integer, got {seed}")
+
+
+def _check_trials(outer: int, inner: int) -> None:
+    if outer < 1 or inner < 1:
+        raise UsageError("--outer and --inner must be positive")
+
+
+def _write_power_json(json_out: Path | None, out: dict[str, Any]) -> None:
+    if json_out is not None:
+        write_json_atomic(json_out, out)
+        typer.echo(f"wrote {json_out}")
+
+
+@power_app.command("pair")
+def power_pair(
     file: Annotated[
-        Path | None,
+        Path,
         typer.Argument(help="Interchange file of episodes, or a `proctor analyze --json` result."),
-    ] = None,
-    pair: Annotated[
-        list[str] | None,
-        typer.Option(help="A pair as 'A,B' (repeatable; default: every pair)."),
-    ] = None,
-    reference: Annotated[str | None, typer.Option(help="The reference policy.")] = None,
-    tau: Annotated[
-        float | None,
-        typer.Option(
-            help="τ in seconds (default as in analyze; PhAIL's detection runs used a "
-            "shorter cap, e.g. --tau 60, to limit censoring at small n)."
-        ),
-    ] = None,
-    alpha: Annotated[float, typer.Option(help="Significance level of one pair's test.")] = 0.05,
-    target: Annotated[float, typer.Option("--power", help="Target power.")] = 0.8,
+    ],
+    pair: PairOpt = None,
+    reference: ReferenceOpt = None,
+    tau: TauOpt = None,
+    alpha: AlphaOpt = 0.05,
+    target: TargetOpt = 0.8,
     rho: Annotated[
         float | None,
         typer.Option(help="Intra-episode correlation (default: estimated from the data)."),
     ] = None,
     sims: Annotated[int, typer.Option(help="Bridge simulations for the power model.")] = 2000,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
-    detection: Annotated[
-        bool, typer.Option("--detection", help="Run the empirical detection-rate experiment.")
-    ] = False,
-    calibrate: Annotated[
-        bool, typer.Option("--calibrate", help="Run the null calibration of PhAIL App. J.")
-    ] = False,
-    n_values: Annotated[
-        str, typer.Option("--n", help="Episodes per cell to try: 5,10,20 or 5:50:5.")
-    ] = DEFAULT_N_VALUES,
-    outer: Annotated[int, typer.Option(help="Outer subsampling trials.")] = 300,
-    inner: Annotated[int, typer.Option(help="Inner bootstrap resamples per trial.")] = 200,
-    at: Annotated[
-        str, typer.Option("--at", help="Thresholds t (s) of the binary tests, comma-separated.")
-    ] = "30,60",
-    wilson: Annotated[
-        float | None,
-        typer.Option(help="Trials for this Wilson half-width (e.g. 0.05) at --p."),
-    ] = None,
-    p: Annotated[float, typer.Option("--p", help="Success rate for --wilson.")] = 0.5,
-    connor_delta: Annotated[
-        float | None, typer.Option(help="Paired difference Δ for Connor's McNemar n.")
-    ] = None,
-    psi: Annotated[
-        str, typer.Option(help="Discordance rates ψ for --connor-delta, comma-separated.")
-    ] = "0.2,0.5",
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write results as JSON.")] = None,
-    plots: Annotated[Path | None, typer.Option("--plots", help="Write figures here.")] = None,
+    seed: SeedOpt = 0,
+    json_out: JsonOpt = None,
+    plots: PlotsOpt = None,
 ) -> None:
-    """How many episodes per cell a pair needs (bridge model), the empirical
-    detection rate vs n, null calibration, and the Wilson / Connor formulas."""
+    """Episodes per cell each pair needs (bridge model), and its power now.
+
+    For the macro-KS test; from an interchange file, or from the pairs of a
+    ``proctor analyze --json`` result."""
     _check_json_target(json_out)
     _check_plots_target(plots)
     _finite_option("--tau", tau, positive=True)
-    _finite_option("--wilson", wilson)
-    _finite_option("--connor-delta", connor_delta)
-    if not 0 <= p <= 1:
-        raise UsageError(f"--p: must be in [0, 1], got {p:g}")
-    if seed < 0:
-        raise UsageError(f"--seed: must be a non-negative integer, got {seed}")
-    if not 0 < alpha < 1:
-        raise UsageError(f"--alpha: must be in (0, 1), got {alpha}")
-    if not 0 < target < 1:
-        raise UsageError(f"--power: must be in (0, 1), got {target}")
+    _check_seed(seed)
+    _check_alpha(alpha)
+    _check_target(target)
     if rho is not None and not 0 <= rho <= 1:
         raise UsageError(f"--rho: must be in [0, 1], got {rho}")
-    if outer < 1 or inner < 1 or sims < 10:
-        raise UsageError("--outer and --inner must be positive and --sims at least 10")
-    out: dict[str, Any] = {}
-    con = _stdout()
-    did_something = False
-    if wilson is not None:
-        from analysis.planning import wilson_n
-
-        try:
-            plan = wilson_n(wilson, p, alpha)
-        except ValueError as exc:
-            raise UsageError(f"--wilson: {exc}") from None
-        con.print(
-            f"Wilson ±{wilson:g} at p = {p:g}: n ≈ {plan.approximate} "
-            f"(large-sample z²p(1−p)/h²); exact Wilson half-width reached at n = {plan.exact}"
-        )
-        out["wilson"] = {"halfwidth": wilson, "p": p, "n": plan.approximate, "n_exact": plan.exact}
-        did_something = True
-    if connor_delta is not None:
-        from analysis.planning import connor_n
-
-        rows = []
-        for ps in _floats_option("--psi", psi):
-            try:
-                n = connor_n(connor_delta, ps, alpha, target)
-            except ValueError as exc:
-                raise UsageError(f"--connor-delta/--psi: {exc}") from None
-            con.print(
-                f"McNemar (Connor 1987): Δ = {connor_delta:g}, ψ = {ps:g}, α = {alpha:g}, "
-                f"power {target:g}: n = {n} pairs per cell"
-            )
-            rows.append({"delta": connor_delta, "psi": ps, "n": n})
-        out["connor"] = rows
-        did_something = True
-    if file is None:
-        if not did_something:
-            raise UsageError("give a FILE, or --wilson / --connor-delta for the planning formulas")
+    if sims < 10:
+        raise UsageError(f"--sims: must be at least 10, got {sims}")
+    result = _analysis_result(file)
+    if result is not None:
+        out = _power_from_result(result, pair)
     else:
-        out.update(
-            _power_from_file(
-                file,
-                pair=pair,
-                reference=reference,
-                tau=tau,
-                alpha=alpha,
-                target=target,
-                rho=rho,
-                sims=sims,
-                seed=seed,
-                detection=detection,
-                calibrate=calibrate,
-                n_values=_ints_option("--n", n_values),
-                outer=outer,
-                inner=inner,
-                thresholds=_floats_option("--at", at),
-                plots=plots,
-            )
+        episodes = _power_episodes(file, reference, tau, pair)
+        out = _bridge_model(
+            episodes, alpha=alpha, target=target, rho=rho, sims=sims, seed=seed, plots=plots
         )
-    if json_out is not None:
-        write_json_atomic(json_out, out)
-        typer.echo(f"wrote {json_out}")
+    _write_power_json(json_out, out)
+
+
+@power_app.command("detection")
+def power_detection(
+    file: EpisodesArg,
+    pair: PairOpt = None,
+    reference: ReferenceOpt = None,
+    tau: TauOpt = None,
+    alpha: AlphaOpt = 0.05,
+    seed: SeedOpt = 0,
+    n_values: Annotated[
+        str, typer.Option("--n", help="Episodes per cell to try: 5,10,20 or 5:50:5.")
+    ] = DEFAULT_N_VALUES,
+    outer: OuterOpt = 300,
+    inner: InnerOpt = 200,
+    at: Annotated[
+        str, typer.Option("--at", help="Thresholds t (s) of the binary tests, comma-separated.")
+    ] = "30,60",
+    json_out: JsonOpt = None,
+    plots: PlotsOpt = None,
+) -> None:
+    """The empirical detection rate of each test vs episodes per cell.
+
+    Subsamples each pair's episodes and counts how often each test resolves
+    the pair."""
+    _check_json_target(json_out)
+    _check_plots_target(plots)
+    _finite_option("--tau", tau, positive=True)
+    _check_seed(seed)
+    _check_alpha(alpha)
+    _check_trials(outer, inner)
+    n = _ints_option("--n", n_values)
+    thresholds = _floats_option("--at", at)
+    episodes = _power_episodes(file, reference, tau, pair)
+    detection = _run_detection(
+        episodes.kept,
+        episodes.pairs,
+        tau=episodes.tau,
+        alpha=alpha,
+        seed=seed,
+        n_values=n,
+        outer=outer,
+        inner=inner,
+        thresholds=thresholds,
+        plots=plots,
+    )
+    _write_power_json(json_out, {**episodes.header(), "alpha": alpha, "detection": detection})
+
+
+@power_app.command("calibrate")
+def power_calibrate(
+    file: EpisodesArg,
+    pair: PairOpt = None,
+    reference: ReferenceOpt = None,
+    tau: TauOpt = None,
+    seed: SeedOpt = 0,
+    outer: OuterOpt = 300,
+    inner: InnerOpt = 200,
+    json_out: JsonOpt = None,
+) -> None:
+    """Null calibration of the macro-KS test (PhAIL App. J).
+
+    Its p-values where there is no difference: each policy split in two, and
+    each pair's episodes permuted."""
+    _check_json_target(json_out)
+    _finite_option("--tau", tau, positive=True)
+    _check_seed(seed)
+    _check_trials(outer, inner)
+    episodes = _power_episodes(file, reference, tau, pair)
+    calibration = _run_calibration(
+        episodes.kept,
+        episodes.pairs,
+        tau=episodes.tau,
+        seed=seed,
+        outer=outer,
+        inner=inner,
+        reference=episodes.reference,
+    )
+    _write_power_json(json_out, {**episodes.header(), "null_calibration": calibration})
+
+
+@power_app.command("wilson")
+def power_wilson(
+    halfwidth: Annotated[
+        float, typer.Option(help="Wilson half-width wanted, e.g. 0.05.", show_default=False)
+    ],
+    p: Annotated[float, typer.Option("--p", help="Success rate expected.")] = 0.5,
+    alpha: Annotated[float, typer.Option(help="1 − the interval's level.")] = 0.05,
+    json_out: JsonOpt = None,
+) -> None:
+    """Trials for a Wilson interval of a given half-width at success rate p."""
+    from analysis.planning import wilson_n
+
+    _check_json_target(json_out)
+    _finite_option("--halfwidth", halfwidth)
+    if not 0 <= p <= 1:
+        raise UsageError(f"--p: must be in [0, 1], got {p:g}")
+    _check_alpha(alpha)
+    try:
+        plan = wilson_n(halfwidth, p, alpha)
+    except ValueError as exc:
+        raise UsageError(f"--halfwidth: {exc}") from None
+    _stdout().print(
+        f"Wilson ±{halfwidth:g} at p = {p:g}: n ≈ {plan.approximate} "
+        f"(large-sample z²p(1−p)/h²); exact Wilson half-width reached at n = {plan.exact}"
+    )
+    out = {"halfwidth": halfwidth, "p": p, "n": plan.approximate, "n_exact": plan.exact}
+    _write_power_json(json_out, {"wilson": out})
+
+
+@power_app.command("connor")
+def power_connor(
+    delta: Annotated[
+        float, typer.Option(help="Paired difference Δ to detect.", show_default=False)
+    ],
+    psi: Annotated[str, typer.Option(help="Discordance rates ψ, comma-separated.")] = "0.2,0.5",
+    alpha: AlphaOpt = 0.05,
+    target: TargetOpt = 0.8,
+    json_out: JsonOpt = None,
+) -> None:
+    """Pairs per cell McNemar's test needs for a paired difference (Connor).
+
+    Connor (1987), for each discordance rate ψ given."""
+    from analysis.planning import connor_n
+
+    _check_json_target(json_out)
+    _finite_option("--delta", delta)
+    _check_alpha(alpha)
+    _check_target(target)
+    con = _stdout()
+    rows = []
+    for ps in _floats_option("--psi", psi):
+        try:
+            n = connor_n(delta, ps, alpha, target)
+        except ValueError as exc:
+            raise UsageError(f"--delta/--psi: {exc}") from None
+        con.print(
+            f"McNemar (Connor 1987): Δ = {delta:g}, ψ = {ps:g}, α = {alpha:g}, "
+            f"power {target:g}: n = {n} pairs per cell"
+        )
+        rows.append({"delta": delta, "psi": ps, "n": n})
+    _write_power_json(json_out, {"connor": rows})
 
 
 def _pairs_wanted(pair: list[str] | None, policies: list[str]) -> list[tuple[str, str]] | None:
@@ -457,43 +602,50 @@ def _pairs_wanted(pair: list[str] | None, policies: list[str]) -> list[tuple[str
     return out
 
 
-def _power_from_file(
-    file: Path,
-    *,
-    pair: list[str] | None,
-    reference: str | None,
-    tau: float | None,
-    alpha: float,
-    target: float,
-    rho: float | None,
-    sims: int,
-    seed: int,
-    detection: bool,
-    calibrate: bool,
-    n_values: list[int],
-    outer: int,
-    inner: int,
-    thresholds: tuple[float, ...],
-    plots: Path | None,
-) -> dict[str, Any]:
-    con = _stdout()
-    if file.is_file() and file.suffix.lower() == ".json":
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{file}: not a JSON result file ({exc})") from None
-        if isinstance(data, dict) and "pairs" in data and "protocol" in data:
-            if detection or calibrate:
-                raise UsageError(
-                    f"{file}: --detection and --calibrate need the episodes (an interchange file)"
-                )
-            return _power_from_result(data, pair)
-    from analysis.bootstrap import child_rng
-    from analysis.cells import build_cell
-    from analysis.episodes import scored
-    from analysis.leaderboard import budget_overrun_note, default_tau, pair_effects
-    from analysis.planning import BridgeModel
+def _analysis_result(file: Path) -> dict[str, Any] | None:
+    """The file as a ``proctor analyze --json`` result, or None if it is an
+    interchange file."""
+    if not (file.is_file() and file.suffix.lower() == ".json"):
+        return None
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{file}: not a JSON result file ({exc})") from None
+    if isinstance(data, dict) and "pairs" in data and "protocol" in data:
+        return data
+    return None
 
+
+@dataclasses.dataclass(frozen=True)
+class _PowerEpisodes:
+    """The scored episodes of an interchange file, the τ they are capped at,
+    and the pairs to study (those asked for, or every pair sharing an object)."""
+
+    kept: list[Any]
+    reference: str | None
+    tau: float
+    cells: dict[tuple[str, str], list[Any]]
+    pairs: list[tuple[str, str]]
+    notes: tuple[str, ...]
+
+    def objects(self, a: str, b: str) -> list[str]:
+        return sorted(
+            {o for (p, o) in self.cells if p == a} & {o for (p, o) in self.cells if p == b}
+        )
+
+    def header(self) -> dict[str, Any]:
+        return {"tau": self.tau, **({"notes": list(self.notes)} if self.notes else {})}
+
+
+def _power_episodes(
+    file: Path, reference: str | None, tau: float | None, pair: list[str] | None
+) -> _PowerEpisodes:
+    from analysis.episodes import scored
+    from analysis.leaderboard import budget_overrun_note, default_tau
+
+    con = _stdout()
+    if _analysis_result(file) is not None:
+        raise UsageError(f"{file}: an analysis result has no episodes; give the interchange file")
     table = _read(file, reference)
     kept, _ = scored(table.episodes)
     if tau is None:
@@ -503,36 +655,61 @@ def _power_from_file(
             con.print(f"note: {note}")
     policies = sorted({e.policy for e in kept})
     wanted = _pairs_wanted(pair, policies)
-    cells: dict[tuple[str, str], Any] = {}
+    cells: dict[tuple[str, str], list[Any]] = {}
     for e in kept:
         cells.setdefault((e.policy, e.object), []).append(e)
+    candidates = wanted or [(a, b) for i, a in enumerate(policies) for b in policies[i + 1 :]]
+    pairs, notes = [], []
+    for a, b in candidates:
+        objs = {o for (p, o) in cells if p == a} & {o for (p, o) in cells if p == b}
+        if objs:
+            pairs.append((a, b))
+        elif wanted:
+            raise UsageError(f"--pair {a},{b}: the two policies share no object")
+        else:
+            # as on the leaderboard: a note, not an error for the whole file
+            note = f"{a} and {b} were run on no common object: not compared"
+            con.print(f"note: {note}")
+            notes.append(note)
+    return _PowerEpisodes(kept, table.reference, tau, cells, pairs, tuple(notes))
+
+
+def _bridge_model(
+    episodes: _PowerEpisodes,
+    *,
+    alpha: float,
+    target: float,
+    rho: float | None,
+    sims: int,
+    seed: int,
+    plots: Path | None,
+) -> dict[str, Any]:
+    from analysis.bootstrap import child_rng
+    from analysis.cells import build_cell
+    from analysis.leaderboard import pair_effects
+    from analysis.planning import BridgeModel
+
+    tau = episodes.tau
     work = {
-        k: build_cell(k[0], k[1], v, tau=tau, replicates=1, seed=seed) for k, v in cells.items()
+        k: build_cell(k[0], k[1], v, tau=tau, replicates=1, seed=seed)
+        for k, v in episodes.cells.items()
     }
-    pairs = wanted or [(a, b) for i, a in enumerate(policies) for b in policies[i + 1 :]]
     result: dict[str, Any] = {"tau": tau, "alpha": alpha, "power": target, "pairs": []}
+    if episodes.notes:
+        result["notes"] = list(episodes.notes)
     t = Table(title=f"Macro-KS power (Brownian-bridge model, α = {alpha:g}, target {target:g})")
     for col in ("pair", "macro D", "m̄", "ρ", "DEFF", "n now", "power now", "n needed", "more"):
         t.add_column(col)
     curves = {}
-    for a, b in pairs:
-        objs = sorted({o for (pp, o) in work if pp == a} & {o for (pp, o) in work if pp == b})
-        if not objs:
-            if wanted:
-                raise UsageError(f"--pair {a},{b}: the two policies share no object")
-            # as on the leaderboard: a note, not an error for the whole file
-            note = f"{a} and {b} were run on no common object: not compared"
-            con.print(f"note: {note}")
-            result.setdefault("notes", []).append(note)
-            continue
+    for a, b in episodes.pairs:
+        objs = episodes.objects(a, b)
         effects, rho_used, estimated = pair_effects(
             {o: work[(a, o)] for o in objs}, {o: work[(b, o)] for o in objs}, tau=tau, rho=rho
         )
         first, second = sorted((a, b))
         model = BridgeModel(effects, sims=sims, rng=child_rng(seed, "power", first, second))
         n_now = sum(work[(x, o)].n_episodes for x in (a, b) for o in objs) / (2 * len(objs))
-        grid_n = sorted({*n_values, *range(5, 205, 5)})
-        curve = model.curve(grid_n, alpha=alpha, target=target)
+        curve = model.curve(list(range(5, 205, 5)), alpha=alpha, target=target)
         curves[(a, b)] = curve
         m_bar = sum(e.m_bar for e in effects) / len(effects)
         more = None if curve.n_needed is None else max(0, curve.n_needed - round(n_now))
@@ -562,30 +739,12 @@ def _power_from_file(
                 "curve": {"n": curve.n.tolist(), "power": curve.power.tolist()},
             }
         )
-    con.print(t)
-    pairs = [ab for ab in pairs if ab in curves]  # those sharing an object
+    _stdout().print(t)
     if plots is not None:
         from analysis.plots import power_figure
 
         for (a, b), curve in curves.items():
             power_figure(curve, plots, f"power_{a}_vs_{b}", f"{a} vs {b}: predicted power")
-    if detection:
-        result["detection"] = _run_detection(
-            kept,
-            pairs,
-            tau=tau,
-            alpha=alpha,
-            seed=seed,
-            n_values=n_values,
-            outer=outer,
-            inner=inner,
-            thresholds=thresholds,
-            plots=plots,
-        )
-    if calibrate:
-        result["null_calibration"] = _run_calibration(
-            kept, pairs, tau=tau, seed=seed, outer=outer, inner=inner, reference=table.reference
-        )
     return result
 
 

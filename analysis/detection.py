@@ -1,4 +1,4 @@
-"""Empirical detection rate vs n, and null calibration (METHODS.md §6; PhAIL
+"""Empirical detection rate vs n, and null calibration (docs/methods.md §6; PhAIL
 §5.2 and App. J).
 
 Both run many *outer trials*, each a two-arm comparison on some episodes,

@@ -1,4 +1,4 @@
-"""Episodes: the unit of evaluation (METHODS.md §1) and its validation.
+"""Episodes: the unit of evaluation (docs/methods.md §1) and its validation.
 
 An :class:`Episode` is one rollout as the interchange file (§8) and the store
 describe it. Validation returns every problem at once, each naming the field,
@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-# The outcome vocabulary (METHODS.md §1). It mirrors ``proctor.domain.Outcome``
+# The outcome vocabulary (docs/methods.md §1). It mirrors ``proctor.domain.Outcome``
 # (a test keeps the two in step); the pure core may not import the kernel.
 SUCCESS = "success"
 RAN_OUT_OF_TIME = "ran_out_of_time"
@@ -30,7 +30,7 @@ class Episode:
     ``placements_s`` are the times (seconds from episode start) of each
     successful placement. The optional fields follow the interchange file;
     ``tote_placement`` / ``external_camera`` form the spatial configuration
-    (METHODS.md §9) and ``object_tags`` group objects (rigid, deformable, …).
+    (docs/methods.md §9) and ``object_tags`` group objects (rigid, deformable, …).
     """
 
     episode_id: str
@@ -76,7 +76,7 @@ class Problem:
 
 
 def validate_episode(ep: Episode) -> list[Problem]:
-    """Every rule of METHODS.md §2 "Validation", plus the type checks a file
+    """Every rule of docs/methods.md §2 "Validation", plus the type checks a file
     reader cannot express (positive items, finite times).
 
     Stricter than §2 in one place, on purpose: a placement must be *after*

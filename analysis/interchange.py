@@ -1,4 +1,4 @@
-"""The interchange file (METHODS.md §8): CSV or JSON Lines, one episode a row.
+"""The interchange file (docs/methods.md §8): CSV or JSON Lines, one episode a row.
 
 Required columns: ``episode_id, policy, object, items, duration_s,
 placements_s, lost, dropped, outcome``; optional: ``budget_s,
@@ -124,7 +124,7 @@ def _header_problem(raw: str, header: list[str]) -> str | None:
         if any(c.strip() in REQUIRED for c in raw.split(sep)):
             return (
                 f"the header looks {name}-separated; the interchange CSV is "
-                "comma-separated (METHODS.md §8)"
+                "comma-separated (docs/methods.md §8)"
             )
     return (
         f"no required column in the header (expected {', '.join(REQUIRED)}): "

@@ -1,4 +1,4 @@
-"""Kaplan–Meier for many weighted resamples at once (METHODS.md §3).
+"""Kaplan–Meier for many weighted resamples at once (docs/methods.md §3).
 
 S(t) = Π over success times t_j ≤ t of (1 − d_j / n_j), F = 1 − S.
 
@@ -179,7 +179,7 @@ def at_risk(rs: RiskSet, weights: np.ndarray | None = None) -> np.ndarray:
     return (rs.n_ops @ w) - np.cumsum(x)
 
 
-# --- projections of S (METHODS.md §4); every function takes S as (J, R) ---
+# --- projections of S (docs/methods.md §4); every function takes S as (J, R) ---
 
 
 def survival_at(grid: np.ndarray, s: np.ndarray, t: float) -> np.ndarray:

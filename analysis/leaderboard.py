@@ -1,5 +1,5 @@
 """The whole analysis of an episode table: every cell, every policy, every
-pair (METHODS.md §2–§6, §9).
+pair (docs/methods.md §2–§6, §9).
 
 Aggregation choices (written down in analysis/README.md):
 
@@ -53,6 +53,7 @@ from analysis.results import (
     Protocol,
     QQData,
     Sweep,
+    WelchTest,
 )
 from analysis.significance import (
     bonferroni,
@@ -170,7 +171,7 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
         [
             (pr.a, pr.b)
             for pr in pairs
-            if pr.completion_welch is not None and pr.completion_welch[3] < protocol.alpha
+            if pr.completion_welch is not None and pr.completion_welch.p_bonferroni < protocol.alpha
         ],
     )
     ranked: list[PolicyResult] = []
@@ -180,9 +181,7 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
         if not r.is_reference:
             rank += 1
         ranked.append(replace(r, rank=None if r.is_reference else rank, letters=letters[p]))
-    excluded = tuple(
-        (x.episode_id, x.policy, x.object, x.reason) for x in (*table.excluded, *system)
-    )
+    excluded = (*table.excluded, *system)
     return Leaderboard(
         protocol=protocol,
         reference=reference,
@@ -555,8 +554,8 @@ def _binary(episodes: list[Episode], protocol: Protocol) -> BinarySummary:
     return BinarySummary(
         successes=successes,
         episodes=len(episodes),
-        success_posterior=(post.mean, post.lo, post.hi),
-        completion_posterior=(cpost.mean, cpost.lo, cpost.hi),
+        success_posterior=post,
+        completion_posterior=cpost,
     )
 
 
@@ -592,7 +591,7 @@ def _pair_result(
     welch = None
     if len(ca) >= 2 and len(cb) >= 2:
         wt = welch_t(ca, cb)
-        welch = (wt.statistic, wt.df, wt.p, bonferroni(wt.p, n_pairs))
+        welch = WelchTest(wt.statistic, wt.df, wt.p, bonferroni(wt.p, n_pairs))
     power = None
     if not significant:
         # the alpha this leaderboard resolves pairs at (Bonferroni over pairs)

@@ -1,4 +1,4 @@
-"""From episodes to operations: the random variable T (METHODS.md §2).
+"""From episodes to operations: the random variable T (docs/methods.md §2).
 
 From an episode with placements s1 < … < sk (s0 = 0):
 
@@ -76,7 +76,7 @@ def episode_operations(ep: Episode) -> list[tuple[float, int]]:
     ops.extend((np.inf, LOST_OP) for _ in range(ep.lost))
     ops.extend((np.inf, DROPPED_OP) for _ in range(ep.dropped))
     if ep.outcome == SAFETY:
-        # METHODS §2: one more ghost for the operation that triggered the stop,
+        # docs/methods.md §2: one more ghost for the operation that triggered the stop,
         # and no censored tail
         ops.append((np.inf, SAFETY_OP))
     elif ep.outcome in CENSORING_OUTCOMES and ep.unhandled > 0:

@@ -1,4 +1,4 @@
-"""Planning: how many rollouts? (METHODS.md §6)
+"""Planning: how many rollouts? (docs/methods.md §6)
 
 * Wilson half-width for one binary success rate and the n for a target
   half-width;

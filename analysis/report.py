@@ -192,12 +192,12 @@ def _policy(r: PolicyResult) -> dict[str, Any]:
             "successes": r.binary.successes,
             "episodes": r.binary.episodes,
             "success_rate": {
-                "estimate": r.binary.success_posterior[0],
-                "ci": list(r.binary.success_posterior[1:]),
+                "estimate": r.binary.success_posterior.mean,
+                "ci": [r.binary.success_posterior.lo, r.binary.success_posterior.hi],
             },
             "completion_mean": {
-                "estimate": r.binary.completion_posterior[0],
-                "ci": list(r.binary.completion_posterior[1:]),
+                "estimate": r.binary.completion_posterior.mean,
+                "ci": [r.binary.completion_posterior.lo, r.binary.completion_posterior.hi],
             },
         },
         "notes": list(r.notes),
@@ -230,9 +230,12 @@ def _pair(p: PairResult) -> dict[str, Any]:
         "completion_welch": (
             None
             if p.completion_welch is None
-            else dict(
-                zip(("t", "df", "p", "p_bonferroni"), map(_num, p.completion_welch), strict=True)
-            )
+            else {
+                "t": _num(p.completion_welch.t),
+                "df": _num(p.completion_welch.df),
+                "p": _num(p.completion_welch.p),
+                "p_bonferroni": _num(p.completion_welch.p_bonferroni),
+            }
         ),
         "significant": p.significant,
         "verdict": p.verdict,
@@ -307,7 +310,8 @@ def to_json(
         "letters_completion": dict(lb.letters_completion),
         "matrix": _matrix(lb),
         "excluded": [
-            {"episode_id": e, "policy": p, "object": o, "reason": r} for e, p, o, r in lb.excluded
+            {"episode_id": x.episode_id, "policy": x.policy, "object": x.object, "reason": x.reason}
+            for x in lb.excluded
         ],
         "notes": list(lb.notes),
     }

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis.binary import Posterior
 from analysis.bootstrap import Interval
+from analysis.episodes import Exclusion
 from analysis.significance import LogRank, MacroKS
 
 
@@ -170,8 +172,8 @@ class BinarySummary:
 
     successes: int
     episodes: int
-    success_posterior: tuple[float, float, float]  # mean, lo, hi
-    completion_posterior: tuple[float, float, float]
+    success_posterior: Posterior
+    completion_posterior: Posterior
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,7 @@ class PolicyResult:
 
 @dataclass(frozen=True)
 class PowerPrediction:
-    """The bridge model's answer for one pair (METHODS.md §6)."""
+    """The bridge model's answer for one pair (docs/methods.md §6)."""
 
     n_per_cell: float
     power_at_current_n: float
@@ -220,6 +222,18 @@ class PowerPrediction:
 
 
 @dataclass(frozen=True)
+class WelchTest:
+    """Welch's t-test on per-episode completion between the two policies of
+    a pair: the statistic, its Welch–Satterthwaite degrees of freedom, the
+    two-sided p-value and that p-value Bonferroni-adjusted over the pairs."""
+
+    t: float
+    df: float
+    p: float
+    p_bonferroni: float
+
+
+@dataclass(frozen=True)
 class PairResult:
     a: str
     b: str
@@ -230,7 +244,7 @@ class PairResult:
     logrank_p_bonferroni: float
     rmst_diff: Interval  # macro RMST_a − RMST_b (negative: a faster)
     auc: Interval  # P(T_a < T_b) + ½ P(T_a = T_b), macro over objects
-    completion_welch: tuple[float, float, float, float] | None  # t, df, p, p_bonferroni
+    completion_welch: WelchTest | None  # None: fewer than two episodes on a side
     significant: bool
     verdict: str
     winner: str | None
@@ -247,6 +261,6 @@ class Leaderboard:
     pairs: tuple[PairResult, ...]
     letters: dict[str, str]
     letters_completion: dict[str, str]
-    excluded: tuple[tuple[str, str, str, str], ...]  # episode_id, policy, object, reason
+    excluded: tuple[Exclusion, ...]
     notes: tuple[str, ...] = field(default=())
     configurations: tuple[str, ...] = ()

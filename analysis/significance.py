@@ -1,4 +1,4 @@
-"""Is there any difference? (METHODS.md §5)
+"""Is there any difference? (docs/methods.md §5)
 
 * Macro-averaged KS: D_o = sup over t in [0, τ] of |F_A,o(t) − F_B,o(t)| on
   the KM curves, D = mean over objects (equal weights); p-value by the
@@ -145,7 +145,7 @@ INDISTINGUISHABLE = "indistinguishable"
 
 
 def verdict(significant: bool, rmst_diff: float, auc_ab: float) -> tuple[str, str | None]:
-    """METHODS.md §5: (i) KS rejects and the scalars agree → one is better;
+    """docs/methods.md §5: (i) KS rejects and the scalars agree → one is better;
     (ii) KS rejects but they disagree in sign → the CDFs cross;
     (iii) KS does not reject → indistinguishable at this n.
 

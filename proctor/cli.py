@@ -57,12 +57,12 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         "analyze",
         False,
         "Score policies from an interchange file: time-to-success CDFs, HRT, RMST, "
-        "macro-KS verdicts (METHODS.md).",
+        "macro-KS verdicts (docs/methods.md).",
     ),
     "power": ServiceCommand(
         "analysis.cli",
-        "power",
-        False,
+        "power_app",
+        True,
         "How many episodes per cell a pair needs (bridge model), the empirical detection "
         "rate vs n, null calibration, and the Wilson / Connor formulas.",
     ),

@@ -1,6 +1,6 @@
 """The domain's vocabulary as enums, shared by every service.
 
-States are enums, never bare strings (STYLE.md). The database stores the
+States are enums, never bare strings (docs/style.md). The database stores the
 ``value`` of each member as text with a CHECK constraint, so adding a member
 is a migration that widens the constraint, not a rewrite of the table.
 """
@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class Outcome(StrEnum):
-    """How an episode ended (METHODS.md §1)."""
+    """How an episode ended (docs/methods.md §1)."""
 
     success = "success"  # all items handled
     ran_out_of_time = "ran_out_of_time"
@@ -21,8 +21,8 @@ class Outcome(StrEnum):
 
 
 class EpisodeState(StrEnum):
-    """The episode runner's state machine (station issue), persisted so a
-    restarted daemon can find a partial episode."""
+    """The episode runner's state machine (``station/runner.py``), persisted
+    so a restarted daemon can find a partial episode."""
 
     armed = "armed"
     running = "running"
@@ -150,7 +150,7 @@ class ReviewActionKind(StrEnum):
 
 
 class LabelStream(StrEnum):
-    """Which placement times the analysis reads (METHODS.md §9)."""
+    """Which placement times the analysis reads (docs/methods.md §9)."""
 
     auto_and_reviewed = "auto_and_reviewed"
     reviewed_only = "reviewed_only"

@@ -526,7 +526,7 @@ def check(
         raise typer.Exit(1)
 
 
-# -- hardware profiles (issue #5): pre-flight and teleoperation ---------------
+# -- hardware profiles: pre-flight and teleoperation ----------------------------
 from station.preflight import check as _preflight_check  # noqa: E402
 from station.teleop.cli import teleop as _teleop  # noqa: E402
 

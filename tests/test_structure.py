@@ -1,4 +1,4 @@
-"""Guarantees that are structural, not conventional (STYLE.md): which module
+"""Guarantees that are structural, not conventional (docs/style.md): which module
 may import what, checked by walking every module's imports."""
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def _calls_time_sleep(path: Path) -> list[int]:
 
 def test_no_time_sleep_in_station_drivers() -> None:
     """Drivers wait on their clock or on I/O, never on wall-clock sleeps that
-    a virtual clock cannot advance (STYLE.md, Positronic)."""
+    a virtual clock cannot advance (docs/style.md, Positronic)."""
     drivers = ROOT / "station" / "drivers"
     bad = [
         f"{p.relative_to(ROOT)}:{line}"

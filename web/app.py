@@ -44,7 +44,6 @@ from web.home import routes as home
 from web.leaderboard import routes as leaderboard
 from web.limits import engine_options, install_limits, size_worker_threads
 from web.middleware import SecurityHeadersMiddleware
-from web.placeholders import routes as placeholders
 from web.policies import routes as policies
 from web.review import routes as review
 from web.shared_cache import SharedCacheMiddleware
@@ -131,7 +130,7 @@ def create_app(
     """Build the app for ``settings``. ``clock`` is the time source for
     sessions, tokens and throttling (tests pass a controllable one)."""
     secret_key = resolve_secret_key(settings)
-    domains = {_domain_name(m): _domain_dir(m) for m in (*DOMAINS, placeholders)}
+    domains = {_domain_name(m): _domain_dir(m) for m in DOMAINS}
     static_dirs = [SHARED_STATIC, *(d / "static" for d in domains.values())]
     static_version = static_fingerprint([d for d in static_dirs if d.is_dir()])
 
@@ -193,8 +192,6 @@ def create_app(
             )
         )
     )
-    taken = {r.path for r in api_routes(app) if "GET" in (r.methods or ())}
-    app.include_router(placeholders.placeholder_router(taken), include_in_schema=False)
 
     # a domain's own static files first: the shared mount would swallow their paths
     for name, directory in domains.items():

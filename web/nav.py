@@ -1,8 +1,7 @@
 """The navigation shell: one list, filtered by the caller's roles.
 
-An entry for a page that another issue will build points at a placeholder
-page (``web.placeholders``) that says which issue fills it, until a real
-route takes over the same path.
+Every entry points at a page a real route serves
+(``tests/web/test_pages.py`` follows each link).
 """
 
 from __future__ import annotations

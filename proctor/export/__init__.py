@@ -6,7 +6,7 @@ into place when complete, so a half-written export never looks finished)::
     dataset.json           what this is: campaign, protocol, revealed seed and
                            commitment, label stream, code version, counts, and
                            the sha256 and size of every file below
-    episodes.csv           the interchange file (METHODS.md §8), one row an episode
+    episodes.csv           the interchange file (docs/methods.md §8), one row an episode
     episodes/<uid>/
         episode.json       the episode row, its event log (operator log included),
                            detector candidates, placement events of every label

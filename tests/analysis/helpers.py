@@ -13,7 +13,7 @@ from analysis.operations import Operations, extract_operations
 def survival_csv(
     path: Path, arms: dict[str, tuple[Sequence[float], Sequence[int]]], obj: str = "o"
 ) -> Path:
-    """Textbook single-event survival data in the interchange format (METHODS
+    """Textbook single-event survival data in the interchange format (docs/methods.md
     §8): items = 1; an event at t is a placement at t with duration t and
     outcome success; a censoring at t has no placement, duration t and
     outcome ran_out_of_time."""

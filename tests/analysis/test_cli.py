@@ -133,18 +133,23 @@ def test_bad_options_exit_2(
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--tau", "nan"], "--tau: must be a finite positive number, got nan"),
-        (["--tau", "inf"], "--tau: must be a finite positive number, got inf"),
-        (["--tau", "-3"], "--tau: must be a finite positive number"),
-        (["--at", "nan"], "--at: values must be finite and positive, got nan"),
-        (["--alpha", "nan"], "--alpha: "),
-        (["--rho", "nan"], "--rho: "),
-        (["--power", "inf"], "--power: "),
-        (["--wilson", "nan"], "--wilson: "),
-        (["--wilson", "0.1", "--p", "nan"], "--p: must be in [0, 1], got nan"),
-        (["--wilson", "0.1", "--p", "1.5"], "--p: must be in [0, 1], got 1.5"),
-        (["--seed", "-1"], "--seed: must be a non-negative integer, got -1"),
-        (["--connor-delta", "0.1", "--psi", "nan"], "--psi: "),
+        (["pair", "{csv}", "--tau", "nan"], "--tau: must be a finite positive number, got nan"),
+        (["pair", "{csv}", "--tau", "inf"], "--tau: must be a finite positive number, got inf"),
+        (["detection", "{csv}", "--tau", "-3"], "--tau: must be a finite positive number"),
+        (
+            ["detection", "{csv}", "--at", "nan"],
+            "--at: values must be finite and positive, got nan",
+        ),
+        (["pair", "{csv}", "--alpha", "nan"], "--alpha: "),
+        (["pair", "{csv}", "--rho", "nan"], "--rho: "),
+        (["pair", "{csv}", "--power", "inf"], "--power: "),
+        (["pair", "{csv}", "--sims", "5"], "--sims: must be at least 10, got 5"),
+        (["calibrate", "{csv}", "--outer", "0"], "--outer and --inner must be positive"),
+        (["wilson", "--halfwidth", "nan"], "--halfwidth: "),
+        (["wilson", "--halfwidth", "0.1", "--p", "nan"], "--p: must be in [0, 1], got nan"),
+        (["wilson", "--halfwidth", "0.1", "--p", "1.5"], "--p: must be in [0, 1], got 1.5"),
+        (["pair", "{csv}", "--seed", "-1"], "--seed: must be a non-negative integer, got -1"),
+        (["connor", "--delta", "0.1", "--psi", "nan"], "--psi: "),
     ],
 )
 def test_power_rejects_non_finite_options(
@@ -155,9 +160,8 @@ def test_power_rejects_non_finite_options(
     tmp_path: Path,
 ) -> None:
     json_out = tmp_path / "p.json"
-    code, out, err = in_process(
-        capsys, "power", str(episodes_csv), "--sims", "50", *args, "--json", str(json_out)
-    )
+    args = [a.format(csv=episodes_csv) for a in args]
+    code, out, err = in_process(capsys, "power", *args, "--json", str(json_out))
     assert code == 2, out
     assert err.startswith("error: ") and fragment in err, err
     assert len(err.strip().splitlines()) == 1
@@ -177,7 +181,9 @@ def test_outputs_get_the_mode_the_umask_gives(
             capsys, "analyze", str(episodes_csv), "--bootstrap", "20", "--json", str(result)
         )
         assert code == 0, err
-        code, _, err = in_process(capsys, "power", "--wilson", "0.1", "--json", str(power_out))
+        code, _, err = in_process(
+            capsys, "power", "wilson", "--halfwidth", "0.1", "--json", str(power_out)
+        )
         assert code == 0, err
         write_interchange(read_interchange(episodes_csv).episodes, copy)
     finally:
@@ -186,15 +192,50 @@ def test_outputs_get_the_mode_the_umask_gives(
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
 
 
-def test_power_planning_formulas(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = in_process(
-        capsys, "power", "--wilson", "0.05", "--connor-delta", "0.05", "--psi", "0.2,0.5"
-    )
+def test_power_planning_formulas(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = in_process(capsys, "power", "wilson", "--halfwidth", "0.05")
     assert code == 0, err
     assert "n ≈ 385" in out
+    out_json = tmp_path / "connor.json"
+    code, out, err = in_process(
+        capsys, "power", "connor", "--delta", "0.05", "--psi", "0.2,0.5", "--json", str(out_json)
+    )
+    assert code == 0, err
     assert "n = 626 pairs" in out and "n = 1568 pairs" in out
-    code, _, err = in_process(capsys, "power")
-    assert code == 2 and "give a FILE" in err
+    assert [row["n"] for row in json.loads(out_json.read_text())["connor"]] == [626, 1568]
+    code, _, err = in_process(capsys, "power", "wilson")
+    assert code == 2 and "--halfwidth" in err
+
+
+def test_power_is_a_group_whose_subcommands_take_only_their_own_options(
+    episodes_csv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Five jobs, five subcommands: an option of one job is refused by another,
+    and the old flat form is answered with the subcommand that replaced it."""
+    from proctor.cli import load_service_command
+
+    group = load_service_command("power")
+    assert sorted(group.commands) == ["calibrate", "connor", "detection", "pair", "wilson"]
+    options = {
+        name: {o for p in cmd.params for o in p.opts if o.startswith("--")}
+        for name, cmd in group.commands.items()
+    }
+    assert "--wilson" not in set().union(*options.values())
+    assert "--outer" not in options["pair"] and "--sims" not in options["detection"]
+    assert options["wilson"] == {"--halfwidth", "--p", "--alpha", "--json"}
+    code, _, err = in_process(capsys, "power", "wilson", "--halfwidth", "0.1", "--outer", "3")
+    assert code == 2 and "--outer" in err
+    for flat, new in (
+        (["--wilson", "0.05"], "proctor power wilson --halfwidth"),
+        (["--connor-delta", "0.05"], "proctor power connor --delta"),
+        ([str(episodes_csv), "--detection"], "proctor power detection FILE"),
+        ([str(episodes_csv), "--calibrate"], "proctor power calibrate FILE"),
+        ([str(episodes_csv)], "proctor power pair FILE"),
+    ):
+        code, out, err = in_process(capsys, "power", *flat)
+        assert code == 2, out
+        assert err.startswith("error: ") and new in err, err
+        assert len(err.strip().splitlines()) == 1
 
 
 def test_power_from_episodes_with_detection_and_calibration(
@@ -202,22 +243,34 @@ def test_power_from_episodes_with_detection_and_calibration(
 ) -> None:
     out = tmp_path / "power.json"
     r = proctor(
-        "power", str(episodes_csv), "--pair", "alpha,beta", "--detection", "--calibrate",
-        "--outer", "20", "--inner", "20", "--n", "3,6", "--sims", "300", "--json", str(out),
-        "--plots", str(tmp_path / "fig"),
+        "power", "pair", str(episodes_csv), "--pair", "alpha,beta", "--sims", "300",
+        "--json", str(out), "--plots", str(tmp_path / "fig"),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "alpha vs beta" in r.stdout and "detection rate" in r.stdout
-    assert "Null calibration" in r.stdout
+    assert "alpha vs beta" in r.stdout
     js = json.loads(out.read_text())
     (pair,) = js["pairs"]
     assert pair["a"] == "alpha" and pair["b"] == "beta"
     assert pair["n_needed_per_cell"] is None or pair["n_needed_per_cell"] >= 1
-    (det,) = js["detection"]
+    r = proctor(
+        "power", "detection", str(episodes_csv), "--pair", "alpha,beta",
+        "--outer", "20", "--inner", "20", "--n", "3,6", "--json", str(out),
+        "--plots", str(tmp_path / "fig"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "alpha vs beta" in r.stdout and "detection rate" in r.stdout
+    (det,) = json.loads(out.read_text())["detection"]
     assert det["n"] == [3, 6] and set(det["rate"]) == {"macro_ks", "rmst", "binary@30", "binary@60"}
-    assert {row["setup"] for row in js["null_calibration"]} >= {"split", "reference split"}
     assert (tmp_path / "fig" / "detection_alpha_vs_beta.svg").is_file()
-    r = proctor("power", str(episodes_csv), "--pair", "alpha,nobody")
+    r = proctor(
+        "power", "calibrate", str(episodes_csv), "--pair", "alpha,beta",
+        "--outer", "20", "--inner", "20", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Null calibration" in r.stdout
+    js = json.loads(out.read_text())
+    assert {row["setup"] for row in js["null_calibration"]} >= {"split", "reference split"}
+    r = proctor("power", "pair", str(episodes_csv), "--pair", "alpha,nobody")
     assert r.returncode == 2 and "no policy 'nobody'" in r.stderr
 
 
@@ -227,9 +280,12 @@ def test_power_reads_an_analysis_result(episodes_csv: Path, tmp_path: Path) -> N
         proctor("analyze", str(episodes_csv), "--bootstrap", "100", "--json", str(out)).returncode
         == 0
     )
-    r = proctor("power", str(out))
+    r = proctor("power", "pair", str(out))
     assert r.returncode == 0, r.stderr
     assert "Power of unresolved pairs" in r.stdout
+    # the experiments resample episodes, which a result does not carry
+    r = proctor("power", "detection", str(out))
+    assert r.returncode == 2 and "an analysis result has no episodes" in r.stderr, r.stderr
 
 
 def test_analyze_and_power_with_a_policy_that_never_succeeds(
@@ -255,7 +311,7 @@ def test_analyze_and_power_with_a_policy_that_never_succeeds(
     stuck = next(p for p in json.loads(out.read_text())["policies"] if p["policy"] == "stuck")
     assert stuck["rmst"] == {"estimate": 60.0, "ci": [60.0, 60.0]}  # τ = the budget
     assert stuck["median"]["estimate"] is None
-    code, stdout, err = in_process(capsys, "power", str(path), "--sims", "50")
+    code, stdout, err = in_process(capsys, "power", "pair", str(path), "--sims", "50")
     assert code == 0, err
     assert "human vs stuck" in stdout or "stuck vs human" in stdout
 
@@ -278,14 +334,16 @@ def test_power_leaves_out_a_pair_with_no_shared_object_with_a_note(
     path = tmp_path / "split.csv"
     path.write_text(SPLIT_OBJECTS)
     out = tmp_path / "p.json"
-    code, stdout, err = in_process(capsys, "power", str(path), "--sims", "50", "--json", str(out))
+    code, stdout, err = in_process(
+        capsys, "power", "pair", str(path), "--sims", "50", "--json", str(out)
+    )
     assert code == 0, err
     assert "note: A and B were run on no common object: not compared" in stdout
     js = json.loads(out.read_text())
     assert [(p["a"], p["b"]) for p in js["pairs"]] == [("A", "C"), ("B", "C")]
     assert js["notes"] == ["A and B were run on no common object: not compared"]
     # asking for that pair by name is still an error
-    code, _, err = in_process(capsys, "power", str(path), "--pair", "A,B", "--sims", "50")
+    code, _, err = in_process(capsys, "power", "pair", str(path), "--pair", "A,B", "--sims", "50")
     assert code == 2 and "--pair A,B: the two policies share no object" in err
 
 

@@ -1,4 +1,4 @@
-"""Reading and writing the interchange file (METHODS.md §8)."""
+"""Reading and writing the interchange file (docs/methods.md §8)."""
 
 from __future__ import annotations
 

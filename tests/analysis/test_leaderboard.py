@@ -8,10 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from analysis.episodes import Episode, EpisodeTable
+from analysis.binary import Posterior
+from analysis.episodes import Episode, EpisodeTable, Exclusion
 from analysis.leaderboard import _hrt, analyze, default_tau
 from analysis.report import RESULT_KEYS, data_version, to_json
-from analysis.results import Protocol
+from analysis.results import Protocol, WelchTest
 from analysis.significance import verdict
 from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 
@@ -70,7 +71,7 @@ def test_scores_by_hand() -> None:
     assert bot.failure_modes.drops_per_operation.estimate == pytest.approx(0.25)
     assert bot.failure_modes.safety_stops_per_episode.estimate == 0.0
     # the system episode is listed, not scored
-    assert lb.excluded == (("s1", "bot", "o2", "system: infrastructure fault"),)
+    assert lb.excluded == (Exclusion("s1", "bot", "o2", "system: infrastructure fault"),)
     assert bot.episodes == 4
     # intervals bracket their estimates
     for iv in (bot.hrt, bot.rmst, o1.rmst, bot.completion):
@@ -78,7 +79,7 @@ def test_scores_by_hand() -> None:
 
 
 def test_hrt_sanity_numbers_of_methods_md() -> None:
-    # METHODS.md §4: reference RMST 10.5 s and OpenPI 77.7 s give 13.5 %
+    # docs/methods.md §4: reference RMST 10.5 s and OpenPI 77.7 s give 13.5 %
     assert float(_hrt(np.array(10.5), np.array(77.7))) == pytest.approx(13.51, abs=0.005)
 
 
@@ -302,3 +303,34 @@ def test_a_cell_with_no_success_scores_rmst_tau_and_no_median(cell: str) -> None
     assert row["per_object"][0]["median"] == {"estimate": None, "ci": [None, None]}
     assert row["per_object"][0]["rmst"] == {"estimate": 10.0, "ci": [10.0, 10.0]}
     assert set(row["per_object"][0]["km"]["cdf"]) == {0.0}
+
+
+def test_multi_part_results_are_named_records_and_keep_their_json_shape() -> None:
+    """docs/style.md: results are frozen dataclasses, not tuples read by
+    position; the JSON the web stores and ``proctor analyze --json`` prints
+    keeps the keys it always had (old snapshots stay readable)."""
+    lb = analyze(hand_table(), PROTOCOL)
+    bot = next(p for p in lb.policies if p.policy == "bot")
+    post = bot.binary.success_posterior
+    assert isinstance(post, Posterior) and post.lo <= post.mean <= post.hi
+    assert isinstance(bot.binary.completion_posterior, Posterior)
+    (pair,) = lb.pairs
+    welch = pair.completion_welch
+    assert isinstance(welch, WelchTest) and welch.p <= welch.p_bonferroni <= 1
+    (x,) = lb.excluded
+    assert isinstance(x, Exclusion) and x.episode_id == "s1"
+
+    js = to_json(lb)
+    jbot = next(p for p in js["policies"] if p["policy"] == "bot")
+    assert jbot["binary"]["success_rate"] == {"estimate": post.mean, "ci": [post.lo, post.hi]}
+    cpost = bot.binary.completion_posterior
+    assert jbot["binary"]["completion_mean"] == {"estimate": cpost.mean, "ci": [cpost.lo, cpost.hi]}
+    assert js["pairs"][0]["completion_welch"] == {
+        "t": pytest.approx(welch.t),
+        "df": pytest.approx(welch.df),
+        "p": pytest.approx(welch.p),
+        "p_bonferroni": pytest.approx(welch.p_bonferroni),
+    }
+    assert js["excluded"] == [
+        {"episode_id": "s1", "policy": "bot", "object": "o2", "reason": x.reason}
+    ]

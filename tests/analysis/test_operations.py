@@ -1,4 +1,4 @@
-"""Operations from episodes (METHODS.md §2): hand examples, validation, and
+"""Operations from episodes (docs/methods.md §2): hand examples, validation, and
 properties over random episodes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Planning formulas (METHODS.md §6), §7 posteriors, and the compact letter
+"""Planning formulas (docs/methods.md §6), §7 posteriors, and the compact letter
 display, against published or hand-derived values."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from analysis.planning import (
 
 
 def test_connor_numbers_of_methods_md() -> None:
-    # METHODS.md §6 / PhAIL App. H: Δ = 0.05, α = 0.05, power 0.8 needs 626
+    # docs/methods.md §6 / PhAIL App. H: Δ = 0.05, α = 0.05, power 0.8 needs 626
     # pairs at ψ = 0.2 and 1568 at ψ = 0.5
     assert connor_n(0.05, 0.2) == 626
     assert connor_n(0.05, 0.5) == 1568
@@ -41,7 +41,7 @@ def test_connor_numbers_of_methods_md() -> None:
 
 def test_wilson_sample_size() -> None:
     plan = wilson_n(0.05, 0.5)
-    # METHODS.md §6: ±5 pp at p = 0.5 needs ≈ 385 (z²·p(1−p)/h² = 1.95996²·0.25/0.0025
+    # docs/methods.md §6: ±5 pp at p = 0.5 needs ≈ 385 (z²·p(1−p)/h² = 1.95996²·0.25/0.0025
     # = 384.15 → 385)
     assert plan.approximate == 385
     # the exact Wilson half-width first drops to 0.05 at n = 381:

@@ -1,7 +1,7 @@
 """Kaplan–Meier, log-rank, RMST and median against published values.
 
 Classic single-event survival data go through the interchange format with
-items = 1 (METHODS.md §8), exactly as a user would feed them to
+items = 1 (docs/methods.md §8), exactly as a user would feed them to
 ``proctor analyze``. Every pinned number names its source; where no
 published value exists the arithmetic is shown.
 """

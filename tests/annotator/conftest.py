@@ -13,6 +13,10 @@ afresh; the annotator's own code is not in
 the key (it is what is measured, every run). Each test session works on a
 copy of the database. ``PROCTOR_ANNOTATOR_CORPUS_CACHE=0`` disables the
 cache (the corpus is then simulated into the session's tmp folder).
+
+Every test that uses the corpus, directly or through another fixture, is
+marked ``slow`` (about five minutes of simulation on a cold cache): the
+inner loop ``./run test -m "not slow"`` leaves them out.
 """
 
 from __future__ import annotations
@@ -165,6 +169,14 @@ def _prune(cache: Path, keep: Path, older_than_s: float = 3600.0) -> None:
         if now - old.stat().st_mtime > older_than_s:
             shutil.rmtree(old, ignore_errors=True)
             old.with_name(old.name + ".lock").unlink(missing_ok=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # by the fixture, not by file: a new test on the corpus is slow without
+    # anyone remembering to say so (every item passes here, not only ours)
+    for item in items:
+        if "sim_corpus" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

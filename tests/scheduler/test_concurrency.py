@@ -10,13 +10,13 @@ import threading
 import time
 from collections import Counter
 
-import pytest
 import sqlalchemy as sa
 
 from proctor.db.models import Assignment, Episode
 from proctor.domain import AssignmentStatus, EpisodeState, Outcome
 from scheduler import claims, service
 from scheduler.service import Actor
+from tests.backends import only_on
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
 
@@ -118,9 +118,8 @@ def test_parallel_stations_never_share_or_lose_a_slot(committed_db: CommittedDb)
     assert all(n > 0 for n in by_station.values()), by_station  # they really ran side by side
 
 
+@only_on("postgresql", fixture="committed_db")  # SQLite serializes (next test)
 def test_skip_locked_hands_the_next_slot_without_waiting(committed_db: CommittedDb) -> None:
-    if committed_db.backend != "postgresql":
-        pytest.skip("SKIP LOCKED is PostgreSQL's; SQLite serializes (next test)")
     campaign_id, (a, b, _) = _campaign(committed_db, 1, ("spoons",), 2)
     first = committed_db.factory()
     second = committed_db.factory()
@@ -141,9 +140,8 @@ def test_skip_locked_hands_the_next_slot_without_waiting(committed_db: Committed
         second.close()
 
 
+@only_on("sqlite", fixture="committed_db")  # the serialized fallback is SQLite's
 def test_sqlite_serializes_claimers(committed_db: CommittedDb) -> None:
-    if committed_db.backend != "sqlite":
-        pytest.skip("the serialized fallback is SQLite's")
     campaign_id, (a, b, _) = _campaign(committed_db, 1, ("spoons",), 2)
     first = committed_db.factory()
     got_a = claims.claim_next(first, campaign_id=campaign_id, station_id=a)  # holds the write lock

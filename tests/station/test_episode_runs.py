@@ -20,6 +20,7 @@ from proctor.domain import ArtifactKind, EpisodeState, Outcome, Side
 from station import keys
 from station.recording import load_recording
 from station.work import Work
+from tests.backends import once
 from tests.station.conftest import PROCTOR, clean_env, sim_config, sim_runner
 
 
@@ -127,14 +128,13 @@ def test_an_episode_is_recorded_end_to_end(station_db, serve_demo, tmp_path: Pat
     rec.close()
 
 
+@once()  # dialect coverage does not depend on the database
 def test_openpi_dialect_and_joint_bookkeeping(
     station_db, policy_server, tmp_path: Path, backend: str
 ) -> None:
     """The DROID keys path (an openpi-dialect server) with a 4-item episode on
     the other spatial configuration; the requested and sent commands are both
     recorded."""
-    if backend != "sqlite":
-        pytest.skip("dialect coverage does not depend on the database; run once")
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")
     server = policy_server("dawdler")  # declares openpi-style metadata
@@ -228,11 +228,10 @@ def test_an_unreachable_policy_creates_no_episode(station_db, tmp_path: Path) ->
         assert s.scalar(sa.select(sa.func.count()).select_from(Artifact)) == 0
 
 
+@once()  # the schema does not depend on the database
 def test_telemetry_table_has_the_documented_schema(
     station_db, policy_server, tmp_path: Path, backend: str
 ) -> None:
-    if backend != "sqlite":
-        pytest.skip("the schema does not depend on the database")
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")
     server = policy_server("reference")

@@ -21,6 +21,7 @@ from proctor.domain import ArtifactKind, EpisodeState, Outcome, Side
 from station import keys
 from station.recording import load_recording
 from station.work import Work
+from tests.backends import cases_on_backends, once
 from tests.station.conftest import PROCTOR, clean_env, sim_config, sim_runner
 
 TIMEOUT_S = 0.5
@@ -50,24 +51,28 @@ def _work(url: str) -> Work:
     )
 
 
+POLICY_FAULTS = [
+    ("hang:3", f"policy did not answer within {TIMEOUT_S:g} s"),
+    ("disconnect:3", "policy server closed the connection"),
+    (
+        "bad-shape:3",
+        r"malformed policy reply: reply 'actions' has shape \(4, 4\); "
+        r"cartesian_position needs \(H, 7\)",
+    ),
+    ("error:3", r"policy server sent an error message \(\d+ characters\) instead of actions"),
+]
+
+
+# the database does not change how faults are handled: every fault on one
+# backend, one fault on each
 @pytest.mark.parametrize(
-    ("fault", "reason"),
-    [
-        ("hang:3", f"policy did not answer within {TIMEOUT_S:g} s"),
-        ("disconnect:3", "policy server closed the connection"),
-        (
-            "bad-shape:3",
-            r"malformed policy reply: reply 'actions' has shape \(4, 4\); "
-            r"cartesian_position needs \(H, 7\)",
-        ),
-        ("error:3", r"policy server sent an error message \(\d+ characters\) instead of actions"),
-    ],
+    ("fault", "reason", "backend"),
+    cases_on_backends(POLICY_FAULTS, everywhere=POLICY_FAULTS[:1]),
+    indirect=["backend"],
 )
 def test_a_failing_policy_stops_the_arm_and_ends_the_episode_system(
     fault: str, reason: str, station_db, serve_demo, tmp_path: Path, backend: str
 ) -> None:
-    if backend != "sqlite" and fault != "hang:3":
-        pytest.skip("the database does not change how faults are handled; one fault on each")
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")
     url = serve_demo("reference", fault=fault)
@@ -191,11 +196,10 @@ def test_a_killed_daemon_leaves_a_recoverable_episode(
 
 
 @pytest.mark.parametrize("device", ["gripper", "arm"])
+@once()  # the database does not change how faults are handled
 def test_a_device_fault_mid_episode_is_a_safety_stop(
     device: str, station_db, policy_server, tmp_path: Path, backend: str
 ) -> None:
-    if backend != "sqlite":
-        pytest.skip("the database does not change how faults are handled")
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")
     server = policy_server("steady")

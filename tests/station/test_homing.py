@@ -36,6 +36,7 @@ from station.sim.arm import SimArm
 from station.sim.gripper import SimGripper
 from station.sim.world import HOME_Q, CameraSink, SimParams, SimWorld
 from station.work import Work
+from tests.backends import cases_on_backends
 from tests.station.conftest import sim_config, sim_runner
 
 DOWN = np.array([1.0, 0.0, 0.0, 0.0])
@@ -207,13 +208,18 @@ def _work(url: str, seed: int) -> Work:
     )
 
 
-@pytest.mark.parametrize("kind", [StopKind.operator, StopKind.safety])
-@pytest.mark.parametrize("moment", MOMENTS)
+STOPS = [(moment, kind) for moment in MOMENTS for kind in (StopKind.operator, StopKind.safety)]
+
+
+# the database does not change homing: every case on one backend, one on each
+@pytest.mark.parametrize(
+    ("moment", "kind", "backend"),
+    cases_on_backends(STOPS, everywhere=[(MOMENTS[0], StopKind.safety)]),
+    indirect=["backend"],
+)
 def test_a_stop_at_any_moment_then_recover_always_homes(
     moment: str, kind: StopKind, station_db, stop_at, tmp_path: Path, backend: str
 ) -> None:
-    if backend != "sqlite" and (moment, kind) != (MOMENTS[0], StopKind.safety):
-        pytest.skip("the database does not change homing; one case on each backend")
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")
     policy, url = stop_at(moment)
@@ -247,12 +253,15 @@ def test_a_stop_at_any_moment_then_recover_always_homes(
         assert summary.proposed == Outcome.success
 
 
-@pytest.mark.parametrize("moment", MOMENTS)
+# the database does not change homing: every moment on one backend, one on each
+@pytest.mark.parametrize(
+    ("moment", "backend"),
+    cases_on_backends([(m,) for m in MOMENTS], everywhere=[(MOMENTS[0],)]),
+    indirect=["backend"],
+)
 def test_safety_stop_and_recover_through_the_local_api(
     moment: str, station_db, stop_at, tmp_path: Path, backend: str
 ) -> None:
-    if backend != "sqlite" and moment != MOMENTS[0]:
-        pytest.skip("the database does not change homing; one case on each backend")
     _, sessions = station_db
     policy, url = stop_at(moment)
     cfg = sim_config(

@@ -27,6 +27,7 @@ from station.policy.client import PolicyClient, PolicyError, PolicyProtocolError
 from station.policy.server import Fault, PolicyServer
 from station.recording import load_recording
 from station.work import Work
+from tests.backends import once
 from tests.station.conftest import sim_config, sim_runner
 
 SPEED = 0.05  # m/s, straight up: well inside the workspace for the 1.5 s budget
@@ -136,14 +137,13 @@ def test_one_row_velocity_chunks_keep_the_arm_moving_on_the_virtual_clock(
     rec.close()
 
 
+@once()  # the database plays no part in the pacing
 def test_velocity_chunks_asked_for_ahead_keep_the_arm_moving_in_real_time(
     station_db, tmp_path: Path, backend: str
 ) -> None:
     """A policy that takes 20 ms a reply, 1-row chunks, 15 Hz, real time: asked
     for one step ahead the arm keeps moving; asked for only when the chunk is
     done (the old behaviour, lookahead 0) it stands still about half the time."""
-    if backend != "sqlite":
-        pytest.skip("the database plays no part in the pacing; run once")
     _, sessions = station_db
     fractions = {}
     for lookahead in (1, 0):
@@ -248,14 +248,13 @@ def test_oversized_metadata_fails_the_preflight() -> None:
             client.connect()
 
 
+@once()  # the database plays no part in the schedule
 def test_missed_telemetry_ticks_are_counted_and_reported(
     station_db, tmp_path: Path, backend: str
 ) -> None:
     """Real time, a request every control step. Whatever the machine's load
     makes the loop miss, the manifest's count must agree with the recording:
     scheduled ticks = rows recorded while running + ticks missed."""
-    if backend != "sqlite":
-        pytest.skip("the database plays no part in the schedule; run once")
     _, sessions = station_db
     with PolicyServer(TwistPolicy()) as server:
         summary, rec, details, manifest = _run(

@@ -26,6 +26,7 @@ from station.policy.positronic import (
 )
 from station.policy.positronic_server import CMD, PositronicServer
 from station.policy.spec import ActionSpace, ProtocolError, auth_headers
+from tests.backends import once
 
 CART = ActionSpace.cartesian_position
 JOINT = ActionSpace.joint_position
@@ -373,11 +374,10 @@ def test_the_servers_own_words_never_reach_the_station() -> None:
             _client(server.url, load_timeout_s=1.0).connect()
 
 
+@once()  # dialect coverage does not depend on the database
 def test_an_episode_over_the_positronic_wire(station_db, tmp_path: Path, backend: str) -> None:
     """A whole simulated episode: the demo policy behind a Positronic server,
     its waypoints run on the station's 15 Hz grid; items get placed."""
-    if backend != "sqlite":
-        pytest.skip("dialect coverage does not depend on the database; run once")
     from proctor.artifacts import LocalArtifactStore
     from proctor.db import session_scope
     from station.recording import load_recording
@@ -484,13 +484,12 @@ class _SlowIndexed:
         return {keys.REPLY_ACTIONS: rows}
 
 
+@once()  # the control loop does not depend on the database
 def test_in_real_time_the_rows_past_due_are_skipped(
     station_db, tmp_path: Path, backend: str
 ) -> None:
     """On the monotonic clock with a 0.2 s policy, every chunk starts at its
     row ≥ 3 (0.2 s × 15 Hz): the gripper targets 0, 0.1 and 0.2 are never sent."""
-    if backend != "sqlite":
-        pytest.skip("the control loop does not depend on the database; run once")
     from proctor.artifacts import LocalArtifactStore
     from proctor.db import session_scope
     from station.recording import load_recording

@@ -31,6 +31,7 @@ from station.policy.positronic_server import (
     to_openpi_observation,
 )
 from station.policy.spec import auth_headers
+from tests.backends import once
 from tests.station.conftest import posed_observation
 
 
@@ -174,11 +175,10 @@ def test_a_conformance_check_against_positronics_server(
     assert "checkpoint" in by_check["identity"].message
 
 
+@once()  # dialect coverage does not depend on the database
 def test_an_episode_through_positronics_server(
     model_server: Callable[..., _Running], station_db: Any, tmp_path: Path, backend: str
 ) -> None:
-    if backend != "sqlite":
-        pytest.skip("dialect coverage does not depend on the database; run once")
     from proctor.artifacts import LocalArtifactStore
     from proctor.db import session_scope
     from station.recording import load_recording

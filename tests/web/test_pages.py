@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from proctor.domain import Role
 from tests.web.conftest import Web, login, page_csrf
 from web.nav import NAV
-from web.placeholders.routes import PLACEHOLDERS, placeholder_router
 
 
 def nav_links(html: str) -> list[str]:
@@ -34,51 +31,30 @@ def test_home_and_navigation_follow_the_roles(web: Web) -> None:
 
 
 def test_every_navigation_link_leads_to_a_page(web: Web) -> None:
-    """No dead links: each leads to a real page, or to one that says which
-    issue fills it."""
+    """No dead links: each leads to a page a real route serves."""
     web.add_user("all", *Role)
     c = web.client()
     login(c, "all")
     links = nav_links(c.get("/").text)
     assert links == [item.path for item in NAV]
-    pending = {p.path: p.issue for p in PLACEHOLDERS}
     for path in links:
-        r = c.get(path)
-        if path in pending:
-            assert r.status_code == 501, path
-            assert f"issue #{pending[path]}" in r.text and "Not built yet" in r.text
-        else:
-            assert r.status_code == 200, path
+        assert c.get(path).status_code == 200, path
 
 
-def test_a_placeholder_gives_way_to_a_real_page() -> None:
-    router = placeholder_router(taken={"/leaderboard"})
-    paths = {route.path for route in router.routes}
-    assert "/leaderboard" not in paths
-    assert paths == {p.path for p in PLACEHOLDERS} - {"/leaderboard"}
+def test_no_page_is_a_stand_in(web: Web) -> None:
+    """The placeholder mechanism (a 501 page naming an issue) is gone with its
+    last page: nothing is registered, templated or importable for it."""
+    from pathlib import Path
 
+    import web as web_package
+    from web.app import api_routes
 
-def test_a_placeholder_keeps_its_role_boundary(web: Web, monkeypatch: pytest.MonkeyPatch) -> None:
-    from web import app as web_app
-    from web.placeholders import routes as placeholders
-
-    pending = placeholders.Placeholder(
-        "/test-pending", "Pending page", 99, "Arrives later.", (Role.operator,)
-    )
-    monkeypatch.setattr(placeholders, "PLACEHOLDERS", (pending,))
-    web.app.state.web.engine.dispose()
-    web.app = web_app.create_app(web.settings, clock=web.clock)
-    web.add_user("sub", Role.submitter)
-    web.add_user("op", Role.operator)
-    c = web.client()
-    assert c.get("/test-pending").status_code == 303  # sign in first
-    login(c, "sub")
-    r = c.get("/test-pending")
-    assert r.status_code == 403 and "this needs the operator role" in r.text
-    op = web.client()
-    login(op, "op")
-    r = op.get("/test-pending")
-    assert r.status_code == 501 and "issue #99" in r.text and "Arrives later." in r.text
+    assert not (Path(web_package.__file__).parent / "placeholders").exists()
+    names = [rc.original_route.name for rc in api_routes(web.app)]
+    assert not [n for n in names if n.startswith("placeholder")], names
+    assert not [
+        r for r in web.app.routes if (getattr(r, "name", None) or "").startswith("placeholder")
+    ]
 
 
 def test_create_a_token_on_the_account_page_and_revoke_it(web: Web) -> None:

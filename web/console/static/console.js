@@ -4,7 +4,7 @@
 // API answers loopback only). Space is the safety stop, whatever has focus.
 "use strict";
 
-(function () {
+(() => {
   const API = "/api/console";
   const MOVING = new Set(["armed", "running", "finishing"]);
   const OUTCOME_WORDS = {
@@ -28,7 +28,7 @@
   function show(el, on) { el.hidden = !on; }
 
   function fmtTime(seconds) {
-    if (seconds === null || seconds === undefined || !isFinite(seconds)) return "--:--";
+    if (seconds === null || seconds === undefined || !Number.isFinite(Number(seconds))) return "--:--";
     const s = Math.max(0, seconds);
     const m = Math.floor(s / 60);
     const rest = s - m * 60;
@@ -273,7 +273,7 @@
       if (!/^\d+$/.test(raw)) { errors.push([name, `must be a whole number, 0 or more, got ${raw}`]); continue; }
       counts[name] = Number(raw);
     }
-    const outcome = (document.querySelector("input[name=outcome]:checked") || {}).value;
+    const outcome = document.querySelector("input[name=outcome]:checked")?.value;
     if (!outcome) errors.push(["outcome", "choose how the run ended"]);
     const notes = $("log-notes").value;
     if (notes.length > 4000) errors.push(["notes", `at most 4000 characters, got ${notes.length}`]);

@@ -9,7 +9,7 @@
 // time exactly on pts_k may round to the frame before).
 "use strict";
 
-(function () {
+(() => {
   const COLORS = {
     placement: "#27ae60",
     candidate: "#d68910",
@@ -44,13 +44,13 @@
 
     function fps(camera) {
       const c = data.cameras.find((x) => x.name === camera);
-      return (c && c.fps) || 30;
+      return c?.fps || 30;
     }
 
     // the frame shown at episode time t, and the currentTime that shows it
     function frameFor(camera, t) {
       const pts = frames[camera];
-      if (!pts || !pts.length) return { k: null, time: Math.max(0, t) };
+      if (!pts?.length) return { k: null, time: Math.max(0, t) };
       const k = Math.max(0, lastAtOrBefore(pts, t + EPS));
       const next = k + 1 < pts.length ? pts[k + 1] : pts[k] + 1 / fps(camera);
       return { k, time: (pts[k] + next) / 2 };
@@ -60,7 +60,7 @@
       const cam = primary ? primary.dataset.camera : null;
       const k = cam && frames[cam] ? Math.max(0, lastAtOrBefore(frames[cam], t + EPS)) : null;
       state.frame = k;
-      if (clock) clock.textContent = `t = ${t.toFixed(3)} s` + (k !== null ? ` · frame ${k}` : "");
+      if (clock) clock.textContent = `t = ${t.toFixed(3)} s${k !== null ? ` · frame ${k}` : ""}`;
       if (scrub && document.activeElement !== scrub) scrub.value = String(t);
       for (const c of charts) c.setCursor(t);
     }
@@ -77,7 +77,9 @@
         }
       }
       updateClock(shown);
-      document.querySelectorAll("#event-table tr.active").forEach((r) => r.classList.remove("active"));
+      document.querySelectorAll("#event-table tr.active").forEach((r) => {
+        r.classList.remove("active");
+      });
       if (source) {
         const row = document.querySelector(`#event-table tr[data-marker-row="${source}"]`);
         if (row) row.classList.add("active");
@@ -132,7 +134,7 @@
       document.getElementById("next-frame").addEventListener("click", () => step(1));
       if (scrub) scrub.addEventListener("input", () => { primary.pause(); seekTo(Number(scrub.value)); });
       document.addEventListener("keydown", (ev) => {
-        if (ev.target.closest && ev.target.closest("input, select, textarea, button")) return;
+        if (ev.target.closest?.("input, select, textarea, button")) return;
         if (ev.key === " ") { ev.preventDefault(); if (primary.paused) primary.play(); else primary.pause(); }
         if (ev.key === ",") step(-1);
         if (ev.key === ".") step(1);

@@ -14,7 +14,7 @@
 // click a marker to run its action (the explorer seeks to its frame).
 "use strict";
 
-(function () {
+(() => {
   const NS = "http://www.w3.org/2000/svg";
   const PALETTE = [
     "#1f4e79", "#c0392b", "#2e8b57", "#8e44ad", "#d68910",
@@ -46,7 +46,7 @@
   function ticks(lo, hi, count) {
     if (!(hi > lo)) return [lo];
     const raw = (hi - lo) / Math.max(1, count);
-    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const mag = 10 ** Math.floor(Math.log10(raw));
     const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw) || raw;
     const out = [];
     for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) {
@@ -127,8 +127,8 @@
     }
     tip.hidden = false;
     const w = container.clientWidth;
-    tip.style.left = (px + 14 + tip.offsetWidth > w ? Math.max(0, px - tip.offsetWidth - 10) : px + 14) + "px";
-    tip.style.top = Math.max(0, py - 10) + "px";
+    tip.style.left = `${px + 14 + tip.offsetWidth > w ? Math.max(0, px - tip.offsetWidth - 10) : px + 14}px`;
+    tip.style.top = `${Math.max(0, py - 10)}px`;
   }
 
   // ------------------------------------------------------------ line chart
@@ -230,7 +230,7 @@
       }
 
       // clip everything data-driven to the plot area
-      const clipId = "clip-" + Math.random().toString(36).slice(2);
+      const clipId = `clip-${Math.random().toString(36).slice(2)}`;
       const defs = el("defs", {}, svg);
       const clip = el("clipPath", { id: clipId }, defs);
       el("rect", { x: m.l, y: m.t, width: pw, height: ph }, clip);
@@ -341,7 +341,7 @@
       el("path", { d, fill: s.color, "fill-opacity": 0.14, stroke: "none" }, plot);
     }
 
-    _markers(plot, m, ph) {
+    _markers(_plot, m, ph) {
       this.markerLayer = null;
       if (!this.markers.length) return;
       const layer = el("g", { class: "chart-markers" });
@@ -469,7 +469,7 @@
       this.svg.addEventListener("pointerleave", () => this._hideHover());
       this.svg.addEventListener("pointerdown", (ev) => {
         const [px, py] = pos(ev);
-        if (ev.target.closest && ev.target.closest(".chart-marker, .chart-legend")) return;
+        if (ev.target.closest?.(".chart-marker, .chart-legend")) return;
         if (inPlot(px, py)) dragStart = px;
       });
       window.addEventListener("pointerup", (ev) => {
@@ -602,9 +602,13 @@
   function serialize(svg) {
     const clone = svg.cloneNode(true);
     clone.setAttribute("xmlns", NS);
-    clone.querySelectorAll(".chart-overlay").forEach((n) => n.remove());
-    clone.querySelectorAll("[visibility='hidden']").forEach((n) => n.remove());
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + new XMLSerializer().serializeToString(clone);
+    clone.querySelectorAll(".chart-overlay").forEach((n) => {
+      n.remove();
+    });
+    clone.querySelectorAll("[visibility='hidden']").forEach((n) => {
+      n.remove();
+    });
+    return `<?xml version="1.0" encoding="UTF-8"?>\n${new XMLSerializer().serializeToString(clone)}`;
   }
 
   function download(blob, name) {
@@ -617,7 +621,7 @@
   }
 
   function exportSVG(chart, name) {
-    download(new Blob([serialize(chart.svg)], { type: "image/svg+xml" }), name + ".svg");
+    download(new Blob([serialize(chart.svg)], { type: "image/svg+xml" }), `${name}.svg`);
   }
 
   function toPNG(chart, scale) {
@@ -643,7 +647,7 @@
   }
 
   async function exportPNG(chart, name) {
-    download(await toPNG(chart, 2), name + ".png");
+    download(await toPNG(chart, 2), `${name}.png`);
   }
 
   function exportButtons(toolbar, chart, name) {

@@ -2,7 +2,7 @@
 // 95 % interval; click a policy to open its page; export as PNG or SVG.
 "use strict";
 
-(function () {
+(() => {
   function start() {
     const dataEl = document.getElementById("board-data");
     const box = document.getElementById("hrt-chart");
@@ -36,7 +36,7 @@
     const holder = document.createElement("span");
     holder.className = "chart-toolbar";
     toolbar.appendChild(holder);
-    ProctorCharts.exportButtons(holder, { get svg() { return chart.svg; } }, "leaderboard-" + (box.dataset.metric || "hrt"));
+    ProctorCharts.exportButtons(holder, { get svg() { return chart.svg; } }, `leaderboard-${box.dataset.metric || "hrt"}`);
     toolbar.querySelectorAll('input[name="metric"]').forEach((input) => {
       input.addEventListener("change", () => draw(input.value));
     });

@@ -3,7 +3,7 @@
 // the UPH vs MTBF/A trajectory as τ sweeps, and the failure modes.
 "use strict";
 
-(function () {
+(() => {
   const POLICY = "#1f4e79";
   const OTHER = "#c0392b";
 
@@ -34,8 +34,8 @@
         series, xLabel: "time to success t, s", yLabel: "F(t)", yDomain: [0, 1.02],
         xDomain: [0, d.tau], height: 260,
       });
-      charts["cdf-" + box.dataset.index] = chart;
-      addExport("cdf-" + box.dataset.index, chart, `cdf-${slug(d.label)}-${slug(o.object)}`);
+      charts[`cdf-${box.dataset.index}`] = chart;
+      addExport(`cdf-${box.dataset.index}`, chart, `cdf-${slug(d.label)}-${slug(o.object)}`);
     });
 
     document.querySelectorAll('[data-chart="pp"]').forEach((box) => {
@@ -46,8 +46,8 @@
         xLabel: `F_c(t) (${d.comparator})`, yLabel: `F(t) (${d.label})`, xDomain: [0, 1], yDomain: [0, 1],
         diagonal: true, height: 260, legend: false, showX: true, nearest: true,
       });
-      charts["pp-" + box.dataset.index] = chart;
-      addExport("pp-" + box.dataset.index, chart, `pp-${slug(d.label)}-${slug(o.object)}`);
+      charts[`pp-${box.dataset.index}`] = chart;
+      addExport(`pp-${box.dataset.index}`, chart, `pp-${slug(d.label)}-${slug(o.object)}`);
     });
 
     document.querySelectorAll('[data-chart="qq"]').forEach((box) => {
@@ -55,7 +55,7 @@
       if (!o.qq) return;
       const ref = [];
       const model = [];
-      o.qq.p.forEach((p, i) => {
+      o.qq.p.forEach((_p, i) => {
         if (o.qq.ref[i] !== null && o.qq.model[i] !== null) { ref.push(o.qq.ref[i]); model.push(o.qq.model[i]); }
       });
       const hi = Math.max(1, ...ref, ...model);
@@ -64,8 +64,8 @@
         xLabel: `quantile of ${d.comparator}, s`, yLabel: `quantile of ${d.label}, s`,
         xDomain: [0, hi], yDomain: [0, hi], diagonal: true, height: 260, legend: false, showX: true, nearest: true,
       });
-      charts["qq-" + box.dataset.index] = chart;
-      addExport("qq-" + box.dataset.index, chart, `qq-${slug(d.label)}-${slug(o.object)}`);
+      charts[`qq-${box.dataset.index}`] = chart;
+      addExport(`qq-${box.dataset.index}`, chart, `qq-${slug(d.label)}-${slug(o.object)}`);
     });
 
     const tbox = document.querySelector('[data-chart="tradeoff"]');

@@ -10,7 +10,7 @@
 // displayed frame is read back with requestVideoFrameCallback.
 "use strict";
 
-(function () {
+(() => {
   const root = document.getElementById("review");
   if (!root) return;
   const uid = root.dataset.uid;

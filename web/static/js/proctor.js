@@ -3,7 +3,7 @@
 // helper that sends the CSRF token for signed-in JSON calls.
 "use strict";
 
-(function () {
+(() => {
   function csrfToken() {
     const meta = document.querySelector('meta[name="csrf-token"]');
     return meta ? meta.getAttribute("content") : null;

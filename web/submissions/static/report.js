@@ -2,7 +2,7 @@
 // ask the API now and then and reload when the report is in.
 "use strict";
 
-(function () {
+(() => {
   const ACTIVE = ["queued", "running"];
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -3,7 +3,7 @@
 // PUT /api/uploads/{id}?offset=N appends; POST …/complete submits it.
 "use strict";
 
-(function () {
+(() => {
   // bytes a request carries (a dropped connection loses at most this): the page says
   let CHUNK = 8 * 1024 * 1024;
   const RETRIES = 5;

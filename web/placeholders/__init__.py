@@ -1,1 +1,0 @@
-"""Pages that other issues will build, said plainly until they land."""
