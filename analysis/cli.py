@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -317,7 +316,9 @@ class _PowerGroup(TyperGroup):
     power FILE --detection``, ``--wilson 0.05`` …) gets one line naming the
     subcommand that now does it, not click's "no such option"."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    # typer >= 0.29 carries its own copy of click, whose Context is not the
+    # click package's: the context is only passed through, so Any
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
             raise UsageError(_flat_form_hint(args))
         return super().parse_args(ctx, args)
