@@ -182,7 +182,7 @@ def analyze(
     bootstrap: Annotated[int, typer.Option(help="Bootstrap replicates for every interval.")] = 2000,
     ks_resamples: Annotated[
         int | None,
-        typer.Option(help="Pooled resamples per macro-KS p-value (default: --bootstrap)."),
+        typer.Option(help="Label permutations per macro-KS p-value (default: --bootstrap)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every resample (recorded).")] = 0,
     alpha: Annotated[
@@ -279,7 +279,7 @@ def _print_leaderboard(lb: Any, tau_source: str) -> None:
             p.letters,
         )
     con.print(t)
-    v = Table(title="Pairwise verdicts (macro-KS, pooled-resample bootstrap)")
+    v = Table(title="Pairwise verdicts (macro-KS, episode permutation)")
     for col in ("pair", "macro D", "p (Bonf.)", "log-rank χ² (p Bonf.)", "ΔRMST s [CI]", "verdict"):
         v.add_column(col, overflow="fold")
     for pr_ in lb.pairs:

@@ -2,15 +2,16 @@
 §5.2 and App. J).
 
 Both run many *outer trials*, each a two-arm comparison on some episodes,
-and inside each trial the pooled-resample clustered bootstrap (*inner*
-replicates) for three tests at once:
+and inside each trial the episode-clustered permutation test of
+:mod:`analysis.significance` (*inner* relabellings of the trial's episodes,
+arm sizes kept) for three tests at once:
 
 * macro-KS: D = mean over objects of sup_[0,τ] |F_A − F_B|, one-sided;
 * RMST: |mean over objects of RMST_A(τ) − RMST_B(τ)|, two-sided;
 * binary at t: |mean over objects of F_A(t) − F_B(t)|, two-sided;
 
-p = (1 + #{stat* >= stat}) / (I + 1), the same pooled resamples serving all
-three (under H0 the pooled arms are exchangeable, so the resampled
+p = (1 + #{stat* >= stat}) / (I + 1), the same relabellings serving all
+three (under H0 the two arms' episodes are exchangeable, so the relabelled
 differences are the null distribution of each statistic).
 
 * Detection: outer trial = n episodes per cell drawn with replacement from
@@ -96,7 +97,8 @@ def trial_pvalues(
 
     ``slots[o]``: (T, m_o) episode indices into pool o for each trial — the
     trial's arm A is the first ``n_a[o]`` slots, arm B the rest; under H0 the
-    inner resamples draw each arm from all m_o slots with replacement.
+    inner relabellings give a random ``n_a[o]`` of the m_o slots to arm A and
+    the rest to arm B.
     """
     n_trials = slots[0].shape[0]
     # about a thousand replicate columns an arm per block: large enough that
@@ -118,9 +120,12 @@ def trial_pvalues(
             e = pool.ops.n_episodes
             w_obs_a = _counts(s_block[:, :na], e)
             w_obs_b = _counts(s_block[:, na:], e)
-            # inner: each arm draws its size from the trial's m slots
-            pick_a = rng.integers(0, m, size=(t_n, inner, na))
-            pick_b = rng.integers(0, m, size=(t_n, inner, nb))
+            # inner: the trial's m slots shuffled, the first na to arm A —
+            # a permutation, so each slot lands in exactly one arm (drawing
+            # each arm with replacement made the null too narrow, docs/methods.md §5)
+            order = np.argsort(rng.random((t_n, inner, m)), axis=2)
+            pick_a = order[:, :, :na]
+            pick_b = order[:, :, na:]
             rows = np.arange(t_n)[:, None, None]
             w_in_a = _counts(s_block[rows, pick_a].reshape(t_n * inner, na), e)
             w_in_b = _counts(s_block[rows, pick_b].reshape(t_n * inner, nb), e)
@@ -181,7 +186,7 @@ def detection_rates(
 ) -> DetectionCurve:
     """For each n: ``outer`` trials, each drawing n episodes per cell with
     replacement from each arm of every object, tested with ``inner``
-    pooled resamples."""
+    relabellings."""
     rates: dict[str, list[float]] = {}
     lo: dict[str, list[float]] = {}
     hi: dict[str, list[float]] = {}

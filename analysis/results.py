@@ -18,7 +18,7 @@ class Protocol:
     """Everything a result depends on besides the data; disclosed with it.
 
     ``tau``: RMST integration cap (s). ``bootstrap``: replicates for every
-    interval; ``ks_resamples``: pooled resamples for each macro-KS p-value
+    interval; ``ks_resamples``: label permutations for each macro-KS p-value
     (default: ``bootstrap``). ``success_at``: thresholds t for F(t).
     ``rho``: intra-episode correlation for the power model (None: estimated
     from the data). ``sweep_points``: τ values in the (UPH, MTBF/A) sweep.

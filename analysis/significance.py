@@ -1,10 +1,15 @@
 """Is there any difference? (docs/methods.md §5)
 
 * Macro-averaged KS: D_o = sup over t in [0, τ] of |F_A,o(t) − F_B,o(t)| on
-  the KM curves, D = mean over objects (equal weights); p-value by the
-  pooled-resample clustered bootstrap: under H0 pool the two arms' episodes of
-  each object, draw two arms of the original sizes with replacement,
-  recompute D*; p = (1 + #{D* >= D}) / (B + 1).
+  the KM curves, D = mean over objects (equal weights); p-value by an
+  episode-clustered permutation test: under H0 the two arms' episodes of
+  each object are exchangeable, so shuffle the arm labels of whole episodes
+  within each object (keeping both arms' sizes), recompute D*;
+  p = (1 + #{D* >= D}) / (B + 1), which has size at most α for any n
+  (Phipson & Smyth 2010). The pooled-resample bootstrap it replaces (two arms
+  drawn with replacement from the pool) rejected 0.067 / 0.126 at
+  α = 0.05 / 0.10 on null splits with 15 episodes a cell, mean p 0.44: see
+  docs/methods.md §5.
 * Log-rank stratified by object (Mantel 1966): sum over strata of O − E and
   of the hypergeometric variances, χ² on 1 df; Bonferroni over pairs.
 * The verdict: direction comes from scalars, never from the KS sign.
@@ -14,7 +19,9 @@ curves are right-continuous steps that only move there, so the largest gap on
 [0, τ] is attained at one of them (or is 0).
 
 References: PhAIL (seeds/002) §3.3 and App. J; Smirnov (1948); Mantel (1966),
-Cancer Chemother. Rep. 50:163; Efron & Tibshirani (1993) §16.
+Cancer Chemother. Rep. 50:163; Efron & Tibshirani (1993) §15–16; Phipson &
+Smyth (2010), Stat. Appl. Genet. Mol. Biol. 9:39 (the +1 of random
+permutations).
 """
 
 from __future__ import annotations
@@ -25,7 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special  # not scipy.stats: see binary.py
 
-from analysis.bootstrap import draw_counts
 from analysis.km import at_risk, risk_set, survival
 from analysis.operations import Operations, concat_operations
 
@@ -41,9 +47,26 @@ def two_arm_survival(
     return rs.grid, s[:, :r], s[:, r:]
 
 
+def permutation_labels(
+    n_pool: int, n_a: int, replicates: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Arm A's membership in ``replicates`` random relabellings of a pool of
+    ``n_pool`` episodes: shape (n_pool, replicates), each column 1 on a
+    uniformly random n_a of the episodes and 0 elsewhere (arm B is 1 − it).
+    Drawn without replacement, so every episode lands in exactly one arm, as
+    in the data; drawing with replacement shares episodes between the arms
+    and makes the null too narrow."""
+    labels = np.zeros((n_pool, replicates))
+    if n_pool == 0 or n_a == 0:
+        return labels
+    order = np.argsort(rng.random((replicates, n_pool)), axis=1)
+    labels[order[:, :n_a], np.arange(replicates)[:, None]] = 1.0
+    return labels
+
+
 @dataclass(frozen=True)
 class MacroKS:
-    """The macro-averaged KS statistic and its pooled-resample p-value."""
+    """The macro-averaged KS statistic and its permutation p-value."""
 
     statistic: float
     p: float
@@ -73,9 +96,8 @@ def macro_ks_test(
         w_obs_b = 1.0 - w_obs_a
         grid, s_a, s_b = two_arm_survival(pooled, w_obs_a, w_obs_b, tau)
         observed[obj] = float(np.max(np.abs(s_a - s_b))) if grid.size else 0.0
-        rng = rngs[obj]
-        w_a = draw_counts(n_pool, n_a, replicates, rng).astype(float)
-        w_b = draw_counts(n_pool, n_b, replicates, rng).astype(float)
+        w_a = permutation_labels(n_pool, n_a, replicates, rngs[obj])
+        w_b = 1.0 - w_a
         grid, s_a, s_b = two_arm_survival(pooled, w_a, w_b, tau)
         if grid.size:
             np.subtract(s_a, s_b, out=s_a)

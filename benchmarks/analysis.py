@@ -5,10 +5,10 @@ reference, 4 objects, 50 episodes per cell ≈ 1000 episodes, 5–10 items each)
 and times, in this process:
 
 1. the full leaderboard: every cell's B = 2000 episode-clustered bootstrap,
-   all 10 pairs with 2000 pooled KS resamples per object, log-rank, AUC,
+   all 10 pairs with 2000 KS label permutations per object, log-rank, AUC,
    breakdowns, power for unresolved pairs;
 2. a paper-scale detection-rate run: one pair, n = 5, 10, …, 50 episodes per
-   cell, 300 outer trials × 200 inner resamples, three tests;
+   cell, 300 outer trials × 200 inner relabellings, three tests;
 3. the straightforward baseline on the same work: one lifelines
    ``KaplanMeierFitter`` fit per bootstrap replicate (RMST from
    ``restricted_mean_survival_time`` for a cell, the KS sup from two fits
@@ -88,8 +88,9 @@ def lifelines_cell(episodes, replicates: int, rng: np.random.Generator) -> float
 
 
 def lifelines_pair(ep_a, ep_b, replicates: int, rng: np.random.Generator) -> float:
-    """Baseline for one pair and object: per pooled resample, two KM fits and
-    the sup of their difference on the union grid up to τ."""
+    """Baseline for one pair and object: per relabelling of the pooled
+    episodes, two KM fits and the sup of their difference on the union grid
+    up to τ."""
     from lifelines import KaplanMeierFitter
 
     ops = [extract_operations(ep_a), extract_operations(ep_b)]
@@ -98,8 +99,8 @@ def lifelines_pair(ep_a, ep_b, replicates: int, rng: np.random.Generator) -> flo
     total = 0.0
     for _ in range(replicates):
         curves = []
-        for n in sizes:
-            pick = rng.integers(0, len(pooled), n)
+        order = rng.permutation(len(pooled))
+        for pick in (order[: sizes[0]], order[sizes[0] :]):
             parts = [pooled[k] for k in pick]
             t = np.concatenate([o.time[o.episode == e] for o, e in parts])
             d = np.concatenate([o.event[o.episode == e] for o, e in parts])

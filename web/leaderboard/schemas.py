@@ -63,7 +63,7 @@ class ProtocolOut(BaseModel):
     per_item_cap_s: float = Field(description="time budget per item, s")
     items_per_episode: int
     bootstrap: int = Field(description="bootstrap replicates behind every interval")
-    ks_resamples: int = Field(description="pooled resamples behind each macro-KS p-value")
+    ks_resamples: int = Field(description="label permutations behind each macro-KS p-value")
     seed: int
     alpha: float
     reference: str | None = Field(description="the human reference's label")
