@@ -21,6 +21,7 @@ Only 200 responses with a length and no ``set-cookie`` are kept.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 MAX_ENTRIES = 512
 MAX_BODY_BYTES = 2 * 1024 * 1024  # one response
 MAX_TOTAL_BYTES = 64 * 1024 * 1024  # all of them: the least recently used go first
+# how long a request waits for another one fetching the same response from the
+# app before it goes to the app itself
+FILL_WAIT_S = 10.0
 _MAX_AGE = re.compile(r"max-age=(\d+)")
 
 
@@ -158,6 +162,10 @@ class SharedCacheMiddleware:
         self._lock = threading.Lock()
         self._bytes = 0
         self.hits = 0
+        # keys whose response was kept lately (an ordered set, bounded), and the
+        # keys being fetched from the app right now (event loop only: no lock)
+        self._kept: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._filling: dict[tuple[str, bytes], asyncio.Event] = {}
 
     def _lookup(self, key: tuple[str, bytes], current: Generation) -> _Entry | None:
         with self._lock:
@@ -179,6 +187,10 @@ class SharedCacheMiddleware:
                 self._bytes -= len(previous.body)
             self._entries[key] = entry
             self._bytes += len(entry.body)
+            self._kept[key] = None
+            self._kept.move_to_end(key)
+            while len(self._kept) > 4 * MAX_ENTRIES:
+                self._kept.popitem(last=False)
             while len(self._entries) > MAX_ENTRIES or self._bytes > MAX_TOTAL_BYTES:
                 _, dropped = self._entries.popitem(last=False)
                 self._bytes -= len(dropped.body)
@@ -199,9 +211,44 @@ class SharedCacheMiddleware:
             return
         key = (scope["path"], scope["query_string"])
         entry = self._lookup(key, current)
+        if entry is None and key in self._filling:
+            # another request is producing this very response (the entry expired
+            # or a write made it old): wait for it instead of rendering the page
+            # once per waiting visitor, which made every expiry a burst of 50
+            # renders and the p99 of a cached page over a second
+            await self._wait_for(key)
+            current = await self.watcher.current()
+            if current is None:
+                await self.app(scope, receive, send)
+                return
+            entry = self._lookup(key, current)
         if entry is not None:
             await self._answer(scope, send, entry)
             return
+        # only a response kept before is worth waiting for: a private or failed
+        # one would make its concurrent requests take turns for nothing
+        filling = key in self._kept and key not in self._filling
+        if filling:
+            self._filling[key] = asyncio.Event()
+        try:
+            await self._fill(scope, receive, send, key, current)
+        finally:
+            if filling:
+                self._filling.pop(key).set()
+
+    async def _wait_for(self, key: tuple[str, bytes]) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._filling[key].wait(), FILL_WAIT_S)
+
+    async def _fill(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        key: tuple[str, bytes],
+        current: Generation,
+    ) -> None:
+        """Pass the request to the app and keep its response if it may be shared."""
         started = time.monotonic()
         start: Message | None = None
         chunks: list[bytes] = []
@@ -213,6 +260,8 @@ class SharedCacheMiddleware:
             if message["type"] == "http.response.start":
                 start = message
                 keep = _cacheable(message)
+                if not keep:
+                    self._kept.pop(key, None)
             elif message["type"] == "http.response.body" and keep:
                 size += len(message.get("body", b""))
                 if size > MAX_BODY_BYTES:
