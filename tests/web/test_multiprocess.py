@@ -143,3 +143,25 @@ def test_a_write_in_one_worker_or_the_cli_reaches_every_worker(
 def test_serve_refuses_a_worker_count_out_of_range(web_db_url: str, tmp_path: Path) -> None:
     done = _cli(web_db_url, tmp_path, "serve", "--workers", "0", "--no-migrate")
     assert done.returncode == 2 and "--workers" in done.stderr
+
+
+def test_worker_processes_get_the_same_uvicorn_settings(tmp_path: Path) -> None:
+    """Worker processes receive the uvicorn config pickled: the header deadline
+    (a config attribute read by a module-level protocol class) and the trusted
+    proxies must survive the trip."""
+    import pickle
+
+    from proctor.settings import load_settings
+    from web.server import APP_FACTORY, HeaderDeadlineProtocol, uvicorn_config
+
+    settings = load_settings(
+        env="test",
+        data_dir=tmp_path,
+        database_url=f"sqlite:///{tmp_path / 'p.db'}",
+        web={"header_timeout_s": 1.5, "trusted_proxies": ["127.0.0.1"]},
+    )
+    config = uvicorn_config(APP_FACTORY, settings, host="127.0.0.1", port=8000, workers=2)
+    copy = pickle.loads(pickle.dumps(config))
+    assert copy.workers == 2 and copy.factory and copy.app == APP_FACTORY
+    assert copy.http is HeaderDeadlineProtocol and copy.header_timeout_s == 1.5
+    assert copy.proxy_headers and copy.forwarded_allow_ips == ["127.0.0.1"]
