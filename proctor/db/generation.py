@@ -21,7 +21,7 @@ writers are serialized anyway.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -36,7 +36,7 @@ _WROTE = "proctor.wrote"
 # (a web process reads the row again at once after its own writes)
 BUMPED = "proctor.generation_bumped"
 _ROW_ID = 1
-_table = CacheGeneration.__table__
+_table = cast(sa.Table, CacheGeneration.__table__)
 
 
 def _mark_write(session: Session, *_: object) -> None:
