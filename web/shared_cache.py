@@ -5,7 +5,9 @@ answered ``cache-control: public, max-age=30`` with ``vary: cookie,
 authorization`` (``web.leaderboard.caching``): any proxy may keep them. This
 is that proxy, in the process: a request with no session cookie and no
 ``authorization`` header gets the stored bytes of the last such response for
-the same path and query, without routing, middleware or a database query.
+the same path and query, without routing, middleware or a database query
+(but for a one-row read of the cache generation at most every
+``web.cache_check_s``, shared by all requests).
 
 It keeps a response for ``min(max-age, web.shared_cache_s)`` seconds, and
 forgets it as soon as the database's cache generation moves
@@ -91,7 +93,8 @@ class GenerationWatcher:
         self.reads = 0
         self._value: Generation | None = None
         self._checked = -math.inf
-        self._lock: asyncio.Lock | None = None
+        # one lock per event loop (a server has one; test clients may start several)
+        self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     def _fresh(self) -> bool:
         return (
@@ -109,15 +112,16 @@ class GenerationWatcher:
         nothing is answered from memory or kept)."""
         if self._fresh():
             return self._value
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock[0] is not loop:
+            self._lock = (loop, asyncio.Lock())
+        async with self._lock[1]:
             if self._fresh():
                 return self._value
             local = LOCAL_COMMITS.value  # before the read: a commit during it reads again
             started = time.monotonic()
             try:
-                value = await asyncio.get_running_loop().run_in_executor(None, self._read)
+                value = await loop.run_in_executor(None, self._read)
             except Exception:
                 log.warning("shared cache: cannot read the cache generation", exc_info=True)
                 self._value, self._checked = None, -math.inf
