@@ -181,6 +181,7 @@ def test_the_public_page_is_shared_with_anonymous_visitors_only(web: Web) -> Non
     uid, closed_uid = public.episode_uids[0], closed.episode_uids[0]
     page = f"/episodes/{uid}"
     cache = cache_of(web)
+    cache.seconds = 30  # kept for the whole test, however slow the machine (max-age is 30)
 
     first = web.client().get(page)
     assert first.status_code == 200 and "set-cookie" not in first.headers
