@@ -2,6 +2,7 @@
 to open a 4-minute episode in the explorer.
 
     ./run bench web [--clients 50] [--seconds 10] [--fps 30] [--episode-s 240] [--skip-load]
+                    [--workers 1,2] [--workers-only]
 
 Setup (not timed): a released campaign (reference + 4 policies × 4 objects ×
 8 episodes) scored by the real analysis into stored snapshots, and one
@@ -27,6 +28,12 @@ cameras at 30 fps, 100 Hz telemetry) into the artifact store.
    requests/s, and the ratio to the **baseline**: a static file
    (``/static/css/proctor.css``) served by the same server under the same
    load. Target: leaderboard p99 < 100 ms.
+4. **Explorer page with 1 and 2 worker processes** — the real ``proctor
+   serve --workers N`` (each of ``--workers``) over the same database, and
+   ``--clients`` closed-loop clients on the explorer page, as anonymous
+   visitors (answered from each worker's shared cache) and with the shared
+   cache off (every request rendered: what a signed-in visitor costs).
+   Target: p99 < 300 ms with 2 workers.
 
 The machine is small and shared: the load average is printed with the
 figures, and every ratio compares runs taken under the same conditions.
@@ -52,6 +59,7 @@ import numpy as np
 
 TARGET_LEADERBOARD_P99_MS = 100.0
 TARGET_EXPLORER_READY_S = 1.0
+TARGET_EXPLORER_PAGE_P99_MS = 300.0
 
 
 # ----------------------------------------------------------------- the load
@@ -315,6 +323,71 @@ def load_sections(base: str, cid: int, uid: str, args: argparse.Namespace) -> No
               f"{verdict} ({p99:.1f} ms)")  # fmt: skip
 
 
+# ------------------------------------------------ proctor serve --workers N
+
+
+def _proctor_serve(env: dict[str, str], workers: int, log: Path) -> tuple[str, subprocess.Popen]:
+    """``proctor serve --workers N`` on a free loopback port; (base URL, process)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "proctor", "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--no-migrate", "--workers", str(workers)]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    import httpx
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"proctor serve exited:\n{log.read_text(errors='replace')}")
+        try:
+            if httpx.get(base + "/api/health", timeout=5).status_code == 200:
+                return base, proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.terminate()
+    raise SystemExit(f"proctor serve did not answer:\n{log.read_text(errors='replace')}")
+
+
+def explorer_workers(url: str, tmp: Path, secret: str, uid: str, args: argparse.Namespace) -> None:
+    import httpx
+
+    path = f"/episodes/{uid}"
+    print(f"\n== explorer page, {args.clients} closed-loop clients, {args.seconds:g} s, "
+          f"proctor serve --workers N ==")  # fmt: skip
+    print(f"{'workers':>7s} {'shared cache':>13s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} "
+          f"{'errors':>7s} {'load avg':>9s}")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
+    env |= {"PROCTOR_ENV": "test", "PROCTOR_DATA_DIR": str(tmp), "PROCTOR_DATABASE_URL": url,
+            "PROCTOR_SECRET_KEY": secret}  # fmt: skip
+    results = {}
+    for workers in args.workers:
+        for cached in (True, False):
+            extra = {} if cached else {"PROCTOR_WEB__SHARED_CACHE_S": "0"}
+            log = tmp / f"serve-{workers}-{int(cached)}.log"
+            base, proc = _proctor_serve(env | extra, workers, log)
+            try:
+                for _ in range(4 * workers):  # every worker has rendered it once
+                    httpx.get(base + path, timeout=60).raise_for_status()
+                load = os.getloadavg()[0]
+                res = run_load(base, path, args.clients, args.seconds, None)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+            results[workers, cached] = res
+            print(f"{workers:7d} {'on' if cached else 'off':>13s} {res['p50']:8.1f} "
+                  f"{res['p99']:8.1f} {res['rps']:8.0f} {res['errors']:7d} "
+                  f"{load:9.1f}")  # fmt: skip
+    if (2, True) in results:
+        p99 = results[2, True]["p99"]
+        verdict = "MET" if p99 < TARGET_EXPLORER_PAGE_P99_MS else "MISSED"
+        print(f"explorer page p99 with 2 workers vs the {TARGET_EXPLORER_PAGE_P99_MS:.0f} ms "
+              f"target: {verdict} ({p99:.1f} ms)")  # fmt: skip
+
+
 # ------------------------------------------------------------------- main
 
 
@@ -330,6 +403,10 @@ def main() -> None:
     ap.add_argument("--explorer-runs", type=int, default=5)
     ap.add_argument("--cpu-requests", type=int, default=200)
     ap.add_argument("--skip-load", action="store_true", help="only the explorer-ready figures")
+    ap.add_argument("--workers", type=lambda v: [int(n) for n in v.split(",")], default=[1, 2],
+                    help="worker counts for the explorer page under proctor serve")  # fmt: skip
+    ap.add_argument("--workers-only", action="store_true",
+                    help="only the explorer page under proctor serve --workers N")  # fmt: skip
     args = ap.parse_args()
 
     import logging
@@ -347,12 +424,15 @@ def main() -> None:
         tmp = Path(tmp_name)
         url = f"sqlite:///{tmp / 'proctor.db'}"
         migrate.upgrade(url)
-        settings = load_settings(
-            env="test", data_dir=tmp, database_url=url, secret_key="bench-" + "x" * 40
-        )
+        secret = "bench-" + "x" * 40
+        settings = load_settings(env="test", data_dir=tmp, database_url=url, secret_key=secret)
         app = create_app(settings)
         compile_all(app.state.web.templates)  # as `proctor serve` does before it listens
         cid, uid = _seed(app, tmp, fps=args.fps, episode_s=args.episode_s)
+        if args.workers_only:
+            app.state.web.engine.dispose()
+            explorer_workers(url, tmp, secret, uid, args)
+            return
         base, server, thread = _serve(app)
         try:
             # first, while nothing has asked for the episode yet: a truly cold open
@@ -377,6 +457,8 @@ def main() -> None:
             server.should_exit = True
             thread.join(timeout=15)
             app.state.web.engine.dispose()
+        if not args.skip_load:
+            explorer_workers(url, tmp, secret, uid, args)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,13 @@ class WebSettings(BaseModel):
     # public result pages (released, nobody signed in) answered from memory for up
     # to this long; this process's own writes clear it at once (web.shared_cache)
     shared_cache_s: float = Field(default=2.0, ge=0, le=30)
+    # how often each server process reads the database's cache generation (bumped
+    # by every write, from any process): a write made elsewhere (another worker,
+    # the CLI, a station) reaches this process's shared cache within about this long
+    cache_check_s: float = Field(default=0.5, gt=0, le=10)
+    # `proctor serve` worker processes (uvicorn); pools, request limits and hashing
+    # slots above are per process
+    workers: int = Field(default=1, ge=1, le=64)
     # requests the app works on at once (web.limits); beyond it, 503 with Retry-After.
     # The database pool and the worker threads are sized from it, so that no admitted
     # request can wait on a connection that another is holding while it waits for a

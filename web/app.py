@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import NullPool, QueuePool
 
 from proctor import __version__, netguard
 from proctor.artifacts import open_store
@@ -46,7 +46,7 @@ from web.limits import engine_options, install_limits, size_worker_threads
 from web.middleware import SecurityHeadersMiddleware
 from web.policies import routes as policies
 from web.review import routes as review
-from web.shared_cache import SharedCacheMiddleware
+from web.shared_cache import GenerationWatcher, SharedCacheMiddleware
 from web.snapshots import routes as snapshots
 from web.startup import recover
 from web.state import AppState, Clock
@@ -138,6 +138,12 @@ def create_app(
     # /api/health's own way in: a connection opened for each check, so that it
     # answers (and tells the truth about the database) when the pool is taken
     health_engine = make_engine(settings.db_url, poolclass=NullPool)
+    # the shared cache's own way in, one connection: it reads one row twice a
+    # second and must not wait behind requests for the pool
+    watcher = GenerationWatcher(
+        make_engine(settings.db_url, poolclass=QueuePool, pool_size=1, max_overflow=0),
+        check_s=settings.web.cache_check_s,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -146,6 +152,7 @@ def create_app(
         await run_in_threadpool(recover, app.state.web)
         yield
         engine.dispose()
+        watcher.engine.dispose()
 
     app = FastAPI(
         title="Proctor",
@@ -212,5 +219,5 @@ def create_app(
     install_limits(app, web)
     app.add_middleware(SecurityHeadersMiddleware, hsts=https)
     # outermost: it answers from what the layers inside produced, headers included
-    app.add_middleware(SharedCacheMiddleware, seconds=web.shared_cache_s)
+    app.add_middleware(SharedCacheMiddleware, seconds=web.shared_cache_s, watcher=watcher)
     return app

@@ -359,6 +359,15 @@ def serve(
             help="Migrate the database first if it is behind (default: yes, except in prod).",
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Server processes sharing the port (default: settings web.workers, 1). "
+            "Pools, request limits and caches are per process.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the web app (pages and the JSON API) with uvicorn."""
     import uvicorn
@@ -366,10 +375,11 @@ def serve(
     from proctor.cli import cli_context
     from proctor.db import migrate
     from web.app import create_app
-    from web.server import uvicorn_config
+    from web.server import APP_FACTORY, uvicorn_config
     from web.templating import compile_all
 
-    settings = cli_context(ctx).settings()
+    context = cli_context(ctx)
+    settings = context.settings()
     url = settings.db_url
     problem = _schema_problem(url)
     if problem:
@@ -381,12 +391,34 @@ def serve(
         _err(f"migrating the database: {problem.split(':')[0]}")
         migrate.upgrade(url)
         _err(f"database now at revision {migrate.current(url)}")
+    # built here even when worker processes build their own: a setting or template
+    # that cannot work fails now, once, instead of in every worker as it restarts
     app = create_app(settings)
     compile_all(app.state.web.templates)
     bind_host = host or settings.web.host
     bind_port = port or settings.web.port
-    _err(f"Proctor on http://{bind_host}:{bind_port}/ (API docs at /api/docs); Ctrl-C stops it")
-    server = uvicorn.Server(uvicorn_config(app, settings, host=bind_host, port=bind_port))
-    server.run()
-    if not server.started:  # e.g. the port is taken: uvicorn has logged why
-        raise typer.Exit(code=3)
+    processes = workers or settings.web.workers
+    _err(
+        f"Proctor on http://{bind_host}:{bind_port}/ (API docs at /api/docs"
+        + (f"; {processes} worker processes" if processes > 1 else "")
+        + "); Ctrl-C stops it"
+    )
+    if processes == 1:
+        server = uvicorn.Server(uvicorn_config(app, settings, host=bind_host, port=bind_port))
+        server.run()
+        if not server.started:  # e.g. the port is taken: uvicorn has logged why
+            raise typer.Exit(code=3)
+        return
+    from uvicorn.supervisors import Multiprocess
+
+    app.state.web.engine.dispose()
+    if context.config_file is not None:  # the workers read the same file
+        os.environ["PROCTOR_CONFIG"] = str(context.config_file.resolve())
+    config = uvicorn_config(
+        APP_FACTORY, settings, host=bind_host, port=bind_port, workers=processes
+    )
+    try:
+        sock = config.bind_socket()
+    except SystemExit:  # e.g. the port is taken: uvicorn has logged why
+        raise typer.Exit(code=3) from None
+    Multiprocess(config, sockets=[sock]).run()

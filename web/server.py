@@ -1,5 +1,14 @@
-"""How ``proctor serve`` runs the app under uvicorn: which proxies it
-believes, and how long a connection may take to send a request's header.
+"""How ``proctor serve`` runs the app under uvicorn: how many processes,
+which proxies it believes, and how long a connection may take to send a
+request's header.
+
+With ``--workers N`` (``web.workers``) uvicorn binds the socket once and
+starts N processes that share it; each builds its own app through
+``app_from_environment`` from the same config file (passed on in
+``PROCTOR_CONFIG``) and ``PROCTOR_*`` environment as the command. Each
+process has its own pool, request limit, hashing slots and caches; the
+caches stay correct across processes through the database's cache
+generation (``web.shared_cache``, ``proctor.db.generation``).
 
 uvicorn has no header-read timeout: a client that opens connections and
 trickles a header line now and then keeps each socket (and a file
@@ -16,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -32,11 +43,15 @@ MAX_HEADER_BYTES = 64 * 1024
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, closing connections whose request header
-    does not arrive whole in time (or is too large)."""
+    does not arrive whole in time (or is too large). The time is the uvicorn
+    config's ``header_timeout_s`` (set by ``uvicorn_config``): a module-level
+    class and a config attribute, not a class made per timeout, because
+    worker processes receive both pickled."""
 
     header_timeout_s: float = 5.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.header_timeout_s = getattr(self.config, "header_timeout_s", self.header_timeout_s)
         self._header_deadline: asyncio.TimerHandle | None = None
         self._header_bytes = 0
         self._awaiting_header = True
@@ -92,21 +107,36 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
 
-def header_deadline_protocol(timeout_s: float) -> type[HeaderDeadlineProtocol]:
-    return type(
-        "HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": timeout_s}
-    )
+APP_FACTORY = "web.server:app_from_environment"
 
 
-def uvicorn_config(app: Any, settings: Settings, *, host: str, port: int) -> uvicorn.Config:
-    """The uvicorn configuration ``proctor serve`` runs ``app`` with."""
+def app_from_environment() -> Any:
+    """The app of one ``proctor serve --workers N`` process: the settings the
+    command read (config file from ``PROCTOR_CONFIG``, then ``PROCTOR_*``)."""
+    from proctor.settings import load_settings
+    from web.app import create_app
+    from web.templating import compile_all
+
+    config = os.environ.get("PROCTOR_CONFIG")
+    app = create_app(load_settings(Path(config) if config else None))
+    compile_all(app.state.web.templates)
+    return app
+
+
+def uvicorn_config(
+    app: Any, settings: Settings, *, host: str, port: int, workers: int = 1
+) -> uvicorn.Config:
+    """The uvicorn configuration ``proctor serve`` runs ``app`` with (an app,
+    or with ``workers`` > 1 the import string of a factory)."""
     web = settings.web
     proxies = list(web.trusted_proxies)
-    return uvicorn.Config(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=header_deadline_protocol(web.header_timeout_s),
+        workers=workers,
+        factory=isinstance(app, str),
+        http=HeaderDeadlineProtocol,
         # X-Forwarded-For/-Proto only from the configured proxies: uvicorn's own
         # default believes any process on loopback, which could then claim any
         # client address (login throttling counts failures by address)
@@ -114,3 +144,5 @@ def uvicorn_config(app: Any, settings: Settings, *, host: str, port: int) -> uvi
         forwarded_allow_ips=proxies or [],
         log_level="info",
     )
+    config.header_timeout_s = web.header_timeout_s  # type: ignore[attr-defined]
+    return config

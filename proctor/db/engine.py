@@ -13,7 +13,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from proctor.db import append_only
+from proctor.db import append_only, generation
 
 
 class ProctorSession(Session):
@@ -21,6 +21,8 @@ class ProctorSession(Session):
 
 
 append_only.install(ProctorSession)
+# every write bumps the cache generation that web processes watch
+generation.install(ProctorSession)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from proctor.db.models import Artifact, Episode, ReviewAction
 from proctor.domain import ArtifactKind, ReviewActionKind, Role
-from tests.web.conftest import Web
+from tests.web.conftest import Web, login
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
@@ -169,3 +169,40 @@ def test_unknown_and_unrecorded_episodes(web: Web) -> None:
     web.add_user("sam", Role.submitter)
     r = c.get(f"/api/episodes/{uid}/rrd", headers=bearer(web.token("sam", ("submitter",))))
     assert r.status_code == 400 and "nothing was recorded" in r.json()["detail"]
+
+
+def test_the_public_page_is_shared_with_anonymous_visitors_only(web: Web) -> None:
+    from tests.web.test_shared_cache import cache_of
+
+    web.add_user("root", Role.admin)
+    with web.db() as s:
+        public = seed_campaign(s, released=True, episodes_per_cell=2, seed=11)
+        closed = seed_campaign(s, released=False, episodes_per_cell=2, seed=12)
+    uid, closed_uid = public.episode_uids[0], closed.episode_uids[0]
+    page = f"/episodes/{uid}"
+    cache = cache_of(web)
+    cache.seconds = 30  # kept for the whole test, however slow the machine (max-age is 30)
+
+    first = web.client().get(page)
+    assert first.status_code == 200 and "set-cookie" not in first.headers
+    assert first.headers["cache-control"] == "public, max-age=30"
+    assert {v.strip() for v in first.headers["vary"].split(",")} == {"cookie", "authorization"}
+    hits = cache.hits
+    second = web.client().get(page)  # the next visitor: from memory, byte for byte
+    assert cache.hits == hits + 1 and second.content == first.content
+
+    # anyone signed in, or holding any session cookie, gets a page of their own
+    admin = web.client()
+    login(admin, "root")
+    mine = admin.get(page)
+    assert mine.status_code == 200 and mine.headers["cache-control"] == "private, no-cache"
+    token = {"Authorization": f"Bearer {web.token('root', ('admin',))}"}
+    by_token = web.client().get(page, headers=token)
+    assert by_token.status_code == 200 and "public" not in by_token.headers["cache-control"]
+    stale = web.client()
+    stale.cookies.set("proctor_session", "not-a-session")
+    assert "public" not in stale.get(page).headers["cache-control"]
+    assert cache.hits == hits + 1
+    # an unreleased episode (staff only) is never public
+    blind = admin.get(f"/episodes/{closed_uid}")
+    assert blind.status_code == 200 and blind.headers["cache-control"] == "private, no-cache"

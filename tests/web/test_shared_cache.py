@@ -5,6 +5,7 @@ private, partial or changed goes to the app."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -151,3 +152,62 @@ def test_it_keeps_within_its_memory_bounds(
     assert cache.hits == hits + 1
     web.client().get(urls[0])  # …the oldest went first
     assert cache.hits == hits + 1
+
+
+def test_concurrent_misses_of_a_kept_page_reach_the_app_once() -> None:
+    """When a kept page expires or a write makes it old, the visitors who ask
+    for it meanwhile wait for one request to fetch it (before: each went to
+    the app, 50 renders at once at every expiry under load)."""
+    import asyncio
+
+    from web.shared_cache import GenerationWatcher
+
+    class Watcher(GenerationWatcher):
+        def __init__(self) -> None:
+            self.value = (0, 0)
+
+        async def current(self) -> tuple[int, int]:  # type: ignore[override]
+            return self.value
+
+    calls = 0
+    gate = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal calls
+        calls += 1
+        await gate.wait()
+        body = f"page {calls}".encode()
+        headers = [
+            (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"public, max-age=30"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    watcher = Watcher()
+    cache = SharedCacheMiddleware(app, seconds=30, watcher=watcher)
+
+    async def get() -> tuple[int, bytes]:
+        scope = {"type": "http", "method": "GET", "path": "/p", "query_string": b"", "headers": []}
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        await cache(scope, None, send)  # type: ignore[arg-type]
+        return sent[0]["status"], sent[1]["body"]
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        gate.set()
+        assert await get() == (200, b"page 1")  # kept
+        gate.clear()
+        watcher.value = (1, 0)  # a write elsewhere: the kept page is old
+        waiting = [asyncio.create_task(get()) for _ in range(20)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        gate.set()
+        return await asyncio.gather(*waiting)
+
+    answers = asyncio.run(scenario())
+    assert calls == 2
+    assert answers == [(200, b"page 2")] * 20

@@ -12,18 +12,32 @@ commits (a rolled-back review queues nothing, and the worker never reads
 data that is not committed yet). The queue lives in this process: a crash
 loses it, so the server's start-up (``web.startup``) queues every campaign
 whose latest snapshot no longer matches its data.
+
+With several server processes (``proctor serve --workers N``) each has its
+own worker, and all of them queue the same stale campaigns at start-up. A
+recomputation therefore holds a lock on its campaign across processes
+(``pg_advisory_xact_lock`` on PostgreSQL; an exclusive ``flock`` on a file
+beside the SQLite database) from before it reads the data until its
+snapshots are committed: the second process to come waits, then finds the
+latest snapshot matching the data and adds nothing, and a recomputation
+that read older data can never commit after one that read newer data.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -34,6 +48,39 @@ from web.snapshots.service import StreamOutcome, recompute
 log = logging.getLogger(__name__)
 
 _PENDING_KEY = "proctor.snapshot_campaigns"
+# the advisory lock class of a campaign's recomputation (PostgreSQL's two-key form;
+# web.auth.throttle uses 0x50524F31 and 0x50524F32)
+_LOCK_RECOMPUTE = 0x50524F33
+
+
+@contextmanager
+def _file_lock(engine: Engine) -> Iterator[None]:
+    """SQLite: an exclusive lock on ``<database>.recompute.lock`` (one for all
+    campaigns: recomputations on one SQLite file take turns). Nothing for
+    PostgreSQL (the lock is taken in the transaction) or a database in memory
+    (one process only)."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    fd = os.open(f"{database}.recompute.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def recompute_locked(
+    session_factory: sessionmaker[ProctorSession], campaign_id: int
+) -> list[StreamOutcome]:
+    """``recompute`` in a transaction of its own, holding the campaign's lock
+    across processes from before the first read until the commit."""
+    engine: Any = session_factory.kw["bind"]
+    with _file_lock(engine), session_scope(session_factory) as session:
+        if engine.dialect.name == "postgresql":
+            session.execute(sa.select(sa.func.pg_advisory_xact_lock(_LOCK_RECOMPUTE, campaign_id)))
+        return recompute(session, campaign_id=campaign_id)
 
 
 @dataclass(frozen=True)
@@ -102,8 +149,7 @@ class SnapshotWorker:
                 self._running = campaign_id
             started, t0 = time.time(), time.perf_counter()
             try:
-                with session_scope(self.session_factory) as session:
-                    outcomes = recompute(session, campaign_id=campaign_id)
+                outcomes = recompute_locked(self.session_factory, campaign_id)
                 run = Run(campaign_id, started, time.perf_counter() - t0, tuple(outcomes))
                 for o in outcomes:
                     if o.status == "failed":

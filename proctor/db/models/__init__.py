@@ -9,6 +9,7 @@ from proctor.db.models.catalog import ObjectType, Policy, Station, Submission
 from proctor.db.models.episodes import Artifact, Episode, EpisodeEvent
 from proctor.db.models.people import ApiToken, AuditLog, User, UserRole
 from proctor.db.models.submissions import ConformanceRun, UploadSession
+from proctor.db.models.system import CacheGeneration
 
 __all__ = [
     "AnalysisSnapshot",
@@ -18,6 +19,7 @@ __all__ = [
     "Assignment",
     "AuditLog",
     "Base",
+    "CacheGeneration",
     "Campaign",
     "CampaignObject",
     "CampaignPolicy",
