@@ -37,7 +37,7 @@ from sqlalchemy.orm import sessionmaker
 from proctor.artifacts import ArtifactStore
 from proctor.db import session_scope
 from proctor.db.engine import ProctorSession
-from proctor.domain import EndpointDialect, Outcome
+from proctor.domain import Outcome
 from proctor.errors import ProctorError
 from station import episodes, keys
 from station.archive import archive_recording
@@ -56,7 +56,6 @@ from station.policy.client import (
     Reply,
 )
 from station.policy.observation import ImageResizer, build_observation
-from station.policy.positronic import first_due_row
 from station.policy.spec import ActionSpace, StepCommands, to_commands
 from station.recorder import Recorder, VideoSettings
 from station.work import Work
@@ -260,12 +259,7 @@ class EpisodeRunner:
             info = client.connect()
         except PolicyError as exc:
             raise PolicyUnreachable(f"run {work.run_code}: {exc}") from None
-        needed = []
-        if info.dialect == EndpointDialect.openpi or info.n_external_cameras > 0:
-            needed.append(keys.CAMERA_EXTERIOR)
-        if info.dialect == EndpointDialect.openpi or info.needs_wrist_camera:
-            needed.append(keys.CAMERA_WRIST)
-        missing = [name for name in needed if name not in self.cell.cameras]
+        missing = [name for name in info.cameras if name not in self.cell.cameras]
         if missing:
             client.close()
             raise PolicyUnreachable(
@@ -299,7 +293,7 @@ class EpisodeRunner:
                 PolicyWorker(client),
                 prompt,
                 resizer=ImageResizer(info.image_size, pad=info.pad_images),
-                cameras=frozenset(needed),
+                cameras=frozenset(info.cameras),
                 ticks=TelemetryTicks(cfg.telemetry_hz),
             )
         self._set_state(RunnerState.armed)
@@ -544,8 +538,6 @@ class EpisodeRunner:
         ticks = act.ticks
         velocity_space = space in (ActionSpace.joint_velocity, ActionSpace.cartesian_velocity)
         chunk_space = space
-        info = act.client.info
-        positronic_wire = info is not None and info.dialect == EndpointDialect.positronic_v1
         # velocity chunks are asked for ahead (a position chunk planned from an older
         # state would pull the arm back to where it was: those are asked for at the end)
         lookahead = cfg.policy_lookahead_steps if velocity_space else 0
@@ -615,11 +607,11 @@ class EpisodeRunner:
                     if reply is not None:
                         pending = None
                         chunk, chunk_space = reply.actions, reply.space
-                        # Positronic times its waypoints from the call: on a real-time
-                        # clock those already past are skipped, as its chunk player does
+                        # a chunk timed from its call (Positronic's): on a real-time
+                        # clock the rows already past are skipped, as its chunk player does
                         chunk_i = (
-                            first_due_row(t_act - pending_clock, cfg.control_hz, len(chunk))
-                            if positronic_wire and not cell.is_virtual
+                            reply.first_row(t_act - pending_clock, cfg.control_hz)
+                            if not cell.is_virtual
                             else 0
                         )
                         span = min(chunk_i + n_act, len(chunk))
