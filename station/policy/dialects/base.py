@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from station.drivers.arm.base import ArmState
     from station.drivers.gripper.base import GripperState
     from station.policy.client import PolicyClient
+    from station.policy.conformance import Check
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,6 @@ class Dialect:
     # detectable from the metadata when no dialect is named: lower ranks are
     # asked first, the highest is the fallback (None: must be named)
     detect_rank: ClassVar[int | None] = None
-    # how the conformance report names the wire ("the openpi dialect", …)
-    wire_text: ClassVar[str] = "openpi dialect"
-    # what one handshake-to-close exchange is called in the conformance report
-    session_text: ClassVar[str] = "connection"
     # what ``endpoint_url`` adds to a URL, for the message when that makes it
     # too long (None: the URL is used as given)
     url_path_text: ClassVar[str | None] = None
@@ -179,4 +176,70 @@ class Dialect:
     def session(self, info: ServerInfo) -> Session:
         """The session for a server whose metadata another dialect's handshake
         read (a detectable dialect: detection runs after the openpi handshake)."""
+        raise NotImplementedError
+
+    # -- its conformance checks (``station/policy/conformance*.py`` ask these) --------------
+    # how the report names the wire ("the openpi dialect") and one handshake-to-close
+    # exchange on it ("connection")
+    wire_text: ClassVar[str] = "dialect"
+    session_text: ClassVar[str] = "connection"
+    # how the key is sent, for a server that refused the handshake with 401 or 403
+    auth_hint: ClassVar[str] = "'Authorization: Api-Key <key>'"
+    # what a 404 at the handshake suggests ("" : nothing)
+    not_found_hint: ClassVar[str] = ""
+    # the metadata keys the station reads, for the identity finding
+    metadata_keys_text: ClassVar[str] = "nothing"
+    # the message that resets a server mid-session, as findings name it (None: none)
+    reset_name: ClassVar[str | None] = None
+
+    def structural_metadata(self, path: str) -> bool:
+        """Whether a metadata path is protocol the dialect declares (never identity)."""
+        return False
+
+    def check_url(self, check: Check) -> bool:
+        """Whether the URL is one the dialect can dial (a failed finding if not)."""
+        return True
+
+    def check_handshake(self, check: Check, ws: ClientConnection) -> bool:
+        """The handshake on a raw connection, judged; True: the metadata was usable."""
+        raise NotImplementedError
+
+    def check_metadata(self, check: Check, metadata: dict[Any, Any], info: ServerInfo) -> None:
+        """The findings on usable metadata (what it says, identity, action space)."""
+        raise NotImplementedError
+
+    def check_extras(self, check: Check) -> None:
+        """Checks only this dialect has, after a successful handshake."""
+
+    def check_reset(self, check: Check, first: list[np.ndarray]) -> None:
+        """After the second run of the observations: the reset finding."""
+        from station.policy.conformance_base import Status
+
+        wire, what = self.wire_text, self.session_text
+        check.add(
+            "reset",
+            "Reset",
+            Status.passed,
+            f"The {wire} has no reset message: the station opens a new {what} "
+            f"for every episode, and your server served a second {what}.",
+        )
+
+    def check_error_convention(self, check: Check, ws: ClientConnection) -> None:
+        """A fresh raw connection (closed by the caller): how errors are reported."""
+        raise NotImplementedError
+
+    def reply_error_text(self, raw: Any) -> str | None:
+        """The server's own error text in a refused reply, for its submitter's report."""
+        return None
+
+    def explain_reply(self, check: Check, raw: Any, station_says: str, n: str) -> str:
+        """Advice for a reply the station's client refused."""
+        return f"The station's client refused your reply to observation {n}: {station_says}."
+
+    def reply_notes(self, reply: Any, str_keys: bool) -> dict[str, Any]:
+        """What ``judge_replies`` needs to know of one accepted reply."""
+        return {"str_keys": str_keys}
+
+    def judge_replies(self, check: Check, chunks: list[np.ndarray]) -> None:
+        """The findings on the replies of one run of the observations."""
         raise NotImplementedError

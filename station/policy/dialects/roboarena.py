@@ -5,13 +5,18 @@ image size and action space; requests carry ``endpoint`` (``infer`` or
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from station import keys
 from station.policy.dialects import register
 from station.policy.dialects.base import Session
 from station.policy.dialects.openpi import Openpi, OpenpiSession
 from station.policy.spec import ProtocolError, ServerInfo, parse_action_space, peer_value
+
+if TYPE_CHECKING:
+    from station.policy.conformance import Check
 
 # metadata keys only a RoboArena server sends (any of them but the action space,
 # which plain openpi servers may name too, marks one)
@@ -43,6 +48,8 @@ class RoboarenaSession(OpenpiSession):
 class Roboarena(Openpi):
     name = "roboarena"
     detect_rank = 10
+    reset_name = "RoboArena reset"
+    map_replies_only = False  # RoboArena servers may reply with the bare array
 
     def claims(self, metadata: Mapping[Any, Any]) -> bool:
         return any(k in metadata for k in ROBOARENA_KEYS if k != "action_space")
@@ -106,3 +113,16 @@ class Roboarena(Openpi):
 
     def session(self, info: ServerInfo) -> Session:
         return RoboarenaSession(info)
+
+    def check_reset(self, check: Check, first: list[np.ndarray]) -> None:
+        """A reset in the middle of a session answers as a fresh connection does."""
+        check.progress("resetting in the middle of a session")
+        warm = max(1, len(first) // 2)
+        after = check.episode(" (after a reset)", warmup=warm)
+        if after is not None:
+            check.judge_repeat(
+                first,
+                after,
+                how=f"after {warm} requests and a reset as after a fresh connection",
+                check="reset",
+            )
