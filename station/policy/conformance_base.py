@@ -195,6 +195,34 @@ class CheckState:
             return self.info.wire
         return dialects.get_or_detected(self.options.dialect)
 
+    # The checks' two halves (``conformance_wire``, ``conformance_exchange``)
+    # define these; declared here so that a dialect's checks, which get the
+    # whole check, are typed against this class.
+    def judge_metadata(self, metadata: dict[Any, Any]) -> bool:
+        raise NotImplementedError
+
+    def judge_identity(self, metadata: dict[Any, Any]) -> None:
+        raise NotImplementedError
+
+    def judge_action_space(self, metadata: dict[Any, Any], info: ServerInfo) -> None:
+        raise NotImplementedError
+
+    def episode(self, context: str = "", *, warmup: int = 0) -> list[np.ndarray] | None:
+        raise NotImplementedError
+
+    def judge_chunk_length(
+        self, chunks: list[np.ndarray], *, lengths: list[int] | None = None, unit: str = "actions"
+    ) -> None:
+        raise NotImplementedError
+
+    def judge_values(self, chunks: list[np.ndarray], space: ActionSpace) -> None:
+        raise NotImplementedError
+
+    def judge_repeat(
+        self, first: list[np.ndarray], again: list[np.ndarray], *, how: str, check: str
+    ) -> None:
+        raise NotImplementedError
+
     def raw_connect(self) -> ClientConnection:
         return connect_websocket(
             self.url,

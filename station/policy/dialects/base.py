@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from station.drivers.arm.base import ArmState
     from station.drivers.gripper.base import GripperState
     from station.policy.client import PolicyClient
-    from station.policy.conformance import Check
+    from station.policy.conformance_base import CheckState
 
 
 @dataclass(frozen=True)
@@ -196,22 +196,22 @@ class Dialect:
         """Whether a metadata path is protocol the dialect declares (never identity)."""
         return False
 
-    def check_url(self, check: Check) -> bool:
+    def check_url(self, check: CheckState) -> bool:
         """Whether the URL is one the dialect can dial (a failed finding if not)."""
         return True
 
-    def check_handshake(self, check: Check, ws: ClientConnection) -> bool:
+    def check_handshake(self, check: CheckState, ws: ClientConnection) -> bool:
         """The handshake on a raw connection, judged; True: the metadata was usable."""
         raise NotImplementedError
 
-    def check_metadata(self, check: Check, metadata: dict[Any, Any], info: ServerInfo) -> None:
+    def check_metadata(self, check: CheckState, metadata: dict[Any, Any], info: ServerInfo) -> None:
         """The findings on usable metadata (what it says, identity, action space)."""
         raise NotImplementedError
 
-    def check_extras(self, check: Check) -> None:
+    def check_extras(self, check: CheckState) -> None:
         """Checks only this dialect has, after a successful handshake."""
 
-    def check_reset(self, check: Check, first: list[np.ndarray]) -> None:
+    def check_reset(self, check: CheckState, first: list[np.ndarray]) -> None:
         """After the second run of the observations: the reset finding."""
         from station.policy.conformance_base import Status
 
@@ -224,7 +224,7 @@ class Dialect:
             f"for every episode, and your server served a second {what}.",
         )
 
-    def check_error_convention(self, check: Check, ws: ClientConnection) -> None:
+    def check_error_convention(self, check: CheckState, ws: ClientConnection) -> None:
         """A fresh raw connection (closed by the caller): how errors are reported."""
         raise NotImplementedError
 
@@ -232,7 +232,7 @@ class Dialect:
         """The server's own error text in a refused reply, for its submitter's report."""
         return None
 
-    def explain_reply(self, check: Check, raw: Any, station_says: str, n: str) -> str:
+    def explain_reply(self, check: CheckState, raw: Any, station_says: str, n: str) -> str:
         """Advice for a reply the station's client refused."""
         return f"The station's client refused your reply to observation {n}: {station_says}."
 
@@ -240,6 +240,6 @@ class Dialect:
         """What ``judge_replies`` needs to know of one accepted reply."""
         return {"str_keys": str_keys}
 
-    def judge_replies(self, check: Check, chunks: list[np.ndarray]) -> None:
+    def judge_replies(self, check: CheckState, chunks: list[np.ndarray]) -> None:
         """The findings on the replies of one run of the observations."""
         raise NotImplementedError

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from station.drivers.arm.base import ArmState
     from station.drivers.gripper.base import GripperState
     from station.policy.client import PolicyClient
-    from station.policy.conformance import Check
+    from station.policy.conformance_base import CheckState
 
 
 class OpenpiSession(Session):
@@ -127,7 +127,7 @@ class Openpi(Dialect):
     # a bare array as a reply draws a warning (openpi clients expect {'actions': …})
     map_replies_only: ClassVar[bool] = True
 
-    def check_handshake(self, check: Check, ws: ClientConnection) -> bool:
+    def check_handshake(self, check: CheckState, ws: ClientConnection) -> bool:
         """The metadata message comes first, a binary msgpack map."""
         timeout = check.options.connect_timeout_s
         title = "Metadata first"
@@ -201,7 +201,7 @@ class Openpi(Dialect):
         )
         return check.judge_metadata(metadata)
 
-    def check_metadata(self, check: Check, metadata: dict[Any, Any], info: ServerInfo) -> None:
+    def check_metadata(self, check: CheckState, metadata: dict[Any, Any], info: ServerInfo) -> None:
         o = check.options
         detected = parse_metadata(
             metadata, dialect=None, default_image_size=o.default_image_size, n_cameras_available=9
@@ -234,7 +234,7 @@ class Openpi(Dialect):
         check.judge_identity(metadata)
         check.judge_action_space(metadata, info)
 
-    def check_error_convention(self, check: Check, ws: ClientConnection) -> None:
+    def check_error_convention(self, check: CheckState, ws: ClientConnection) -> None:
         title = "Errors reported as text"
         try:
             ws.recv(timeout=check.options.connect_timeout_s)  # the metadata
@@ -287,7 +287,7 @@ class Openpi(Dialect):
                 "missing keys).",
             )
 
-    def explain_reply(self, check: Check, raw: Any, station_says: str, n: str) -> str:
+    def explain_reply(self, check: CheckState, raw: Any, station_says: str, n: str) -> str:
         space = check.info.action_space if check.info else None
         try:
             decoded = codec.unpackb(raw) if isinstance(raw, bytes | bytearray) else None
@@ -328,7 +328,7 @@ class Openpi(Dialect):
             "ndim": int(actions.ndim) if isinstance(actions, np.ndarray) else None,
         }
 
-    def judge_replies(self, check: Check, chunks: list[np.ndarray]) -> None:
+    def judge_replies(self, check: CheckState, chunks: list[np.ndarray]) -> None:
         space = check.info.action_space if check.info else None
         replies = check.replies
         shapes = sorted({c.shape for c in chunks})

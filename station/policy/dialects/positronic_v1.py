@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from station.drivers.arm.base import ArmState
     from station.drivers.gripper.base import GripperState
     from station.policy.client import PolicyClient
-    from station.policy.conformance import Check
+    from station.policy.conformance_base import CheckState
 
 
 class PositronicSession(Session):
@@ -181,7 +181,7 @@ class PositronicV1(Dialect):
         # the declared rig-side layers are protocol, not identity
         return path.startswith("local_stack")
 
-    def check_url(self, check: Check) -> bool:
+    def check_url(self, check: CheckState) -> bool:
         try:
             positronic.session_url(check.url)
         except ValueError as exc:
@@ -194,7 +194,7 @@ class PositronicV1(Dialect):
             return False
         return True
 
-    def check_handshake(self, check: Check, ws: ClientConnection) -> bool:
+    def check_handshake(self, check: CheckState, ws: ClientConnection) -> bool:
         """Status frames, then ``ready`` with the meta."""
         per_message = check.options.connect_timeout_s
         total = check.options.load_timeout_s
@@ -255,7 +255,7 @@ class PositronicV1(Dialect):
         check.metadata = hello.meta
         return check.judge_metadata(hello.meta)
 
-    def check_metadata(self, check: Check, metadata: dict[Any, Any], info: ServerInfo) -> None:
+    def check_metadata(self, check: CheckState, metadata: dict[Any, Any], info: ServerInfo) -> None:
         check.add(
             "metadata",
             "Metadata contents",
@@ -276,7 +276,7 @@ class PositronicV1(Dialect):
         )
         check.judge_identity(metadata)
 
-    def check_extras(self, check: Check) -> None:
+    def check_extras(self, check: CheckState) -> None:
         """``GET /api/v1/models``: the catalogue lists the model the URL names."""
         title = "Model list"
         url = positronic.models_url(check.url)
@@ -347,7 +347,7 @@ class PositronicV1(Dialect):
             models=listed[:50],
         )
 
-    def check_error_convention(self, check: Check, ws: ClientConnection) -> None:
+    def check_error_convention(self, check: CheckState, ws: ClientConnection) -> None:
         try:
             hello = positronic.read_handshake(
                 lambda timeout: ws.recv(timeout=timeout),
@@ -358,7 +358,7 @@ class PositronicV1(Dialect):
             return
         self._errors(check, ws, hello)
 
-    def _errors(self, check: Check, ws: ClientConnection, hello: positronic.Handshake) -> None:
+    def _errors(self, check: CheckState, ws: ClientConnection, hello: positronic.Handshake) -> None:
         """Positronic's convention: a failing observation is answered with
         ``{"error": …}`` and the session stays open."""
         title = "Errors reported as {'error': …}"
@@ -439,7 +439,7 @@ class PositronicV1(Dialect):
             return None
         return str(reply["error"]) if isinstance(reply, dict) and "error" in reply else None
 
-    def explain_reply(self, check: Check, raw: Any, station_says: str, n: str) -> str:
+    def explain_reply(self, check: CheckState, raw: Any, station_says: str, n: str) -> str:
         return (
             f"The station cannot run your reply to observation {n}: "
             f"{station_says.removeprefix('malformed policy reply: ')}. A reply is "
@@ -456,7 +456,7 @@ class PositronicV1(Dialect):
             "str_keys": str_keys,
         }
 
-    def judge_replies(self, check: Check, chunks: list[np.ndarray]) -> None:
+    def judge_replies(self, check: CheckState, chunks: list[np.ndarray]) -> None:
         replies = check.replies
         space = check.reply_space
         waypoints = sorted({r["waypoints"] for r in replies})

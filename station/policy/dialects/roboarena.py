@@ -16,7 +16,7 @@ from station.policy.dialects.openpi import Openpi, OpenpiSession
 from station.policy.spec import ProtocolError, ServerInfo, parse_action_space, peer_value
 
 if TYPE_CHECKING:
-    from station.policy.conformance import Check
+    from station.policy.conformance_base import CheckState
 
 # metadata keys only a RoboArena server sends (any of them but the action space,
 # which plain openpi servers may name too, marks one)
@@ -114,7 +114,7 @@ class Roboarena(Openpi):
     def session(self, info: ServerInfo) -> Session:
         return RoboarenaSession(info)
 
-    def check_reset(self, check: Check, first: list[np.ndarray]) -> None:
+    def check_reset(self, check: CheckState, first: list[np.ndarray]) -> None:
         """A reset in the middle of a session answers as a fresh connection does."""
         check.progress("resetting in the middle of a session")
         warm = max(1, len(first) // 2)
