@@ -66,7 +66,7 @@ def _policy_url(name: str, url: str, dialect: EndpointDialect | None) -> str:
     """The URL to connect to, as its dialect normalises it: a Positronic
     server's gets its session path (``ws://host:port`` → ``ws://host:port/api/v1/session``)."""
     try:
-        return dialects.get_or_detected(dialect).endpoint_url(url)
+        return dialects.get_or_detected(dialect).dial_url(url)
     except ValueError as exc:
         raise UsageError(f"{name}: {exc}") from None
 

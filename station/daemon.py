@@ -73,7 +73,7 @@ def adhoc_source(options: dict[str, Any]) -> WorkSource:
         url = opts.pop("policy")
         try:
             # as the dialect dials it (a Positronic server's gets its session path)
-            url = dialects.get_or_detected(dialect).endpoint_url(url)
+            url = dialects.get_or_detected(dialect).dial_url(url)
         except ValueError as exc:
             raise UsageError(f"work.options.policy: {exc}") from None
         template = Work(

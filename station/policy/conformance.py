@@ -114,7 +114,7 @@ def check_endpoint(
     checked_at = datetime.now(UTC).isoformat(timespec="seconds")
     # the URL as the dialect dials it; an unusable one is reported by the handshake
     with contextlib.suppress(ValueError):
-        url = dialects.get_or_detected(options.dialect).endpoint_url(url)
+        url = dialects.get_or_detected(options.dialect).dial_url(url)
     c = Check(url, expect, options, progress)
     if c.handshake():
         c.extra_checks()

@@ -93,7 +93,7 @@ class Toy(Dialect):
     auth_scheme = "Toy"
     url_path_text = "the toy path"
 
-    def endpoint_url(self, url: str) -> str:
+    def dial_url(self, url: str) -> str:
         if not url.startswith("ws://"):
             raise ValueError("a toy endpoint is a ws:// URL")
         return url.rstrip("/") + "/toy"

@@ -81,7 +81,7 @@ def endpoint_url(url: str, dialect: EndpointDialect | None) -> str:
     if wire.url_path_text is None:
         return url
     try:
-        normalised = wire.endpoint_url(url)
+        normalised = wire.dial_url(url)
     except ValueError as exc:
         raise EndpointProblem("url", str(exc)) from None
     if len(normalised) > MAX_URL:

@@ -78,7 +78,7 @@ class Dialect:
     # detectable from the metadata when no dialect is named: lower ranks are
     # asked first, the highest is the fallback (None: must be named)
     detect_rank: ClassVar[int | None] = None
-    # what ``endpoint_url`` adds to a URL, for the message when that makes it
+    # what ``dial_url`` adds to a URL, for the message when that makes it
     # too long (None: the URL is used as given)
     url_path_text: ClassVar[str | None] = None
 
@@ -92,7 +92,7 @@ class Dialect:
             return cast(EndpointDialect, self.name)
 
     # -- the endpoint -------------------------------------------------------------
-    def endpoint_url(self, url: str) -> str:
+    def dial_url(self, url: str) -> str:
         """The URL as stored and dialled; ``ValueError`` (its message names what
         is wrong) when the dialect cannot use it."""
         return url

@@ -85,7 +85,7 @@ class PositronicV1(Dialect):
     session_text = "session"
     url_path_text = "Positronic's session path"
 
-    def endpoint_url(self, url: str) -> str:
+    def dial_url(self, url: str) -> str:
         return positronic.session_url(str(url))
 
     def parse_metadata(
