@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from proctor.errors import ProctorError, UsageError
+from station.policy import dialects
 
 if TYPE_CHECKING:
     from proctor.domain import EndpointDialect
@@ -24,7 +25,7 @@ ProfileOpt = Annotated[str, typer.Option("--profile", help="Station profile: sim
 DialectOpt = Annotated[
     str | None,
     typer.Option(
-        help="openpi, roboarena or positronic_v1 (default: openpi or roboarena, "
+        help=f"{dialects.choices_text()} (default: openpi or roboarena, "
         "detected from the server's metadata; a Positronic server must be named)."
     ),
 ]
@@ -62,16 +63,10 @@ def _dialect_option(value: str | None) -> EndpointDialect | None:
 
 
 def _policy_url(name: str, url: str, dialect: EndpointDialect | None) -> str:
-    """The URL to connect to: a Positronic server's gets its session path
-    (``ws://host:port`` → ``ws://host:port/api/v1/session``)."""
-    from proctor.domain import EndpointDialect
-
-    if dialect != EndpointDialect.positronic_v1:
-        return url
-    from station.policy.positronic import session_url
-
+    """The URL to connect to, as its dialect normalises it: a Positronic
+    server's gets its session path (``ws://host:port`` → ``ws://host:port/api/v1/session``)."""
     try:
-        return session_url(url)
+        return dialects.get_or_detected(dialect).dial_url(url)
     except ValueError as exc:
         raise UsageError(f"{name}: {exc}") from None
 
@@ -393,11 +388,7 @@ def serve_demo(
     logging.basicConfig(level=logging.WARNING)
 
     def started() -> None:
-        wire = (
-            f" (the Positronic v1 wire; session {server.session_url()})"
-            if p.dialect == "positronic_v1"
-            else ""
-        )
+        wire = dialects.get(p.dialect).served_text(server)
         typer.echo(f"serving demo policy '{p.name}' on {server.url}{wire}")
         sys.stdout.flush()
 

@@ -27,7 +27,7 @@ from proctor.domain import EndpointDialect, Outcome
 from proctor.errors import ProctorError, UsageError
 from station import episodes
 from station.config import StationConfig
-from station.policy.positronic import session_url
+from station.policy import dialects
 from station.policy.spec import auth_headers
 from station.profiles import build_cell
 from station.recovery import Recovered, recover_interrupted
@@ -71,11 +71,11 @@ def adhoc_source(options: dict[str, Any]) -> WorkSource:
         headers = auth_headers(dialect, key)
     try:
         url = opts.pop("policy")
-        if dialect == EndpointDialect.positronic_v1:
-            try:
-                url = session_url(str(url))
-            except ValueError as exc:
-                raise UsageError(f"work.options.policy: {exc}") from None
+        try:
+            # as the dialect dials it (a Positronic server's gets its session path)
+            url = dialects.get_or_detected(dialect).dial_url(url)
+        except ValueError as exc:
+            raise UsageError(f"work.options.policy: {exc}") from None
         template = Work(
             run_code="X-ADHOC",
             object_name=opts.pop("object"),

@@ -38,7 +38,7 @@ from sqlalchemy.orm import sessionmaker
 from proctor.artifacts import ArtifactStore
 from proctor.db import session_scope
 from proctor.db.engine import ProctorSession
-from proctor.domain import EndpointDialect, Outcome
+from proctor.domain import Outcome
 from proctor.errors import ProctorError
 from station import episodes, keys
 from station.camerahub import CameraHub
@@ -196,12 +196,7 @@ class EpisodeRunner:
             info = client.connect()
         except PolicyError as exc:
             raise PolicyUnreachable(f"run {work.run_code}: {exc}") from None
-        needed = []
-        if info.dialect == EndpointDialect.openpi or info.n_external_cameras > 0:
-            needed.append(keys.CAMERA_EXTERIOR)
-        if info.dialect == EndpointDialect.openpi or info.needs_wrist_camera:
-            needed.append(keys.CAMERA_WRIST)
-        missing = [name for name in needed if name not in self.cell.cameras]
+        missing = [name for name in info.cameras if name not in self.cell.cameras]
         if missing:
             client.close()
             raise PolicyUnreachable(
@@ -235,7 +230,7 @@ class EpisodeRunner:
                 PolicyWorker(client),
                 prompt,
                 resizer=ImageResizer(info.image_size, pad=info.pad_images),
-                cameras=frozenset(needed),
+                cameras=frozenset(info.cameras),
                 ticks=TelemetryTicks(cfg.telemetry_hz),
             )
         self._set_state(RunnerState.armed)

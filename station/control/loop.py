@@ -44,7 +44,6 @@ class ControlLoop:
         space = act.client.action_space
         self.player = ChunkPlayer(
             cell,
-            act.client.info,
             space=space,
             open_loop_steps=cfg.open_loop_steps,
             control_hz=cfg.control_hz,

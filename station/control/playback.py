@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from proctor.domain import EndpointDialect
 from station.cell import Cell
 from station.drivers.arm.base import ArmCommand, ArmCommandKind
 from station.policy.client import Reply
-from station.policy.positronic import first_due_row
-from station.policy.spec import ActionSpace, ServerInfo, StepCommands, to_commands
+from station.policy.spec import ActionSpace, StepCommands, to_commands
 
 
 class ChunkPlayer:
@@ -21,7 +19,6 @@ class ChunkPlayer:
     def __init__(
         self,
         cell: Cell,
-        info: ServerInfo | None,
         *,
         space: ActionSpace | None,
         open_loop_steps: int,
@@ -32,7 +29,6 @@ class ChunkPlayer:
         self.open_loop_steps = open_loop_steps
         self.control_hz = control_hz
         self.real_time = real_time
-        self.positronic_wire = info is not None and info.dialect == EndpointDialect.positronic_v1
         # a velocity command must not outlive its chunk: the kind of the zero that halts it
         velocity = space in (ActionSpace.joint_velocity, ActionSpace.cartesian_velocity)
         self.halt_kind: ArmCommandKind | None = space.arm_kind if velocity and space else None
@@ -67,13 +63,9 @@ class ChunkPlayer:
         self.span = min(self.row + self.open_loop_steps, len(reply.actions))
 
     def start_row(self, reply: Reply, since_call_s: float) -> int:
-        # Positronic times its waypoints from the call: on a real-time clock those
-        # already past are skipped, as its chunk player does
-        return (
-            first_due_row(since_call_s, self.control_hz, len(reply.actions))
-            if self.positronic_wire and self.real_time
-            else 0
-        )
+        # a chunk timed from its call (Positronic's): on a real-time clock the
+        # rows already past are skipped, as its chunk player does
+        return reply.first_row(since_call_s, self.control_hz) if self.real_time else 0
 
     def play_next(self) -> None:
         """Send the next row to the arm and the gripper (raises their faults)."""

@@ -8,4 +8,8 @@ requests carry ``endpoint`` and a session id). And a third wire,
 Positronic's v1 (``positronic.py``): status frames then ``ready`` on
 connect, its own observation keys, replies as timed waypoints of robot
 commands. No pickle anywhere.
+
+Each wire is one module in ``dialects/`` behind a registry keyed by name:
+nothing outside it compares dialect names (``station/README.md``,
+"Wire dialects").
 """

@@ -22,14 +22,15 @@ from websockets.sync.client import ClientConnection
 
 from proctor.domain import EndpointDialect
 from proctor.netguard import Pinned, connect_websocket
-from station import keys
 from station.clock import Clock, MonotonicClock
-from station.policy import codec, positronic
+from station.policy import codec, dialects
+from station.policy.dialects.base import Session
 from station.policy.spec import (
     ActionSpace,
+    ErrorReply,
     ProtocolError,
     ServerInfo,
-    extract_chunk,
+    first_due_row,
     parse_metadata,
 )
 
@@ -62,6 +63,16 @@ class Reply:
     latency_s: float  # wall clock, request sent → reply decoded
     t_request: float  # wall clock when the request went out
     space: ActionSpace  # the space the rows are in
+    # True: the rows are timed from the request (Positronic's waypoints), so a
+    # real-time player starts at the row now due; False: at the first row
+    timed_from_call: bool = False
+
+    def first_row(self, elapsed_s: float, control_hz: float) -> int:
+        """The row playback starts at when the reply is played ``elapsed_s``
+        after its request went out, on a real-time clock."""
+        if not self.timed_from_call:
+            return 0
+        return first_due_row(elapsed_s, control_hz, len(self.actions))
 
 
 def _close_code_text(code: int | None) -> str:
@@ -95,7 +106,7 @@ class PolicyClient:
         self._pinned = pinned
         self._dialect = dialect
         self._headers = dict(headers or {})
-        self._connect_timeout = connect_timeout_s
+        self.connect_timeout_s = connect_timeout_s
         self._default_image_size = default_image_size
         self._exterior_cameras = exterior_cameras
         # a frame announcing more is refused from its header, before its payload is read
@@ -108,14 +119,14 @@ class PolicyClient:
         self.calls = 0
         # Positronic: the chunk's schedule is sampled on the station's control grid;
         # a model still loading sends a status at least every status_timeout_s
-        self._control_hz = control_hz
-        self._status_timeout = status_timeout_s
-        self._load_timeout = load_timeout_s
-        self._space: ActionSpace | None = None  # a Positronic session's, once seen
-        self._hello: positronic.Handshake | None = None  # a Positronic session's handshake
+        self.control_hz = control_hz
+        self.status_timeout_s = status_timeout_s
+        self.load_timeout_s = load_timeout_s
+        # the dialect's state for this connection (``station/policy/dialects``)
+        self._session: Session | None = None
 
     def __repr__(self) -> str:  # never the URL
-        return f"PolicyClient(dialect={self.info.dialect.value if self.info else '?'})"
+        return f"PolicyClient(dialect={self.info.dialect if self.info else '?'})"
 
     # -- lifecycle ----------------------------------------------------------
     def connect(self) -> ServerInfo:
@@ -127,7 +138,7 @@ class PolicyClient:
             ws = connect_websocket(
                 self._url,
                 pinned=self._pinned,
-                open_timeout=self._connect_timeout,
+                open_timeout=self.connect_timeout_s,
                 close_timeout=1.0,
                 max_size=self._max_message_bytes,
                 compression=None,
@@ -135,58 +146,22 @@ class PolicyClient:
             )
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             raise PolicyUnavailable(f"policy endpoint unreachable ({type(exc).__name__})") from None
-        if self._dialect == EndpointDialect.positronic_v1:
-            return self._positronic_handshake(ws)
-        try:
-            raw = ws.recv(timeout=self._connect_timeout)
-        except TimeoutError:
-            ws.close()
-            raise PolicyUnavailable(
-                f"policy server sent no metadata within {self._connect_timeout:g} s"
-            ) from None
-        except ConnectionClosed as exc:
-            raise self._closed_early(exc, "its metadata") from None
-        try:
-            if isinstance(raw, str):
-                raise ProtocolError("metadata arrived as text, not msgpack")
-            metadata = codec.unpackb(raw)
-            self.info = parse_metadata(
-                metadata,
-                dialect=self._dialect,
-                default_image_size=self._default_image_size,
-                n_cameras_available=self._exterior_cameras,
-            )
-        except (codec.CodecError, ProtocolError) as exc:
-            ws.close()
-            raise PolicyProtocolError(f"policy metadata rejected: {exc}") from None
+        # the dialect named, or (None) the handshake of those detected from the metadata
+        self._session = dialects.get_or_detected(self._dialect).open(self, ws)
+        self.info = self._session.info
         self._ws = ws
         return self.info
 
-    def _positronic_handshake(self, ws: ClientConnection) -> ServerInfo:
-        try:
-            hello = positronic.read_handshake(
-                lambda timeout: ws.recv(timeout=timeout),
-                per_message_s=self._status_timeout,
-                total_s=self._load_timeout,
-                clock=self.wall.now,
-            )
-            self.info = positronic.parse_meta(hello.meta)
-            self._hello = hello
-        except TimeoutError as exc:
-            ws.close()
-            raise PolicyUnavailable(f"policy server not ready: {exc}") from None
-        except ConnectionClosed as exc:
-            raise self._closed_early(exc, "it was ready") from None
-        except positronic.SessionRefused as exc:
-            ws.close()
-            raise PolicyUnavailable(str(exc)) from None
-        except ProtocolError as exc:
-            ws.close()
-            raise PolicyProtocolError(f"policy metadata rejected: {exc}") from None
-        self._ws = ws
-        return self.info
+    def read_metadata(self, metadata: Any) -> ServerInfo:
+        """A metadata message, read by the dialect named (None: the one it shows)."""
+        return parse_metadata(
+            metadata,
+            dialect=self._dialect,
+            default_image_size=self._default_image_size,
+            n_cameras_available=self._exterior_cameras,
+        )
 
-    def _closed_early(self, exc: ConnectionClosed, before: str) -> PolicyError:
+    def closed_early(self, exc: ConnectionClosed, before: str) -> PolicyError:
         """What a connection closed during the handshake means to the station."""
         if _too_big(exc):
             return PolicyProtocolError(f"policy metadata rejected: {self._too_big_text()}")
@@ -198,16 +173,16 @@ class PolicyClient:
 
     def close(self) -> None:
         ws, self._ws = self._ws, None
-        end = self._hello.end() if self._hello is not None else None
-        if ws is not None and end is not None:
-            # a v3 Positronic session is ended in words, so the model frees its state
-            # at once; the acknowledgement is waited for briefly, never required
+        session = self._session
+        end = session.end_message() if session is not None else None
+        if ws is not None and session is not None and end is not None:
+            # a session its dialect ends in words (Positronic v3, so the model frees
+            # its state at once); the acknowledgement is waited for briefly, never required
             with contextlib.suppress(Exception):
                 ws.send(codec.packb(end))
                 deadline = self.wall.now() + 1.0
                 while (left := deadline - self.wall.now()) > 0:
-                    ack = codec.unpackb(ws.recv(timeout=left))
-                    if isinstance(ack, dict) and ack.get("end_session") is True:
+                    if session.is_end_ack(codec.unpackb(ws.recv(timeout=left))):
                         break
         if ws is not None:
             # closing a broken socket: nothing left to save
@@ -243,80 +218,43 @@ class PolicyClient:
         return raw
 
     def reset(self, timeout_s: float) -> None:
-        """RoboArena ``reset`` at an episode's start (openpi servers have none)."""
-        if self.info is None or self.info.dialect != EndpointDialect.roboarena:
+        """Reset the server at an episode's start, where its dialect has a reset
+        (RoboArena's ``reset``; openpi servers have none)."""
+        message = self._session.reset_message(self.session_id) if self._session else None
+        if self.info is None or message is None:
             return
-        message: dict[str, Any] = {keys.ROBOARENA_ENDPOINT: "reset"}
-        if self.info.needs_session_id:
-            message[keys.ROBOARENA_SESSION_ID] = self.session_id
         self._exchange(message, timeout_s)  # any reply (text or msgpack) acknowledges
 
     def infer(self, observation: dict[str, Any], timeout_s: float) -> Reply:
-        info = self.info
-        if info is None:
+        info, session = self.info, self._session
+        if info is None or session is None:
             raise PolicyDisconnected("not connected to the policy server")
-        message = dict(observation)
-        if info.dialect == EndpointDialect.roboarena:
-            message[keys.ROBOARENA_ENDPOINT] = "infer"
-            if info.needs_session_id:
-                message[keys.ROBOARENA_SESSION_ID] = self.session_id
-        if info.dialect == EndpointDialect.positronic_v1 and self._hello is not None:
-            message = self._hello.request(message)
+        message = session.request(dict(observation), self.session_id)
         t0 = self.wall.now()
         raw = self._exchange(message, timeout_s)
-        if info.dialect == EndpointDialect.positronic_v1:
-            return self._positronic_reply(raw, observation, t0)
-        if isinstance(raw, str):
-            # openpi servers send their traceback as text; it may name the
-            # policy, so it is not repeated here
+        try:
+            decoded = session.decode(raw, observation)
+        except ErrorReply as exc:
+            # the server's own text is not repeated: it may name the policy
             self.close()
-            raise PolicyProtocolError(
-                f"policy server sent an error message ({len(raw)} characters) instead of actions"
-            )
-        try:
-            actions = extract_chunk(codec.unpackb(raw), info.action_space)
+            raise PolicyProtocolError(str(exc)) from None
         except (codec.CodecError, ProtocolError) as exc:
             raise PolicyProtocolError(f"malformed policy reply: {exc}") from None
         self.calls += 1
-        assert info.action_space is not None
         return Reply(
-            actions=actions, latency_s=self.wall.now() - t0, t_request=t0, space=info.action_space
-        )
-
-    def _positronic_reply(self, raw: Any, observation: dict[str, Any], t0: float) -> Reply:
-        info = self.info
-        assert info is not None
-        try:
-            if isinstance(raw, str):
-                raise ProtocolError("a text frame instead of a msgpack reply")
-            reply = codec.unpackb(raw)
-            if isinstance(reply, dict) and "error" in reply:
-                # Positronic's error text may name the model: not repeated
-                raise ProtocolError("the policy server reported an error instead of actions")
-            pose, q, grip = positronic.hold_state(observation)
-            chunk = positronic.decode_result(
-                reply,
-                control_hz=self._control_hz,
-                action_fps=info.action_fps,
-                hold_pose=pose,
-                hold_q=q,
-                hold_grip=grip,
-                space=self._space,
-            )
-        except (codec.CodecError, ProtocolError) as exc:
-            raise PolicyProtocolError(f"malformed policy reply: {exc}") from None
-        self._space = chunk.space
-        self.calls += 1
-        return Reply(
-            actions=chunk.rows, latency_s=self.wall.now() - t0, t_request=t0, space=chunk.space
+            actions=decoded.rows,
+            latency_s=self.wall.now() - t0,
+            t_request=t0,
+            space=decoded.space,
+            timed_from_call=decoded.timed_from_call,
         )
 
     @property
     def action_space(self) -> ActionSpace | None:
         """The session's action space; None while a Positronic server has not named it."""
-        if self.info is None:
+        if self.info is None or self._session is None:
             raise PolicyDisconnected("not connected to the policy server")
-        return self.info.action_space or self._space
+        return self._session.action_space
 
 
 def _too_big(exc: ConnectionClosed) -> bool:

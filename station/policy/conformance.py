@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from proctor.domain import EndpointDialect
+from station.policy import dialects
 from station.policy.conformance_base import (
     CheckOptions,
     Expectations,
@@ -43,7 +43,6 @@ from station.policy.conformance_base import (
 from station.policy.conformance_exchange import ExchangeChecks
 from station.policy.conformance_observations import recorded_observations
 from station.policy.conformance_wire import WireChecks
-from station.policy.positronic import session_url
 
 REPORT_FORMAT = "proctor.conformance/1"
 
@@ -97,7 +96,7 @@ class Report:
         }
 
 
-class _Check(WireChecks, ExchangeChecks):
+class Check(WireChecks, ExchangeChecks):
     pass
 
 
@@ -113,14 +112,12 @@ def check_endpoint(
     options = options or CheckOptions()
     started = time.monotonic()
     checked_at = datetime.now(UTC).isoformat(timespec="seconds")
-    if options.dialect == EndpointDialect.positronic_v1:
-        # an unusable URL is reported by the handshake, as a finding
-        with contextlib.suppress(ValueError):
-            url = session_url(url)
-    c = _Check(url, expect, options, progress)
+    # the URL as the dialect dials it; an unusable one is reported by the handshake
+    with contextlib.suppress(ValueError):
+        url = dialects.get_or_detected(options.dialect).dial_url(url)
+    c = Check(url, expect, options, progress)
     if c.handshake():
-        if c.positronic:
-            c.positronic_models()
+        c.extra_checks()
         c.progress("sending recorded observations")
         first = c.episode()
         if first is not None:
@@ -129,27 +126,7 @@ def check_endpoint(
             again = c.episode(" (on a second connection)")
             if again is not None:
                 c.judge_repeat(first, again, how="on a fresh connection", check="determinism")
-                if c.info is not None and c.info.dialect == EndpointDialect.roboarena:
-                    c.progress("resetting in the middle of a session")
-                    warm = max(1, len(first) // 2)
-                    after = c.episode(" (after a reset)", warmup=warm)
-                    if after is not None:
-                        c.judge_repeat(
-                            first,
-                            after,
-                            how=f"after {warm} requests and a reset as after a fresh connection",
-                            check="reset",
-                        )
-                else:
-                    wire = "Positronic wire" if c.positronic else "openpi dialect"
-                    what = "session" if c.positronic else "connection"
-                    c.add(
-                        "reset",
-                        "Reset",
-                        Status.passed,
-                        f"The {wire} has no reset message: the station opens a new {what} "
-                        f"for every episode, and your server served a second {what}.",
-                    )
+                c.wire.check_reset(c, first)
             c.judge_latency()
         c.progress("probing how errors are reported")
         c.error_convention()

@@ -16,7 +16,9 @@ from websockets.sync.client import ClientConnection
 
 from proctor.domain import EndpointDialect
 from proctor.netguard import Pinned, connect_websocket
+from station.policy import dialects
 from station.policy.client import PolicyClient
+from station.policy.dialects.base import Dialect
 from station.policy.spec import ActionSpace, ServerInfo
 
 # a reply larger than this is refused by the check (a 10×8 float chunk is 640 bytes)
@@ -157,7 +159,7 @@ class CheckState:
         self.latencies: list[float] = []
         self.info: ServerInfo | None = None
         self.metadata: Any = None
-        self._replies: list[dict[str, Any]] = []
+        self.replies: list[dict[str, Any]] = []
         self.reply_space: ActionSpace | None = None  # what the replies' commands named
         self.context = ""  # which run of the observations is going on, for messages
 
@@ -186,8 +188,40 @@ class CheckState:
         )
 
     @property
-    def positronic(self) -> bool:
-        return self.options.dialect == EndpointDialect.positronic_v1
+    def wire(self) -> Dialect:
+        """The dialect whose checks run: the one the metadata was read as, or
+        (before that) the one named (None: the detection fallback's)."""
+        if self.info is not None:
+            return self.info.wire
+        return dialects.get_or_detected(self.options.dialect)
+
+    # The checks' two halves (``conformance_wire``, ``conformance_exchange``)
+    # define these; declared here so that a dialect's checks, which get the
+    # whole check, are typed against this class.
+    def judge_metadata(self, metadata: dict[Any, Any]) -> bool:
+        raise NotImplementedError
+
+    def judge_identity(self, metadata: dict[Any, Any]) -> None:
+        raise NotImplementedError
+
+    def judge_action_space(self, metadata: dict[Any, Any], info: ServerInfo) -> None:
+        raise NotImplementedError
+
+    def episode(self, context: str = "", *, warmup: int = 0) -> list[np.ndarray] | None:
+        raise NotImplementedError
+
+    def judge_chunk_length(
+        self, chunks: list[np.ndarray], *, lengths: list[int] | None = None, unit: str = "actions"
+    ) -> None:
+        raise NotImplementedError
+
+    def judge_values(self, chunks: list[np.ndarray], space: ActionSpace) -> None:
+        raise NotImplementedError
+
+    def judge_repeat(
+        self, first: list[np.ndarray], again: list[np.ndarray], *, how: str, check: str
+    ) -> None:
+        raise NotImplementedError
 
     def raw_connect(self) -> ClientConnection:
         return connect_websocket(

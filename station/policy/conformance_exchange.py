@@ -11,8 +11,6 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from proctor.domain import EndpointDialect
-from station import keys
 from station.drivers.arm.base import ArmConfig
 from station.policy import codec
 from station.policy.client import (
@@ -23,7 +21,6 @@ from station.policy.client import (
 )
 from station.policy.conformance_base import (
     ATOL,
-    COLUMNS,
     RTOL,
     CheckState,
     RecordingClient,
@@ -31,24 +28,23 @@ from station.policy.conformance_base import (
     excerpt,
     last_line,
     percentiles,
-    shape_text,
 )
 from station.policy.conformance_observations import observations_for
 from station.policy.spec import ActionSpace
 
 
-def _span(values: list[int]) -> str:
+def span_text(values: list[int]) -> str:
     return f"{values[0]}–{values[-1]}" if len(values) > 1 else str(values[0])
 
 
-def _str_tagged_arrays(obj: Any) -> bool:
+def str_tagged_arrays(obj: Any) -> bool:
     """Whether numpy arrays were tagged with text keys (openpi writes bin keys)."""
     if isinstance(obj, dict):
         if "__ndarray__" in obj or "__npgeneric__" in obj:
             return True
-        return any(_str_tagged_arrays(v) for v in obj.values())
+        return any(str_tagged_arrays(v) for v in obj.values())
     if isinstance(obj, list):
-        return any(_str_tagged_arrays(v) for v in obj)
+        return any(str_tagged_arrays(v) for v in obj)
     return False
 
 
@@ -60,7 +56,7 @@ class ExchangeChecks(CheckState):
         With ``warmup``, that many observations are sent first, then a second
         reset, then all of them."""
         self.context = context
-        self._replies = []
+        self.replies = []
         client = self.client()
         try:
             try:
@@ -82,7 +78,7 @@ class ExchangeChecks(CheckState):
                         return None
                 if not self._reset(client):
                     return None
-                self._replies = []
+                self.replies = []
             chunks: list[np.ndarray] = []
             for i, obs in enumerate(observations):
                 reply = self._infer(client, obs, i)
@@ -95,7 +91,8 @@ class ExchangeChecks(CheckState):
             client.close()
 
     def _reset(self, client: RecordingClient) -> bool:
-        if client.info is None or client.info.dialect != EndpointDialect.roboarena:
+        reset = client.info.wire.reset_name if client.info is not None else None
+        if reset is None:  # the dialect has no reset message
             return True
         try:
             client.reset(self.options.request_timeout_s)
@@ -104,7 +101,7 @@ class ExchangeChecks(CheckState):
                 "reset",
                 "Reset",
                 Status.failed,
-                f"Your server did not acknowledge the RoboArena reset within "
+                f"Your server did not acknowledge the {reset} within "
                 f"{self.options.request_timeout_s:g} s. The station resets every episode; "
                 "answer it (any message does).",
             )
@@ -114,7 +111,7 @@ class ExchangeChecks(CheckState):
                 "reset",
                 "Reset",
                 Status.failed,
-                f"The RoboArena reset failed: {exc}.",
+                f"The {reset} failed: {exc}.",
             )
             return False
         return True
@@ -151,7 +148,7 @@ class ExchangeChecks(CheckState):
             return None
         except PolicyProtocolError as exc:
             raw = client.last_raw
-            server_error = self._positronic_error(raw) if self.positronic else None
+            server_error = self.wire.reply_error_text(raw)
             if server_error is not None:
                 self.add(
                     "replies",
@@ -188,56 +185,9 @@ class ExchangeChecks(CheckState):
         self._inspect_raw(client.last_raw, n)
         return reply.actions
 
-    @staticmethod
-    def _positronic_error(raw: Any) -> str | None:
-        """The text of a Positronic ``{"error": …}`` reply, if that is what ``raw`` is."""
-        if not isinstance(raw, bytes | bytearray):
-            return None
-        try:
-            reply = codec.unpackb(raw)
-        except codec.CodecError:
-            return None
-        return str(reply["error"]) if isinstance(reply, dict) and "error" in reply else None
-
     def _explain_reply(self, raw: Any, station_says: str, n: str) -> str:
         """Advice for a reply the station's client refused."""
-        if self.positronic:
-            return (
-                f"The station cannot run your reply to observation {n}: "
-                f"{station_says.removeprefix('malformed policy reply: ')}. A reply is "
-                "{'result': [action, …]}, each action a map of 'robot_command' (cartesian_pos "
-                "or joint_pos), 'target_grip' and 'timestamp' (s after the call)."
-            )
-        space = self.info.action_space if self.info else None
-        try:
-            decoded = codec.unpackb(raw) if isinstance(raw, bytes | bytearray) else None
-        except codec.CodecError as exc:
-            return (
-                f"Your reply to observation {n} is not msgpack-numpy ({exc}). Pack replies "
-                "with openpi_client.msgpack_numpy.packb."
-            )
-        actions = decoded.get("actions") if isinstance(decoded, dict) else decoded
-        if isinstance(decoded, dict) and "actions" not in decoded:
-            got = ", ".join(sorted(str(k) for k in decoded)) or "none"
-            return (
-                f"Your reply to observation {n} has no 'actions' key (it has: {got}). Reply "
-                "with {'actions': array of shape (H, D)}."
-            )
-        if isinstance(actions, np.ndarray) and space is not None:
-            if actions.dtype.kind not in "fiu":
-                return (
-                    f"Your server returned actions of dtype {actions.dtype}; send numbers "
-                    "(float32 or float64)."
-                )
-            if actions.ndim not in (1, 2) or actions.shape[-1] != space.width:
-                return (
-                    f"Your server returned actions of shape {shape_text(actions)}; the "
-                    f"{space.value} action space needs {space.width} columns "
-                    f"({COLUMNS[space]}), so a chunk of shape (H, {space.width})."
-                )
-            if not np.all(np.isfinite(actions.astype(np.float64))):
-                return f"Your reply to observation {n} contains NaN or infinite actions."
-        return f"The station's client refused your reply to observation {n}: {station_says}."
+        return self.wire.explain_reply(self, raw, station_says, n)
 
     def _inspect_raw(self, raw: Any, n: str) -> None:
         """Notes on a reply the station accepted, kept for the summary findings."""
@@ -247,151 +197,15 @@ class ExchangeChecks(CheckState):
             plain = msgpack.unpackb(raw, raw=False, strict_map_key=False)
         except Exception:
             return
-        reply = codec.unpackb(raw)
-        if self.positronic:
-            result = reply.get("result") if isinstance(reply, dict) else None
-            actions = [result] if isinstance(result, dict) else result or []
-            self._replies.append(
-                {
-                    "n": n,
-                    "waypoints": len(actions),
-                    "stamped": all(
-                        isinstance(a, dict) and keys.POSITRONIC_TIMESTAMP in a for a in actions
-                    ),
-                    "str_keys": _str_tagged_arrays(plain),
-                }
-            )
-            return
-        actions = reply.get("actions") if isinstance(reply, dict) else reply
-        self._replies.append(
-            {
-                "n": n,
-                "bare": not isinstance(reply, dict),
-                "str_keys": _str_tagged_arrays(plain),
-                "dtype": str(actions.dtype) if isinstance(actions, np.ndarray) else None,
-                "ndim": int(actions.ndim) if isinstance(actions, np.ndarray) else None,
-            }
+        self.replies.append(
+            {"n": n, **self.wire.reply_notes(codec.unpackb(raw), str_tagged_arrays(plain))}
         )
 
     # 3. what the replies showed
     def judge_replies(self, chunks: list[np.ndarray]) -> None:
-        if self.positronic:
-            self._judge_positronic(chunks)
-            return
-        space = self.info.action_space if self.info else None
-        replies = self._replies
-        shapes = sorted({c.shape for c in chunks})
-        shapes_seen = ", ".join(shape_text(np.empty(s)) for s in shapes)
-        notes: list[str] = []
-        status = Status.passed
-        openpi = self.info is not None and self.info.dialect == EndpointDialect.openpi
-        if openpi and any(r["bare"] for r in replies):
-            status = Status.warning
-            notes.append(
-                "your replies are bare arrays; openpi clients expect a map "
-                "{'actions': …} (RoboArena servers may reply with the array)"
-            )
-        if any(r["ndim"] == 1 for r in replies):
-            status = Status.warning
-            notes.append(
-                "some replies are a single action (1-D): the station runs it as a chunk of 1"
-            )
-        if any(r["str_keys"] for r in replies):
-            status = Status.warning
-            notes.append(
-                "your numpy arrays are tagged with text keys ('__ndarray__' as a str); openpi's "
-                "msgpack_numpy writes and reads them as binary keys, so openpi clients "
-                "would not decode your arrays (the station reads both)"
-            )
-        self.add(
-            "replies",
-            "Replies",
-            status,
-            f"All {len(chunks)} replies were msgpack-numpy with actions of shape {shapes_seen}"
-            + ("; but " + "; ".join(notes) + "." if notes else "."),
-            shapes=[list(s) for s in shapes],
-        )
-        dtypes = sorted({r["dtype"] for r in replies if r["dtype"]})
-        odd = [d for d in dtypes if d not in ("float32", "float64")]
-        if odd:
-            self.add(
-                "dtype",
-                "Action dtype",
-                Status.warning,
-                f"Your actions arrive as {', '.join(odd)}; the station converts them to "
-                "float64, but float32 or float64 is what it expects (float16 loses "
-                "millimetres at arm's length; integers are probably a bug).",
-                dtypes=dtypes,
-            )
-        else:
-            self.add(
-                "dtype",
-                "Action dtype",
-                Status.passed,
-                f"Actions arrive as {', '.join(dtypes)}.",
-                dtypes=dtypes,
-            )
-        self._chunk_length(chunks)
-        if space is not None:
-            self._values(chunks, space)
+        self.wire.judge_replies(self, chunks)
 
-    def _judge_positronic(self, chunks: list[np.ndarray]) -> None:
-        replies = self._replies
-        space = self.reply_space
-        waypoints = sorted({r["waypoints"] for r in replies})
-        steps = sorted({len(c) for c in chunks})
-        notes: list[str] = []
-        status = Status.passed
-        if not all(r["stamped"] for r in replies):
-            status = Status.warning
-            fps = self.info.action_fps if self.info else None
-            notes.append(
-                "some actions carry no 'timestamp', so the station spaces them "
-                + (f"at your meta's action_fps ({fps:g} Hz)" if fps else "one per control step")
-            )
-        if any(r["str_keys"] for r in replies):
-            status = Status.warning
-            notes.append(
-                "your numpy arrays are tagged with text keys ('__ndarray__' as a str); "
-                "Positronic's serialiser writes binary keys (the station reads both)"
-            )
-        self.add(
-            "replies",
-            "Replies",
-            status,
-            f"All {len(chunks)} replies were Positronic results of {_span(waypoints)} "
-            f"waypoints, run as {_span(steps)} steps at {self.options.control_hz:g} Hz"
-            + ("; but " + "; ".join(notes) + "." if notes else "."),
-            waypoints=waypoints,
-            steps=steps,
-        )
-        if space is None:  # every reply was refused, and said so
-            return
-        declared = self.expect.action_space
-        title = "Action space"
-        if declared is not None and declared != space:
-            self.add(
-                "action_space",
-                title,
-                Status.failed,
-                f"You declared {declared.value}, but your commands are "
-                f"{'cartesian_pos' if space == ActionSpace.cartesian_position else 'joint_pos'}, "
-                f"which the station runs as {space.value}. Make them agree.",
-                declared=declared.value,
-                server=space.value,
-            )
-        else:
-            self.add(
-                "action_space",
-                title,
-                Status.passed,
-                f"Your commands run as {space.value} ({COLUMNS[space]})"
-                + (", as declared." if declared is not None else "."),
-            )
-        self._chunk_length(chunks, lengths=waypoints, unit="waypoints")
-        self._values(chunks, space)
-
-    def _chunk_length(
+    def judge_chunk_length(
         self, chunks: list[np.ndarray], *, lengths: list[int] | None = None, unit: str = "actions"
     ) -> None:
         lengths = lengths or sorted({len(c) for c in chunks})
@@ -436,7 +250,7 @@ class ExchangeChecks(CheckState):
                 returned=lengths,
             )
 
-    def _values(self, chunks: list[np.ndarray], space: ActionSpace) -> None:
+    def judge_values(self, chunks: list[np.ndarray], space: ActionSpace) -> None:
         rows = np.concatenate(chunks, axis=0)
         grip = rows[:, -1]
         notes = []

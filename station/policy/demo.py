@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from station import keys
+from station.policy import dialects
 
 CONTROL_HZ = 15.0  # DROID's control rate: the station's default control_hz
 DOWN = (math.pi, 0.0, 0.0)  # roll, pitch, yaw: the fingers pointing at the table
@@ -423,10 +424,7 @@ class DemoPolicy:
 
     def metadata(self) -> dict[str, Any]:
         p = self.profile
-        if p.dialect == "openpi":
-            # an openpi server: free-form metadata; the action space is the one key read
-            return {"action_space": "cartesian_position", "action_horizon": p.chunk}
-        return {
+        declared = {
             "image_resolution": list(p.image_size) if p.image_size else None,
             "needs_wrist_camera": True,
             "n_external_cameras": 1,
@@ -434,6 +432,8 @@ class DemoPolicy:
             "needs_session_id": True,
             "action_space": "cartesian_position",
         }
+        # as a server of the profile's dialect declares it (openpi's is free-form)
+        return dialects.get(p.dialect).served_metadata(declared, action_horizon=p.chunk)
 
     def new_session(self) -> _DemoSession:
         salt = (self.seed * 1_000_003 + sum(map(ord, self.profile.name))) & 0xFFFFFFFF
@@ -456,15 +456,7 @@ def demo_serve(
 ) -> Any:
     """The server for a demo policy, on the wire its profile names (not started).
     ``fault`` (a ``server.Fault``) drills the openpi server only."""
-    from station.policy.positronic_server import PositronicServer
-    from station.policy.server import PolicyServer
-
     p = policy.profile
-    if p.dialect == "positronic_v1":
-        if fault is not None:
-            raise ValueError("fault drills are served on the openpi wire only")
-        size = (p.image_size[1], p.image_size[0]) if p.image_size else None
-        return PositronicServer(
-            policy, host=host, port=port, image_size_wh=size, action_fps=CONTROL_HZ
-        )
-    return PolicyServer(policy, host=host, port=port, fault=fault)
+    return dialects.get(p.dialect).serve(
+        policy, host=host, port=port, fault=fault, image_size=p.image_size, action_fps=CONTROL_HZ
+    )

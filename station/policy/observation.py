@@ -25,11 +25,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from proctor.domain import EndpointDialect
-from station import geometry, keys
+from station import geometry
 from station.drivers.arm.base import ArmState
 from station.drivers.gripper.base import GripperState
-from station.policy import positronic
 from station.policy.spec import ServerInfo
 
 # Box-reduce first when the image shrinks by at least this factor twice over
@@ -213,43 +211,12 @@ def build_observation(
 ) -> dict[str, Any]:
     """The request for one query. ``resizer`` (one per episode) keeps the last
     resized frame of each camera, identified by ``frame_keys``."""
-    wanted: dict[str, str] = {}  # observation key → camera
-    if info.dialect == EndpointDialect.positronic_v1:
-        wanted[keys.POSITRONIC_EXTERIOR_IMAGE] = keys.CAMERA_EXTERIOR
-        wanted[keys.POSITRONIC_WRIST_IMAGE] = keys.CAMERA_WRIST
-    elif info.dialect == EndpointDialect.openpi:
-        wanted[keys.OBS_EXTERIOR_IMAGE] = keys.CAMERA_EXTERIOR
-        wanted[keys.OBS_WRIST_IMAGE] = keys.CAMERA_WRIST
-    else:
-        for i in range(info.n_external_cameras):
-            wanted[keys.roboarena_exterior_image(i)] = keys.CAMERA_EXTERIOR
-        if info.needs_wrist_camera:
-            wanted[keys.OBS_WRIST_IMAGE] = keys.CAMERA_WRIST
+    wire = info.wire  # its keys and encoding (``station/policy/dialects``)
     if resizer is None or resizer.size != info.image_size or resizer.pad != info.pad_images:
         resizer = ImageResizer(info.image_size, pad=info.pad_images)
-    cameras = sorted(set(wanted.values()))
+    cameras = sorted(set(wire.image_keys(info).values()))
     sized = resizer({name: images[name] for name in cameras}, frame_keys)
-    if info.dialect == EndpointDialect.positronic_v1:
-        obs = positronic.observation(
-            q=arm.q,
-            dq=arm.dq,
-            ee_pose=arm.ee_pose,
-            grip=gripper.position,
-            prompt=prompt,
-            images=sized,
-        )
-        if privileged:
-            obs.update(privileged)
-        return obs
-
-    obs: dict[str, Any] = {
-        keys.OBS_JOINT_POSITION: arm.q.astype(np.float32),
-        keys.OBS_CARTESIAN_POSITION: cartesian_position(arm).astype(np.float32),
-        keys.OBS_GRIPPER_POSITION: np.array([gripper.position], dtype=np.float32),
-        keys.OBS_PROMPT: prompt,
-    }
-    for key, name in wanted.items():
-        obs[key] = sized[name]
+    obs = wire.encode(info, arm=arm, gripper=gripper, prompt=prompt, images=sized)
     if privileged:
         obs.update(privileged)
     return obs

@@ -489,14 +489,6 @@ def decode_result(
     return Chunk(space, rows, len(actions))
 
 
-def first_due_row(elapsed_s: float, control_hz: float, rows: int) -> int:
-    """The row of a chunk due ``elapsed_s`` after its call: Positronic times
-    waypoints from the call, so rows already past when the reply arrives are
-    skipped (the last one is kept: it is what is in force)."""
-    due = math.floor(max(0.0, elapsed_s) * control_hz + 1e-9)
-    return min(due, max(0, rows - 1))
-
-
 def hold_state(obs: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
     """The state an observation reports, in the station's row conventions:
     pose ``[x, y, z, roll, pitch, yaw]``, joints, grip (what a chunk holds

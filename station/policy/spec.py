@@ -19,9 +19,10 @@ actions, unless its metadata names an ``action_space``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +30,10 @@ from proctor.domain import EndpointDialect
 from station import geometry as geo
 from station.drivers.arm.base import ArmCommand, ArmCommandKind
 from station.drivers.gripper.base import GripperCommand
+from station.policy import dialects
+
+if TYPE_CHECKING:
+    from station.policy.dialects.base import Dialect
 
 
 class ActionSpace(StrEnum):
@@ -49,16 +54,6 @@ class ActionSpace(StrEnum):
             ActionSpace.cartesian_position: ArmCommandKind.cartesian_pose,
             ActionSpace.cartesian_velocity: ArmCommandKind.cartesian_velocity,
         }[self]
-
-
-ROBOARENA_KEYS = (
-    "image_resolution",
-    "needs_wrist_camera",
-    "n_external_cameras",
-    "needs_stereo_camera",
-    "needs_session_id",
-    "action_space",
-)
 
 
 class ProtocolError(RuntimeError):
@@ -110,87 +105,56 @@ class ServerInfo:
 
     def public(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "dialect": self.dialect.value,
+            "dialect": str(self.dialect),
             "action_space": self.action_space.value if self.action_space else None,
             "image_size": list(self.image_size) if self.image_size else None,
             "n_external_cameras": self.n_external_cameras,
             "needs_wrist_camera": self.needs_wrist_camera,
             "needs_session_id": self.needs_session_id,
         }
-        if self.dialect == EndpointDialect.positronic_v1:
-            out["action_fps"] = self.action_fps
+        out.update(self.wire.public(self))
         return out
+
+    @property
+    def wire(self) -> Dialect:
+        """The dialect module's ``Dialect``: what differs between wires."""
+        return dialects.get(self.dialect)
+
+    @property
+    def cameras(self) -> tuple[str, ...]:
+        """The cameras a session with this server needs."""
+        return self.wire.cameras(self)
 
 
 def parse_metadata(
     metadata: Any,
     *,
-    dialect: EndpointDialect | None,
+    dialect: EndpointDialect | str | None,
     default_image_size: tuple[int, int],
     n_cameras_available: int = 1,
 ) -> ServerInfo:
+    """A server's metadata, read by its dialect (None: the dialect is detected
+    from the metadata, ``dialects.detect``)."""
     if not isinstance(metadata, dict):
         raise ProtocolError(f"server metadata must be a map, got {type(metadata).__name__}")
-    if dialect is None:
-        dialect = (
-            EndpointDialect.roboarena
-            if any(k in metadata for k in ROBOARENA_KEYS if k != "action_space")
-            else EndpointDialect.openpi
-        )
-    if dialect == EndpointDialect.positronic_v1:
-        from station.policy.positronic import parse_meta  # it builds on this module
+    wire = dialects.get(dialect) if dialect is not None else dialects.detect(metadata)
+    return wire.parse_metadata(
+        metadata, default_image_size=default_image_size, n_cameras_available=n_cameras_available
+    )
 
-        return parse_meta(metadata)
+
+def parse_action_space(metadata: Any) -> ActionSpace:
+    """``metadata.action_space`` (absent: DROID's joint velocities)."""
     raw_space = metadata.get("action_space")
     if raw_space is None:
-        space = ActionSpace.joint_velocity  # DROID's default
-    else:
-        try:
-            space = ActionSpace(str(raw_space))
-        except ValueError:
-            raise ProtocolError(
-                f"metadata.action_space: {peer_value(raw_space)} is not one of "
-                f"{', '.join(a.value for a in ActionSpace)}"
-            ) from None
-    if dialect == EndpointDialect.openpi:
-        return ServerInfo(dialect, space, tuple(default_image_size), 1, True, False)  # type: ignore[arg-type]
-
-    res = metadata.get("image_resolution")
-    image_size: tuple[int, int] | None
-    if res is None:
-        image_size = None
-    else:
-        try:
-            h, w = (int(v) for v in res)
-        except (TypeError, ValueError):
-            raise ProtocolError(
-                f"metadata.image_resolution: expected (H, W), got {peer_value(res)}"
-            ) from None
-        if not (8 <= h <= 4096 and 8 <= w <= 4096):
-            raise ProtocolError(
-                "metadata.image_resolution: out of range (each side 8 to 4096 pixels)"
-            )
-        image_size = (h, w)
-    n_ext = metadata.get("n_external_cameras", 1)
-    if isinstance(n_ext, bool) or not isinstance(n_ext, int) or n_ext < 0:
+        return ActionSpace.joint_velocity  # DROID's default
+    try:
+        return ActionSpace(str(raw_space))
+    except ValueError:
         raise ProtocolError(
-            f"metadata.n_external_cameras: expected 0, 1 or 2, got {peer_value(n_ext)}"
-        )
-    if n_ext > n_cameras_available:
-        raise ProtocolError(
-            "metadata.n_external_cameras: the policy needs more exterior cameras than "
-            f"this station's {n_cameras_available}"
-        )
-    if metadata.get("needs_stereo_camera"):
-        raise ProtocolError("metadata.needs_stereo_camera: this station has no stereo cameras")
-    return ServerInfo(
-        dialect=dialect,
-        action_space=space,
-        image_size=image_size,
-        n_external_cameras=n_ext,
-        needs_wrist_camera=bool(metadata.get("needs_wrist_camera", True)),
-        needs_session_id=bool(metadata.get("needs_session_id", False)),
-    )
+            f"metadata.action_space: {peer_value(raw_space)} is not one of "
+            f"{', '.join(a.value for a in ActionSpace)}"
+        ) from None
 
 
 def extract_chunk(reply: Any, space: ActionSpace) -> np.ndarray:
@@ -249,10 +213,21 @@ def to_commands(row: np.ndarray, space: ActionSpace) -> StepCommands:
     )
 
 
-def auth_headers(dialect: EndpointDialect | None, api_key: str | None) -> dict[str, str]:
+def auth_headers(dialect: EndpointDialect | str | None, api_key: str | None) -> dict[str, str]:
     """The header carrying a policy server's API key, as its dialect's own client
-    sends it: ``Api-Key <key>`` (openpi, RoboArena), ``Bearer <key>`` (Positronic)."""
-    if not api_key:
-        return {}
-    scheme = "Bearer" if dialect == EndpointDialect.positronic_v1 else "Api-Key"
-    return {"Authorization": f"{scheme} {api_key}"}
+    sends it: ``Api-Key <key>`` (openpi, RoboArena), ``Bearer <key>`` (Positronic).
+    None (detected on connect): the scheme of the dialects detection chooses from."""
+    return dialects.get_or_detected(dialect).auth_headers(api_key)
+
+
+def first_due_row(elapsed_s: float, control_hz: float, rows: int) -> int:
+    """The row of a chunk timed from its call that is due ``elapsed_s`` after
+    the call: rows already past when the reply arrives are skipped (the last
+    one is kept: it is what is in force)."""
+    due = math.floor(max(0.0, elapsed_s) * control_hz + 1e-9)
+    return min(due, max(0, rows - 1))
+
+
+class ErrorReply(ProtocolError):
+    """The server answered a request with an error text instead of actions.
+    The message is the station's own words; the connection is closed."""

@@ -776,7 +776,7 @@ def test_the_positronic_model_list_does_not_follow_a_redirect() -> None:
             wire = WireChecks(
                 url, Expectations(), CheckOptions(dialect=EndpointDialect.positronic_v1), None
             )
-            wire.positronic_models()
+            wire.extra_checks()
         finally:
             server.shutdown()
             server.server_close()

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proctor.domain import EndpointDialect
 from station import keys
 from station.control.playback import ChunkPlayer
 from station.control.sampling import TelemetrySampler, TelemetryTicks
@@ -19,7 +18,7 @@ from station.control.schedule import Schedule
 from station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
 from station.drivers.gripper.base import GripperCommand, GripperState
 from station.policy.client import Reply
-from station.policy.spec import ActionSpace, ServerInfo, StepCommands
+from station.policy.spec import ActionSpace, StepCommands
 from station.profiles import build_cell
 from station.recorder import Recorder, read_segments
 from tests.station.conftest import sim_config
@@ -123,36 +122,25 @@ def test_a_late_loop_passes_ticks_over_and_counts_them() -> None:
     assert ticks.late == 101 - 1 and schedule.past_end(schedule.next())
 
 
-def _info(dialect: EndpointDialect) -> ServerInfo:
-    return ServerInfo(
-        dialect=dialect,
-        action_space=None,
-        image_size=None,
-        n_external_cameras=1,
-        needs_wrist_camera=True,
-        needs_session_id=False,
-    )
-
-
 @pytest.mark.parametrize(
-    ("dialect", "real_time", "first"),
+    ("timed_from_call", "real_time", "first"),
     [
-        (EndpointDialect.positronic_v1, True, 3),  # 0.2 s after the call at 15 Hz
-        (EndpointDialect.positronic_v1, False, 0),  # time stood still while it thought
-        (EndpointDialect.openpi, True, 0),  # openpi chunks start when they arrive
+        (True, True, 3),  # Positronic's waypoints, 0.2 s after the call at 15 Hz
+        (True, False, 0),  # time stood still while it thought
+        (False, True, 0),  # openpi chunks start when they arrive
     ],
 )
-def test_where_playback_starts(dialect: EndpointDialect, real_time: bool, first: int) -> None:
+def test_where_playback_starts(timed_from_call: bool, real_time: bool, first: int) -> None:
     cell = build_cell("sim", sim_config())
     player = ChunkPlayer(
         cell,
-        _info(dialect),
         space=None,
         open_loop_steps=4,
         control_hz=15.0,
         real_time=real_time,
     )
     rows = np.zeros((10, 7))
-    player.load(Reply(rows, 0.2, 0.0, ActionSpace.cartesian_position), t=5.2, asked_at=5.0)
+    reply = Reply(rows, 0.2, 0.0, ActionSpace.cartesian_position, timed_from_call=timed_from_call)
+    player.load(reply, t=5.2, asked_at=5.0)
     assert (player.row, player.span, player.rows_left) == (first, first + 4, 4)
     assert player.playing and not player.exhausted

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from proctor import netguard
 from proctor.domain import EndpointDialect
 from proctor.settings import Settings
-from station.policy import positronic
+from station.policy import dialects
 
 MAX_URL = 512
 SUPPORTED_DIALECTS = tuple(EndpointDialect)
@@ -77,15 +77,16 @@ def endpoint_url(url: str, dialect: EndpointDialect | None) -> str:
     """The URL to connect to: a Positronic endpoint given as ``ws(s)://host[:port]``
     gets its session path (``/api/v1/session``); a path naming a model is kept,
     any other path is refused. Other dialects' URLs are used as given."""
-    if dialect != EndpointDialect.positronic_v1:
+    wire = dialects.get_or_detected(dialect)
+    if wire.url_path_text is None:
         return url
     try:
-        normalised = positronic.session_url(url)
+        normalised = wire.dial_url(url)
     except ValueError as exc:
         raise EndpointProblem("url", str(exc)) from None
     if len(normalised) > MAX_URL:
         raise EndpointProblem(
-            "url", f"is longer than {MAX_URL} characters with Positronic's session path"
+            "url", f"is longer than {MAX_URL} characters with {wire.url_path_text}"
         )
     return normalised
 
