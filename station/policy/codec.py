@@ -94,7 +94,7 @@ def packb(obj: Any) -> bytes:
     return msgpack.packb(obj, default=_default, use_bin_type=True)
 
 
-def unpackb(data: bytes) -> Any:
+def unpackb(data: bytes | bytearray) -> Any:
     try:
         return msgpack.unpackb(data, object_hook=_hook, raw=False, strict_map_key=False)
     except CodecError:
