@@ -222,7 +222,8 @@ class Openpi(Dialect):
                 "Metadata contents",
                 Status.passed,
                 f"The station will speak the {info.dialect.value} dialect with your server: "
-                f"{info.action_space.value if info.action_space else 'no declared'} actions, images "
+                f"{info.action_space.value if info.action_space else 'undeclared'} actions, "
+                "images "
                 + (
                     f"{info.image_size[0]}×{info.image_size[1]}"
                     if info.image_size
