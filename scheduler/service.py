@@ -772,7 +772,7 @@ def release_campaign(session: Session, *, campaign: int | str, actor: Actor) -> 
     audit(session, actor=actor, action="campaign.release", target_type="campaign", target_id=c.id)
 
 
-# the name web/snapshots/blinding.py imported before it was public
+# the name scheduler/naming.py imported before it was public
 _arm_labels = arm_labels
 
 
