@@ -55,7 +55,7 @@ def annotate(
         pending_episodes,
     )
     from proctor.artifacts import open_store
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db import migrate
     from proctor.db.engine import make_engine, make_session_factory, session_scope
 

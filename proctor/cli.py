@@ -16,18 +16,15 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import click
 import typer
 from typer.core import TyperGroup
 
+from proctor.cli_context import CliContext
 from proctor.errors import ProctorError
-
-if TYPE_CHECKING:
-    from proctor.settings import Settings
 
 
 class ServiceCommand(NamedTuple):
@@ -167,24 +164,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-@dataclass
-class CliContext:
-    debug: bool
-    config_file: Path | None
-
-    def settings(self) -> Settings:
-        from proctor.settings import load_settings
-
-        return load_settings(self.config_file)
-
-
-def cli_context(ctx: typer.Context) -> CliContext:
-    obj = ctx.find_root().obj
-    if isinstance(obj, CliContext):
-        return obj
-    return CliContext(debug=False, config_file=None)
 
 
 @app.callback()

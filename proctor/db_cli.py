@@ -22,7 +22,7 @@ def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
 ) -> None:
     """Migrate the database up to REVISION (default: the newest)."""
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db import migrate
 
     url = cli_context(ctx).settings().db_url
@@ -36,7 +36,7 @@ def downgrade(
     revision: Annotated[str, typer.Argument(help="Target revision ('base' empties the schema).")],
 ) -> None:
     """Migrate the database down to REVISION."""
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db import migrate
 
     url = cli_context(ctx).settings().db_url
@@ -47,7 +47,7 @@ def downgrade(
 @db_app.command()
 def current(ctx: typer.Context) -> None:
     """Show the database's revision and the code's newest one."""
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db import migrate
 
     url = cli_context(ctx).settings().db_url

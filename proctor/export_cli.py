@@ -27,7 +27,7 @@ def export(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from proctor.artifacts import open_store
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db.engine import make_engine, make_session_factory, session_scope
     from proctor.export.dataset import export_campaign
 

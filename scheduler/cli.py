@@ -32,7 +32,7 @@ CampaignArg = Annotated[str, typer.Argument(help="Campaign name or id.", show_de
 
 @contextmanager
 def _session(ctx: typer.Context) -> Iterator[ProctorSession]:
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db import migrate
     from proctor.db.engine import make_engine, make_session_factory, session_scope
 

@@ -435,7 +435,7 @@ class CampaignReport:
 
 def arm_labels(c: Campaign, policy_ids: Sequence[int], names: dict[int, str]) -> dict[int, str]:
     """Policy id → label: ``names`` when given (identities shown), else blinded
-    ``arm A``, ``arm B``, … (also used by web/snapshots for blinded previews)."""
+    ``arm A``, ``arm B``, … (also used by ``scheduler.naming`` for blinded previews)."""
     if names:
         return {pid: names[pid] for pid in policy_ids}
     # blinded: letters in an order drawn from the sealed seed, so neither the
@@ -770,10 +770,6 @@ def release_campaign(session: Session, *, campaign: int | str, actor: Actor) -> 
     c.released_at = utcnow()
     session.flush()
     audit(session, actor=actor, action="campaign.release", target_type="campaign", target_id=c.id)
-
-
-# the name web/snapshots/blinding.py imported before it was public
-_arm_labels = arm_labels
 
 
 def list_campaigns(session: Session) -> list[Campaign]:

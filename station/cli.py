@@ -45,7 +45,7 @@ StationConfigOpt = Annotated[
 
 
 def _settings(ctx: typer.Context) -> Any:
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
 
     return cli_context(ctx).settings()
 

@@ -29,13 +29,13 @@ from proctor.artifacts import open_store
 from proctor.db.engine import make_engine, make_session_factory
 from proctor.db.types import utcnow
 from proctor.settings import Settings
-from scheduler import routes as campaigns
 from scheduler.gateway import GatewayConfig, gateway_router
 from web.accounts import routes as accounts
 from web.artifacts import routes as artifacts
 from web.auth.passwords import Passwords
 from web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
 from web.auth.throttle import ThrottlePolicy
+from web.campaigns import api as campaigns
 from web.campaigns import routes as campaign_pages
 from web.console import routes as console
 from web.errors import install_error_handlers

@@ -63,7 +63,7 @@ def _schema_problem(url: str) -> str | None:
 def _accounts_session(ctx: typer.Context) -> Iterator[tuple[Settings, ProctorSession]]:
     """(settings, session) for an accounts command; one transaction,
     committed when the command succeeds."""
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db.engine import make_engine, make_session_factory, session_scope
 
     settings = cli_context(ctx).settings()
@@ -372,7 +372,7 @@ def serve(
     """Serve the web app (pages and the JSON API) with uvicorn."""
     import uvicorn
 
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db import migrate
     from web.app import create_app
     from web.server import APP_FACTORY, uvicorn_config

@@ -20,7 +20,7 @@ into place when complete, so a half-written export never looks finished)::
         ground-truth.json  simulated cell only
 
 Only released campaigns are exported: before release, who ran what is sealed.
-After release the public board's rule applies (``web.snapshots.blinding``): a
+After release the public board's rule applies (``scheduler.naming``): a
 policy is named only if its submitter opted in — the human reference always —
 and the others appear under their blinded arm label — in the fields that
 hold a policy's name (the interchange file's ``policy`` column, the

@@ -198,7 +198,7 @@ def export_campaign(
 ) -> ExportSummary:
     from analysis.interchange import write_interchange
     from analysis.store import load_episodes
-    from web.snapshots.blinding import WITHHELD_NOTE, campaign_naming
+    from scheduler.naming import WITHHELD_NOTE, campaign_naming
 
     c = _campaign(session, campaign)
     # the public board's naming rule, exactly: a policy is named only if its

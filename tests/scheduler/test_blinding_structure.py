@@ -13,9 +13,10 @@ no way to read who a run belongs to. Checked by walking its source:
   through ``station.work.WorkSource``, plugged in by a config string, and
   carries only an opaque run code and gateway URL.
 
-``BLIND_PACKAGES`` lists the packages under the rule; the operator console
-(``web/console``, still to be built) is listed already, so it is covered the
-moment it exists.
+``BLIND_PACKAGES`` lists the packages under the rule: the station (its local
+API is ``station/api.py``, inside it) and the operator console
+(``web/console``). Each must exist, so a moved or renamed package fails the
+walk instead of silently leaving it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BLIND_PACKAGES = ("station", "web/console", "web/station_api")
+BLIND_PACKAGES = ("station", "web/console")
 IDENTITY_CLASSES = {"Policy", "Submission", "CampaignPolicy", "Assignment"}
 IDENTITY_ATTRS = {
     "policy_id",
@@ -88,18 +89,18 @@ def violations(source: str, where: str) -> list[str]:
 
 
 def _blind_files() -> list[Path]:
-    files: list[Path] = []
-    for package in BLIND_PACKAGES:
-        base = ROOT / package
-        if base.is_dir():
-            files.extend(sorted(base.rglob("*.py")))
-    return files
+    return [p for package in BLIND_PACKAGES for p in sorted((ROOT / package).rglob("*.py"))]
+
+
+def test_every_blind_package_exists() -> None:
+    assert [p for p in BLIND_PACKAGES if not (ROOT / p / "__init__.py").is_file()] == []
 
 
 def test_the_walk_sees_the_station() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _blind_files()}
     assert "station/work.py" in names and "station/cli.py" in names
-    assert "web/console/routes.py" in names  # the operator console, since it landed
+    assert "station/api.py" in names  # the station's local API
+    assert "web/console/routes.py" in names  # the operator console
 
 
 def test_blind_code_cannot_read_policy_identity() -> None:

@@ -1,8 +1,9 @@
 """The wheel carries everything the installed app needs: every module, every
 template, static file and vendored asset of the web app (with the vendored
 licences), the conformance observations, the annotator's thresholds and the
-migrations. An editable install reads them from the tree, so only a built
-wheel shows what is missing.
+migrations — and nothing else: not the tests, the benchmarks or the tools.
+An editable install reads them from the tree, so only a built wheel shows
+what is missing or what is too much.
 
 The wheel is built from a copy of the sources in a temporary folder: an
 in-tree build writes ``build/`` and ``*.egg-info`` into the working tree.
@@ -18,6 +19,8 @@ import sys
 import tomllib
 import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -49,8 +52,9 @@ def _tree_files(patterns: tuple[str, ...]) -> set[str]:
 def _copy_sources(dst: Path) -> None:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, dst / name)
-    for include in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]:
-        top = include.rstrip("*")
+    # every top-level folder: the wheel must leave out what it should, not
+    # merely what the copy left behind
+    for top in sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()):
         if (ROOT / top).is_dir():
             shutil.copytree(
                 ROOT / top,
@@ -70,7 +74,9 @@ def _local_backend_is_enough() -> bool:
     return major >= 77
 
 
-def test_the_wheel_carries_every_template_static_file_and_data_file(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp_path = tmp_path_factory.mktemp("wheel")
     src, out = tmp_path / "src", tmp_path / "dist"
     src.mkdir()
     _copy_sources(src)
@@ -79,7 +85,21 @@ def test_the_wheel_carries_every_template_static_file_and_data_file(tmp_path: Pa
         cmd.append("--no-build-isolation")
     built = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    [wheel] = out.glob("proctor-*.whl")
+    [found] = out.glob("proctor-*.whl")
+    return found
+
+
+def test_the_wheel_ships_only_the_projects_packages(wheel: Path) -> None:
+    """Top-level names in the wheel: the project's packages and its metadata
+    (docs/architecture.md, "Layers": the names still collide with other
+    distributions'; the rename is the step left)."""
+    with zipfile.ZipFile(wheel) as z:
+        tops = {n.split("/")[0] for n in z.namelist()}
+    assert (ROOT / "tests" / "__init__.py").is_file()  # a package the wheel must leave out
+    assert tops == {*APP_PACKAGES, "proctor-0.1.0.dist-info"}
+
+
+def test_the_wheel_carries_every_template_static_file_and_data_file(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         shipped = {n for n in z.namelist() if not n.endswith("/")}
         data = _tree_files(DATA_GLOBS)

@@ -14,6 +14,7 @@ from proctor.db.engine import ProctorSession
 from proctor.db.models import ApiToken, User
 from proctor.domain import Role
 from proctor.settings import WebSettings
+from scheduler.naming import Viewer
 from web.auth import tokens
 from web.auth.sessions import SessionState, marks_match, session_mark
 
@@ -52,6 +53,12 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return Role.admin in self.roles
+
+
+def viewer(who: Principal | None) -> Viewer | None:
+    """The caller as the scheduler's naming rule sees it (``scheduler.naming``):
+    the rule lives below the web and takes no web types."""
+    return None if who is None else Viewer(user_id=who.id, is_admin=who.is_admin)
 
 
 class NotSignedIn(HTTPException):

@@ -2,7 +2,7 @@
 and one campaign's protocol, seed commitment and per-cell balance.
 
 Read-only by design: the actions (create, start, close, reveal, release,
-unblind) are ``proctor campaign …`` and ``/api/campaigns`` (scheduler.routes),
+unblind) are ``proctor campaign …`` and ``/api/campaigns`` (web.campaigns.api),
 where each one is audited. The arms carry their blinded labels here until
 the campaign is released, as in ``proctor campaign status``.
 """
@@ -16,8 +16,8 @@ from fastapi import APIRouter, Request, Response
 
 from proctor.db.models import AnalysisSnapshot, Campaign
 from proctor.domain import Role
-from scheduler import routes as campaigns_api
 from web.auth.identity import Principal
+from web.campaigns import api as campaigns_api
 from web.deps import DbId, SessionDep, require_role
 from web.templating import render
 

@@ -38,7 +38,7 @@ def add_photo(
 ) -> None:
     """Store a photo of an initial scene for the console to show."""
     from proctor.artifacts import open_store
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db.engine import make_engine, make_session_factory, session_scope
     from web.console.photos import register_photo
 
@@ -70,7 +70,7 @@ def list_photos(ctx: typer.Context) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from proctor.db.engine import make_engine, make_session_factory, session_scope
     from proctor.db.models import Artifact
     from proctor.domain import ArtifactKind

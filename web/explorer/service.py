@@ -1,6 +1,6 @@
 """Everything the run explorer shows of one episode, gathered once.
 
-Identity follows ``web.artifacts.access`` and ``web.snapshots.blinding``:
+Identity follows ``web.artifacts.access`` and ``scheduler.naming``:
 the policy's name appears only when the campaign is released and its
 submitter opted in to the public board (the reference: always); a withheld
 one shows its arm label with the note "identity withheld by the submitter"
@@ -36,10 +36,10 @@ from proctor.db.models import (
     User,
 )
 from proctor.domain import ArtifactKind, CampaignStatus, PolicyKind, Visibility
+from scheduler.naming import WITHHELD_NOTE, campaign_naming
 from web.artifacts import redaction
 from web.artifacts.access import EpisodeAccess, is_staff
-from web.auth.identity import Principal
-from web.snapshots.blinding import WITHHELD_NOTE, campaign_naming
+from web.auth.identity import Principal, viewer
 
 # how the public (and the export) names a person who reviewed an episode
 ANONYMOUS_REVIEWER = "a reviewer"
@@ -164,7 +164,7 @@ def episode_bundle(
             else:
                 withheld = True
                 arm = entry.arm
-                policy_name = naming.known_to(who).get(entry.arm)  # its owner, admins
+                policy_name = naming.known_to(viewer(who)).get(entry.arm)  # its owner, admins
         elif released:  # not one of the campaign's arms: named only if it opted in
             policy = session.get(Policy, policy_id) if policy_id is not None else None
             if policy is not None and (

@@ -1,5 +1,5 @@
 """Opening a campaign's leaderboard for a caller: which campaign, which
-snapshot, and who is named in it (``web.snapshots.blinding``).
+snapshot, and who is named in it (``scheduler.naming``).
 
 * A **released** campaign's latest snapshot is public. A policy appears by
   name only if its submitter opted in to the public board (the human
@@ -27,10 +27,10 @@ from fastapi import HTTPException, status
 from proctor.db.engine import ProctorSession
 from proctor.db.models import AnalysisSnapshot, Campaign
 from proctor.domain import CampaignStatus, LabelStream
-from web.auth.identity import Principal
+from scheduler.naming import WITHHELD_NOTE, blind_result, campaign_naming, named_policy_ids
+from web.auth.identity import Principal, viewer
 from web.errors import FieldError
 from web.snapshots import service as snapshots
-from web.snapshots.blinding import WITHHELD_NOTE, blind_result, campaign_naming, named_policy_ids
 
 CAMPAIGN_NOT_FOUND = "campaign not found"
 
@@ -176,7 +176,7 @@ def open_board(
         policy_ids=naming.ids(),
         db=db,
         withheld=frozenset(a.arm for a in naming.withheld()),
-        known=naming.known_to(who),
+        known=naming.known_to(viewer(who)),
         naming_key=naming.key(),
     )
 

@@ -2,7 +2,7 @@
 ``/api/leaderboard/{id}/policies/{label}`` (``?vs=LABEL`` compares with
 another policy instead of the reference). The label is the policy's name
 once the campaign is released and its submitter opted in to the public board
-(the reference: always), its arm label otherwise (``web.snapshots.blinding``)."""
+(the reference: always), its arm label otherwise (``scheduler.naming``)."""
 
 from __future__ import annotations
 

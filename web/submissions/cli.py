@@ -14,7 +14,7 @@ submission_app = typer.Typer(
 
 
 def _open(ctx: typer.Context) -> tuple[Any, Any]:
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from station.cli import open_database
 
     settings = cli_context(ctx).settings()

@@ -34,12 +34,12 @@ from proctor.domain import (
 from proctor.errors import ConfigError
 from proctor.settings import Settings
 from scheduler.endpoint_keys import encrypt_api_key
+from scheduler.naming import campaign_naming
 from web import audit
 from web.auth.access import NotFound, check_owner_access, owner_filter
 from web.auth.identity import Principal
 from web.errors import Conflict, FieldError
 from web.snapshots import service as snapshots
-from web.snapshots.blinding import campaign_naming
 from web.submissions import endpoints, queue
 from web.submissions.schemas import (
     CampaignProgressOut,

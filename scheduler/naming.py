@@ -20,6 +20,12 @@ like a name — a policy called ``policy`` or ``estimate`` or after an object
 would otherwise rewrite keys and words, break the board and show which label
 hides which name. Names that collide with the result's words are also
 refused at registration (``web.submissions.manifest``, ``service.policy_for``).
+
+The rule is the scheduler's, not the web's: it reads only campaign state and
+who is looking (a :class:`Viewer`: a user id and whether they are an admin),
+so the web app, the export and the campaigns API apply the same rule, and the
+web adapts its signed-in ``Principal`` to a ``Viewer``
+(``web.auth.identity.viewer``) — docs/architecture.md, "Layers".
 """
 
 from __future__ import annotations
@@ -35,9 +41,17 @@ from proctor.db.engine import ProctorSession
 from proctor.db.models import Campaign, CampaignPolicy, Policy
 from proctor.domain import CampaignStatus, PolicyKind, Visibility
 from scheduler.service import arm_labels as scheduler_arm_labels
-from web.auth.identity import Principal
 
 WITHHELD_NOTE = "identity withheld by the submitter"
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who is looking, as far as naming cares: a user, and whether they hold
+    the admin role. ``None`` in its place is the public."""
+
+    user_id: int
+    is_admin: bool
 
 
 @dataclass(frozen=True)
@@ -85,7 +99,7 @@ class CampaignNaming:
         """Released, but not named: under the arm label with :data:`WITHHELD_NOTE`."""
         return [a for a in self.arms if self.released and not self.named(a)]
 
-    def known_to(self, who: Principal | None) -> dict[str, str]:
+    def known_to(self, who: Viewer | None) -> dict[str, str]:
         """Label → name of the withheld policies this caller may still see
         named: admins all of them, a submitter their own. Nothing before
         release (an admin's preview stays blinded)."""
@@ -94,10 +108,10 @@ class CampaignNaming:
         return {
             a.arm: a.name
             for a in self.withheld()
-            if who.is_admin or (a.owner_id is not None and a.owner_id == who.id)
+            if who.is_admin or (a.owner_id is not None and a.owner_id == who.user_id)
         }
 
-    def hidden_from(self, who: Principal | None) -> dict[str, str]:
+    def hidden_from(self, who: Viewer | None) -> dict[str, str]:
         """Name → label of every policy whose name this caller may not see."""
         known = set(self.known_to(who).values())
         return {

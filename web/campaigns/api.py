@@ -2,7 +2,10 @@
 campaign``. Every write needs the admin role; a campaign is visible to
 others only once released (before that, a 404 as if it did not exist).
 
-Mounted by ``web.app`` as a domain (``api_router``, prefix ``/api``).
+Mounted by ``web.app`` as a domain (``api_router``, prefix ``/api``). It
+lives in the web, not in ``scheduler/``: it needs the web's sign-in and roles
+(``web.deps``), and the scheduler sits below the web (docs/architecture.md,
+"Layers"); the campaign rules themselves stay in ``scheduler.service``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from proctor.db.models import Campaign
 from proctor.domain import CampaignStatus, Role
 from scheduler import service
+from scheduler.naming import campaign_naming
 from scheduler.protocol import CampaignProtocol
 from scheduler.schemas import (
     CampaignStatusOut,
@@ -28,10 +32,9 @@ from scheduler.schemas import (
     UnblindIn,
 )
 from scheduler.service import Actor, CampaignNotFound, CampaignStateError
-from web.auth.identity import Principal
+from web.auth.identity import Principal, viewer
 from web.deps import DbId, OptionalUser, SessionDep, require_role
 from web.errors import FieldError
-from web.snapshots.blinding import campaign_naming
 
 api_router = APIRouter(tags=["campaigns"])
 AdminUser = Annotated[Principal, require_role(Role.admin)]
@@ -134,7 +137,7 @@ def _status(
     if released:
         # a released policy is named only if its submitter opted in to the public
         # board (its owner and admins: always); the others keep their arm label
-        hidden = campaign_naming(session, c).hidden_from(who)
+        hidden = campaign_naming(session, c).hidden_from(viewer(who))
         if hidden:
             for cell in out.cells:
                 cell.arm = hidden.get(cell.arm, cell.arm)
