@@ -41,7 +41,7 @@ from proctor.domain import (
     Side,
     SubmissionKind,
 )
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import Conflict, NotFound, UsageError
 from scheduler.allocation import (
     AllocationProtocol,
     SpatialConfig,
@@ -55,12 +55,18 @@ from scheduler.protocol import CampaignProtocol, PolicyEntry
 _IN_CHUNK = 500  # keep IN (...) lists well under every driver's parameter limit
 
 
-class CampaignNotFound(ProctorError):
-    """No campaign by that name or id (the API answers 404)."""
+class CampaignNotFound(NotFound):
+    """No campaign by that name or id. The API answers 404 "campaign not
+    found", the same as for a campaign the caller may not see yet."""
+
+    exit_code = 1
+    http_detail = "campaign not found"
 
 
-class CampaignStateError(ProctorError):
+class CampaignStateError(Conflict):
     """The campaign is not in a state that allows this (the API answers 409)."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)

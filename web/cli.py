@@ -252,9 +252,9 @@ def create_token(
     store it now: only its hash is kept.
     """
     from proctor.db.types import utcnow
+    from proctor.errors import FieldError
     from web.accounts import service
     from web.auth.tokens import Scope
-    from web.errors import FieldError
 
     scopes = scope or []
     valid = {s.value for s in Scope}

@@ -19,6 +19,7 @@ from proctor.db.engine import ProctorSession, session_scope
 from proctor.db.models import ApiToken, User, UserRole
 from proctor.db.models.people import new_session_nonce
 from proctor.domain import Role
+from proctor.errors import Conflict, FieldError
 from web import audit
 from web.accounts.schemas import TokenStatus
 from web.auth import tokens
@@ -29,7 +30,6 @@ from web.auth.throttle import (
     record_outcome,
     reserve_login_attempt,
 )
-from web.errors import Conflict, FieldError
 
 USERNAME_MAX = 64
 

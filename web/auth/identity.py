@@ -13,6 +13,7 @@ from fastapi import HTTPException, status
 from proctor.db.engine import ProctorSession
 from proctor.db.models import ApiToken, User
 from proctor.domain import Role
+from proctor.errors import Forbidden
 from proctor.settings import WebSettings
 from web.auth import tokens
 from web.auth.sessions import SessionState, marks_match, session_mark
@@ -62,11 +63,6 @@ class NotSignedIn(HTTPException):
             status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": "Bearer"}
         )
         self.expired = expired
-
-
-class Forbidden(HTTPException):
-    def __init__(self, detail: str) -> None:
-        super().__init__(status.HTTP_403_FORBIDDEN, detail=detail)
 
 
 def user_roles(user: User) -> frozenset[Role]:

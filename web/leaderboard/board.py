@@ -27,8 +27,8 @@ from fastapi import HTTPException, status
 from proctor.db.engine import ProctorSession
 from proctor.db.models import AnalysisSnapshot, Campaign
 from proctor.domain import CampaignStatus, LabelStream
+from proctor.errors import FieldError
 from web.auth.identity import Principal
-from web.errors import FieldError
 from web.snapshots import service as snapshots
 from web.snapshots.blinding import WITHHELD_NOTE, blind_result, campaign_naming, named_policy_ids
 

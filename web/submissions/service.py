@@ -31,13 +31,12 @@ from proctor.domain import (
     PolicyKind,
     SubmissionKind,
 )
-from proctor.errors import ConfigError
+from proctor.errors import ConfigError, Conflict, FieldError, NotFound
 from proctor.settings import Settings
 from scheduler.endpoint_keys import encrypt_api_key
 from web import audit
-from web.auth.access import NotFound, check_owner_access, owner_filter
+from web.auth.access import check_owner_access, owner_filter
 from web.auth.identity import Principal
-from web.errors import Conflict, FieldError
 from web.snapshots import service as snapshots
 from web.snapshots.blinding import campaign_naming
 from web.submissions import endpoints, queue
@@ -84,7 +83,7 @@ def checkpoint_report() -> dict[str, Any]:
 def get_policy(session: ProctorSession, principal: Principal, policy_id: int) -> Policy:
     policy = session.get(Policy, policy_id)
     if policy is None or policy.kind != PolicyKind.policy:
-        raise NotFound("policy")
+        raise NotFound("policy not found")
     check_owner_access(principal, policy.owner_id, what="policy")
     return policy
 
@@ -92,7 +91,7 @@ def get_policy(session: ProctorSession, principal: Principal, policy_id: int) ->
 def get_submission(session: ProctorSession, principal: Principal, submission_id: int) -> Submission:
     sub = session.get(Submission, submission_id)
     if sub is None:
-        raise NotFound("submission")
+        raise NotFound("submission not found")
     check_owner_access(principal, sub.policy.owner_id, what="submission")
     return sub
 

@@ -31,12 +31,11 @@ from proctor.artifacts import ArtifactStore
 from proctor.db.engine import ProctorSession
 from proctor.db.models import Artifact, Submission, UploadSession, User
 from proctor.domain import ArtifactKind, ConformanceStatus, Role, SubmissionKind
-from proctor.errors import UsageError
+from proctor.errors import Conflict, FieldError, NotFound, UsageError
 from proctor.settings import Settings
 from web import audit
-from web.auth.access import NotFound, check_owner_access
+from web.auth.access import check_owner_access
 from web.auth.identity import Principal
-from web.errors import Conflict, FieldError
 from web.submissions import service, staging
 from web.submissions.archive import (
     ArchiveLimits,
@@ -205,7 +204,7 @@ def get_upload(
     """The upload, for its owner (admins may look, not write); 404 otherwise."""
     upload = session.get(UploadSession, upload_id) if len(upload_id) <= 32 else None
     if upload is None:
-        raise NotFound("upload")
+        raise NotFound("upload not found")
     check_owner_access(
         principal, upload.owner_id, what="upload", privileged=() if write else (Role.admin,)
     )
