@@ -19,8 +19,9 @@ import typer
 from proctor.errors import ProctorError, UsageError
 
 if TYPE_CHECKING:
+    from proctor.audit import Actor
     from proctor.db.engine import ProctorSession
-    from scheduler.service import Actor, CampaignReport
+    from scheduler.service import CampaignReport
 
 campaign_app = typer.Typer(
     help="Campaigns: create, start, status, close, reveal, unblind, release.",
@@ -52,7 +53,7 @@ def _session(ctx: typer.Context) -> Iterator[ProctorSession]:
 
 
 def _actor() -> Actor:
-    from scheduler.service import Actor
+    from proctor.audit import Actor
 
     try:
         who = getpass.getuser()

@@ -12,6 +12,7 @@ from typing import Annotated
 import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query, status
 
+from proctor.audit import Actor
 from proctor.db.models import Campaign
 from proctor.domain import CampaignStatus, Role
 from proctor.errors import FieldError
@@ -26,7 +27,6 @@ from scheduler.schemas import (
     UnblindedRunOut,
     UnblindIn,
 )
-from scheduler.service import Actor
 from web.auth.identity import Principal
 from web.deps import DbId, OptionalUser, SessionDep, require_role
 from web.snapshots.blinding import campaign_naming

@@ -12,11 +12,11 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
+from proctor.audit import Actor, record_audit
 from proctor.db.engine import ProctorSession
 from proctor.db.models import ApiToken, AuditLog, User
 from proctor.domain import Role
 from proctor.errors import Forbidden, NotFound, UsageError
-from web import audit
 from web.accounts import service
 from web.accounts.schemas import (
     AuditOut,
@@ -84,8 +84,8 @@ def token_out(token: ApiToken, now: datetime) -> TokenOut:
     )
 
 
-def _actor(who: Principal) -> service.Actor:
-    return service.Actor(user=who.user)
+def _actor(who: Principal) -> Actor:
+    return Actor.of(who.user)
 
 
 def _user_or_404(session: ProctorSession, user_id: int) -> User:
@@ -370,13 +370,13 @@ def logout(who: OptionalUser, session: SessionDep, now: NowDep, state: SessionSt
             # the cookie may have been copied: end it on the server, with
             # every other page session of this user (docs: web/README.md)
             service.end_sessions(who.user)
-        audit.record(
-            session=session,
+        record_audit(
+            session,
+            actor=Actor.of(who.user),
             action="logout",
-            now=now,
-            actor=who.user,
             target_type="user",
             target_id=who.username,
+            at=now,
         )
     state.sign_out()
     state.flash("You are signed out.")
