@@ -37,13 +37,6 @@ def _stderr() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def code_version() -> str:
-    from analysis import ANALYSIS_VERSION
-    from proctor import __version__
-
-    return f"proctor-{__version__}/analysis-{ANALYSIS_VERSION}"
-
-
 def _fail_lines(lines: list[str]) -> None:
     for line in lines:
         typer.echo(f"error: {line}", err=True)
@@ -198,6 +191,7 @@ def analyze(
 ) -> None:
     """Score policies from an interchange file: time-to-success CDFs, HRT,
     RMST, macro-KS verdicts (METHODS.md)."""
+    from analysis import code_version
     from analysis.leaderboard import analyze as run_analysis
     from analysis.leaderboard import budget_overrun_note, default_tau
     from analysis.report import data_version, to_json

@@ -285,7 +285,7 @@ def snapshot_result(
     protocol: Protocol | None = None,
 ) -> tuple[dict[str, Any], Protocol, EpisodeTable]:
     """The result JSON for a campaign and stream (what a snapshot stores)."""
-    from analysis.cli import code_version
+    from analysis import code_version
 
     campaign = session.get(Campaign, campaign_id) if campaign_id is not None else None
     if campaign_id is not None and campaign is None:

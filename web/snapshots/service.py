@@ -25,6 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from analysis import code_version
 from analysis.report import data_version
 from analysis.results import Protocol
 from analysis.store import build_snapshot, campaign_protocol, load_episodes
@@ -40,12 +41,6 @@ DEFAULT_STREAM = LabelStream.auto_and_reviewed
 # the protocol fields a result records (analysis.report.to_json) and that must
 # match for an old snapshot to stand for a new computation
 _COMPARED = ("tau", "bootstrap", "ks_resamples", "seed", "alpha", "success_at", "power_target")
-
-
-def code_version() -> str:
-    from analysis.cli import code_version as cv
-
-    return cv()
 
 
 def _protocol_json(p: Protocol) -> dict[str, Any]:
