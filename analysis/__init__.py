@@ -7,10 +7,3 @@ dataclasses; ``interchange`` (files), ``store`` (the database), ``plots``
 
 # bumped when a change alters any number the analysis produces
 ANALYSIS_VERSION = "1"
-
-
-def code_version() -> str:
-    """The code that computed a result, as results and snapshots record it."""
-    from proctor import __version__
-
-    return f"proctor-{__version__}/analysis-{ANALYSIS_VERSION}"

@@ -191,11 +191,11 @@ def analyze(
 ) -> None:
     """Score policies from an interchange file: time-to-success CDFs, HRT,
     RMST, macro-KS verdicts (METHODS.md)."""
-    from analysis import code_version
     from analysis.leaderboard import analyze as run_analysis
     from analysis.leaderboard import budget_overrun_note, default_tau
     from analysis.report import data_version, to_json
     from analysis.results import Protocol
+    from analysis.store import code_version
 
     success_at = _floats_option("--at", at)
     _check_json_target(json_out)

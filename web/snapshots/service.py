@@ -25,10 +25,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from analysis import code_version
 from analysis.report import data_version
 from analysis.results import Protocol
-from analysis.store import build_snapshot, campaign_protocol, load_episodes
+from analysis.store import build_snapshot, campaign_protocol, code_version, load_episodes
 from proctor.db.engine import ProctorSession
 from proctor.db.models import AnalysisSnapshot, Campaign
 from proctor.domain import LabelStream
