@@ -46,6 +46,8 @@ class FieldError(UsageError):
     """Bad input in one named field (422). The message reads
     ``"<field>: <message>"``, as every other usage error does."""
 
+    field: str  # always named here
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
