@@ -39,13 +39,6 @@ def _stderr() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def code_version() -> str:
-    from analysis import ANALYSIS_VERSION
-    from proctor import __version__
-
-    return f"proctor-{__version__}/analysis-{ANALYSIS_VERSION}"
-
-
 def _fail_lines(lines: list[str]) -> None:
     for line in lines:
         typer.echo(f"error: {line}", err=True)
@@ -204,6 +197,7 @@ def analyze(
     from analysis.leaderboard import budget_overrun_note, default_tau
     from analysis.report import data_version, to_json
     from analysis.results import Protocol
+    from analysis.store import code_version
 
     success_at = _floats_option("--at", at)
     _check_json_target(json_out)

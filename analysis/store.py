@@ -32,6 +32,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from analysis import ANALYSIS_VERSION
 from analysis.episodes import (
     OPERATOR_STOP,
     SUCCESS,
@@ -87,6 +88,14 @@ _STREAM_SOURCES: dict[LabelStream, _Sources] = {
         )
     },
 }
+
+
+def code_version() -> str:
+    """The code that computed a result, as results and snapshots record it
+    (here, not in the pure core: it reads the installed Proctor's version)."""
+    from proctor import __version__
+
+    return f"proctor-{__version__}/analysis-{ANALYSIS_VERSION}"
 
 
 def _value(x: Any) -> Any:
@@ -311,8 +320,6 @@ def snapshot_result(
     protocol: Protocol | None = None,
 ) -> tuple[dict[str, Any], Protocol, EpisodeTable]:
     """The result JSON for a campaign and stream (what a snapshot stores)."""
-    from analysis.cli import code_version
-
     campaign = session.get(Campaign, campaign_id) if campaign_id is not None else None
     if campaign_id is not None and campaign is None:
         raise UsageError(f"campaign {campaign_id}: no such campaign")

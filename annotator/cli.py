@@ -56,25 +56,16 @@ def annotate(
     )
     from proctor.artifacts import open_store
     from proctor.cli_context import cli_context
-    from proctor.db import migrate
-    from proctor.db.engine import make_engine, make_session_factory, session_scope
+    from proctor.db.engine import session_scope
+    from proctor.db.opening import command_sessions
 
     if (episode is None) == (not all_pending):
         raise UsageError("give either --episode UID or --all-pending")
     th = load_thresholds(thresholds)
     settings = cli_context(ctx).settings()
-    url = settings.db_url
-    current, head = migrate.current(url), migrate.head()
-    if current != head:
-        raise UsageError(
-            f"the database is at revision {current or 'base (empty)'} but this code needs "
-            f"{head}: run `proctor db upgrade`"
-        )
-    store = open_store(settings.artifacts_location)
-    engine = make_engine(url)
     console = _console()
-    try:
-        sessions = make_session_factory(engine)
+    with command_sessions(settings) as sessions:
+        store = open_store(settings.artifacts_location)
         with session_scope(sessions) as s:
             if episode is not None:
                 ep = find_episode(s, episode)
@@ -125,5 +116,3 @@ def annotate(
             console.print(f"[red]failed[/red] {line}")
         if failures:
             raise ProctorError(f"{len(failures)} of {len(uids)} episode(s) could not be annotated")
-    finally:
-        engine.dispose()

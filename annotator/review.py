@@ -53,7 +53,7 @@ from proctor.domain import (
     PlacementStatus,
     ReviewActionKind,
 )
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import Conflict, Forbidden, NotFound, UsageError
 
 # two placements closer than this are one placement counted twice
 MIN_SEPARATION_S = 0.001
@@ -61,18 +61,6 @@ MIN_SEPARATION_S = 0.001
 
 class ReviewError(UsageError):
     """A review decision that cannot be applied; the message says why."""
-
-
-class NotFound(ProctorError):
-    exit_code = 2
-
-
-class Forbidden(ProctorError):
-    exit_code = 2
-
-
-class Conflict(ReviewError):
-    """The episode is not in a state that allows this decision."""
 
 
 @dataclass(frozen=True)

@@ -28,28 +28,24 @@ def export(
 
     from proctor.artifacts import open_store
     from proctor.cli_context import cli_context
-    from proctor.db.engine import make_engine, make_session_factory, session_scope
+    from proctor.db.opening import command_session
     from proctor.export.dataset import export_campaign
 
     settings = cli_context(ctx).settings()
-    engine = make_engine(settings.db_url)
-    try:
-        with (
-            session_scope(make_session_factory(engine)) as session,
-            Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn()) as bar,
-        ):
-            task = bar.add_task("export", total=None)
-            summary = export_campaign(
-                session,
-                open_store(settings.artifacts_location),
-                campaign=campaign,
-                out=out,
-                stream=stream,
-                media=media,
-                progress=lambda done, total: bar.update(task, completed=done, total=total),
-            )
-    finally:
-        engine.dispose()
+    with (
+        command_session(settings) as session,
+        Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn()) as bar,
+    ):
+        task = bar.add_task("export", total=None)
+        summary = export_campaign(
+            session,
+            open_store(settings.artifacts_location),
+            campaign=campaign,
+            out=out,
+            stream=stream,
+            media=media,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
     typer.echo(
         f"{summary.folder}: {summary.episodes} episodes, {summary.files} files, "
         f"{summary.bytes / 1e6:.1f} MB (dataset.json lists each file's sha256)"

@@ -215,7 +215,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _fill_defaults(self) -> Settings:
         if self.database_url is None:
-            self.database_url = f"sqlite:///{(self.data_dir / 'proctor.db').resolve()}"
+            self.database_url = embedded_database_url(self.data_dir)
         if self.artifacts is None:
             self.artifacts = str((self.data_dir / "artifacts").resolve())
         if self.env == "prod" and self.secret_key is None:
@@ -231,6 +231,13 @@ class Settings(BaseSettings):
     def artifacts_location(self) -> str:
         assert self.artifacts is not None  # filled by the validator
         return self.artifacts
+
+
+def embedded_database_url(data_dir: Path) -> str:
+    """The embedded default: an SQLite file in the data folder, used when no
+    ``database_url`` is configured (the only database a command migrates
+    on its own: ``proctor.db.opening``)."""
+    return f"sqlite:///{(data_dir / 'proctor.db').resolve()}"
 
 
 class _TomlFileSource(PydanticBaseSettingsSource):

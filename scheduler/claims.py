@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from proctor.audit import Actor, record_audit
 from proctor.db.models import (
     Assignment,
     Campaign,
@@ -45,7 +46,7 @@ from proctor.domain import (
 )
 from proctor.errors import ProctorError, UsageError
 from scheduler.codes import new_endpoint_handle, unique_codes
-from scheduler.service import Actor, CampaignNotFound, CampaignStateError, audit, get_campaign
+from scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
 from station.episodes import FAULT_POLICY_PROTOCOL
 
 # Protocol failures (a malformed reply or metadata) a policy may have in one
@@ -386,7 +387,7 @@ def _charge_protocol_fault(
         )
     )
     # an outcome the operator logged is changed by rule: on the record, like every override
-    audit(
+    record_audit(
         session,
         actor=Actor(label=f"station:{station_id}" if station_id is not None else "scheduler"),
         action="assignment.protocol_fault_charged",
@@ -425,7 +426,7 @@ def report_preflight_failure(
     session.flush()
     retry_at = now + timedelta(seconds=delay)
     _replace(session, a, not_before=retry_at)
-    audit(
+    record_audit(
         session,
         actor=actor or Actor(label=f"station:{station_id}"),
         action="assignment.preflight_failed",
@@ -483,7 +484,7 @@ def free_station(
         elif _settle(session, a, ran[-1]) == AssignmentStatus.requeued:
             requeued += 1
     session.flush()
-    audit(
+    record_audit(
         session,
         actor=actor,
         action="campaign.free_station",

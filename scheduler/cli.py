@@ -19,8 +19,9 @@ import typer
 from proctor.errors import ProctorError, UsageError
 
 if TYPE_CHECKING:
+    from proctor.audit import Actor
     from proctor.db.engine import ProctorSession
-    from scheduler.service import Actor, CampaignReport
+    from scheduler.service import CampaignReport
 
 campaign_app = typer.Typer(
     help="Campaigns: create, start, status, close, reveal, unblind, release.",
@@ -33,26 +34,14 @@ CampaignArg = Annotated[str, typer.Argument(help="Campaign name or id.", show_de
 @contextmanager
 def _session(ctx: typer.Context) -> Iterator[ProctorSession]:
     from proctor.cli_context import cli_context
-    from proctor.db import migrate
-    from proctor.db.engine import make_engine, make_session_factory, session_scope
+    from proctor.db.opening import command_session
 
-    url = cli_context(ctx).settings().db_url
-    current, head = migrate.current(url), migrate.head()
-    if current != head:
-        raise UsageError(
-            f"the database is at revision {current or 'base (empty)'} but this code needs "
-            f"{head}: run `proctor db upgrade`"
-        )
-    engine = make_engine(url)
-    try:
-        with session_scope(make_session_factory(engine)) as session:
-            yield session
-    finally:
-        engine.dispose()
+    with command_session(cli_context(ctx).settings()) as session:
+        yield session
 
 
 def _actor() -> Actor:
-    from scheduler.service import Actor
+    from proctor.audit import Actor
 
     try:
         who = getpass.getuser()

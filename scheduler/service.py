@@ -21,9 +21,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from proctor.audit import Actor, record_audit
 from proctor.db.models import (
     Assignment,
-    AuditLog,
     Campaign,
     CampaignObject,
     CampaignPolicy,
@@ -41,7 +41,7 @@ from proctor.domain import (
     Side,
     SubmissionKind,
 )
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import Conflict, NotFound, UsageError
 from scheduler.allocation import (
     AllocationProtocol,
     SpatialConfig,
@@ -55,42 +55,18 @@ from scheduler.protocol import CampaignProtocol, PolicyEntry
 _IN_CHUNK = 500  # keep IN (...) lists well under every driver's parameter limit
 
 
-class CampaignNotFound(ProctorError):
-    """No campaign by that name or id (the API answers 404)."""
+class CampaignNotFound(NotFound):
+    """No campaign by that name or id. The API answers 404 "campaign not
+    found", the same as for a campaign the caller may not see yet."""
+
+    exit_code = 1
+    http_detail = "campaign not found"
 
 
-class CampaignStateError(ProctorError):
+class CampaignStateError(Conflict):
     """The campaign is not in a state that allows this (the API answers 409)."""
 
-
-@dataclass(frozen=True)
-class Actor:
-    """Who acts: a signed-in user, or a label when nobody is (``cli:alice``,
-    a station's name)."""
-
-    user_id: int | None = None
-    label: str = ""
-
-
-def audit(
-    session: Session,
-    *,
-    actor: Actor,
-    action: str,
-    target_type: str,
-    target_id: object,
-    details: dict[str, Any] | None = None,
-) -> None:
-    session.add(
-        AuditLog(
-            actor_id=actor.user_id,
-            actor_label=actor.label,
-            action=action,
-            target_type=target_type,
-            target_id=str(target_id),
-            details=details or {},
-        )
-    )
+    exit_code = 1
 
 
 def get_campaign(session: Session, ref: int | str, *, lock: bool = False) -> Campaign:
@@ -231,7 +207,7 @@ def create_campaign(session: Session, *, protocol: CampaignProtocol, actor: Acto
     campaign.objects = [CampaignObject(object_type_id=objects[n].id) for n in protocol.objects]
     session.add(campaign)
     session.flush()
-    audit(
+    record_audit(
         session,
         actor=actor,
         action="campaign.create",
@@ -340,7 +316,7 @@ def start_campaign(
         slots=len(slots),
         blocks=protocol.block_count,
     )
-    audit(
+    record_audit(
         session,
         actor=actor,
         action="campaign.start",
@@ -461,7 +437,7 @@ def campaign_status(
     if identities and c.status != CampaignStatus.released:
         if actor is None:
             raise UsageError("actor: naming the arms of an unreleased campaign is audited")
-        audit(
+        record_audit(
             session,
             actor=actor,
             action="campaign.status_identified",
@@ -597,7 +573,7 @@ def close_campaign(session: Session, *, campaign: int | str, actor: Actor) -> st
         )
     )
     session.flush()
-    audit(
+    record_audit(
         session,
         actor=actor,
         action="campaign.close",
@@ -746,7 +722,7 @@ def unblind(
     missing = sorted(set(wanted) - {r.run_code for r in out})
     if missing:
         raise UsageError(f"run_code: {', '.join(missing)} not in campaign '{c.name}'")
-    audit(
+    record_audit(
         session,
         actor=actor,
         action="campaign.unblind",
@@ -769,7 +745,9 @@ def release_campaign(session: Session, *, campaign: int | str, actor: Actor) -> 
     c.status = CampaignStatus.released
     c.released_at = utcnow()
     session.flush()
-    audit(session, actor=actor, action="campaign.release", target_type="campaign", target_id=c.id)
+    record_audit(
+        session, actor=actor, action="campaign.release", target_type="campaign", target_id=c.id
+    )
 
 
 def list_campaigns(session: Session) -> list[Campaign]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
+from proctor.audit import Actor
 from proctor.db.engine import (
     ProctorSession,
     make_engine,
@@ -30,7 +31,7 @@ from proctor.domain import CampaignStatus, Outcome
 from proctor.errors import UsageError
 from scheduler import claims
 from scheduler.gateway import gateway_url, station_headers
-from scheduler.service import Actor, get_campaign
+from scheduler.service import get_campaign
 from station.work import Work
 
 

@@ -37,26 +37,21 @@ from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import ProctorError, UsageError, http_answer
 from station import episodes
 from station.daemon import NoWork, StationDaemon
-from station.runner import PolicyUnreachable, RunnerBusy
 
 log = logging.getLogger(__name__)
 
 
-def _status_code(exc: ProctorError) -> int:
-    if isinstance(exc, episodes.LogRejected):
-        return 422
-    if isinstance(exc, NoWork):
-        return 404
-    if isinstance(exc, PolicyUnreachable):
-        return 503
-    if isinstance(exc, RunnerBusy | episodes.WrongState):
-        return 409
-    if isinstance(exc, UsageError):
-        return 422
-    return 500
+async def proctor_error(request: Request, exc: ProctorError) -> JSONResponse:
+    """A service error as JSON: the status and the field come from the
+    exception itself (``proctor.errors.http_answer``), as in the web app."""
+    answer = http_answer(exc)
+    body: dict[str, Any] = {"detail": answer.detail}
+    if answer.field is not None:
+        body["field"] = answer.field
+    return JSONResponse(body, status_code=answer.status, headers=answer.headers)
 
 
 def create_app(daemon: StationDaemon) -> FastAPI:
@@ -67,12 +62,7 @@ def create_app(daemon: StationDaemon) -> FastAPI:
         redoc_url=None,
     )
 
-    @app.exception_handler(ProctorError)
-    async def _proctor_error(request: Request, exc: ProctorError) -> JSONResponse:
-        body: dict[str, Any] = {"detail": str(exc)}
-        if isinstance(exc, UsageError) and ":" in str(exc):
-            body["field"] = str(exc).split(":", 1)[0].strip()
-        return JSONResponse(body, status_code=_status_code(exc))
+    app.add_exception_handler(ProctorError, proctor_error)  # type: ignore[arg-type]
 
     @app.get("/api/status")
     async def status() -> dict[str, Any]:
@@ -108,14 +98,14 @@ def create_app(daemon: StationDaemon) -> FastAPI:
         try:
             data = await request.json()
         except ValueError:
-            raise episodes.LogRejected("body: expected a JSON object") from None
+            raise episodes.LogRejected("body", "expected a JSON object") from None
         if not isinstance(data, dict):
-            raise episodes.LogRejected("body: expected a JSON object")
+            raise episodes.LogRejected("body", "expected a JSON object")
         operator_id = data.pop("operator_id", None)
         if operator_id is not None and (
             isinstance(operator_id, bool) or not isinstance(operator_id, int) or operator_id < 1
         ):
-            raise episodes.LogRejected("operator_id: must be a user id (a positive integer)")
+            raise episodes.LogRejected("operator_id", "must be a user id (a positive integer)")
         return await run_in_threadpool(daemon.submit_log, data, operator_id)
 
     @app.get("/api/preview/{camera}")

@@ -83,32 +83,6 @@ def _api_key(env_var: str | None) -> str | None:
     return key
 
 
-def open_database(url: str) -> Any:
-    """A session factory on a database at the newest schema. The embedded
-    SQLite default is migrated on first use; any other database must be
-    migrated explicitly (``proctor db upgrade``)."""
-    from sqlalchemy.engine import make_url
-
-    from proctor.db import make_engine, make_session_factory, migrate
-
-    current, head = migrate.current(url), migrate.head()
-    if current != head:
-        if make_url(url).get_backend_name() == "sqlite":
-            migrate.upgrade(url)
-        else:
-            raise ProctorError(
-                f"the database is at revision {current or 'base'}, not {head}: "
-                "run `proctor db upgrade` first"
-            )
-    return make_session_factory(make_engine(url))
-
-
-def spool_root(settings: Any, station_name: str, config: Any) -> Path:
-    if config.spool_dir is not None:
-        return Path(config.spool_dir)
-    return Path(settings.data_dir) / "station" / station_name / "spool"
-
-
 @station_app.command()
 def run(
     ctx: typer.Context,
@@ -122,8 +96,9 @@ def run(
     import uvicorn
 
     from proctor.artifacts import open_store
+    from proctor.db.opening import open_sessions
     from station.api import create_app
-    from station.config import load_station_config
+    from station.config import load_station_config, spool_root
     from station.daemon import StationDaemon
 
     settings = _settings(ctx)
@@ -134,7 +109,7 @@ def run(
         cfg = cfg.model_copy(update={"sim": {**cfg.sim, "clock": "monotonic"}})
     if port is not None:
         cfg = cfg.model_copy(update={"api": cfg.api.model_copy(update={"port": port})})
-    sessions = open_database(settings.db_url)
+    sessions = open_sessions(settings)
     daemon = StationDaemon(
         cfg,
         profile,
@@ -208,7 +183,8 @@ def episode(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from proctor.artifacts import open_store
-    from station.config import load_station_config
+    from proctor.db.opening import open_sessions
+    from station.config import load_station_config, spool_root
     from station.policy.spec import auth_headers
     from station.profiles import build_cell
     from station.runner import EpisodeRunner, RunnerState
@@ -237,7 +213,7 @@ def episode(
         from station.sim.objects import object_spec
 
         object_spec(object_name)  # a clear error before anything is built
-    sessions = open_database(settings.db_url)
+    sessions = open_sessions(settings)
     store = open_store(settings.artifacts_location)
     cell = build_cell(profile, cfg)
     runner = EpisodeRunner(
@@ -319,10 +295,11 @@ def log_cmd(
 ) -> None:
     """Save an episode's post-rollout log (the operator's counts and outcome)."""
     from proctor.db import session_scope
+    from proctor.db.opening import open_sessions
     from station import episodes
 
     settings = _settings(ctx)
-    sessions = open_database(settings.db_url)
+    sessions = open_sessions(settings)
     entry = episodes.OperatorLog.parse(
         {"placed": placed, "lost": lost, "dropped": dropped, "outcome": outcome, "notes": notes}
     )
@@ -338,13 +315,14 @@ def recover(
 ) -> None:
     """Finish episodes a killed daemon left behind (also done when the daemon starts)."""
     from proctor.artifacts import open_store
-    from station.config import load_station_config
+    from proctor.db.opening import open_sessions
+    from station.config import load_station_config, spool_root
     from station.recovery import recover_interrupted
 
     settings = _settings(ctx)
     cfg = load_station_config(config)
     found = recover_interrupted(
-        sessions=open_database(settings.db_url),
+        sessions=open_sessions(settings),
         store=open_store(settings.artifacts_location),
         station_name=cfg.name,
         spool_root=spool_root(settings, cfg.name, cfg),

@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from proctor.errors import ConfigError
+
+if TYPE_CHECKING:
+    from proctor.settings import Settings
 
 
 class CameraSettings(BaseModel):
@@ -132,3 +135,11 @@ def load_station_config(path: Path | None = None, **overrides: Any) -> StationCo
             for err in exc.errors()
         )
         raise ConfigError(f"{where}: {problems}") from None
+
+
+def spool_root(settings: Settings, station_name: str, config: StationConfig) -> Path:
+    """Where a station spools its recordings before they are stored: the
+    config's ``spool_dir``, else a folder of its own in the data folder."""
+    if config.spool_dir is not None:
+        return Path(config.spool_dir)
+    return Path(settings.data_dir) / "station" / station_name / "spool"

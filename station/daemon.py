@@ -24,7 +24,7 @@ from sqlalchemy.orm import sessionmaker
 from proctor.artifacts import ArtifactStore
 from proctor.db.engine import ProctorSession
 from proctor.domain import EndpointDialect, Outcome
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import FieldError, ProctorError
 from station import episodes
 from station.config import StationConfig
 from station.policy import dialects
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 class NoWork(ProctorError):
     exit_code = 2
+    http_status = 404
 
 
 @dataclass
@@ -59,15 +60,17 @@ def adhoc_source(options: dict[str, Any]) -> WorkSource:
     try:
         dialect = EndpointDialect(opts.pop("dialect")) if "dialect" in opts else None
     except ValueError:
-        raise UsageError(
-            "work.options.dialect: not one of " + ", ".join(d.value for d in EndpointDialect)
+        raise FieldError(
+            "work.options.dialect", "not one of " + ", ".join(d.value for d in EndpointDialect)
         ) from None
     headers: dict[str, str] = {}
     if "api_key_env" in opts:
         name = str(opts.pop("api_key_env"))
         key = os.environ.get(name, "")
         if not key:
-            raise UsageError(f"work.options.api_key_env: the environment variable {name} is empty")
+            raise FieldError(
+                "work.options.api_key_env", f"the environment variable {name} is empty"
+            )
         headers = auth_headers(dialect, key)
     try:
         url = opts.pop("policy")
@@ -75,7 +78,7 @@ def adhoc_source(options: dict[str, Any]) -> WorkSource:
             # as the dialect dials it (a Positronic server's gets its session path)
             url = dialects.get_or_detected(dialect).dial_url(url)
         except ValueError as exc:
-            raise UsageError(f"work.options.policy: {exc}") from None
+            raise FieldError("work.options.policy", str(exc)) from None
         template = Work(
             run_code="X-ADHOC",
             object_name=opts.pop("object"),
@@ -89,11 +92,11 @@ def adhoc_source(options: dict[str, Any]) -> WorkSource:
             policy_headers=headers,
         )
     except KeyError as exc:
-        raise UsageError(
-            f"work.options: '{exc.args[0]}' is required for the ad-hoc source"
+        raise FieldError(
+            "work.options", f"'{exc.args[0]}' is required for the ad-hoc source"
         ) from None
     if opts:
-        raise UsageError(f"work.options: unknown option(s) {', '.join(sorted(opts))}")
+        raise FieldError("work.options", f"unknown option(s) {', '.join(sorted(opts))}")
     return AdHocWorkSource(template, repeat=repeat)
 
 
@@ -281,7 +284,7 @@ class StationDaemon:
 
     def _check_camera(self, camera: str) -> None:
         if camera not in self.cell.cameras:
-            raise UsageError(f"camera: '{camera}' is not one of {', '.join(self.cell.cameras)}")
+            raise FieldError("camera", f"'{camera}' is not one of {', '.join(self.cell.cameras)}")
 
     def _jpeg(self, image: Any, quality: int | None = None) -> bytes:
         buf = io.BytesIO()

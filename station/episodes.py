@@ -17,7 +17,7 @@ from proctor.db.engine import ProctorSession
 from proctor.db.models import Artifact, Episode, EpisodeEvent, ObjectType, Station
 from proctor.db.types import utcnow
 from proctor.domain import ArtifactKind, EpisodeState, Outcome
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import FieldError, ProctorError, UsageError
 from station.work import Work
 
 # the states an episode passes through while the station still owns it
@@ -47,12 +47,13 @@ class EpisodeNotFound(UsageError):
     pass
 
 
-class LogRejected(UsageError):
-    """The operator's log failed validation; the message names the field."""
+class LogRejected(FieldError):
+    """The operator's log failed validation in one field."""
 
 
 class WrongState(ProctorError):
     exit_code = 2
+    http_status = 409
 
 
 def new_uid() -> str:
@@ -270,42 +271,44 @@ class OperatorLog:
         for name in ("placed", "lost", "dropped"):
             raw = data.get(name)
             if raw is None or raw == "":
-                raise LogRejected(f"{name}: required")
+                raise LogRejected(name, "required")
             if isinstance(raw, bool):
-                raise LogRejected(f"{name}: must be a whole number, got {raw!r}")
+                raise LogRejected(name, f"must be a whole number, got {raw!r}")
             try:
                 value = int(raw)
             except (TypeError, ValueError):
-                raise LogRejected(f"{name}: must be a whole number, got {raw!r}") from None
+                raise LogRejected(name, f"must be a whole number, got {raw!r}") from None
             if isinstance(raw, float) and raw != value:
-                raise LogRejected(f"{name}: must be a whole number, got {raw!r}")
+                raise LogRejected(name, f"must be a whole number, got {raw!r}")
             if value < 0:
-                raise LogRejected(f"{name}: must be 0 or more, got {value}")
+                raise LogRejected(name, f"must be 0 or more, got {value}")
             values[name] = value
         raw_outcome = data.get("outcome")
         try:
             outcome = Outcome(str(raw_outcome))
         except ValueError:
             known = ", ".join(o.value for o in Outcome)
-            raise LogRejected(f"outcome: must be one of {known}, got {raw_outcome!r}") from None
+            raise LogRejected("outcome", f"must be one of {known}, got {raw_outcome!r}") from None
         notes = data.get("notes") or ""
         if not isinstance(notes, str):
-            raise LogRejected("notes: must be text")
+            raise LogRejected("notes", "must be text")
         if len(notes) > 4000:
-            raise LogRejected(f"notes: at most 4000 characters, got {len(notes)}")
+            raise LogRejected("notes", f"at most 4000 characters, got {len(notes)}")
         return cls(values["placed"], values["lost"], values["dropped"], outcome, notes.strip())
 
     def check_against(self, items: int) -> None:
         handled = self.placed + self.lost + self.dropped
         if handled > items:
             raise LogRejected(
-                f"placed + lost + dropped: {self.placed} + {self.lost} + {self.dropped} = "
-                f"{handled} is more than the {items} items set out"
+                "placed + lost + dropped",
+                f"{self.placed} + {self.lost} + {self.dropped} = "
+                f"{handled} is more than the {items} items set out",
             )
         if self.outcome == Outcome.success and handled != items:
             raise LogRejected(
-                f"outcome: 'success' means all {items} items were handled, but placed + lost + "
-                f"dropped = {handled}; choose another outcome or correct the counts"
+                "outcome",
+                f"'success' means all {items} items were handled, but placed + lost + "
+                f"dropped = {handled}; choose another outcome or correct the counts",
             )
 
 

@@ -363,15 +363,15 @@ def check(
 ) -> None:
     """Pre-flight: arm, gripper, cameras, disk, clock — one line each; exits
     non-zero when any check fails."""
-    from station.cli import _settings, spool_root
-    from station.config import load_station_config
+    from proctor.cli import cli_context
+    from station.config import load_station_config, spool_root
     from station.profiles import build_cell
 
     if profile not in ("real", "twin"):
         raise UsageError(
             f"--profile: pre-flight checks a hardware cell (real or twin), not '{profile}'"
         )
-    settings = _settings(ctx)
+    settings = cli_context(ctx).settings()
     cfg = load_station_config(config)
     pf = PreflightSettings.for_profile(profile, cfg.profile_section(profile))
     disk = spool_root(settings, cfg.name, cfg)

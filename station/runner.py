@@ -79,10 +79,13 @@ class StopKind(StrEnum):
 
 class RunnerBusy(ProctorError):
     exit_code = 2
+    http_status = 409
 
 
 class PolicyUnreachable(ProctorError):
     """The policy failed its pre-flight (connect + metadata): the work was not started."""
+
+    http_status = 503
 
 
 @dataclass

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from proctor.domain import EndpointDialect, Outcome, Side
-from proctor.errors import ConfigError, UsageError
+from proctor.errors import ConfigError, FieldError
 
 _RUN_CODE = re.compile(r"^[A-Z0-9][A-Z0-9-]{1,15}$")
 _OBJECT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -51,28 +51,28 @@ class Work:
 
     def __post_init__(self) -> None:
         if not _RUN_CODE.match(self.run_code):
-            raise UsageError(
-                f"run_code: '{self.run_code}' must be 2–16 characters of A–Z, 0–9 and '-'"
+            raise FieldError(
+                "run_code", f"'{self.run_code}' must be 2–16 characters of A–Z, 0–9 and '-'"
             )
         if not _OBJECT.match(self.object_name):
-            raise UsageError(
-                f"object: '{self.object_name}' must be lowercase letters, digits, '-' or '_'"
+            raise FieldError(
+                "object", f"'{self.object_name}' must be lowercase letters, digits, '-' or '_'"
             )
         if isinstance(self.items, bool) or not isinstance(self.items, int) or self.items < 1:
-            raise UsageError(f"items: must be a positive integer, got {self.items!r}")
+            raise FieldError("items", f"must be a positive integer, got {self.items!r}")
         if self.items > 100:
-            raise UsageError(f"items: {self.items} is more than a tote holds (at most 100)")
+            raise FieldError("items", f"{self.items} is more than a tote holds (at most 100)")
         if not self.per_item_cap_s > 0:
-            raise UsageError(f"per_item_cap_s: must be positive, got {self.per_item_cap_s!r}")
+            raise FieldError("per_item_cap_s", f"must be positive, got {self.per_item_cap_s!r}")
         object.__setattr__(self, "tote_side", _side("tote_side", self.tote_side))
         object.__setattr__(self, "camera_side", _side("camera_side", self.camera_side))
         if not re.match(r"^wss?://[^\s]+$", self.policy_url):
             # never echo the URL itself: in a campaign it is a sealed handle
-            raise UsageError("policy: the policy URL must start with ws:// or wss://")
+            raise FieldError("policy", "the policy URL must start with ws:// or wss://")
         if self.sim_seed is not None and (
             isinstance(self.sim_seed, bool) or not isinstance(self.sim_seed, int)
         ):
-            raise UsageError(f"sim_seed: must be an integer, got {self.sim_seed!r}")
+            raise FieldError("sim_seed", f"must be an integer, got {self.sim_seed!r}")
         if self.dialect is not None:
             object.__setattr__(self, "dialect", EndpointDialect(self.dialect))
 
@@ -100,7 +100,7 @@ def _side(name: str, value: object) -> Side:
     try:
         return Side(value)
     except ValueError:
-        raise UsageError(f"{name}: must be 'left' or 'right', got {value!r}") from None
+        raise FieldError(name, f"must be 'left' or 'right', got {value!r}") from None
 
 
 @runtime_checkable
@@ -139,7 +139,7 @@ class AdHocWorkSource:
 
     def __init__(self, template: Work, repeat: int = 1) -> None:
         if repeat < 1:
-            raise UsageError(f"repeat: must be at least 1, got {repeat}")
+            raise FieldError("repeat", f"must be at least 1, got {repeat}")
         self._template = template
         self._left = repeat
         self._seed = template.sim_seed

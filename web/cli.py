@@ -37,45 +37,16 @@ def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _schema_problem(url: str) -> str | None:
-    """Why the database cannot be used as it is, or None."""
-    from alembic.script import ScriptDirectory
-
-    from proctor.db import migrate
-
-    current, head = migrate.current(url), migrate.head()
-    if current == head:
-        return None
-    scripts = ScriptDirectory.from_config(migrate.alembic_config(url))
-    known = {rev.revision for rev in scripts.walk_revisions()}
-    if current is not None and current not in known:
-        return (
-            f"the database is at revision {current}, which this code does not know "
-            "(it was migrated by a newer Proctor): upgrade Proctor"
-        )
-    return (
-        f"the database is at revision {current or 'base (empty)'} but this code needs {head}: "
-        "run `proctor db upgrade`"
-    )
-
-
 @contextmanager
 def _accounts_session(ctx: typer.Context) -> Iterator[tuple[Settings, ProctorSession]]:
     """(settings, session) for an accounts command; one transaction,
     committed when the command succeeds."""
     from proctor.cli_context import cli_context
-    from proctor.db.engine import make_engine, make_session_factory, session_scope
+    from proctor.db.opening import command_session
 
     settings = cli_context(ctx).settings()
-    problem = _schema_problem(settings.db_url)
-    if problem:
-        raise UsageError(problem)
-    engine = make_engine(settings.db_url)
-    try:
-        with session_scope(make_session_factory(engine)) as session:
-            yield settings, session
-    finally:
-        engine.dispose()
+    with command_session(settings) as session:
+        yield settings, session
 
 
 def read_new_password(env_var: str, username: str) -> str:
@@ -252,9 +223,9 @@ def create_token(
     store it now: only its hash is kept.
     """
     from proctor.db.types import utcnow
+    from proctor.errors import FieldError
     from web.accounts import service
     from web.auth.tokens import Scope
-    from web.errors import FieldError
 
     scopes = scope or []
     valid = {s.value for s in Scope}
@@ -374,6 +345,7 @@ def serve(
 
     from proctor.cli_context import cli_context
     from proctor.db import migrate
+    from proctor.db.opening import schema_state
     from web.app import create_app
     from web.server import APP_FACTORY, uvicorn_config
     from web.templating import compile_all
@@ -381,14 +353,17 @@ def serve(
     context = cli_context(ctx)
     settings = context.settings()
     url = settings.db_url
-    problem = _schema_problem(url)
+    state = schema_state(url)
+    problem = state.problem()
     if problem:
+        # serving is the one command told whether to migrate a configured
+        # database (--migrate; by default outside prod); a newer one never
         do_migrate = migrate_db if migrate_db is not None else settings.env != "prod"
-        if not do_migrate or "does not know" in problem:
-            raise UsageError(
-                problem + ("" if "does not know" in problem else " (or serve --migrate)")
-            )
-        _err(f"migrating the database: {problem.split(':')[0]}")
+        if state.newer:
+            raise UsageError(problem)
+        if not do_migrate:
+            raise UsageError(problem + " (or serve --migrate)")
+        _err(f"migrating the database: {state.behind()}")
         migrate.upgrade(url)
         _err(f"database now at revision {migrate.current(url)}")
     # built here even when worker processes build their own: a setting or template

@@ -36,10 +36,10 @@ from proctor.artifacts import ArtifactStore
 from proctor.db.engine import ProctorSession
 from proctor.db.models import ApiToken
 from proctor.domain import Role
+from proctor.errors import Forbidden
 from proctor.settings import Settings
 from web.auth.identity import (
     SAFE_METHODS,
-    Forbidden,
     NotSignedIn,
     Principal,
     principal_from_session,

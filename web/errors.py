@@ -1,9 +1,10 @@
 """Errors: JSON for the API (``{"detail": ...}``), HTML pages for people.
 
 A request is an API request when its path starts with ``/api/``. Services
-raise ``proctor.errors`` exceptions (or the two below, which say which field
-or which conflict); routes may raise ``HTTPException``. The handlers here
-turn each into the right response:
+raise ``proctor.errors`` exceptions (``NotFound``, ``Forbidden``,
+``Conflict``, ``FieldError`` …), each carrying its HTTP status and, for bad
+input, its field; routes may raise ``HTTPException``. The handlers here turn
+each into the right response:
 
 * 401 on a page: a redirect to the sign-in page, coming back afterwards;
 * 422 names the field: the API's ``detail`` is FastAPI's list of
@@ -24,15 +25,8 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from proctor.errors import (
-    AppendOnlyViolation,
-    IntegrityError,
-    NotAvailableYet,
-    ProctorError,
-    UsageError,
-)
+from proctor.errors import ProctorError, http_answer
 from web.auth.identity import NotSignedIn
-from web.auth.passwords import PasswordsBusy
 from web.templating import render
 
 log = logging.getLogger(__name__)
@@ -62,20 +56,6 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the errors a router's routes may answer with:
     ``APIRouter(responses=error_responses(401, 403, 404))``."""
     return {code: {"model": ErrorOut, "description": TITLES.get(code, "Error")} for code in codes}
-
-
-class FieldError(UsageError):
-    """Bad input in one named field (422)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-class Conflict(UsageError):
-    """The request clashes with what is stored (409): a taken name, the
-    last admin."""
 
 
 def is_api(request: Request) -> bool:
@@ -137,29 +117,20 @@ def _json_scalar(value: Any) -> Any:
 
 
 def _proctor_error(request: Request, exc: ProctorError) -> Response:
-    if isinstance(exc, PasswordsBusy):
-        # every password-hashing slot stayed taken (a flood of sign-ins)
-        retry = {"Retry-After": str(exc.retry_after_s)}
-        if is_api(request):
-            return JSONResponse({"detail": str(exc)}, status_code=503, headers=retry)
-        return error_page(request, 503, str(exc), headers=retry)
-    if isinstance(exc, FieldError):
-        status = 422
-        detail: Any = [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
-    elif isinstance(exc, Conflict | AppendOnlyViolation):
-        status, detail = 409, str(exc)
-    elif isinstance(exc, NotAvailableYet):
-        status, detail = 501, str(exc)
-    elif isinstance(exc, IntegrityError):
-        log.error("stored data failed a check on %s: %s", request.url.path, exc)
-        status, detail = 500, str(exc)
-    elif isinstance(exc, UsageError):
-        status, detail = 422, str(exc)
-    else:
-        status, detail = 400, str(exc)
-    if is_api(request):
-        return JSONResponse({"detail": detail}, status_code=status)
-    return error_page(request, status, str(exc))
+    """Every service error, answered from what the exception carries: its
+    status, its field (bad input), its headers (``Retry-After``)."""
+    answer = http_answer(exc)
+    if answer.status == 500:
+        log.error("%s on %s: %s", type(exc).__name__, request.url.path, exc)
+    if not is_api(request):
+        return error_page(request, answer.status, answer.detail, headers=answer.headers or None)
+    detail: Any = answer.detail
+    if answer.field is not None:
+        # the same shape as FastAPI's own validation errors
+        detail = [
+            {"loc": ["body", answer.field], "msg": answer.field_message, "type": "value_error"}
+        ]
+    return JSONResponse({"detail": detail}, status_code=answer.status, headers=answer.headers)
 
 
 def _server_error(request: Request, exc: Exception) -> Response:

@@ -12,10 +12,11 @@ import sqlalchemy as sa
 from proctor.db.engine import ProctorSession
 from proctor.db.models import Policy
 from proctor.domain import Role
+from proctor.errors import NotFound
 from tests import factories
 from tests.web.conftest import Web, login, page_csrf
 from web.app import api_routes
-from web.auth.access import NotFound, check_owner_access, owner_filter
+from web.auth.access import check_owner_access, owner_filter
 from web.auth.identity import Principal, user_roles
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
@@ -214,7 +215,7 @@ def test_owner_access_check(db_session: ProctorSession) -> None:
     for outsider in (bob, reviewer, None):
         with pytest.raises(NotFound) as caught:
             check_owner_access(outsider, policy.owner_id, what="policy")
-        assert caught.value.status_code == 404 and caught.value.detail == "policy not found"
+        assert caught.value.http_status == 404 and str(caught.value) == "policy not found"
     # a route may name other privileged roles
     check_owner_access(reviewer, policy.owner_id, privileged=(Role.reviewer,))
     # an unowned resource belongs to nobody but the privileged

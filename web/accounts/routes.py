@@ -12,11 +12,11 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
+from proctor.audit import Actor, record_audit
 from proctor.db.engine import ProctorSession
 from proctor.db.models import ApiToken, AuditLog, User
 from proctor.domain import Role
-from proctor.errors import UsageError
-from web import audit
+from proctor.errors import Forbidden, NotFound, UsageError
 from web.accounts import service
 from web.accounts.schemas import (
     AuditOut,
@@ -29,8 +29,8 @@ from web.accounts.schemas import (
     UserOut,
     UserUpdate,
 )
-from web.auth.access import NotFound, check_owner_access
-from web.auth.identity import Forbidden, Principal
+from web.auth.access import check_owner_access
+from web.auth.identity import Principal
 from web.auth.passwords import PasswordsBusy
 from web.auth.sessions import SessionState, session_mark
 from web.auth.tokens import Scope
@@ -84,14 +84,14 @@ def token_out(token: ApiToken, now: datetime) -> TokenOut:
     )
 
 
-def _actor(who: Principal) -> service.Actor:
-    return service.Actor(user=who.user)
+def _actor(who: Principal) -> Actor:
+    return Actor.of(who.user)
 
 
 def _user_or_404(session: ProctorSession, user_id: int) -> User:
     user = service.get_user(session, user_id)
     if user is None:
-        raise NotFound("user")
+        raise NotFound("user not found")
     return user
 
 
@@ -99,7 +99,7 @@ def _token_for(session: ProctorSession, who: Principal, token_id: int) -> ApiTok
     """A token its owner (or an admin) may see; anyone else gets 404."""
     token = service.get_token(session, token_id)
     if token is None:
-        raise NotFound("token")
+        raise NotFound("token not found")
     check_owner_access(who, token.user_id, what="token")
     return token
 
@@ -370,13 +370,13 @@ def logout(who: OptionalUser, session: SessionDep, now: NowDep, state: SessionSt
             # the cookie may have been copied: end it on the server, with
             # every other page session of this user (docs: web/README.md)
             service.end_sessions(who.user)
-        audit.record(
-            session=session,
+        record_audit(
+            session,
+            actor=Actor.of(who.user),
             action="logout",
-            now=now,
-            actor=who.user,
             target_type="user",
             target_id=who.username,
+            at=now,
         )
     state.sign_out()
     state.flash("You are signed out.")
@@ -431,7 +431,7 @@ def create_token_from_page(
     try:
         _check_recent_sign_in(who, state, app, now)
     except Forbidden as exc:
-        errors["form"] = str(exc.detail)
+        errors["form"] = str(exc)
     if not name:
         errors["name"] = "give the token a name, so you can tell it apart later"
     elif len(name) > 128 or any(ord(c) < 32 or ord(c) == 127 for c in name):

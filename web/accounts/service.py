@@ -15,11 +15,12 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
+from proctor.audit import Actor, record_audit
 from proctor.db.engine import ProctorSession, session_scope
 from proctor.db.models import ApiToken, User, UserRole
 from proctor.db.models.people import new_session_nonce
 from proctor.domain import Role
-from web import audit
+from proctor.errors import Conflict, FieldError
 from web.accounts.schemas import TokenStatus
 from web.auth import tokens
 from web.auth.passwords import Passwords, PasswordsBusy, password_problem
@@ -29,21 +30,8 @@ from web.auth.throttle import (
     record_outcome,
     reserve_login_attempt,
 )
-from web.errors import Conflict, FieldError
 
 USERNAME_MAX = 64
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who is making a change: a signed-in user, or a label ("cli")."""
-
-    user: User | None = None
-    label: str = ""
-
-    @classmethod
-    def cli(cls) -> Actor:
-        return cls(label="cli")
 
 
 def _audit(
@@ -55,15 +43,14 @@ def _audit(
     **details: object,
 ) -> None:
     target_type = "user" if isinstance(target, User) else "api_token"
-    audit.record(
-        session=session,
+    record_audit(
+        session,
+        actor=actor,
         action=action,
-        now=now,
-        actor=actor.user,
-        actor_label=actor.label,
         target_type=target_type,
         target_id=target.id,
         details=dict(details),
+        at=now,
     )
 
 
@@ -209,7 +196,7 @@ def set_password(
     user.password_hash = passwords.hash(password)
     end_sessions(user)
     session.flush()
-    reset = actor.user is None or actor.user.id != user.id
+    reset = actor.user_id is None or actor.user_id != user.id
     revoked = revoke_user_tokens(session=session, user=user, actor=actor, now=now) if reset else 0
     _audit(session, actor, "user.password", now, user, reset=reset, tokens_revoked=revoked)
 

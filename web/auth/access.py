@@ -12,17 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import sqlalchemy as sa
-from fastapi import HTTPException, status
 
 from proctor.domain import Role
+from proctor.errors import NotFound
 from web.auth.identity import Principal
 
 DEFAULT_PRIVILEGED: tuple[Role, ...] = (Role.admin,)
-
-
-class NotFound(HTTPException):
-    def __init__(self, what: str = "resource") -> None:
-        super().__init__(status.HTTP_404_NOT_FOUND, detail=f"{what} not found")
 
 
 def can_access(
@@ -49,7 +44,7 @@ def check_owner_access(
     holds one of the ``privileged`` roles. Call it after loading the row and
     before using it; a missing row should raise the same 404."""
     if not can_access(principal, owner_id, privileged=privileged):
-        raise NotFound(what)
+        raise NotFound(f"{what} not found")
 
 
 def owner_filter(

@@ -13,6 +13,7 @@ from fastapi import HTTPException, status
 from proctor.db.engine import ProctorSession
 from proctor.db.models import ApiToken, User
 from proctor.domain import Role
+from proctor.errors import Forbidden
 from proctor.settings import WebSettings
 from scheduler.naming import Viewer
 from web.auth import tokens
@@ -69,11 +70,6 @@ class NotSignedIn(HTTPException):
             status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": "Bearer"}
         )
         self.expired = expired
-
-
-class Forbidden(HTTPException):
-    def __init__(self, detail: str) -> None:
-        super().__init__(status.HTTP_403_FORBIDDEN, detail=detail)
 
 
 def user_roles(user: User) -> frozenset[Role]:

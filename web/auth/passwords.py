@@ -31,9 +31,13 @@ class PasswordsBusy(ProctorError):
     """Every hashing slot stayed taken for the whole wait."""
 
     retry_after_s = 5
+    http_status = 503  # a flood of sign-ins: come back shortly
 
     def __init__(self) -> None:
         super().__init__("the server is busy checking passwords; try again in a few seconds")
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class Passwords:

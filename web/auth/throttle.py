@@ -41,9 +41,9 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from proctor.audit import Actor, record_audit
 from proctor.db.engine import ProctorSession
 from proctor.db.models import AuditLog, User
-from web import audit
 
 LOGIN_ATTEMPT = "login.attempt"
 LOGIN_SUCCESS = "login.success"
@@ -200,15 +200,14 @@ def _row(
     *,
     actor: User | None = None,
 ) -> AuditLog:
-    return audit.record(
-        session=session,
+    return record_audit(
+        session,
+        actor=Actor.of(actor, label="" if actor is not None else "anonymous"),
         action=action,
-        now=now,
-        actor=actor,
-        actor_label="" if actor is not None else "anonymous",
         target_type="user",
         target_id=username,
         details=details,
+        at=now,
     )
 
 

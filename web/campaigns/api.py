@@ -10,15 +10,15 @@ lives in the web, not in ``scheduler/``: it needs the web's sign-in and roles
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
 import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query, status
 
+from proctor.audit import Actor
 from proctor.db.models import Campaign
 from proctor.domain import CampaignStatus, Role
+from proctor.errors import FieldError
 from scheduler import service
 from scheduler.naming import campaign_naming
 from scheduler.protocol import CampaignProtocol
@@ -31,10 +31,8 @@ from scheduler.schemas import (
     UnblindedRunOut,
     UnblindIn,
 )
-from scheduler.service import Actor, CampaignNotFound, CampaignStateError
 from web.auth.identity import Principal, viewer
 from web.deps import DbId, OptionalUser, SessionDep, require_role
-from web.errors import FieldError
 
 api_router = APIRouter(tags=["campaigns"])
 AdminUser = Annotated[Principal, require_role(Role.admin)]
@@ -42,16 +40,6 @@ AdminUser = Annotated[Principal, require_role(Role.admin)]
 
 def _actor(principal: Principal) -> Actor:
     return Actor(user_id=principal.id, label=principal.username)
-
-
-@contextmanager
-def _answers() -> Iterator[None]:
-    try:
-        yield
-    except CampaignNotFound:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "campaign not found") from None
-    except CampaignStateError as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
 
 
 def _summary(c: Campaign) -> CampaignSummary:
@@ -69,8 +57,7 @@ def _summary(c: Campaign) -> CampaignSummary:
 
 def _visible(session: SessionDep, campaign_id: int, who: Principal | None) -> Campaign:
     """The campaign if the caller may see it: admins always, others once released."""
-    with _answers():
-        c = service.get_campaign(session, campaign_id)
+    c = service.get_campaign(session, campaign_id)
     if c.status != CampaignStatus.released and not (who is not None and who.is_admin):
         raise HTTPException(status.HTTP_404_NOT_FOUND, "campaign not found")
     return c
@@ -126,13 +113,12 @@ def _status(
 ) -> CampaignStatusOut:
     c = _visible(session, campaign_id, who)
     released = c.status == CampaignStatus.released
-    with _answers():
-        report = service.campaign_status(
-            session,
-            campaign=c.id,
-            identities=identities or released,
-            actor=_actor(who) if who is not None else None,
-        )
+    report = service.campaign_status(
+        session,
+        campaign=c.id,
+        identities=identities or released,
+        actor=_actor(who) if who is not None else None,
+    )
     out = CampaignStatusOut.of(report)
     if released:
         # a released policy is named only if its submitter opted in to the public
@@ -148,16 +134,14 @@ def _status(
 
 @api_router.post("/campaigns/{campaign_id}/start", summary="Seal the seed, write the allocation")
 def start_campaign(campaign_id: DbId, session: SessionDep, who: AdminUser) -> StartOut:
-    with _answers():
-        result = service.start_campaign(session, campaign=campaign_id, actor=_actor(who))
+    result = service.start_campaign(session, campaign=campaign_id, actor=_actor(who))
     return StartOut(**vars(result))
 
 
 @api_router.post("/campaigns/{campaign_id}/close", summary="Stop claims, reveal the seed")
 def close_campaign(campaign_id: DbId, session: SessionDep, who: AdminUser) -> CloseOut:
-    with _answers():
-        seed = service.close_campaign(session, campaign=campaign_id, actor=_actor(who))
-        c = service.get_campaign(session, campaign_id)
+    seed = service.close_campaign(session, campaign=campaign_id, actor=_actor(who))
+    c = service.get_campaign(session, campaign_id)
     return CloseOut(campaign_id=c.id, seed=seed, commitment=c.seed_commitment)
 
 
@@ -166,8 +150,7 @@ def close_campaign(campaign_id: DbId, session: SessionDep, who: AdminUser) -> Cl
 )
 def reveal(campaign_id: DbId, session: SessionDep, who: OptionalUser) -> RevealOut:
     c = _visible(session, campaign_id, who)
-    with _answers():
-        r = service.reveal_allocation(session, campaign=c.id)
+    r = service.reveal_allocation(session, campaign=c.id)
     return RevealOut(**vars(r), verified=r.verified)
 
 
@@ -177,14 +160,13 @@ def reveal(campaign_id: DbId, session: SessionDep, who: OptionalUser) -> RevealO
 def unblind(
     campaign_id: DbId, body: UnblindIn, session: SessionDep, who: AdminUser
 ) -> list[UnblindedRunOut]:
-    with _answers():
-        runs = service.unblind(
-            session,
-            campaign=campaign_id,
-            actor=_actor(who),
-            reason=body.reason,
-            run_codes=body.run_codes,
-        )
+    runs = service.unblind(
+        session,
+        campaign=campaign_id,
+        actor=_actor(who),
+        reason=body.reason,
+        run_codes=body.run_codes,
+    )
     return [
         UnblindedRunOut(
             run_code=r.run_code,
@@ -204,6 +186,5 @@ def unblind(
 
 @api_router.post("/campaigns/{campaign_id}/release", summary="Make identities public")
 def release(campaign_id: DbId, session: SessionDep, who: AdminUser) -> CampaignSummary:
-    with _answers():
-        service.release_campaign(session, campaign=campaign_id, actor=_actor(who))
-        return _summary(service.get_campaign(session, campaign_id))
+    service.release_campaign(session, campaign=campaign_id, actor=_actor(who))
+    return _summary(service.get_campaign(session, campaign_id))

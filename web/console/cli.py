@@ -39,28 +39,24 @@ def add_photo(
     """Store a photo of an initial scene for the console to show."""
     from proctor.artifacts import open_store
     from proctor.cli_context import cli_context
-    from proctor.db.engine import make_engine, make_session_factory, session_scope
+    from proctor.db.opening import command_session
     from web.console.photos import register_photo
 
     settings = cli_context(ctx).settings()
-    engine = make_engine(settings.db_url)
-    try:
-        with session_scope(make_session_factory(engine)) as session:
-            row = register_photo(
-                session,
-                store=open_store(settings.artifacts_location),
-                path=path,
-                object_name=object_name,
-                tote_side=tote,
-                camera_side=camera_side,
-                camera=camera,
-            )
-            sides = f"tote {tote.value if tote else 'any'}, camera " + (
-                camera_side.value if camera_side else "any"
-            )
-            typer.echo(f"photo {row.sha256[:12]} registered for {object_name}, {sides}")
-    finally:
-        engine.dispose()
+    with command_session(settings) as session:
+        row = register_photo(
+            session,
+            store=open_store(settings.artifacts_location),
+            path=path,
+            object_name=object_name,
+            tote_side=tote,
+            camera_side=camera_side,
+            camera=camera,
+        )
+        sides = f"tote {tote.value if tote else 'any'}, camera " + (
+            camera_side.value if camera_side else "any"
+        )
+        typer.echo(f"photo {row.sha256[:12]} registered for {object_name}, {sides}")
 
 
 @photo_app.command("list")
@@ -71,30 +67,26 @@ def list_photos(ctx: typer.Context) -> None:
     from rich.table import Table
 
     from proctor.cli_context import cli_context
-    from proctor.db.engine import make_engine, make_session_factory, session_scope
     from proctor.db.models import Artifact
+    from proctor.db.opening import command_session
     from proctor.domain import ArtifactKind
 
     settings = cli_context(ctx).settings()
-    engine = make_engine(settings.db_url)
-    try:
-        with session_scope(make_session_factory(engine)) as session:
-            rows = session.scalars(
-                sa.select(Artifact)
-                .where(Artifact.kind == ArtifactKind.photo, Artifact.episode_id.is_(None))
-                .order_by(Artifact.id.desc())
-            ).all()
-            table = Table("sha256", "object", "tote", "camera side", "camera", "registered")
-            for r in rows:
-                d = r.details or {}
-                table.add_row(
-                    r.sha256[:12],
-                    str(d.get("object", "")),
-                    str(d.get("tote_side", "any")),
-                    str(d.get("camera_side", "any")),
-                    r.camera or "any",
-                    r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "",
-                )
-    finally:
-        engine.dispose()
+    with command_session(settings) as session:
+        rows = session.scalars(
+            sa.select(Artifact)
+            .where(Artifact.kind == ArtifactKind.photo, Artifact.episode_id.is_(None))
+            .order_by(Artifact.id.desc())
+        ).all()
+        table = Table("sha256", "object", "tote", "camera side", "camera", "registered")
+        for r in rows:
+            d = r.details or {}
+            table.add_row(
+                r.sha256[:12],
+                str(d.get("object", "")),
+                str(d.get("tote_side", "any")),
+                str(d.get("camera_side", "any")),
+                r.camera or "any",
+                r.created_at.strftime("%Y-%m-%d %H:%M") if r.created_at else "",
+            )
     Console().print(table if rows else "no reference photos registered")

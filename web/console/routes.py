@@ -45,6 +45,7 @@ from starlette.concurrency import run_in_threadpool
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from proctor.domain import Role
+from proctor.errors import Forbidden
 from proctor.settings import Settings
 from web.auth.identity import Principal, principal_from_session, principal_from_token
 from web.auth.sessions import SCOPE_KEY, SessionState
@@ -228,7 +229,7 @@ def _operator_id(ws: WebSocket) -> int | None:
                 principal, _ = principal_from_token(
                     session=session, token=authorization[7:].strip(), method="GET", now=now
                 )
-            except HTTPException:
+            except (HTTPException, Forbidden):
                 return None
         else:
             state = ws.scope.get(SCOPE_KEY)

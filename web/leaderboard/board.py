@@ -27,9 +27,9 @@ from fastapi import HTTPException, status
 from proctor.db.engine import ProctorSession
 from proctor.db.models import AnalysisSnapshot, Campaign
 from proctor.domain import CampaignStatus, LabelStream
+from proctor.errors import FieldError
 from scheduler.naming import WITHHELD_NOTE, blind_result, campaign_naming, named_policy_ids
 from web.auth.identity import Principal, viewer
-from web.errors import FieldError
 from web.snapshots import service as snapshots
 
 CAMPAIGN_NOT_FOUND = "campaign not found"

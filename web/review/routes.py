@@ -22,12 +22,11 @@ queues nothing).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Annotated
 
 import sqlalchemy as sa
-from fastapi import APIRouter, HTTPException, Path, Request, status
+from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import HTMLResponse
 
 from annotator import review as svc
@@ -64,21 +63,6 @@ EpisodeUid = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="
 
 def reviewer_of(who: Principal) -> svc.Reviewer:
     return svc.Reviewer(user_id=who.id, admin=who.is_admin)
-
-
-@contextmanager
-def _service_errors() -> Iterator[None]:
-    """The service's errors as HTTP answers (the request's transaction rolls back)."""
-    try:
-        yield
-    except svc.NotFound as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
-    except svc.Forbidden as exc:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from None
-    except svc.Conflict as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-    except svc.ReviewError as exc:
-        raise HTTPException(422, str(exc)) from None
 
 
 def _media(session: SessionDep, uid: str) -> tuple[list[CameraMedia], str | None]:
@@ -133,10 +117,9 @@ def _out(session: SessionDep, state: svc.ReviewState) -> ReviewOut:
 def _decided(
     session: ProctorSession, decide: Callable[[], svc.ReviewState], *, resolved: bool = False
 ) -> ReviewOut:
-    """Run one review action (service errors become HTTP errors), queue the
+    """Run one review action (its errors are answered by ``web.errors``), queue the
     recomputation it calls for, and answer with the episode's new state."""
-    with _service_errors():
-        state = decide()
+    state = decide()
     after_decision(session, state, resolved=resolved)
     return _out(session, state)
 
@@ -148,8 +131,7 @@ def queue(session: SessionDep, who: ReviewerDep) -> list[QueueEntryOut]:
 
 @api_router.get("/episodes/{uid}", summary="One episode's candidates, placements and history")
 def episode_review(uid: EpisodeUid, session: SessionDep, who: ReviewerDep) -> ReviewOut:
-    with _service_errors():
-        return _out(session, svc.review_state(session, uid=uid))
+    return _out(session, svc.review_state(session, uid=uid))
 
 
 @api_router.post("/episodes/{uid}/confirm", summary="Confirm a candidate as a placement")
@@ -222,8 +204,7 @@ def add(
 def flag(
     uid: EpisodeUid, body: FlagIn, session: SessionDep, who: ReviewerDep, now: NowDep
 ) -> ReviewOut:
-    with _service_errors():
-        state = svc.flag_count(session, uid=uid, reviewer=reviewer_of(who), note=body.note, now=now)
+    state = svc.flag_count(session, uid=uid, reviewer=reviewer_of(who), note=body.note, now=now)
     return _out(session, state)
 
 
@@ -270,8 +251,7 @@ def queue_page(request: Request, session: SessionDep, who: ReviewerDep) -> HTMLR
 def episode_page(
     request: Request, uid: EpisodeUid, session: SessionDep, who: ReviewerDep
 ) -> HTMLResponse:
-    with _service_errors():
-        state = svc.review_state(session, uid=uid)
+    state = svc.review_state(session, uid=uid)
     return render(
         request,
         "review/episode.html",

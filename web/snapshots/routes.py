@@ -18,9 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from proctor.db.models import Campaign
 from proctor.domain import LabelStream, Role
+from proctor.errors import FieldError
 from web.auth.identity import Principal
 from web.deps import AppStateDep, DbId, SessionDep, SessionStateDep, require_role
-from web.errors import FieldError, error_responses
+from web.errors import error_responses
 from web.snapshots import service
 from web.snapshots.worker import SnapshotWorker, worker_for
 

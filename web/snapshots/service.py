@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from analysis.report import data_version
 from analysis.results import Protocol
-from analysis.store import build_snapshot, campaign_protocol, load_episodes
+from analysis.store import build_snapshot, campaign_protocol, code_version, load_episodes
 from proctor.db.engine import ProctorSession
 from proctor.db.models import AnalysisSnapshot, Campaign
 from proctor.domain import LabelStream
@@ -40,12 +40,6 @@ DEFAULT_STREAM = LabelStream.auto_and_reviewed
 # the protocol fields a result records (analysis.report.to_json) and that must
 # match for an old snapshot to stand for a new computation
 _COMPARED = ("tau", "bootstrap", "ks_resamples", "seed", "alpha", "success_at", "power_target")
-
-
-def code_version() -> str:
-    from analysis.cli import code_version as cv
-
-    return cv()
 
 
 def _protocol_json(p: Protocol) -> dict[str, Any]:

@@ -15,10 +15,10 @@ submission_app = typer.Typer(
 
 def _open(ctx: typer.Context) -> tuple[Any, Any]:
     from proctor.cli_context import cli_context
-    from station.cli import open_database
+    from proctor.db.opening import open_sessions
 
     settings = cli_context(ctx).settings()
-    return settings, open_database(settings.db_url)
+    return settings, open_sessions(settings)
 
 
 def _echo(outcome: Any) -> None:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
 from proctor.domain import EndpointDialect, Role, Visibility
+from proctor.errors import Conflict, FieldError
 from web.auth.identity import Principal
 from web.deps import (
     AppStateDep,
@@ -31,7 +32,7 @@ from web.deps import (
     form_text,
     require_role,
 )
-from web.errors import Conflict, FieldError, error_responses
+from web.errors import error_responses
 from web.submissions import service, staging, uploads
 from web.submissions.archive import human_bytes
 from web.submissions.schemas import (

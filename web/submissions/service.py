@@ -12,6 +12,7 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from fastapi import HTTPException, status
 
+from proctor.audit import Actor, record_audit
 from proctor.db.engine import ProctorSession
 from proctor.db.models import (
     Artifact,
@@ -31,14 +32,12 @@ from proctor.domain import (
     PolicyKind,
     SubmissionKind,
 )
-from proctor.errors import ConfigError
+from proctor.errors import ConfigError, Conflict, FieldError, NotFound
 from proctor.settings import Settings
 from scheduler.endpoint_keys import encrypt_api_key
 from scheduler.naming import campaign_naming
-from web import audit
-from web.auth.access import NotFound, check_owner_access, owner_filter
+from web.auth.access import check_owner_access, owner_filter
 from web.auth.identity import Principal
-from web.errors import Conflict, FieldError
 from web.snapshots import service as snapshots
 from web.submissions import endpoints, queue
 from web.submissions.schemas import (
@@ -84,7 +83,7 @@ def checkpoint_report() -> dict[str, Any]:
 def get_policy(session: ProctorSession, principal: Principal, policy_id: int) -> Policy:
     policy = session.get(Policy, policy_id)
     if policy is None or policy.kind != PolicyKind.policy:
-        raise NotFound("policy")
+        raise NotFound("policy not found")
     check_owner_access(principal, policy.owner_id, what="policy")
     return policy
 
@@ -92,7 +91,7 @@ def get_policy(session: ProctorSession, principal: Principal, policy_id: int) ->
 def get_submission(session: ProctorSession, principal: Principal, submission_id: int) -> Submission:
     sub = session.get(Submission, submission_id)
     if sub is None:
-        raise NotFound("submission")
+        raise NotFound("submission not found")
     check_owner_access(principal, sub.policy.owner_id, what="submission")
     return sub
 
@@ -288,14 +287,14 @@ def register_endpoint(
     session.add(sub)
     session.flush()
     run = queue.enqueue(session, submission=sub, requested_by_id=owner.id, now=now)
-    audit.record(
-        session=session,
+    record_audit(
+        session,
+        actor=Actor.of(owner),
         action="submission.endpoint",
-        now=now,
-        actor=owner,
         target_type="submission",
         target_id=sub.id,
         details={"policy": policy.id, "dialect": dialect.value, "api_key": encrypted is not None},
+        at=now,
     )
     queue.dispatch_after_commit(session, settings=settings, run_id=run.id)
     return sub
@@ -317,13 +316,13 @@ def request_check(
     if queue.active_run(session, sub.id) is not None:
         raise Conflict("a conformance check of this submission is already queued or running")
     run = queue.enqueue(session, submission=sub, requested_by_id=actor.id, now=now)
-    audit.record(
-        session=session,
+    record_audit(
+        session,
+        actor=Actor.of(actor),
         action="submission.check",
-        now=now,
-        actor=actor,
         target_type="submission",
         target_id=sub.id,
+        at=now,
     )
     queue.dispatch_after_commit(session, settings=settings, run_id=run.id)
     return run
@@ -340,14 +339,14 @@ def update_policy(
         changes["description"] = True
         policy.description = patch.description
     if changes:
-        audit.record(
-            session=session,
+        record_audit(
+            session,
+            actor=Actor.of(actor),
             action="policy.update",
-            now=now,
-            actor=actor,
             target_type="policy",
             target_id=policy.id,
             details=changes,
+            at=now,
         )
     return policy
 

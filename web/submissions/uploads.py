@@ -28,15 +28,14 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 from proctor.artifacts import ArtifactStore
+from proctor.audit import Actor, record_audit
 from proctor.db.engine import ProctorSession
 from proctor.db.models import Artifact, Submission, UploadSession, User
 from proctor.domain import ArtifactKind, ConformanceStatus, Role, SubmissionKind
-from proctor.errors import UsageError
+from proctor.errors import Conflict, FieldError, NotFound, UsageError
 from proctor.settings import Settings
-from web import audit
-from web.auth.access import NotFound, check_owner_access
+from web.auth.access import check_owner_access
 from web.auth.identity import Principal
-from web.errors import Conflict, FieldError
 from web.submissions import service, staging
 from web.submissions.archive import (
     ArchiveLimits,
@@ -205,7 +204,7 @@ def get_upload(
     """The upload, for its owner (admins may look, not write); 404 otherwise."""
     upload = session.get(UploadSession, upload_id) if len(upload_id) <= 32 else None
     if upload is None:
-        raise NotFound("upload")
+        raise NotFound("upload not found")
     check_owner_access(
         principal, upload.owner_id, what="upload", privileged=() if write else (Role.admin,)
     )
@@ -294,14 +293,14 @@ def _reject(
     now: datetime,
     problems: list[tuple[list[str], str]],
 ) -> UploadRejected:
-    audit.record(
-        session=session,
+    record_audit(
+        session,
+        actor=Actor.of(actor),
         action="upload.rejected",
-        now=now,
-        actor=actor,
         target_type="upload",
         target_id=upload.id,
         details={"filename": upload.filename, "problems": [m for _, m in problems][:10]},
+        at=now,
     )
     discard(session, settings=settings, upload=upload)
     return UploadRejected(problems)
@@ -447,11 +446,10 @@ def complete_upload(
     )
     session.add(sub)
     session.flush()
-    audit.record(
-        session=session,
+    record_audit(
+        session,
+        actor=Actor.of(owner),
         action="submission.checkpoint",
-        now=now,
-        actor=owner,
         target_type="submission",
         target_id=sub.id,
         details={
@@ -460,6 +458,7 @@ def complete_upload(
             "size_bytes": stored.size_bytes,
             "framework": manifest.runner.framework,
         },
+        at=now,
     )
     session.delete(upload)
     session.flush()

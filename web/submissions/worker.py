@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy.orm import sessionmaker
 
 from proctor import netguard
+from proctor.audit import Actor, record_audit
 from proctor.db.engine import ProctorSession, session_scope
 from proctor.db.models import ConformanceRun, Submission, User
 from proctor.db.types import utcnow
@@ -36,7 +37,6 @@ from station.policy.conformance import (
     check_endpoint,
 )
 from station.policy.spec import ActionSpace, auth_headers
-from web import audit
 from web.submissions import endpoints, queue
 
 log = logging.getLogger(__name__)
@@ -170,14 +170,14 @@ def run_one(
         passed = report.get("verdict") == Status.passed.value
         sub.conformance_status = ConformanceStatus.passed if passed else ConformanceStatus.failed
         sub.conformance_report = {**report, "run_id": run_id}
-        audit.record(
-            session=session,
+        record_audit(
+            session,
+            actor=Actor(label=f"worker {run.worker or ''}".strip()),
             action="submission.conformance",
-            now=now,
-            actor_label=f"worker {run.worker or ''}".strip(),
             target_type="submission",
             target_id=sub.id,
             details={"run": run_id, "verdict": report.get("verdict")},
+            at=now,
         )
         return Outcome(run_id, sub.id, report.get("verdict", "failed"), str(report.get("summary")))
 
