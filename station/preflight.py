@@ -363,7 +363,7 @@ def check(
 ) -> None:
     """Pre-flight: arm, gripper, cameras, disk, clock — one line each; exits
     non-zero when any check fails."""
-    from proctor.cli import cli_context
+    from proctor.cli_context import cli_context
     from station.config import load_station_config, spool_root
     from station.profiles import build_cell
 

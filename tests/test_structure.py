@@ -180,17 +180,6 @@ RULE_SIBLINGS = "units of one layer do not import each other"
 RULE_ROOT = "nothing imports the composition root"
 RULE_CLI = "a CLI module is an entry point: only the root and its own package's commands import it"
 
-# Known violations another branch removes (w3-errors moves code_version,
-# open_database and the station's settings loader out of CLI modules). The
-# coordinator empties this set at merge; an entry no longer needed fails the
-# test, so the set can only shrink.
-PENDING: set[tuple[str, str]] = {
-    ("analysis.store", "analysis.cli"),  # code_version
-    ("web.snapshots.service", "analysis.cli"),  # code_version
-    ("station.preflight", "station.cli"),  # _settings
-    ("web.submissions.cli", "station.cli"),  # open_database
-}
-
 
 def _matches(module: str, unit: str) -> bool:
     parts, pattern = module.split("."), unit.split(".")
@@ -265,9 +254,7 @@ def test_dependencies_follow_the_layers() -> None:
     goes down the layers, never sideways to a sibling, never into the
     composition root or into another unit's CLI module."""
     found = layer_violations(ALL_IMPORTS, ROOT)
-    stale = sorted(PENDING - found.keys())
-    assert stale == [], f"PENDING lists imports that are gone; delete them: {stale}"
-    bad = [msg for key, msg in sorted(found.items()) if key not in PENDING]
+    bad = [msg for _, msg in sorted(found.items())]
     assert bad == [], "\n".join(bad)
 
 
