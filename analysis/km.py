@@ -206,11 +206,13 @@ def rmst(grid: np.ndarray, s: np.ndarray, tau: float) -> np.ndarray:
 
 def quantile_time(grid: np.ndarray, s: np.ndarray, p: float) -> np.ndarray:
     """inf{t : F(t) >= p} per replicate; +inf where F never reaches p."""
+    if grid.size == 0:
+        # a cell with no success (all censored, only ghosts): F stays 0, so
+        # no quantile is reached; argmax over an empty grid would raise
+        return np.full(s.shape[1], np.inf)
     reached = (1.0 - s) >= p - 1e-12
     first = np.argmax(reached, axis=0)
-    out = grid[first] if grid.size else np.full(s.shape[1], np.inf)
-    ok = reached.any(axis=0) if grid.size else np.zeros(s.shape[1], dtype=bool)
-    return np.where(ok, out, np.inf)
+    return np.where(reached.any(axis=0), grid[first], np.inf)
 
 
 def auc_against(

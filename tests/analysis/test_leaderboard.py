@@ -238,3 +238,43 @@ def test_policies_without_a_common_object_are_not_compared() -> None:
     lb = analyze(EpisodeTable(eps), PROTOCOL)
     assert lb.pairs == ()
     assert any("no common object" in n for n in lb.notes)
+
+
+# cells where the policy never succeeds (issue 22): every operation censored,
+# only ghosts (a lost and a dropped item), or one censored episode
+NO_SUCCESS_CELLS = {
+    "all_censored": (
+        Episode("n1", "never", "o1", 2, 10.0, (), 0, 0, "ran_out_of_time"),
+        Episode("n2", "never", "o1", 1, 7.0, (), 0, 0, "operator_stop"),
+    ),
+    "ghost_only": (
+        Episode("n1", "never", "o1", 1, 3.0, (), 1, 0, "success"),
+        Episode("n2", "never", "o1", 1, 4.0, (), 0, 1, "success"),
+    ),
+    "single_censored": (Episode("n1", "never", "o1", 1, 10.0, (), 0, 0, "ran_out_of_time"),),
+}
+
+
+@pytest.mark.parametrize("cell", sorted(NO_SUCCESS_CELLS))
+def test_a_cell_with_no_success_scores_rmst_tau_and_no_median(cell: str) -> None:
+    eps = (*hand_table().episodes, *NO_SUCCESS_CELLS[cell])
+    lb = analyze(EpisodeTable(eps), PROTOCOL)
+    never = next(p for p in lb.policies if p.policy == "never")
+    (o1,) = never.per_object
+    # no event: S = 1 on [0, τ], so RMST = ∫₀^τ 1 dt = τ exactly, in every
+    # replicate (each is the same cell reweighted), and F never reaches ½
+    assert o1.rmst.estimate == 10.0 and (o1.rmst.lo, o1.rmst.hi) == (10.0, 10.0)
+    assert never.rmst.estimate == 10.0
+    assert o1.median.estimate == np.inf and never.median.estimate == np.inf
+    assert any("no successful operation" in n for n in o1.notes)
+    # HRT = reference RMST on o1 / τ = 3 / 10
+    assert o1.hrt.estimate == pytest.approx(30.0)
+    # the other policies are scored as before, and the result serialises
+    bot = next(p for p in lb.policies if p.policy == "bot")
+    assert bot.rmst.estimate == pytest.approx(6.5)
+    js = json.loads(json.dumps(to_json(lb), allow_nan=False))
+    row = next(p for p in js["policies"] if p["policy"] == "never")
+    assert row["median"] == {"estimate": None, "ci": [None, None]}
+    assert row["per_object"][0]["median"] == {"estimate": None, "ci": [None, None]}
+    assert row["per_object"][0]["rmst"] == {"estimate": 10.0, "ci": [10.0, 10.0]}
+    assert set(row["per_object"][0]["km"]["cdf"]) == {0.0}

@@ -8,10 +8,11 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
+from analysis.synthetic import PolicyModel
 from proctor.domain import LabelStream, Role
 from tests.web.conftest import Web
 from tests.web.html_tree import parse
-from tests.web.leaderboard_data import SeededCampaign, seed_campaign
+from tests.web.leaderboard_data import SeededCampaign, default_models, seed_campaign
 from web.policies import compare
 from web.snapshots import service
 
@@ -196,3 +197,41 @@ def test_the_blinded_preview_names_arms_not_policies(web: Web) -> None:
     assert body["comparator"].startswith("arm ")
     for secret in closed.secrets():
         assert secret not in r.text
+
+
+def test_a_policy_that_never_succeeds_on_an_object_is_shown_with_dashes(web: Web) -> None:
+    """Issue 22: a policy with no success on one object (every attempt runs
+    out of time) used to crash the snapshot; its cell reports RMST = τ and
+    no median, which the leaderboard and the policy page print as "—"."""
+    tag = "nosucc"
+    models = default_models(tag)
+    stuck = PolicyModel(
+        f"stuck-{tag}", 6.0, p_drop=0.0, p_lost=0.0, p_safety=0.0,
+        object_speed={"spoons": 1.0, "towels": 1e6},
+    )  # fmt: skip
+    with web.db() as s:
+        seeded = seed_campaign(
+            s, released=True, episodes_per_cell=4, seed=5, models=[*models, stuck], tag=tag
+        )
+    assert [o.status for o in seeded.outcomes] == ["created"], seeded.outcomes
+    result = _result(web, seeded.campaign_id)
+    row = next(p for p in result["policies"] if p["policy"] == stuck.name)
+    towels = next(o for o in row["per_object"] if o["object"] == "towels")
+    tau = result["protocol"]["tau"]
+    assert towels["rmst"] == {"estimate": tau, "ci": [tau, tau]}
+    assert towels["median"] == {"estimate": None, "ci": [None, None]}
+    c = web.client()
+    board = c.get(f"/leaderboard/{seeded.campaign_id}")
+    assert board.status_code == 200
+    rows = parse(board.text).find("table", id="board-table").find_all("tr", data_policy=True)
+    assert stuck.name in [r.get("data-policy") for r in rows]
+    page = c.get(f"/leaderboard/{seeded.campaign_id}/policies/{quote(stuck.name, safe='')}")
+    assert page.status_code == 200
+    tr = parse(page.text).find("table", id="object-table").find("tr", data_object="towels")
+    assert float(tr.find("span", data_key="rmst").get("data-value")) == tau
+    median_cell = tr.find_all("td")[5]
+    assert median_cell.text().strip() == "—"
+    api = c.get(f"/api/leaderboard/{seeded.campaign_id}/policies/{quote(stuck.name, safe='')}")
+    assert api.status_code == 200
+    api_towels = next(o for o in api.json()["per_object"] if o["object"] == "towels")
+    assert api_towels["median"] == {"estimate": None, "lo": None, "hi": None}
