@@ -31,6 +31,11 @@ pytestmark = pytest.mark.hardware
 
 JOINT_TOL = 0.03  # rad: franky-sim's impedance controller stops 5–15 mrad short
 POS_TOL = 0.005  # m
+# how long to wait for the arm to start, finish or come to rest. Only a
+# deadline, never the verdict (what each test asserts is where the arm went):
+# generous, because a starved franky-sim (two cores shared with the rest of
+# the suite) runs far slower than real time.
+DEADLINE_S = 60.0
 
 
 def config(host: str, **overrides: Any) -> FrankyArmConfig:
@@ -40,6 +45,12 @@ def config(host: str, **overrides: Any) -> FrankyArmConfig:
         # faster than a real station would run: franky-sim has nobody to hurt
         "relative_dynamics_factor": 0.5,
         "home_dynamics_factor": 0.5,
+        # the driver's own wall-clock deadlines, sized for a real arm (the joints
+        # converge within 1 s of a trajectory's end, a stop lands within 1 s):
+        # a starved franky-sim takes longer, and no test here is about them
+        "home_timeout_s": 120.0,
+        "settle_timeout_s": DEADLINE_S,
+        "stop_timeout_s": DEADLINE_S,
     }
     values.update(overrides)
     return FrankyArmConfig(**values)
@@ -53,7 +64,7 @@ def arm(franky_sim: str) -> Iterator[FrankyArm]:
         yield driver
 
 
-def settle(arm: FrankyArm, timeout_s: float = 8.0) -> np.ndarray:
+def settle(arm: FrankyArm, timeout_s: float = DEADLINE_S) -> np.ndarray:
     """Wait until the arm is at rest; return where it stopped. Rest is judged
     on positions (< 0.5 mrad of change over 0.1 s): franky-sim's joint 7
     velocity estimate chatters at ±0.08 rad/s while the joint stands still."""
@@ -127,7 +138,7 @@ def test_a_newer_command_preempts_the_running_one(arm: FrankyArm) -> None:
     first = home + np.array([0.8, 0, 0, 0, 0, 0, 0])
     second = home + np.array([-0.3, 0, 0, 0.2, 0, 0, 0])
     arm.send(ArmCommand(ArmCommandKind.joint_position, first))
-    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, 5.0, "the first motion to start")
+    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, DEADLINE_S, "the first motion to start")
     arm.send(ArmCommand(ArmCommandKind.joint_position, second))
     peak = arm.read_state().q[0]
     while True:  # follow the arm until it settles, tracking how far it got
@@ -144,9 +155,9 @@ def test_stop_halts_a_motion_and_the_arm_moves_again(arm: FrankyArm) -> None:
     home = np.asarray(HOME_Q)
     target = home + np.array([1.0, 0, 0, 0, 0, 0, 0])
     arm.send(ArmCommand(ArmCommandKind.joint_position, target))
-    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, 5.0, "the motion to start")
+    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, DEADLINE_S, "the motion to start")
     arm.stop()
-    q = settle(arm, timeout_s=2.0)
+    q = settle(arm)
     assert q[0] < target[0] - 0.3  # stopped well short
     assert arm.read_state().error is None
     arm.stop()  # stopping a stopped arm is fine
@@ -158,16 +169,19 @@ def test_velocity_commands_move_then_expire(arm: FrankyArm) -> None:
     # joint velocity: joint 1 turns positive, then the hold runs out and it stops
     q0 = arm.read_state().q
     arm.send(ArmCommand(ArmCommandKind.joint_velocity, [0.3, 0, 0, 0, 0, 0, 0]))
-    q1 = settle(arm, timeout_s=3.0)
-    assert q1[0] - q0[0] > 0.01
+    q1 = settle(arm)
+    # it moved, and stopped by itself: 0.3 rad/s held for velocity_hold_s (0.2 s)
+    # then ramped down is under 0.1 rad; running on would reach the joint limit
+    assert 0.01 < q1[0] - q0[0] < 0.3
     assert np.max(np.abs(np.delete(q1 - q0, 0))) < JOINT_TOL
 
     # Cartesian velocity: the flange moves along +x, then stops by itself
     p0 = arm.read_state().ee_pose
     arm.send(ArmCommand(ArmCommandKind.cartesian_velocity, [0.05, 0, 0, 0, 0, 0]))
-    settle(arm, timeout_s=3.0)
+    settle(arm)
     d = arm.read_state().ee_pose[:3] - p0[:3]
-    assert d[0] > 0.003 and abs(d[1]) < 0.003 and abs(d[2]) < 0.003
+    # 5 cm/s for 0.2 s and a ramp: about a centimetre, nowhere near 5 cm
+    assert 0.003 < d[0] < 0.05 and abs(d[1]) < 0.003 and abs(d[2]) < 0.003
 
 
 def test_a_command_of_another_kind_replaces_a_running_motion(arm: FrankyArm) -> None:
@@ -178,7 +192,9 @@ def test_a_command_of_another_kind_replaces_a_running_motion(arm: FrankyArm) -> 
     arm.home()  # joint position, while the velocity motion still runs
     assert np.max(np.abs(arm.read_state().q - home)) < arm.config.home_tolerance_rad
     arm.send(ArmCommand(ArmCommandKind.joint_position, home + np.array([0.5, 0, 0, 0, 0, 0, 0])))
-    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.05, 5.0, "the joint motion to start")
+    wait_for(
+        lambda: arm.read_state().q[0] - home[0] > 0.05, DEADLINE_S, "the joint motion to start"
+    )
     pose = arm.read_state().ee_pose
     arm.send(ArmCommand(ArmCommandKind.cartesian_pose, pose))  # hold here, Cartesian
     settle(arm)
@@ -369,7 +385,7 @@ def test_a_reflex_latches_a_safety_stop_until_the_operator_recovers(
     arm, robot = faulty
     target = np.asarray(HOME_Q) + np.array([0.8, 0, 0, 0, 0, 0, 0])
     arm.send(ArmCommand(ArmCommandKind.joint_position, target))
-    wait_for(lambda: arm.read_state().q[0] - HOME_Q[0] > 0.05, 5.0, "the motion to start")
+    wait_for(lambda: arm.read_state().q[0] - HOME_Q[0] > 0.05, DEADLINE_S, "the motion to start")
     stops_before = robot.calls.get("stop", 0)
     robot.inject("poll_motion", lambda: franky.ControlException(REFLEX))
     with caplog.at_level(logging.ERROR):
@@ -381,7 +397,7 @@ def test_a_reflex_latches_a_safety_stop_until_the_operator_recovers(
     assert "ARM FAULT" in caplog.text
     # the driver stopped the arm (as the controller itself would have)
     assert robot.calls.get("stop", 0) == stops_before + 1
-    q = settle(arm, timeout_s=2.0)
+    q = settle(arm)
     assert q[0] < target[0] - 0.2
     # latched: nothing moves, the error stays, until an explicit recover()
     with pytest.raises(ArmFault, match=r"refusing to move.*reflex"):
