@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -247,26 +248,40 @@ def test_home_from_elsewhere(arm: FrankyArm) -> None:
 
 def test_telemetry_at_100_hz_while_moving(arm: FrankyArm) -> None:
     """A 100 Hz telemetry loop on the station clock, as the recorder runs it,
-    keeps its rate while the arm executes a motion: every scheduled sample of
-    a 2 s window is taken (the last may straddle the window's end), spaced
-    10 ms apart."""
+    keeps its rate while the arm executes a motion: every tick of a 2 s window
+    is sampled or, when the loop woke after it, passed over and counted (never
+    back-filled); samples on consecutive ticks are 10 ms apart by their own
+    timestamps; and a read takes a small part of the period, so the driver is
+    not what makes a loop miss ticks (a starved machine can: that is counted,
+    not failed — the cumulative wall-clock window failed at a load of 15)."""
     clock = MonotonicClock()
     period, window = 0.01, 2.0
-    samples = []
+    ticks = round(window / period)  # counted, not an accumulated float
+    samples, tick_of, read_s = [], [], []
+    passed_over = 0
     target = np.asarray(HOME_Q) + np.array([0.6, 0, 0, 0, 0, 0, 0])
     arm.send(ArmCommand(ArmCommandKind.joint_position, target))
     t0 = clock.now()
-    # counted, not compared against an accumulated float (200 × 0.01 can fall short of 2.0)
-    for k in range(1, round(window / period) + 1):
+    k = 0
+    while k < ticks:
+        before = clock.now()
         samples.append(arm.read_state())
+        read_s.append(clock.now() - before)
+        tick_of.append(k)
+        k += 1
         clock.sleep_until(t0 + k * period)
+        behind = min(math.floor((clock.now() - t0) / period), ticks) - k
+        if behind > 0:
+            k += behind
+            passed_over += behind
     ts = np.array([s.t for s in samples])
-    assert len(ts) == round(window / period)  # 200 samples scheduled, 100 per second…
-    # …and taken on schedule: a loop that could not keep up would fall behind
-    # cumulatively (at 97 Hz it ends 60 ms late); 50 ms allows one late wake-up
-    assert ts[-1] - t0 < window - period + 0.05
+    assert len(ts) + passed_over == ticks  # 200 ticks, each sampled or counted
     assert np.all(np.diff(ts) > 0)  # one monotonic clock
-    assert abs(np.median(np.diff(ts)) - period) < 0.0005
+    assert np.all(ts >= t0 + np.array(tick_of) * period)  # never ahead of its tick
+    on_schedule = np.diff(tick_of) == 1
+    assert on_schedule.sum() >= 10, f"only {on_schedule.sum()} consecutive ticks sampled"
+    assert abs(np.median(np.diff(ts)[on_schedule]) - period) < 0.0005
+    assert np.median(read_s) < period / 2
     # and the samples saw the motion
     assert samples[-1].q[0] - samples[0].q[0] > 0.02
     settle(arm)
