@@ -114,6 +114,41 @@ def test_every_command_the_deployment_runs_exists(source: str) -> None:
             assert flag in help_text, f"{' '.join(argv)}: {flag} is not an option of {path}"
 
 
+def _registry_of(image: str) -> str:
+    """The registry an image reference names ("" for a short name)."""
+    first, _, rest = image.partition("/")
+    return first if rest and ("." in first or ":" in first or first == "localhost") else ""
+
+
+def test_the_compose_stack_starts_in_order_from_images_named_in_full() -> None:
+    """What the first run under podman found (deploy/README.md, Containers)."""
+    doc = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
+    services = doc["services"]
+    # podman refuses short names unless registries.conf has a search registry
+    for name, svc in services.items():
+        assert _registry_of(svc["image"]), f"{name}: image {svc['image']!r} is a short name"
+    dockerfile = (DEPLOY / "compose" / "Dockerfile").read_text()
+    base = next(ln for ln in dockerfile.splitlines() if ln.startswith("ARG BASE_IMAGE="))
+    assert _registry_of(base.split("=", 1)[1])
+    # `serve --no-migrate` refuses a database behind the code: the schema comes first
+    migrate = services["migrate"]
+    assert migrate["command"] == ["proctor", "db", "upgrade"] and "profiles" not in migrate
+    for name in ("web", "conformance-worker"):
+        wait = services[name]["depends_on"]["migrate"]
+        assert wait == {"condition": "service_completed_successfully"}, name
+        assert services[name]["restart"] == "unless-stopped", name  # engines without conditions
+    # one image for the three proctor services, built once
+    assert {services[n]["image"] for n in ("migrate", "web", "conformance-worker")} == {
+        "localhost/proctor-server:latest"
+    }
+
+
+def test_the_image_leaves_virtual_environments_and_secrets_out() -> None:
+    ignored = (DEPLOY.parent / ".dockerignore").read_text().split()
+    for pattern in (".venv", ".venv-*", "**/.env", "proctor-data", ".git"):
+        assert pattern in ignored, pattern
+
+
 def test_nginx_upgrades_the_websocket_paths_the_app_serves() -> None:
     conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
     from scheduler.gateway import GATEWAY_PATH

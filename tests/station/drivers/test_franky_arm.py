@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,11 @@ pytestmark = pytest.mark.hardware
 
 JOINT_TOL = 0.03  # rad: franky-sim's impedance controller stops 5–15 mrad short
 POS_TOL = 0.005  # m
+# how long to wait for the arm to start, finish or come to rest. Only a
+# deadline, never the verdict (what each test asserts is where the arm went):
+# generous, because a starved franky-sim (two cores shared with the rest of
+# the suite) runs far slower than real time.
+DEADLINE_S = 60.0
 
 
 def config(host: str, **overrides: Any) -> FrankyArmConfig:
@@ -40,6 +46,12 @@ def config(host: str, **overrides: Any) -> FrankyArmConfig:
         # faster than a real station would run: franky-sim has nobody to hurt
         "relative_dynamics_factor": 0.5,
         "home_dynamics_factor": 0.5,
+        # the driver's own wall-clock deadlines, sized for a real arm (the joints
+        # converge within 1 s of a trajectory's end, a stop lands within 1 s):
+        # a starved franky-sim takes longer, and no test here is about them
+        "home_timeout_s": 120.0,
+        "settle_timeout_s": DEADLINE_S,
+        "stop_timeout_s": DEADLINE_S,
     }
     values.update(overrides)
     return FrankyArmConfig(**values)
@@ -53,7 +65,7 @@ def arm(franky_sim: str) -> Iterator[FrankyArm]:
         yield driver
 
 
-def settle(arm: FrankyArm, timeout_s: float = 8.0) -> np.ndarray:
+def settle(arm: FrankyArm, timeout_s: float = DEADLINE_S) -> np.ndarray:
     """Wait until the arm is at rest; return where it stopped. Rest is judged
     on positions (< 0.5 mrad of change over 0.1 s): franky-sim's joint 7
     velocity estimate chatters at ±0.08 rad/s while the joint stands still."""
@@ -127,7 +139,7 @@ def test_a_newer_command_preempts_the_running_one(arm: FrankyArm) -> None:
     first = home + np.array([0.8, 0, 0, 0, 0, 0, 0])
     second = home + np.array([-0.3, 0, 0, 0.2, 0, 0, 0])
     arm.send(ArmCommand(ArmCommandKind.joint_position, first))
-    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, 5.0, "the first motion to start")
+    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, DEADLINE_S, "the first motion to start")
     arm.send(ArmCommand(ArmCommandKind.joint_position, second))
     peak = arm.read_state().q[0]
     while True:  # follow the arm until it settles, tracking how far it got
@@ -144,9 +156,9 @@ def test_stop_halts_a_motion_and_the_arm_moves_again(arm: FrankyArm) -> None:
     home = np.asarray(HOME_Q)
     target = home + np.array([1.0, 0, 0, 0, 0, 0, 0])
     arm.send(ArmCommand(ArmCommandKind.joint_position, target))
-    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, 5.0, "the motion to start")
+    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.1, DEADLINE_S, "the motion to start")
     arm.stop()
-    q = settle(arm, timeout_s=2.0)
+    q = settle(arm)
     assert q[0] < target[0] - 0.3  # stopped well short
     assert arm.read_state().error is None
     arm.stop()  # stopping a stopped arm is fine
@@ -158,16 +170,19 @@ def test_velocity_commands_move_then_expire(arm: FrankyArm) -> None:
     # joint velocity: joint 1 turns positive, then the hold runs out and it stops
     q0 = arm.read_state().q
     arm.send(ArmCommand(ArmCommandKind.joint_velocity, [0.3, 0, 0, 0, 0, 0, 0]))
-    q1 = settle(arm, timeout_s=3.0)
-    assert q1[0] - q0[0] > 0.01
+    q1 = settle(arm)
+    # it moved, and stopped by itself: 0.3 rad/s held for velocity_hold_s (0.2 s)
+    # then ramped down is under 0.1 rad; running on would reach the joint limit
+    assert 0.01 < q1[0] - q0[0] < 0.3
     assert np.max(np.abs(np.delete(q1 - q0, 0))) < JOINT_TOL
 
     # Cartesian velocity: the flange moves along +x, then stops by itself
     p0 = arm.read_state().ee_pose
     arm.send(ArmCommand(ArmCommandKind.cartesian_velocity, [0.05, 0, 0, 0, 0, 0]))
-    settle(arm, timeout_s=3.0)
+    settle(arm)
     d = arm.read_state().ee_pose[:3] - p0[:3]
-    assert d[0] > 0.003 and abs(d[1]) < 0.003 and abs(d[2]) < 0.003
+    # 5 cm/s for 0.2 s and a ramp: about a centimetre, nowhere near 5 cm
+    assert 0.003 < d[0] < 0.05 and abs(d[1]) < 0.003 and abs(d[2]) < 0.003
 
 
 def test_a_command_of_another_kind_replaces_a_running_motion(arm: FrankyArm) -> None:
@@ -178,7 +193,9 @@ def test_a_command_of_another_kind_replaces_a_running_motion(arm: FrankyArm) -> 
     arm.home()  # joint position, while the velocity motion still runs
     assert np.max(np.abs(arm.read_state().q - home)) < arm.config.home_tolerance_rad
     arm.send(ArmCommand(ArmCommandKind.joint_position, home + np.array([0.5, 0, 0, 0, 0, 0, 0])))
-    wait_for(lambda: arm.read_state().q[0] - home[0] > 0.05, 5.0, "the joint motion to start")
+    wait_for(
+        lambda: arm.read_state().q[0] - home[0] > 0.05, DEADLINE_S, "the joint motion to start"
+    )
     pose = arm.read_state().ee_pose
     arm.send(ArmCommand(ArmCommandKind.cartesian_pose, pose))  # hold here, Cartesian
     settle(arm)
@@ -231,26 +248,40 @@ def test_home_from_elsewhere(arm: FrankyArm) -> None:
 
 def test_telemetry_at_100_hz_while_moving(arm: FrankyArm) -> None:
     """A 100 Hz telemetry loop on the station clock, as the recorder runs it,
-    keeps its rate while the arm executes a motion: every scheduled sample of
-    a 2 s window is taken (the last may straddle the window's end), spaced
-    10 ms apart."""
+    keeps its rate while the arm executes a motion: every tick of a 2 s window
+    is sampled or, when the loop woke after it, passed over and counted (never
+    back-filled); samples on consecutive ticks are 10 ms apart by their own
+    timestamps; and a read takes a small part of the period, so the driver is
+    not what makes a loop miss ticks (a starved machine can: that is counted,
+    not failed — the cumulative wall-clock window failed at a load of 15)."""
     clock = MonotonicClock()
     period, window = 0.01, 2.0
-    samples = []
+    ticks = round(window / period)  # counted, not an accumulated float
+    samples, tick_of, read_s = [], [], []
+    passed_over = 0
     target = np.asarray(HOME_Q) + np.array([0.6, 0, 0, 0, 0, 0, 0])
     arm.send(ArmCommand(ArmCommandKind.joint_position, target))
     t0 = clock.now()
-    # counted, not compared against an accumulated float (200 × 0.01 can fall short of 2.0)
-    for k in range(1, round(window / period) + 1):
+    k = 0
+    while k < ticks:
+        before = clock.now()
         samples.append(arm.read_state())
+        read_s.append(clock.now() - before)
+        tick_of.append(k)
+        k += 1
         clock.sleep_until(t0 + k * period)
+        behind = min(math.floor((clock.now() - t0) / period), ticks) - k
+        if behind > 0:
+            k += behind
+            passed_over += behind
     ts = np.array([s.t for s in samples])
-    assert len(ts) == round(window / period)  # 200 samples scheduled, 100 per second…
-    # …and taken on schedule: a loop that could not keep up would fall behind
-    # cumulatively (at 97 Hz it ends 60 ms late); 50 ms allows one late wake-up
-    assert ts[-1] - t0 < window - period + 0.05
+    assert len(ts) + passed_over == ticks  # 200 ticks, each sampled or counted
     assert np.all(np.diff(ts) > 0)  # one monotonic clock
-    assert abs(np.median(np.diff(ts)) - period) < 0.0005
+    assert np.all(ts >= t0 + np.array(tick_of) * period)  # never ahead of its tick
+    on_schedule = np.diff(tick_of) == 1
+    assert on_schedule.sum() >= 10, f"only {on_schedule.sum()} consecutive ticks sampled"
+    assert abs(np.median(np.diff(ts)[on_schedule]) - period) < 0.0005
+    assert np.median(read_s) < period / 2
     # and the samples saw the motion
     assert samples[-1].q[0] - samples[0].q[0] > 0.02
     settle(arm)
@@ -369,7 +400,7 @@ def test_a_reflex_latches_a_safety_stop_until_the_operator_recovers(
     arm, robot = faulty
     target = np.asarray(HOME_Q) + np.array([0.8, 0, 0, 0, 0, 0, 0])
     arm.send(ArmCommand(ArmCommandKind.joint_position, target))
-    wait_for(lambda: arm.read_state().q[0] - HOME_Q[0] > 0.05, 5.0, "the motion to start")
+    wait_for(lambda: arm.read_state().q[0] - HOME_Q[0] > 0.05, DEADLINE_S, "the motion to start")
     stops_before = robot.calls.get("stop", 0)
     robot.inject("poll_motion", lambda: franky.ControlException(REFLEX))
     with caplog.at_level(logging.ERROR):
@@ -381,7 +412,7 @@ def test_a_reflex_latches_a_safety_stop_until_the_operator_recovers(
     assert "ARM FAULT" in caplog.text
     # the driver stopped the arm (as the controller itself would have)
     assert robot.calls.get("stop", 0) == stops_before + 1
-    q = settle(arm, timeout_s=2.0)
+    q = settle(arm)
     assert q[0] < target[0] - 0.2
     # latched: nothing moves, the error stays, until an explicit recover()
     with pytest.raises(ArmFault, match=r"refusing to move.*reflex"):

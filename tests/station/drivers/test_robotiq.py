@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from station.clock import Clock, VirtualClock
 from station.drivers.gripper import GRIPPERS, GripperCommand, GripperFault
 from station.drivers.gripper import robotiq_registers as regs
 from station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig, quantise
@@ -100,8 +101,21 @@ def sim(pty_pair: PtyPair) -> Iterator[SimulatedGripper]:
         gripper.stop()
 
 
-def make_driver(pty_pair: PtyPair, **overrides: object) -> RobotiqGripper:
-    return RobotiqGripper(RobotiqGripperConfig(port=str(pty_pair.driver_end), **overrides))  # type: ignore[arg-type]
+# The simulated gripper answers from a thread of this process. On a loaded
+# machine (CI shares two cores with the rest of the suite) that thread can be
+# kept off the CPU for longer than a real gripper's 50 ms answer time or the
+# 0.2 s staleness limit: a late answer would read as a lost frame (an extra
+# retry, or a failed connect) and a starved poller as a silent line. The tests
+# give the wire generous limits; the staleness rule itself is tested on a
+# clock the test moves (test_a_silent_peer_is_a_fault_once_its_status_is_stale).
+LOADED_MACHINE = {"timeout_s": 1.0, "stale_after_s": 30.0}
+
+
+def make_driver(
+    pty_pair: PtyPair, clock: Clock | None = None, **overrides: object
+) -> RobotiqGripper:
+    values = {**LOADED_MACHINE, **overrides}
+    return RobotiqGripper(RobotiqGripperConfig(port=str(pty_pair.driver_end), **values), clock)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -114,7 +128,7 @@ def gripper(sim: SimulatedGripper, pty_pair: PtyPair) -> Iterator[RobotiqGripper
         driver.disconnect()
 
 
-def settle(gripper: RobotiqGripper, timeout_s: float = 3.0) -> None:
+def settle(gripper: RobotiqGripper, timeout_s: float = 30.0) -> None:
     """Wait until the device has taken the last command (gPR echoes it) and
     the fingers have stopped (at the target or on an object)."""
     target = round(gripper.read_state().target * regs.POSITION_MAX)
@@ -182,7 +196,7 @@ def test_a_device_fault_is_surfaced_and_cleared_by_reactivation(
 ) -> None:
     gripper.activate()
     sim.model.inject_fault(GFlt.overcurrent)
-    wait_for(lambda: gripper.read_state().fault is not None, 1.0, "the fault to be polled")
+    wait_for(lambda: gripper.read_state().fault is not None, 30.0, "the fault to be polled")
     assert gripper.read_state().fault == "gFLT 0x0E: overcurrent triggered"
     with pytest.raises(GripperFault, match="overcurrent"):
         gripper.send(GripperCommand(position=1.0))
@@ -191,26 +205,41 @@ def test_a_device_fault_is_surfaced_and_cleared_by_reactivation(
     gripper.send(GripperCommand(position=1.0))
 
 
-def test_a_silent_peer_times_out_within_the_stale_limit(
-    gripper: RobotiqGripper, sim: SimulatedGripper
+def test_a_silent_peer_is_a_fault_once_its_status_is_stale(
+    sim: SimulatedGripper, pty_pair: PtyPair
 ) -> None:
-    gripper.activate()
-    gripper.read_state()
-    sim.noise.silent = True
-    t0 = time.monotonic()
-    with pytest.raises(GripperFault) as excinfo:
-        while time.monotonic() - t0 < 2.0:
+    """The staleness rule at the default limit, judged on the driver's own
+    clock, which the test moves: nothing is reported while the last good
+    status is at most ``stale_after_s`` old, a fault as soon as it is older.
+    (On the wall clock the verdict would also measure how promptly a loaded
+    machine schedules the poller and this test.)"""
+    clock = VirtualClock()
+    gripper = make_driver(pty_pair, clock, stale_after_s=RobotiqGripperConfig.stale_after_s)
+    gripper.connect()
+    try:
+        gripper.activate()
+        gripper.read_state()
+        sim.noise.silent = True
+        # a status exchange that fails on the wire: the bus is serialised, so any
+        # poll in flight before the line went silent has been answered by now
+        with pytest.raises(GripperFault, match="No response"):
+            gripper.read_status_now()
+        # every good status was published at virtual time 0; the line stays silent
+        limit = gripper.config.stale_after_s
+        clock.advance(limit)
+        assert gripper.read_state().activated  # exactly at the limit: still trusted
+        clock.advance(0.01)
+        with pytest.raises(GripperFault) as excinfo:
             gripper.read_state()
-            time.sleep(0.005)
-    detected = time.monotonic() - t0
-    assert "silent" in str(excinfo.value) and "No response" in str(excinfo.value)
-    # stale_after_s (0.2 s) plus one poll in flight (3 × 50 ms)
-    assert detected < 0.6
-    with pytest.raises(GripperFault):
-        gripper.send(GripperCommand(position=1.0))
-    # the line comes back: so does the gripper, without an operator
-    sim.noise.silent = False
-    wait_for(lambda: _healthy(gripper), 2.0, "the gripper to answer again")
+        assert f"silent for 0.21 s (limit {limit} s)" in str(excinfo.value)
+        assert "No response" in str(excinfo.value)
+        with pytest.raises(GripperFault):
+            gripper.send(GripperCommand(position=1.0))
+        # the line comes back: so does the gripper, without an operator
+        sim.noise.silent = False
+        wait_for(lambda: _healthy(gripper), 30.0, "the gripper to answer again")
+    finally:
+        gripper.disconnect()
 
 
 def _healthy(gripper: RobotiqGripper) -> bool:
@@ -223,9 +252,9 @@ def _healthy(gripper: RobotiqGripper) -> bool:
 
 @pytest.fixture
 def quiet_gripper(sim: SimulatedGripper, pty_pair: PtyPair) -> Iterator[RobotiqGripper]:
-    """A driver whose poller stays off the wire for the test's few hundred
-    milliseconds, so frames can be counted exactly."""
-    driver = make_driver(pty_pair, poll_hz=0.2, stale_after_s=30.0)
+    """A driver whose poller stays off the wire for the test's few seconds
+    (a poll every 1000 s), so frames can be counted exactly."""
+    driver = make_driver(pty_pair, poll_hz=0.001)
     driver.connect()
     try:
         yield driver
@@ -284,7 +313,9 @@ def test_rtu_framing_over_tcp() -> None:
     sim = SimulatedGripper(SimulatedGripperConfig(activation_s=0.05))
     sim.start_tcp("127.0.0.1", port)
     try:
-        driver = RobotiqGripper(RobotiqGripperConfig(port=f"tcp://127.0.0.1:{port}"))
+        driver = RobotiqGripper(
+            RobotiqGripperConfig(port=f"tcp://127.0.0.1:{port}", **LOADED_MACHINE)  # type: ignore[arg-type]
+        )
         with driver:
             driver.activate()
             driver.send(GripperCommand(position=1.0))
