@@ -26,7 +26,7 @@ silently fixed.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import sqlalchemy as sa
@@ -367,3 +367,133 @@ def build_snapshot(
     session.add(snap)
     session.flush()
     return snap
+
+
+# ------------------------------------------------- recomputing stored boards
+# Deciding whether a board must be rescored and rescoring it is computation
+# over stored episodes, so it lives here; the web only schedules it (its
+# worker) and reads the rows it leaves.
+
+STREAMS: tuple[LabelStream, ...] = tuple(LabelStream)
+# the protocol fields a result records (analysis.report.to_json) and that must
+# match for an old snapshot to stand for a new computation
+_COMPARED = ("tau", "bootstrap", "ks_resamples", "seed", "alpha", "success_at", "power_target")
+
+
+def _protocol_json(p: Protocol) -> dict[str, Any]:
+    return {
+        "tau": p.tau,
+        "bootstrap": p.bootstrap,
+        "ks_resamples": p.resamples,
+        "seed": p.seed,
+        "alpha": p.alpha,
+        "success_at": list(p.success_at),
+        "power_target": p.power_target,
+    }
+
+
+@dataclass(frozen=True)
+class StreamOutcome:
+    """What recomputing one label stream did."""
+
+    stream: LabelStream
+    status: str  # "created" | "unchanged" | "failed"
+    snapshot_id: int | None
+    data_version: str | None
+    message: str = ""
+
+
+def latest_row(
+    session: Session, *, campaign_id: int, stream: LabelStream
+) -> AnalysisSnapshot | None:
+    """The latest stored snapshot of a (campaign, label stream), or None."""
+    return session.scalar(
+        sa.select(AnalysisSnapshot)
+        .where(
+            AnalysisSnapshot.campaign_id == campaign_id,
+            AnalysisSnapshot.label_stream == LabelStream(stream),
+        )
+        .order_by(AnalysisSnapshot.id.desc())
+        .limit(1)
+    )
+
+
+def recompute(
+    session: Session,
+    *,
+    campaign_id: int,
+    streams: tuple[LabelStream, ...] = STREAMS,
+    protocol: Protocol | None = None,
+    created_by_id: int | None = None,
+    force: bool = False,
+) -> list[StreamOutcome]:
+    """Score a campaign under each stream and store a snapshot for each whose
+    input (data version), code version or protocol differs from its latest
+    snapshot (``force``: always). A stream that cannot be scored (no
+    episodes yet, a contradictory reference) is reported, not raised. Adds
+    rows to the caller's transaction; never commits."""
+    campaign = session.get(Campaign, campaign_id)
+    if campaign is None:
+        raise UsageError(f"campaign_id: no campaign {campaign_id}")
+    protocol = protocol or campaign_protocol(campaign)
+    wanted = _protocol_json(protocol)
+    cv = code_version()
+    out: list[StreamOutcome] = []
+    for stream in streams:
+        stream = LabelStream(stream)
+        table = load_episodes(session, campaign_id=campaign_id, stream=stream)
+        dv = data_version(table)
+        latest = latest_row(session, campaign_id=campaign_id, stream=stream)
+        if (
+            not force
+            and latest is not None
+            and latest.data_version == dv
+            and latest.code_version == cv
+            and all(latest.protocol.get(k) == wanted[k] for k in _COMPARED)
+        ):
+            out.append(StreamOutcome(stream, "unchanged", latest.id, dv))
+            continue
+        try:
+            # scores first, adds the row only once scored: a failure adds nothing
+            snap = build_snapshot(
+                session,
+                campaign_id=campaign_id,
+                stream=stream,
+                protocol=protocol,
+                created_by_id=created_by_id,
+            )
+        except ProctorError as exc:
+            out.append(StreamOutcome(stream, "failed", None, dv, str(exc)))
+            continue
+        out.append(StreamOutcome(stream, "created", snap.id, snap.data_version))
+    return out
+
+
+def stale_campaigns(session: Session) -> list[int]:
+    """Campaigns whose latest snapshot of some stream no longer matches the
+    data it was scored from (its data version), e.g. a review committed just
+    before a crash, whose queued recomputation was lost with the process.
+    Compares data only: a new code version alone does not make a board stale
+    here (it is recomputed with the next change, as before)."""
+    latest = (
+        sa.select(sa.func.max(AnalysisSnapshot.id))
+        .where(AnalysisSnapshot.campaign_id.is_not(None))
+        .group_by(AnalysisSnapshot.campaign_id, AnalysisSnapshot.label_stream)
+    )
+    rows = session.execute(
+        sa.select(
+            AnalysisSnapshot.campaign_id,
+            AnalysisSnapshot.label_stream,
+            AnalysisSnapshot.data_version,
+        )
+        .where(AnalysisSnapshot.id.in_(latest))
+        .order_by(AnalysisSnapshot.campaign_id)
+    )
+    stale: list[int] = []
+    for campaign_id, stream, stored in rows:
+        if campaign_id in stale:
+            continue
+        table = load_episodes(session, campaign_id=campaign_id, stream=LabelStream(stream))
+        if data_version(table) != stored:
+            stale.append(campaign_id)
+    return stale

@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from analysis.store import stale_campaigns
 from proctor.db.engine import session_scope
-from web.snapshots.service import stale_campaigns
 from web.snapshots.worker import worker_for
 from web.state import AppState
 from web.submissions.uploads import expire_uploads

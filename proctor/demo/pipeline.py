@@ -110,7 +110,7 @@ def close_and_release(sessions: sessionmaker[ProctorSession], *, campaign_id: in
 
 def score_campaign(sessions: sessionmaker[ProctorSession], *, campaign_id: int) -> list[object]:
     """A snapshot per label stream, as the web pages read them."""
-    from web.snapshots.service import recompute
+    from analysis.store import recompute
 
     with session_scope(sessions) as s:
         return list(recompute(s, campaign_id=campaign_id, force=True))

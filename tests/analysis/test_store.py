@@ -3,13 +3,15 @@ leaderboard snapshot."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 
 from analysis.report import SCHEMA
 from analysis.results import Protocol
-from analysis.store import build_snapshot, load_episodes
+from analysis.store import build_snapshot, load_episodes, recompute, stale_campaigns
 from proctor.db.models import AnalysisSnapshot, PlacementEvent
 from proctor.domain import (
     EpisodeState,
@@ -238,3 +240,44 @@ def test_episodes_not_yet_readable_are_excluded_and_two_references_are_noted(
     }
     assert table.reference is None
     assert any("more than one reference policy in scope" in n for n in table.notes)
+
+
+def test_recompute_and_staleness_live_in_the_analysis_layer(world: World) -> None:
+    """Turning stored episodes into snapshot rows is analysis.store's job: it
+    skips an unchanged stream, and a moved placement makes the board stale."""
+    w = world
+    protocol = Protocol(tau=60.0, bootstrap=50, seed=2)
+    streams = (LabelStream.auto_and_reviewed,)
+    first = recompute(w.s, campaign_id=w.campaign.id, streams=streams, protocol=protocol)
+    assert [(o.stream, o.status) for o in first] == [(LabelStream.auto_and_reviewed, "created")]
+    again = recompute(w.s, campaign_id=w.campaign.id, streams=streams, protocol=protocol)
+    assert [o.status for o in again] == ["unchanged"]
+    assert again[0].snapshot_id == first[0].snapshot_id
+    assert stale_campaigns(w.s) == []
+    ev = (
+        w.s.query(PlacementEvent)
+        .filter_by(episode_id=w.last_bot.id, source=PlacementSource.reviewer,
+                   status=PlacementStatus.confirmed)
+        .first()
+    )  # fmt: skip
+    ev.t_s += 0.25
+    w.s.flush()
+    assert stale_campaigns(w.s) == [w.campaign.id]
+    third = recompute(w.s, campaign_id=w.campaign.id, streams=streams, protocol=protocol)
+    assert third[0].status == "created" and third[0].snapshot_id != first[0].snapshot_id
+    with pytest.raises(UsageError, match="campaign_id"):
+        recompute(w.s, campaign_id=w.campaign.id + 1000)
+
+
+# what turns stored episodes into a snapshot; the web schedules and reads only
+_COMPUTING = {"build_snapshot", "load_episodes", "snapshot_result", "analyze", "data_version"}
+
+
+def test_the_web_snapshot_package_does_not_compute() -> None:
+    root = Path(__file__).resolve().parents[2] / "web" / "snapshots"
+    found = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("analysis"):
+                found += [(path.name, a.name) for a in node.names if a.name in _COMPUTING]
+    assert found == []

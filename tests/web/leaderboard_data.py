@@ -3,7 +3,7 @@ blinding tests: policies with owners, endpoints and checkpoints (the
 identities blinding must hide), a sealed allocation's assignments, closed
 episodes with operator logs and placement events, detector candidates and
 review actions — then snapshots computed by the real analysis
-(``web.snapshots.service.recompute`` → ``analysis.store.build_snapshot``).
+(``analysis.store.recompute`` → ``analysis.store.build_snapshot``).
 Nothing here writes a number a page shows: the pages' numbers come from the
 analysis of these rows.
 
@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from analysis.store import StreamOutcome, recompute
 from analysis.synthetic import PolicyModel, simulate_episode
 from proctor.db.engine import ProctorSession
 from proctor.db.models import (
@@ -54,7 +55,6 @@ from proctor.domain import (
     SubmissionKind,
     Visibility,
 )
-from web.snapshots.service import StreamOutcome, recompute
 
 START = datetime(2031, 5, 1, 9, 0, tzinfo=UTC)
 ALL_STREAMS = tuple(LabelStream)

@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from analysis.store import stale_campaigns
 from annotator import review as svc
 from proctor.db.models import UploadSession
 from proctor.domain import LabelStream, Role
@@ -32,7 +33,6 @@ from tests.web.test_submissions_helpers import (
     portal_settings,
     submitter,
 )
-from web.snapshots.service import stale_campaigns
 from web.startup import TEMP_SAFE_AGE_S
 
 HOUR_AGO = time.time() - 2 * TEMP_SAFE_AGE_S

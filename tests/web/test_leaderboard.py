@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 
+from analysis import store as analysis_store
 from analysis.report import data_version
 from analysis.store import load_episodes
 from proctor.db.models import AnalysisSnapshot, Episode
@@ -54,7 +55,7 @@ def test_the_api_serves_the_snapshots_numbers(web: Web, released: SeededCampaign
     assert body["blinded"] is False
     assert body["snapshot"]["id"] == snap.id
     assert body["snapshot"]["data_version"] == snap.data_version
-    assert body["snapshot"]["code_version"] == snap.code_version == service.code_version()
+    assert body["snapshot"]["code_version"] == snap.code_version == analysis_store.code_version()
     assert body["protocol"]["tau_s"] == snap.result["protocol"]["tau"] == 120.0
     assert (
         body["protocol"]["bootstrap"] == TEST_ANALYSIS["bootstrap"]
@@ -104,7 +105,7 @@ def test_the_page_prints_the_snapshots_numbers(web: Web, released: SeededCampaig
         and protocol["bootstrap"] == str(TEST_ANALYSIS["bootstrap"])
         and protocol["seed"] == "0"
     )
-    assert protocol["code"] == service.code_version()
+    assert protocol["code"] == analysis_store.code_version()
     assert result["data_version"].startswith(protocol["data"])
     formats = {"hrt": num, "rmst": num, "completion": pct, "drops": pct, "safety": num}
     sources = {
@@ -195,7 +196,7 @@ def test_snapshots_are_cacheable(web: Web, released: SeededCampaign) -> None:
     )
     # a new snapshot is a new version
     with web.db() as s:
-        service.recompute(
+        analysis_store.recompute(
             s,
             campaign_id=released.campaign_id,
             streams=(LabelStream.auto_and_reviewed,),
@@ -301,7 +302,7 @@ def test_recompute_after_a_reviewed_episode_runs_in_the_background(
     assert web.client().get(f"/api/leaderboard/{cid}").json()["snapshot"]["id"] == after.id
     # nothing changed since: recomputing stores nothing new
     with web.db() as s:
-        again = service.recompute(s, campaign_id=cid)
+        again = analysis_store.recompute(s, campaign_id=cid)
     assert {o.status for o in again} == {"unchanged"}
 
 

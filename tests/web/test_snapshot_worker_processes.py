@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from analysis import store as analysis_store
 from proctor.db.engine import make_engine, make_session_factory, session_scope
 from proctor.db.models import AnalysisSnapshot
 from tests.web.leaderboard_data import seed_campaign
-from web.snapshots import service
 from web.snapshots.worker import SnapshotWorker
 
 WAIT_S = 300.0
@@ -35,14 +35,14 @@ def test_two_processes_recomputing_one_campaign_take_turns(
 
         # both scorings hold still at their first snapshot until the other arrives
         meet = threading.Barrier(2)
-        build = service.build_snapshot
+        build = analysis_store.build_snapshot
 
         def build_when_both_are_here(*args: Any, **kwargs: Any) -> Any:
             with contextlib.suppress(threading.BrokenBarrierError):
                 meet.wait(MEET_S)
             return build(*args, **kwargs)
 
-        monkeypatch.setattr(service, "build_snapshot", build_when_both_are_here)
+        monkeypatch.setattr(analysis_store, "build_snapshot", build_when_both_are_here)
         workers = [SnapshotWorker(make_session_factory(e)) for e in engines]
         for worker in workers:
             worker.request(cid)

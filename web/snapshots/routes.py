@@ -16,6 +16,7 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from analysis import store as analysis_store
 from proctor.db.models import Campaign
 from proctor.domain import LabelStream, Role
 from proctor.errors import FieldError
@@ -78,7 +79,7 @@ class SnapshotOut(BaseModel):
     created_at: datetime
 
 
-def _outcome(o: service.StreamOutcome) -> OutcomeOut:
+def _outcome(o: analysis_store.StreamOutcome) -> OutcomeOut:
     return OutcomeOut(
         stream=o.stream,
         status=o.status,
@@ -119,7 +120,7 @@ def recompute(
     response: Response,
 ) -> RecomputeOut:
     if body.wait:
-        outcomes = service.recompute(
+        outcomes = analysis_store.recompute(
             session,
             campaign_id=body.campaign_id,
             streams=tuple(body.streams or service.STREAMS),

@@ -1,4 +1,7 @@
-"""Computing snapshots, and reading them fast.
+"""Reading snapshots, fast.
+
+Computing them (deciding a board is stale, scoring it, storing the row) is
+``analysis.store.recompute``; the web schedules it (``worker``) and reads.
 
 A page never runs the analysis: it reads the latest stored snapshot of a
 (campaign, label stream). Reads cost one indexed query for the latest id;
@@ -25,125 +28,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from analysis.report import data_version
-from analysis.results import Protocol
-from analysis.store import build_snapshot, campaign_protocol, code_version, load_episodes
+# re-exported: the web's readers name the streams and the latest row from here
+from analysis.store import STREAMS as STREAMS
+from analysis.store import latest_row as latest_row
 from proctor.db.engine import ProctorSession
-from proctor.db.models import AnalysisSnapshot, Campaign
+from proctor.db.models import AnalysisSnapshot
 from proctor.domain import LabelStream
-from proctor.errors import ProctorError, UsageError
+from proctor.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-STREAMS: tuple[LabelStream, ...] = tuple(LabelStream)
 DEFAULT_STREAM = LabelStream.auto_and_reviewed
-# the protocol fields a result records (analysis.report.to_json) and that must
-# match for an old snapshot to stand for a new computation
-_COMPARED = ("tau", "bootstrap", "ks_resamples", "seed", "alpha", "success_at", "power_target")
-
-
-def _protocol_json(p: Protocol) -> dict[str, Any]:
-    return {
-        "tau": p.tau,
-        "bootstrap": p.bootstrap,
-        "ks_resamples": p.resamples,
-        "seed": p.seed,
-        "alpha": p.alpha,
-        "success_at": list(p.success_at),
-        "power_target": p.power_target,
-    }
-
-
-@dataclass(frozen=True)
-class StreamOutcome:
-    """What recomputing one label stream did."""
-
-    stream: LabelStream
-    status: str  # "created" | "unchanged" | "failed"
-    snapshot_id: int | None
-    data_version: str | None
-    message: str = ""
-
-
-def recompute(
-    session: ProctorSession,
-    *,
-    campaign_id: int,
-    streams: tuple[LabelStream, ...] = STREAMS,
-    protocol: Protocol | None = None,
-    created_by_id: int | None = None,
-    force: bool = False,
-) -> list[StreamOutcome]:
-    """Score a campaign under each stream and store a snapshot for each whose
-    input (data version), code version or protocol differs from its latest
-    snapshot (``force``: always). A stream that cannot be scored (no
-    episodes yet, a contradictory reference) is reported, not raised. Adds
-    rows to the caller's transaction; never commits."""
-    campaign = session.get(Campaign, campaign_id)
-    if campaign is None:
-        raise UsageError(f"campaign_id: no campaign {campaign_id}")
-    protocol = protocol or campaign_protocol(campaign)
-    wanted = _protocol_json(protocol)
-    cv = code_version()
-    out: list[StreamOutcome] = []
-    for stream in streams:
-        stream = LabelStream(stream)
-        table = load_episodes(session, campaign_id=campaign_id, stream=stream)
-        dv = data_version(table)
-        latest = latest_row(session, campaign_id=campaign_id, stream=stream)
-        if (
-            not force
-            and latest is not None
-            and latest.data_version == dv
-            and latest.code_version == cv
-            and all(latest.protocol.get(k) == wanted[k] for k in _COMPARED)
-        ):
-            out.append(StreamOutcome(stream, "unchanged", latest.id, dv))
-            continue
-        try:
-            # scores first, adds the row only once scored: a failure adds nothing
-            snap = build_snapshot(
-                session,
-                campaign_id=campaign_id,
-                stream=stream,
-                protocol=protocol,
-                created_by_id=created_by_id,
-            )
-        except ProctorError as exc:
-            out.append(StreamOutcome(stream, "failed", None, dv, str(exc)))
-            continue
-        out.append(StreamOutcome(stream, "created", snap.id, snap.data_version))
-    return out
-
-
-def stale_campaigns(session: ProctorSession) -> list[int]:
-    """Campaigns whose latest snapshot of some stream no longer matches the
-    data it was scored from (its data version), e.g. a review committed just
-    before a crash, whose queued recomputation was lost with the process.
-    Compares data only: a new code version alone does not make a board stale
-    here (it is recomputed with the next change, as before)."""
-    latest = (
-        sa.select(sa.func.max(AnalysisSnapshot.id))
-        .where(AnalysisSnapshot.campaign_id.is_not(None))
-        .group_by(AnalysisSnapshot.campaign_id, AnalysisSnapshot.label_stream)
-    )
-    rows = session.execute(
-        sa.select(
-            AnalysisSnapshot.campaign_id,
-            AnalysisSnapshot.label_stream,
-            AnalysisSnapshot.data_version,
-        )
-        .where(AnalysisSnapshot.id.in_(latest))
-        .order_by(AnalysisSnapshot.campaign_id)
-    )
-    stale: list[int] = []
-    for campaign_id, stream, stored in rows:
-        if campaign_id in stale:
-            continue
-        table = load_episodes(session, campaign_id=campaign_id, stream=LabelStream(stream))
-        if data_version(table) != stored:
-            stale.append(campaign_id)
-    return stale
 
 
 # ------------------------------------------------------------------- reading
@@ -167,20 +62,6 @@ _META_COLUMNS = (
     AnalysisSnapshot.data_version,
     AnalysisSnapshot.created_at,
 )
-
-
-def latest_row(
-    session: ProctorSession, *, campaign_id: int, stream: LabelStream
-) -> AnalysisSnapshot | None:
-    return session.scalar(
-        sa.select(AnalysisSnapshot)
-        .where(
-            AnalysisSnapshot.campaign_id == campaign_id,
-            AnalysisSnapshot.label_stream == LabelStream(stream),
-        )
-        .order_by(AnalysisSnapshot.id.desc())
-        .limit(1)
-    )
 
 
 def latest_meta(

@@ -42,8 +42,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from analysis.store import StreamOutcome, recompute
 from proctor.db.engine import ProctorSession, make_session_factory, session_scope
-from web.snapshots.service import StreamOutcome, recompute
 
 log = logging.getLogger(__name__)
 
