@@ -491,7 +491,8 @@ def stale_campaigns(session: Session) -> list[int]:
     )
     stale: list[int] = []
     for campaign_id, stream, stored in rows:
-        if campaign_id in stale:
+        # campaign_id is never None here (the query keeps campaigns' snapshots only)
+        if campaign_id is None or campaign_id in stale:
             continue
         table = load_episodes(session, campaign_id=campaign_id, stream=LabelStream(stream))
         if data_version(table) != stored:
