@@ -8,6 +8,8 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import uvicorn
@@ -19,6 +21,9 @@ from proctor.db.engine import ProctorSession, make_engine, make_session_factory
 from scheduler.endpoint_keys import generate_encryption_key
 from scheduler.gateway import GatewayConfig, gateway_router
 from tests.conftest import BACKENDS
+
+if TYPE_CHECKING:
+    from station.daemon import StationDaemon
 
 
 @dataclass
@@ -117,3 +122,35 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def sim_station(gateway: Gateway, campaign: int, name: str, tmp_path: Path) -> StationDaemon:
+    """A station daemon on the simulated cell (small cameras, virtual clock)
+    that works ``campaign`` through the test gateway; not yet opened."""
+    from proctor.artifacts import open_store
+    from scheduler.work_source import CampaignWorkSource
+    from station.config import load_station_config
+    from station.daemon import StationDaemon
+
+    config = load_station_config(
+        None,
+        name=name,
+        cameras={
+            "exterior": {"width": 96, "height": 72, "fps": 5},
+            "wrist": {"width": 96, "height": 72, "fps": 5},
+        },
+        sim={"clock": "virtual"},
+    )
+    return StationDaemon(
+        config,
+        "sim",
+        sessions=gateway.db.factory,
+        store=open_store(str(tmp_path / "artifacts")),
+        spool_root=tmp_path / "spool",
+        source=CampaignWorkSource(
+            session_factory=gateway.db.factory,
+            campaign=campaign,
+            station=name,
+            gateway=gateway.base,
+        ),
+    )

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from proctor.artifacts import open_store
 from proctor.db.models import (
     Assignment,
     Campaign,
@@ -48,13 +47,11 @@ from scheduler.allocation import AllocationProtocol, derive_allocation
 from scheduler.claims import scene_seed
 from scheduler.protocol import parse_protocol
 from scheduler.service import Actor
-from scheduler.work_source import CampaignWorkSource
-from station.config import load_station_config
 from station.daemon import NoWork, StationDaemon
 from station.policy.demo import DemoPolicy
 from station.policy.server import PolicyServer
 from station.runner import RunnerState
-from tests.scheduler.conftest import Gateway
+from tests.scheduler.conftest import Gateway, sim_station
 
 ARMS = {"reference": PolicyKind.reference, "swift": PolicyKind.policy, "steady": PolicyKind.policy}
 OBJECTS = ("spoons", "towels")
@@ -125,29 +122,7 @@ def test_a_campaign_on_the_simulated_cell_follows_its_allocation(
             cid = c.id
             service.start_campaign(s, campaign=cid, actor=Actor(label="test"))
 
-        source = CampaignWorkSource(
-            session_factory=gateway.db.factory,
-            campaign=cid,
-            station=f"cell-{tag}",
-            gateway=gateway.base,
-        )
-        config = load_station_config(
-            None,
-            name=f"cell-{tag}",
-            cameras={
-                "exterior": {"width": 96, "height": 72, "fps": 5},
-                "wrist": {"width": 96, "height": 72, "fps": 5},
-            },
-            sim={"clock": "virtual"},
-        )
-        daemon = StationDaemon(
-            config,
-            "sim",
-            sessions=gateway.db.factory,
-            store=open_store(str(tmp_path / "artifacts")),
-            spool_root=tmp_path / "spool",
-            source=source,
-        )
+        daemon = sim_station(gateway, cid, f"cell-{tag}", tmp_path)
         daemon.open()
         try:
             while True:

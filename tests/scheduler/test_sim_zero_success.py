@@ -45,14 +45,12 @@ from proctor.settings import load_settings
 from scheduler import service
 from scheduler.protocol import parse_protocol
 from scheduler.service import Actor
-from scheduler.work_source import CampaignWorkSource
 from station import keys
-from station.config import load_station_config
 from station.daemon import NoWork, StationDaemon
 from station.policy.demo import DOWN, DemoPolicy
 from station.policy.server import PolicyServer
 from station.runner import RunnerState
-from tests.scheduler.conftest import Gateway, ServerThread
+from tests.scheduler.conftest import Gateway, ServerThread, sim_station
 from web.snapshots.service import latest_row
 
 pytestmark = pytest.mark.slow
@@ -160,28 +158,7 @@ def _run_campaign(gateway: Gateway, tmp_path: Path, tag: str) -> tuple[int, dict
             )
             cid = c.id
             service.start_campaign(s, campaign=cid, actor=Actor(label="test"))
-        config = load_station_config(
-            None,
-            name=f"cell-{tag}",
-            cameras={
-                "exterior": {"width": 96, "height": 72, "fps": 5},
-                "wrist": {"width": 96, "height": 72, "fps": 5},
-            },
-            sim={"clock": "virtual"},
-        )
-        daemon = StationDaemon(
-            config,
-            "sim",
-            sessions=gateway.db.factory,
-            store=open_store(str(tmp_path / "artifacts")),
-            spool_root=tmp_path / "spool",
-            source=CampaignWorkSource(
-                session_factory=gateway.db.factory,
-                campaign=cid,
-                station=f"cell-{tag}",
-                gateway=gateway.base,
-            ),
-        )
+        daemon = sim_station(gateway, cid, f"cell-{tag}", tmp_path)
         daemon.open()
         try:
             while True:
