@@ -1,0 +1,160 @@
+"""Keyboard teleop, for a station without a SpaceMouse: the terminal that
+serves the teleop policy reads single key presses.
+
+A terminal reports key presses, never releases; holding a key repeats it
+(after the repeat delay, ~30 times a second). So each press drives its axis
+for ``hold_s`` and a held key keeps it driven; letting go stops the axis
+within ``hold_s``. Lower case moves at half speed, upper case at full.
+
+    w / s   tool away / toward the robot base (±x)     j / l  roll  (±wx)
+    a / d   tool left / right (±y)                     i / k  pitch (±wy)
+    r / f   tool up / down (±z)                        q / e  yaw   (±wz)
+    space   toggle the gripper    c close    o open    x  stop everything
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import IO
+
+import numpy as np
+
+from proctor.station.clock import Clock, MonotonicClock
+from proctor.station.teleop.source import TeleopCommand, TeleopLimits
+
+log = logging.getLogger(__name__)
+
+# key → (twist axis 0..5, direction)
+KEY_AXES: dict[str, tuple[int, float]] = {
+    "w": (0, +1.0),
+    "s": (0, -1.0),
+    "a": (1, +1.0),
+    "d": (1, -1.0),
+    "r": (2, +1.0),
+    "f": (2, -1.0),
+    "j": (3, +1.0),
+    "l": (3, -1.0),
+    "i": (4, +1.0),
+    "k": (4, -1.0),
+    "q": (5, +1.0),
+    "e": (5, -1.0),
+}
+KEY_TOGGLE_GRIPPER = " "
+KEY_CLOSE = "c"
+KEY_OPEN = "o"
+KEY_STOP = "x"
+SLOW_FRACTION = 0.5  # lower-case keys move at half the limit
+
+
+@dataclass(frozen=True)
+class KeyboardConfig:
+    limits: TeleopLimits = field(default_factory=TeleopLimits)
+    # longer than a terminal's key-repeat delay (250–500 ms) so that a held
+    # key drives its axis without a stutter; short enough to stop promptly
+    hold_s: float = 0.5
+
+
+class KeyboardMapping:
+    """Key presses → the operator's twist and gripper target (pure: no I/O)."""
+
+    def __init__(self, config: KeyboardConfig | None = None, clock: Clock | None = None) -> None:
+        self.config = config or KeyboardConfig()
+        self.clock = clock or MonotonicClock()
+        self._lock = threading.Lock()
+        self._axes: dict[int, tuple[float, float]] = {}  # axis → (value, pressed at)
+        self._gripper = 0.0
+
+    def press(self, key: str) -> bool:
+        """Apply one key; False for a key that means nothing."""
+        now = self.clock.now()
+        with self._lock:
+            if key == KEY_STOP:
+                self._axes.clear()
+                return True
+            if key == KEY_TOGGLE_GRIPPER:
+                self._gripper = 0.0 if self._gripper >= 0.5 else 1.0
+                return True
+            if key == KEY_CLOSE:
+                self._gripper = 1.0
+                return True
+            if key == KEY_OPEN:
+                self._gripper = 0.0
+                return True
+            spec = KEY_AXES.get(key.lower())
+            if spec is None:
+                return False
+            axis, direction = spec
+            fraction = 1.0 if key.isupper() else SLOW_FRACTION
+            self._axes[axis] = (direction * fraction, now)
+            return True
+
+    def command(self) -> TeleopCommand:
+        now = self.clock.now()
+        limits = self.config.limits
+        twist = np.zeros(6)
+        with self._lock:
+            for axis, (value, t) in list(self._axes.items()):
+                if now - t > self.config.hold_s:
+                    del self._axes[axis]
+                    continue
+                scale = limits.max_linear_m_s if axis < 3 else limits.max_angular_rad_s
+                twist[axis] = value * scale
+            gripper = self._gripper
+        return TeleopCommand(t=now, twist=twist, gripper=gripper)
+
+
+class KeyboardSource:
+    """Reads the terminal's key presses (cbreak mode, no echo) on a thread."""
+
+    def __init__(
+        self,
+        config: KeyboardConfig | None = None,
+        clock: Clock | None = None,
+        stream: IO[str] | None = None,
+    ) -> None:
+        self.mapping = KeyboardMapping(config, clock)
+        self.stream = stream or sys.stdin
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._saved: list | None = None
+
+    def start(self) -> None:
+        if not self.stream.isatty():
+            raise RuntimeError("keyboard teleop needs an interactive terminal on stdin")
+        import termios
+        import tty
+
+        fd = self.stream.fileno()
+        self._saved = termios.tcgetattr(fd)
+        tty.setcbreak(fd)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="keyboard", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        fd = self.stream.fileno()
+        while not self._stop.is_set():
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                key = os.read(fd, 1).decode(errors="ignore")
+                if key:
+                    self.mapping.press(key)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
+        if self._saved is not None:
+            import termios
+
+            termios.tcsetattr(self.stream.fileno(), termios.TCSADRAIN, self._saved)
+            self._saved = None
+
+    def command(self) -> TeleopCommand:
+        return self.mapping.command()
