@@ -1,10 +1,18 @@
 """Keyboard teleop, for a station without a SpaceMouse: the terminal that
 serves the teleop policy reads single key presses.
 
-A terminal reports key presses, never releases; holding a key repeats it
-(after the repeat delay, ~30 times a second). So each press drives its axis
-for ``hold_s`` and a held key keeps it driven; letting go stops the axis
-within ``hold_s``. Lower case moves at half speed, upper case at full.
+A terminal reports key presses, never releases; holding a key repeats it,
+after the repeat delay (250 ms on the Linux console, 500–660 ms under GNOME
+and X), 11 to 33 times a second (the Linux console's ``kbdrate`` default is
+10.9/s, X's 25/s, GNOME's 33/s). So each press drives its axis for
+``hold_s``, a little longer than the slowest repeat interval (92 ms), and a
+held key keeps it driven; letting go stops the axis within ``hold_s``. A tap
+at full speed (0.15 m/s) therefore moves the tool about 2 cm, not the 7.5 cm
+a half-second hold gave (plus, for either, the up to 200 ms of the reply
+chunk the station is executing: ``policy.CHUNK_STEPS``). A held key moves,
+pauses for the rest of the repeat delay, then moves steadily: bridging the
+delay would mean every tap overshoots by it. For long continuous moves use
+the SpaceMouse. Lower case moves at half speed, upper case at full.
 
     w / s   tool away / toward the robot base (±x)     j / l  roll  (±wx)
     a / d   tool left / right (±y)                     i / k  pitch (±wy)
@@ -54,9 +62,10 @@ SLOW_FRACTION = 0.5  # lower-case keys move at half the limit
 @dataclass(frozen=True)
 class KeyboardConfig:
     limits: TeleopLimits = field(default_factory=TeleopLimits)
-    # longer than a terminal's key-repeat delay (250–500 ms) so that a held
-    # key drives its axis without a stutter; short enough to stop promptly
-    hold_s: float = 0.5
+    # longer than the slowest common key-repeat interval (92 ms at the Linux
+    # console's 10.9/s), so a repeating key drives its axis without gaps; short,
+    # so a tap or a release stops the tool within 0.15 s (≈ 2 cm at 0.15 m/s)
+    hold_s: float = 0.15
 
 
 class KeyboardMapping:
