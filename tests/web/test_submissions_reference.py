@@ -78,6 +78,7 @@ def test_a_submitted_policys_name_or_an_objects_is_not_the_references(
     with pytest.raises(FieldError) as info:
         register_teleop_reference(db_session, name="arm A", actor=ADMIN, now=utcnow())
     assert info.value.field == "name"
+    assert str(info.value).startswith("name: must not begin with 'arm '")
     with pytest.raises(FieldError) as info:
         register_teleop_reference(
             db_session, name="human", url="ws://10.1.2.3:8010", actor=ADMIN, now=utcnow()

@@ -64,7 +64,8 @@ def register_teleop_reference(
     try:
         name = TypeAdapter(PolicyName).validate_python(name)
     except ValidationError as exc:
-        raise FieldError("name", exc.errors()[0]["msg"]) from None
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise FieldError("name", message) from None
     try:
         checked = endpoints.check_teleop_url(url)
     except endpoints.EndpointProblem as exc:
