@@ -1,12 +1,14 @@
 """Keyboard teleop, for a station without a SpaceMouse: the terminal that
 serves the teleop policy reads single key presses.
 
-A terminal reports key presses, never releases; holding a key repeats it,
-after the repeat delay (250 ms on the Linux console, 500–660 ms under GNOME
-and X), 11 to 33 times a second (the Linux console's ``kbdrate`` default is
-10.9/s, X's 25/s, GNOME's 33/s). So each press drives its axis for
-``hold_s``, a little longer than the slowest repeat interval (92 ms), and a
-held key keeps it driven; letting go stops the axis within ``hold_s``. A tap
+A terminal reports key presses, never releases; holding a key repeats it
+after the repeat delay. The Linux console's defaults are
+250 ms and 10.9 repeats a second (kbdrate(8)); desktop sessions
+usually repeat faster (about 25–33 a second, after 0.5–0.66 s: their usual
+defaults, not checked against each desktop's source). So each press drives
+its axis for ``hold_s``, longer than the 92 ms between the console's repeats,
+and a held key keeps it driven; letting go stops the axis within ``hold_s``
+(a repeat rate set below about 7 a second makes a held key stutter). A tap
 at full speed (0.15 m/s) therefore moves the tool about 2 cm, not the 7.5 cm
 a half-second hold gave (plus, for either, the up to 200 ms of the reply
 chunk the station is executing: ``policy.CHUNK_STEPS``). A held key moves,
@@ -62,8 +64,8 @@ SLOW_FRACTION = 0.5  # lower-case keys move at half the limit
 @dataclass(frozen=True)
 class KeyboardConfig:
     limits: TeleopLimits = field(default_factory=TeleopLimits)
-    # longer than the slowest common key-repeat interval (92 ms at the Linux
-    # console's 10.9/s), so a repeating key drives its axis without gaps; short,
+    # longer than the interval between key repeats at the Linux console's default
+    # (92 ms at 10.9/s), so a repeating key drives its axis without gaps; short,
     # so a tap or a release stops the tool within 0.15 s (≈ 2 cm at 0.15 m/s)
     hold_s: float = 0.15
 
