@@ -30,11 +30,11 @@ import sqlalchemy as sa
 from fastapi import FastAPI
 from typer.testing import CliRunner
 
-from proctor.artifacts import open_store
 from proctor.cli import app
-from proctor.db.models import Assignment, Episode, ObjectType, Policy, Submission, User
-from proctor.db.types import utcnow
-from proctor.domain import (
+from proctor.core.artifacts import open_store
+from proctor.core.db.models import Assignment, Episode, ObjectType, Policy, Submission, User
+from proctor.core.db.types import utcnow
+from proctor.core.domain import (
     AssignmentStatus,
     ConformanceStatus,
     EndpointDialect,
@@ -42,24 +42,24 @@ from proctor.domain import (
     PolicyKind,
     SubmissionKind,
 )
-from proctor.settings import load_settings
-from scheduler import service
-from scheduler.endpoint_keys import generate_encryption_key
-from scheduler.gateway import GatewayConfig, gateway_router, resolve_handle
-from scheduler.protocol import parse_protocol
-from scheduler.service import Actor
-from station import keys
-from station.daemon import NoWork, StationDaemon
-from station.policy.demo import DemoPolicy
-from station.policy.server import PolicyServer
-from station.recording import load_telemetry
-from station.runner import PolicyUnreachable, RunnerState
-from station.teleop.policy import TeleopPolicy
-from station.teleop.source import TeleopCommand
+from proctor.core.settings import load_settings
+from proctor.scheduler import service
+from proctor.scheduler.endpoint_keys import generate_encryption_key
+from proctor.scheduler.gateway import GatewayConfig, gateway_router, resolve_handle
+from proctor.scheduler.protocol import parse_protocol
+from proctor.scheduler.service import Actor
+from proctor.station import keys
+from proctor.station.daemon import NoWork, StationDaemon
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.server import PolicyServer
+from proctor.station.recording import load_telemetry
+from proctor.station.runner import PolicyUnreachable, RunnerState
+from proctor.station.teleop.policy import TeleopPolicy
+from proctor.station.teleop.source import TeleopCommand
+from proctor.web.submissions import endpoints
+from proctor.web.submissions.reference import register_teleop_reference
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb, Gateway, ServerThread, sim_station
-from web.submissions import endpoints
-from web.submissions.reference import register_teleop_reference
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROD_CONFIG = DEPLOY / "server" / "proctor.toml"

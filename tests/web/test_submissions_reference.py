@@ -1,4 +1,4 @@
-"""The human reference an admin registers (``web/submissions/reference.py``):
+"""The human reference an admin registers (``proctor/web/submissions/reference.py``):
 only a teleop server on the station host's own loopback, under a name of its
 own; the campaign then evaluates it without a server-side conformance check."""
 
@@ -7,18 +7,18 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from proctor.audit import Actor
-from proctor.db.engine import ProctorSession
-from proctor.db.models import AuditLog, Policy
-from proctor.db.types import utcnow
-from proctor.domain import PolicyKind, SubmissionKind
-from proctor.errors import Conflict, FieldError
-from scheduler.protocol import parse_protocol
-from scheduler.service import create_campaign
+from proctor.core.audit import Actor
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import AuditLog, Policy
+from proctor.core.db.types import utcnow
+from proctor.core.domain import PolicyKind, SubmissionKind
+from proctor.core.errors import Conflict, FieldError
+from proctor.scheduler.protocol import parse_protocol
+from proctor.scheduler.service import create_campaign
+from proctor.web.submissions import endpoints
+from proctor.web.submissions.reference import register_teleop_reference
 from tests import factories
 from tests.scheduler.builders import endpoint_policy
-from web.submissions import endpoints
-from web.submissions.reference import register_teleop_reference
 
 ADMIN = Actor(label="cli")
 

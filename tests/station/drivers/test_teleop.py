@@ -13,20 +13,20 @@ import struct
 import numpy as np
 import pytest
 
-from station.clock import VirtualClock
-from station.drivers.arm import ArmCommandKind
-from station.drivers.input.spacemouse_hid import (
+from proctor.station.clock import VirtualClock
+from proctor.station.drivers.arm import ArmCommandKind
+from proctor.station.drivers.input.spacemouse_hid import (
     SpaceMouseHid,
     SpaceMouseNotFound,
     find_spacemice,
 )
-from station.policy.client import PolicyClient
-from station.policy.server import PolicyServer
-from station.policy.spec import ActionSpace, to_commands
-from station.teleop.keyboard import KeyboardConfig, KeyboardMapping
-from station.teleop.policy import TeleopPolicy
-from station.teleop.source import TeleopCommand, TeleopLimits
-from station.teleop.spacemouse import (
+from proctor.station.policy.client import PolicyClient
+from proctor.station.policy.server import PolicyServer
+from proctor.station.policy.spec import ActionSpace, to_commands
+from proctor.station.teleop.keyboard import KeyboardConfig, KeyboardMapping
+from proctor.station.teleop.policy import TeleopPolicy
+from proctor.station.teleop.source import TeleopCommand, TeleopLimits
+from proctor.station.teleop.spacemouse import (
     ReportError,
     SpaceMouseConfig,
     SpaceMouseSource,
