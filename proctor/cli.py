@@ -113,7 +113,8 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         "proctor.web.submissions.cli",
         "submission_app",
         True,
-        "Submissions: run queued conformance checks, clean abandoned uploads.",
+        "Submissions: run queued conformance checks, clean abandoned uploads, "
+        "register the human reference.",
     ),
 }
 

@@ -213,3 +213,81 @@ def test_the_server_believes_forwarded_headers_only_from_its_proxy(
     settings = load_settings(DEPLOY / "server" / "proctor.toml")
     assert settings.web.trusted_proxies == ["127.0.0.1"]  # nginx, on the same host
     assert load_settings().web.trusted_proxies == []  # by default: nobody
+
+
+# -- the deploy guide ----------------------------------------------------------------
+
+GUIDE = DEPLOY / "README.md"
+ROOT = DEPLOY.parent
+# paths the guide names that another change adds (the serial adapter's udev rule);
+# an entry whose file exists fails the test below, so that it is taken out
+PENDING_PATHS = {"deploy/udev/99-proctor-robotiq.rules"}
+
+
+def _guide_text() -> str:
+    # code spans wrap across lines in the Markdown source: one space for any run
+    return " ".join(GUIDE.read_text().split())
+
+
+def _guide_commands() -> list[list[str]]:
+    text = _guide_text()
+    spans = re.findall(r"`(proctor [^`]+)`", text)
+    blocks = [
+        line.strip()
+        for line in GUIDE.read_text().splitlines()
+        if line.strip().startswith("proctor ")
+    ]
+    return [shlex.split(c.replace("…", "")) for c in spans + blocks]
+
+
+def test_every_proctor_command_the_deploy_guide_names_exists() -> None:
+    commands = _guide_commands()
+    named = {" ".join(_subcommand(c)[:2]) for c in commands}
+    # the steps an operator follows: a command missing here is a step that cannot be done
+    assert {"station check", "station teleop", "submission reference", "station run"} <= named
+    runner = CliRunner()
+    for argv in commands:
+        path: list[str] = []
+        for w in _subcommand(argv):
+            if runner.invoke(app, [*path, w, "--help"]).exit_code != 0:
+                break
+            path.append(w)
+        assert len(path) >= 2 or path == ["serve"], argv
+        help_text = runner.invoke(app, [*path, "--help"]).output
+        for flag in (a.split("=")[0] for a in argv if a.startswith("--")):
+            assert flag in help_text, f"{' '.join(argv)}: {flag} is not an option of {path}"
+
+
+def test_every_repository_path_the_deploy_guide_names_exists() -> None:
+    """A path in the guide is the repository's (``proctor/station/recovery.py``) or
+    deploy/'s own (``station/station-real.toml``); files on the host
+    (``/etc/…``) are the reader's to make."""
+    text = _guide_text()
+    extensions = "py|toml|md|rules|service|conf|yaml|example"
+    # another project's file is written `owner/repo:path`, and is not looked for here
+    pattern = rf"(?<![\w/.~:-])((?:[\w-]+/)+[\w.-]+\.(?:{extensions}))\b"
+    paths = set(re.findall(pattern, text))
+    assert "deploy/udev/99-proctor-robotiq.rules" in paths
+    missing = [
+        p
+        for p in sorted(paths - PENDING_PATHS)
+        if not (ROOT / p).is_file() and not (DEPLOY / p).is_file()
+    ]
+    assert not missing, missing
+    arrived = [p for p in sorted(PENDING_PATHS) if (ROOT / p).is_file()]
+    assert not arrived, f"{arrived} exist now: take them out of PENDING_PATHS"
+
+
+def test_the_station_unit_waits_long_enough_for_a_clean_stop() -> None:
+    """SIGTERM: the local API's connections close (a bounded grace), then the
+    daemon stops the arm and waits for a running episode to finish before it
+    closes the drivers; systemd must not kill it before, with a margin for
+    closing the drivers (the arm's connection, the gripper's poller, cameras)."""
+    from proctor.station.cli import API_SHUTDOWN_GRACE_S
+    from proctor.station.runner import CLOSE_WAIT_S
+
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read(DEPLOY / "systemd" / "proctor-station.service")
+    timeout = float(parser.get("Service", "TimeoutStopSec"))
+    assert timeout >= API_SHUTDOWN_GRACE_S + CLOSE_WAIT_S + 15.0

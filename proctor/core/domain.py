@@ -66,7 +66,11 @@ class Visibility(StrEnum):
 
 class SubmissionKind(StrEnum):
     checkpoint = "checkpoint"
-    endpoint = "endpoint"
+    endpoint = "endpoint"  # a submitter's server: reached only through the gateway
+    # the human reference's teleoperation, served on each station host's own
+    # loopback (``proctor station teleop``): the station connects to it itself;
+    # the server (gateway, conformance worker) never does. Admins register it.
+    teleop = "teleop"
 
 
 class EndpointDialect(StrEnum):

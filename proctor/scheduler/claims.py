@@ -43,6 +43,7 @@ from proctor.core.domain import (
     EpisodeState,
     Outcome,
     Side,
+    SubmissionKind,
 )
 from proctor.core.errors import ProctorError, UsageError
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
@@ -87,6 +88,11 @@ class Claim:
     # gets the same simulated layout; derived from the sealed seed, so it says nothing
     scene_seed: int
     resumed: bool  # this station held the claim already (it restarted)
+    # the human reference's teleop server on the claiming station's own host (a
+    # ``teleop`` submission): the station connects there, never through the gateway.
+    # It tells the station this run is the reference, which the person driving the
+    # arm knows anyway; None for every policy.
+    teleop_url: str | None = None
 
 
 def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool) -> Claim:
@@ -110,6 +116,7 @@ def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool
         dialect=sub.endpoint_dialect if sub else None,
         scene_seed=scene_seed(campaign.allocation_seed or "", a.block_index),
         resumed=resumed,
+        teleop_url=sub.endpoint_url if sub and sub.kind == SubmissionKind.teleop else None,
     )
 
 

@@ -117,25 +117,38 @@ def _choose_submission(
             problems.append(f"{where}.submission: submission {sub.id} {problem}")
             return None
         return sub
+    runnable = sa.and_(
+        Submission.kind == SubmissionKind.endpoint,
+        Submission.conformance_status == ConformanceStatus.passed,
+    )
+    if policy.kind == PolicyKind.reference:
+        # the station serves the human reference itself: no server-side check exists
+        runnable = sa.or_(runnable, Submission.kind == SubmissionKind.teleop)
     sub = session.scalars(
         sa.select(Submission)
-        .where(
-            Submission.policy_id == policy.id,
-            Submission.kind == SubmissionKind.endpoint,
-            Submission.conformance_status == ConformanceStatus.passed,
-        )
+        .where(Submission.policy_id == policy.id, runnable)
         .order_by(Submission.id.desc())
         .limit(1)
     ).first()
     if sub is None:
         problems.append(
             f"{where}: '{policy.name}' has no endpoint submission that passed the conformance check"
+            + (
+                " (register the teleop reference: proctor submission reference)"
+                if policy.kind == PolicyKind.reference
+                else ""
+            )
         )
     return sub
 
 
 def _unrunnable(sub: Submission) -> str | None:
-    """Why a submission cannot be evaluated now, or None."""
+    """Why a submission cannot be evaluated now, or None. A ``teleop``
+    submission (only a reference has one: ``proctor/web/submissions/reference.py``)
+    runs without a conformance verdict: the server cannot reach it, and each
+    station checks it in its pre-flight before every episode."""
+    if sub.kind == SubmissionKind.teleop and sub.endpoint_url:
+        return None
     if sub.kind != SubmissionKind.endpoint or not sub.endpoint_url:
         return (
             "is an uploaded checkpoint; only endpoint submissions can run until the "

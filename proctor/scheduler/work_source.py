@@ -11,7 +11,10 @@ Each call is its own transaction on the campaign database (the one in the
 station's Proctor settings, or ``database_url``): ``claim`` commits the claim
 before returning it, so a crash after it resumes the same run on restart.
 What the station receives is a ``Work`` whose policy URL is the gateway URL
-of an opaque handle; nothing in it names the policy.
+of an opaque handle; nothing in it names the policy. The one exception is the
+human reference registered as a ``teleop`` submission: its URL is the teleop
+server on the station host's own loopback, which the station connects to
+directly (the server cannot reach it, and never connects to loopback).
 """
 
 from __future__ import annotations
@@ -65,6 +68,14 @@ class CampaignWorkSource:
             )
         if claim is None:
             return None
+        if claim.teleop_url is not None:
+            # the human reference is served on this host (proctor station teleop): the
+            # gateway never relays it, and the server never connects to a loopback address
+            url, headers = claim.teleop_url, {}
+        else:
+            url = gateway_url(self._gateway, claim.endpoint_handle)
+            # which station this is, for the gateway's binding of the handle to its claim
+            headers = station_headers(self.station_id)
         return Work(
             run_code=claim.run_code,
             object_name=claim.object_name,
@@ -72,13 +83,12 @@ class CampaignWorkSource:
             per_item_cap_s=claim.per_item_cap_s,
             tote_side=claim.tote_side,
             camera_side=claim.camera_side,
-            policy_url=gateway_url(self._gateway, claim.endpoint_handle),
+            policy_url=url,
             sim_seed=claim.scene_seed,
             prompt=claim.prompt,
             dialect=claim.dialect,
             campaign_id=claim.campaign_id,
-            # which station this is, for the gateway's binding of the handle to its claim
-            policy_headers=station_headers(self.station_id),
+            policy_headers=headers,
         )
 
     def completed(self, work: Work, *, episode_uid: str, outcome: Outcome) -> None:

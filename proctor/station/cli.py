@@ -21,6 +21,11 @@ policy_app = typer.Typer(
     help="Policy servers: demo policies, conformance checks.", no_args_is_help=True
 )
 
+# how long `proctor station run` lets the local API's connections close on
+# SIGTERM before it stops the arm and closes the daemon (the systemd unit's
+# TimeoutStopSec allows for it)
+API_SHUTDOWN_GRACE_S = 5  # s (uvicorn takes whole seconds)
+
 ProfileOpt = Annotated[str, typer.Option("--profile", help="Station profile: sim, twin or real.")]
 DialectOpt = Annotated[
     str | None,
@@ -130,6 +135,9 @@ def run(
             port=cfg.api.port,
             log_level="warning",
             lifespan="off",
+            # on SIGTERM a console connection that does not close must not hold
+            # up daemon.close(), which stops the arm
+            timeout_graceful_shutdown=API_SHUTDOWN_GRACE_S,
         )
     )
 

@@ -82,6 +82,12 @@ class RunnerBusy(ProctorError):
     http_status = 409
 
 
+# how long closing the station waits for a running episode to finish (recording
+# closed and uploaded); deploy/systemd/proctor-station.service's TimeoutStopSec
+# allows for it
+CLOSE_WAIT_S = 30.0
+
+
 class PolicyUnreachable(ProctorError):
     """The policy failed its pre-flight (connect + metadata): the work was not started."""
 
@@ -153,7 +159,7 @@ class EpisodeRunner:
             if self.active is not None and self.state == RunnerState.running:
                 self.request_stop(StopKind.operator, "station shutting down")
         if self._thread is not None:
-            self._thread.join(30)
+            self._thread.join(CLOSE_WAIT_S)
         with self._lock:
             if self.state == RunnerState.armed and self.active is not None:
                 # never started: the row stays armed and recovery marks it interrupted

@@ -156,6 +156,9 @@ def test_only_operators_get_the_console(web: Web) -> None:
     page = op.get("/console")
     assert page.status_code == 200
     assert "SAFETY STOP" in page.text and 'name="csrf-token"' in page.text
+    # the page says what the button is: a software stop, not the safety function
+    note = " ".join(page.text.split("software-stop-note", 1)[1].split("</p>", 1)[0].split())
+    assert "software stop" in note and "enabling device and emergency stop" in note
     assert "Content-Security-Policy" in page.headers or "content-security-policy" in page.headers
     # a write without the page's CSRF token is refused
     assert op.client.post("/api/console/stop").status_code == 403

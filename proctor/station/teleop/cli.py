@@ -19,8 +19,11 @@ def teleop(
     ] = 8010,
     host: Annotated[str, typer.Option(help="Address to bind (keep it loopback).")] = "127.0.0.1",
 ) -> None:
-    """Serve teleoperation over the policy protocol: point an episode's
-    policy at ws://HOST:PORT and drive the arm as the human reference."""
+    """Serve teleoperation over the policy protocol, on this station host's
+    loopback, and drive the arm as the human reference. In a campaign the
+    reference is registered once by an admin (`proctor submission reference
+    NAME --url ws://127.0.0.1:PORT`) and each station connects here itself;
+    for one episode, `proctor station episode --policy ws://127.0.0.1:PORT`."""
     from proctor.station.policy.server import PolicyServer
     from proctor.station.teleop.policy import TeleopPolicy
 

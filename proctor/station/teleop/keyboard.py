@@ -2,9 +2,19 @@
 serves the teleop policy reads single key presses.
 
 A terminal reports key presses, never releases; holding a key repeats it
-(after the repeat delay, ~30 times a second). So each press drives its axis
-for ``hold_s`` and a held key keeps it driven; letting go stops the axis
-within ``hold_s``. Lower case moves at half speed, upper case at full.
+after the repeat delay. The Linux console's defaults are
+250 ms and 10.9 repeats a second (kbdrate(8)); desktop sessions
+usually repeat faster (about 25–33 a second, after 0.5–0.66 s: their usual
+defaults, not checked against each desktop's source). So each press drives
+its axis for ``hold_s``, longer than the 92 ms between the console's repeats,
+and a held key keeps it driven; letting go stops the axis within ``hold_s``
+(a repeat rate set below about 7 a second makes a held key stutter). A tap
+at full speed (0.15 m/s) therefore moves the tool about 2 cm, not the 7.5 cm
+a half-second hold gave (plus, for either, the up to 200 ms of the reply
+chunk the station is executing: ``policy.CHUNK_STEPS``). A held key moves,
+pauses for the rest of the repeat delay, then moves steadily: bridging the
+delay would mean every tap overshoots by it. For long continuous moves use
+the SpaceMouse. Lower case moves at half speed, upper case at full.
 
     w / s   tool away / toward the robot base (±x)     j / l  roll  (±wx)
     a / d   tool left / right (±y)                     i / k  pitch (±wy)
@@ -54,9 +64,10 @@ SLOW_FRACTION = 0.5  # lower-case keys move at half the limit
 @dataclass(frozen=True)
 class KeyboardConfig:
     limits: TeleopLimits = field(default_factory=TeleopLimits)
-    # longer than a terminal's key-repeat delay (250–500 ms) so that a held
-    # key drives its axis without a stutter; short enough to stop promptly
-    hold_s: float = 0.5
+    # longer than the interval between key repeats at the Linux console's default
+    # (92 ms at 10.9/s), so a repeating key drives its axis without gaps; short,
+    # so a tap or a release stops the tool within 0.15 s (≈ 2 cm at 0.15 m/s)
+    hold_s: float = 0.15
 
 
 class KeyboardMapping:

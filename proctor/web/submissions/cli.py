@@ -1,4 +1,6 @@
-"""``proctor submission``: conformance workers and upload housekeeping."""
+"""``proctor submission``: conformance workers, upload housekeeping, and the
+admin's registration of the human reference (the teleop server each station
+host serves itself)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from typing import Annotated, Any
 import typer
 
 submission_app = typer.Typer(
-    help="Submissions: run queued conformance checks, clean abandoned uploads.",
+    help="Submissions: run queued conformance checks, clean abandoned uploads, "
+    "register the human reference.",
     no_args_is_help=True,
 )
 
@@ -74,3 +77,35 @@ def clean_uploads(ctx: typer.Context) -> None:
     with session_scope(sessions) as session:
         n = expire_uploads(session, settings=settings, now=utcnow())
     typer.echo(f"removed {n} abandoned upload{'s' if n != 1 else ''}")
+
+
+@submission_app.command("reference")
+def reference(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The reference's name, e.g. human-teleop.")],
+    url: Annotated[
+        str,
+        typer.Option(
+            help="Where each station host serves `proctor station teleop` (loopback, ws://)."
+        ),
+    ] = "ws://127.0.0.1:8010",
+    description: Annotated[str, typer.Option(help="A line for the admins.")] = "",
+) -> None:
+    """Register the human reference (admins): the teleop server each station host
+    serves on its own loopback. Stations connect to it directly; the gateway and
+    the conformance worker never do. Name it under `reference` in a campaign."""
+    from proctor.core.audit import Actor
+    from proctor.core.db import session_scope
+    from proctor.core.db.types import utcnow
+    from proctor.web.submissions.reference import register_teleop_reference
+
+    _, sessions = _open(ctx)
+    with session_scope(sessions) as session:
+        sub = register_teleop_reference(
+            session, name=name, url=url, description=description, actor=Actor.cli(), now=utcnow()
+        )
+        sid, stored = sub.id, sub.endpoint_url
+    typer.echo(
+        f"human reference '{name}': submission {sid}; each station connects to {stored} "
+        "on its own host (run `proctor station teleop` there)"
+    )

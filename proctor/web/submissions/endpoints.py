@@ -9,10 +9,17 @@ not resolve to loopback, private, link-local or otherwise reserved addresses,
 nor to an IPv6 address carrying one — the conformance worker and the gateway
 connect to it from inside our network, and a submitter must not be able to make
 them knock on our own services.
+
+The one exception is the human reference's teleop server (``check_teleop_url``),
+which an admin registers: it is on each station host's own loopback, the
+station connects to it itself, and nothing on the server ever does, so the
+address rule that protects the server's network does not apply to it. It must
+be a loopback address, so that it cannot point the stations anywhere else.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from proctor.core import netguard
@@ -113,3 +120,29 @@ def check_reachable_publicly(url: str, settings: Settings) -> None:
         netguard.pin(url, allow_private=False)
     except netguard.AddressRefused as exc:
         raise EndpointProblem("url", str(exc)) from None
+
+
+def check_teleop_url(url: str) -> str:
+    """The human reference's teleop server (``proctor station teleop``): a
+    ``ws://`` URL on the station host's own loopback (``localhost``,
+    127.0.0.0/8 or ``::1``). Each station connects to it on its own host; a
+    URL naming another host would send every station's reference episodes
+    somewhere nobody serves the operator's input."""
+    text = check_url(url)
+    parts = urlsplit(text)
+    host = parts.hostname or ""
+    if host.lower() != "localhost":
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise EndpointProblem(
+                "url",
+                f"'{host}' is not a loopback address: the teleop server runs on each "
+                "station host and is reached there (ws://127.0.0.1:8010 by default)",
+            )
+    if parts.scheme != "ws":
+        # the teleop server speaks plain WebSocket on loopback; TLS there protects nothing
+        raise EndpointProblem("url", "must be ws:// (the teleop server serves no TLS)")
+    return text

@@ -70,13 +70,15 @@ class Policy(Base):
 
 
 class Submission(Base):
-    """One version of a policy: an uploaded checkpoint or a registered endpoint."""
+    """One version of a policy: an uploaded checkpoint, a registered endpoint, or
+    (the human reference only) the teleop server each station host serves itself."""
 
     __tablename__ = "submissions"
     __table_args__ = (
         sa.CheckConstraint(
             "(kind = 'checkpoint' AND checkpoint_sha256 IS NOT NULL)"
-            " OR (kind = 'endpoint' AND endpoint_url IS NOT NULL)",
+            " OR (kind = 'endpoint' AND endpoint_url IS NOT NULL)"
+            " OR (kind = 'teleop' AND endpoint_url IS NOT NULL)",
             name="kind_has_payload",
         ),
     )
