@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import HTMLResponse
 
+from station import keys
 from web.artifacts.access import visible_episode
 from web.artifacts.service import VisibleArtifact
 from web.artifacts.serving import serve_artifact
@@ -94,6 +95,7 @@ def explorer_page(
             "e": bundle,
             "data": bundle.model_dump(mode="json"),
             "telemetry_points": TELEMETRY_POINTS,
+            "envelope_kind": keys.ENVELOPE_EVENT,
             # withheld from operators and reviewers before release (web.artifacts.redaction)
             "policy_timing": not access.redacted,
         },
