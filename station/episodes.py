@@ -173,10 +173,11 @@ def mark_finishing(
 
 def envelope_interventions(block: Any) -> tuple[int | None, str | None]:
     """The count in a manifest's ``envelope`` block (``{"interventions": n,
-    "by_reason": {...}, "limits": {...}}``, issue 15 item 3), and what was wrong
-    with the block. No block: (None, None), the count is unknown (a station that
-    does not count, a crashed episode's recovery); a malformed one: (None, the
-    problem). An unknown count is stored as NULL, never as zero."""
+    "by_reason": {...}, "limits": {...}}``, written by the station's safety
+    envelope), and what was wrong with the block. No block: (None, None), the
+    count is unknown (a station that does not count, a crashed episode's
+    recovery); a malformed one: (None, the problem). An unknown count is stored
+    as NULL, never as zero."""
     if block is None:
         return None, None
     n = block.get("interventions") if isinstance(block, dict) else None

@@ -1,7 +1,7 @@
 """episodes: how many commands the station's safety envelope clamped or stopped
 
-The station records the count in each episode's manifest (``envelope.interventions``,
-issue 15 item 3) and, from this revision, in ``episodes.envelope_interventions``, which
+The station records the count in each episode's manifest (``envelope.interventions``)
+and, from this revision, in ``episodes.envelope_interventions``, which
 the analysis reads for the leaderboard's envelope interventions per episode. Episodes
 recorded before have NULL: not counted, which the analysis leaves out of the rate
 rather than reading as zero.

@@ -374,3 +374,29 @@ def test_admins_recompute_on_demand(web: Web, released: SeededCampaign) -> None:
     assert "Recomputing the leaderboard in the background" in c.get(f"/leaderboard/{cid}").text
     assert worker_for(web.app.state.web.engine).wait_idle(120)
     assert urlsplit(r.headers["location"]).path == f"/leaderboard/{cid}"
+
+
+def test_a_snapshot_from_before_the_envelope_rate_shows_a_dash(
+    web: Web, released: SeededCampaign
+) -> None:
+    """Snapshots stored before the analysis reported envelope interventions
+    have no such key: the board shows it as not defined (not 0) until they
+    are recomputed."""
+    import copy
+
+    with web.db() as s:
+        row = service.latest_row(
+            s, campaign_id=released.campaign_id, stream=LabelStream.auto_and_reviewed
+        )
+        old = copy.deepcopy(row.result)
+        for p in old["policies"]:
+            del p["failure_modes"]["envelope_interventions_per_episode"]
+        row.result = old
+    body = web.client().get(f"/api/leaderboard/{released.campaign_id}").json()
+    assert all(
+        r["envelope_interventions_per_episode"] == {"estimate": None, "lo": None, "hi": None}
+        for r in body["rows"]
+    )
+    doc = parse(web.client().get(f"/leaderboard/{released.campaign_id}").text)
+    cells = doc.find("table", id="board-table").find_all("td", data_cell="envelope")
+    assert cells and {c.text().strip() for c in cells} == {"—"}
