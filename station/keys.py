@@ -46,8 +46,9 @@ POLICY_CALLS = "policy_calls"  # completed policy calls so far (cumulative)
 POLICY_LATENCY = "policy_latency_s"  # wall-clock latency of the latest completed call, NaN before
 # the safety envelope's verdict on the action step in force at the sample: "" when it was
 # sent as the policy asked, else the reason the envelope clamped or stopped it: one
-# intervention is one action step with a reason; each is also an episode event of kind
-# ENVELOPE_EVENT, and the manifest's ``envelope`` block counts them
+# intervention is one action step with a reason. Each is also logged as an episode event
+# of kind ENVELOPE_EVENT, its reason in ``details["reason"]`` (what the run explorer
+# marks and lists), and the manifest's ``envelope`` block counts them
 ENVELOPE_REASON = "envelope_reason"
 ENVELOPE_EVENT = "envelope"
 
