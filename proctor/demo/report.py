@@ -1,6 +1,6 @@
 """The leaderboard as the terminal shows it, read from a stored snapshot's
 result JSON (the same document the web pages render; schema in
-analysis/README.md)."""
+proctor/analysis/README.md)."""
 
 from __future__ import annotations
 

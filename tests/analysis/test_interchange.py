@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.interchange import InvalidFile, read_interchange, write_interchange
-from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
-from proctor.errors import UsageError
+from proctor.analysis.interchange import InvalidFile, read_interchange, write_interchange
+from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+from proctor.core.errors import UsageError
 
 HEADER = "episode_id,policy,object,items,duration_s,placements_s,lost,dropped,outcome"
 
@@ -148,7 +148,7 @@ def test_a_folder_is_not_a_missing_file(tmp_path: Path) -> None:
 def test_many_bad_rows_keep_only_the_reported_problems(tmp_path: Path) -> None:
     """Problems past MAX_REPORTED are counted, not kept: 20 000 rows with two
     problems each leave 100 problem objects and one line for the rest."""
-    from analysis.interchange import MAX_REPORTED
+    from proctor.analysis.interchange import MAX_REPORTED
 
     rows = 20_000
     f = tmp_path / "bad.csv"

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from analysis.binary import Posterior
-from analysis.episodes import Episode, EpisodeTable, Exclusion
-from analysis.leaderboard import _hrt, analyze, default_tau
-from analysis.report import RESULT_KEYS, data_version, to_json
-from analysis.results import Protocol, WelchTest
-from analysis.significance import verdict
-from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+from proctor.analysis.binary import Posterior
+from proctor.analysis.episodes import Episode, EpisodeTable, Exclusion
+from proctor.analysis.leaderboard import _hrt, analyze, default_tau
+from proctor.analysis.report import RESULT_KEYS, data_version, to_json
+from proctor.analysis.results import Protocol, WelchTest
+from proctor.analysis.significance import verdict
+from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 
 PROTOCOL = Protocol(tau=10.0, bootstrap=200, seed=1)
 

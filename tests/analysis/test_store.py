@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.report import SCHEMA
-from analysis.results import Protocol
-from analysis.store import build_snapshot, load_episodes, recompute, stale_campaigns
-from proctor.db.models import AnalysisSnapshot, PlacementEvent
-from proctor.domain import (
+from proctor.analysis.report import SCHEMA
+from proctor.analysis.results import Protocol
+from proctor.analysis.store import build_snapshot, load_episodes, recompute, stale_campaigns
+from proctor.core.db.models import AnalysisSnapshot, PlacementEvent
+from proctor.core.domain import (
     EpisodeState,
     LabelStatus,
     LabelStream,
@@ -23,7 +23,7 @@ from proctor.domain import (
     PolicyKind,
     Side,
 )
-from proctor.errors import UsageError
+from proctor.core.errors import UsageError
 from tests import factories as f
 
 
@@ -259,7 +259,7 @@ def test_episodes_not_yet_readable_are_excluded_and_two_references_are_noted(
 
 
 def test_recompute_and_staleness_live_in_the_analysis_layer(world: World) -> None:
-    """Turning stored episodes into snapshot rows is analysis.store's job: it
+    """Turning stored episodes into snapshot rows is proctor.analysis.store's job: it
     skips an unchanged stream, and a moved placement makes the board stale."""
     w = world
     protocol = Protocol(tau=60.0, bootstrap=50, seed=2)

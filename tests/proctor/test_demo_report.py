@@ -10,11 +10,11 @@ import re
 import numpy as np
 from rich.console import Console
 
-from analysis.episodes import EpisodeTable
-from analysis.leaderboard import analyze
-from analysis.report import to_json
-from analysis.results import Protocol
-from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+from proctor.analysis.episodes import EpisodeTable
+from proctor.analysis.leaderboard import analyze
+from proctor.analysis.report import to_json
+from proctor.analysis.results import Protocol
+from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 from proctor.demo import world
 from proctor.demo.report import print_leaderboard
 

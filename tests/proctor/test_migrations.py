@@ -8,9 +8,9 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from proctor.db import migrate
-from proctor.db.engine import make_engine
-from proctor.db.models import Base
+from proctor.core.db import migrate
+from proctor.core.db.engine import make_engine
+from proctor.core.db.models import Base
 
 
 def _tables(url: str) -> set[str]:

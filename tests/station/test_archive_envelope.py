@@ -1,7 +1,7 @@
 """The safety envelope's intervention count travels from the episode's
 manifest into the database (``episodes.envelope_interventions``), where the
 analysis reads it: a recording made by the station's own recorder and
-archived by ``station.archive``, on both databases. A manifest without the
+archived by ``proctor.station.archive``, on both databases. A manifest without the
 block leaves the count unknown (NULL), never zero."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.db import session_scope
-from proctor.db.engine import ProctorSession
-from proctor.db.models import Episode
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db import session_scope
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import Episode
 from tests import factories as f
 from tests.web.recordings import RecordingSpec, record_episode
 

@@ -31,7 +31,7 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import (
+from proctor.core.db.models import (
     AnalysisSnapshot,
     Artifact,
     Campaign,
@@ -40,12 +40,12 @@ from proctor.db.models import (
     User,
     UserRole,
 )
-from proctor.db.types import utcnow
-from proctor.domain import ArtifactKind, CampaignStatus, Role, Side
+from proctor.core.db.types import utcnow
+from proctor.core.domain import ArtifactKind, CampaignStatus, Role, Side
+from proctor.web.app import api_routes
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.leaderboard_data import ALL_STREAMS, SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
-from web.app import api_routes
 
 SPEC = RecordingSpec(duration_s=130.0, fps=2, width=160, height=120, telemetry_hz=20.0)
 ROLES = {
@@ -586,8 +586,8 @@ def test_names_that_look_like_parts_of_the_result_are_relabelled_only_where_name
     the public board still renders, every number stays, and no label lands
     on a key, an object or a word — where it would tell which name it hides
     (such names are refused at registration now; these rows predate that)."""
-    from analysis.synthetic import PolicyModel
-    from web.snapshots.service import snapshot_result
+    from proctor.analysis.synthetic import PolicyModel
+    from proctor.web.snapshots.service import snapshot_result
 
     tag = "c" + secrets.token_hex(3)
     ref, steady = f"human-ref-{tag}", f"steady-act-{tag}"
@@ -746,8 +746,8 @@ def test_a_policy_server_cannot_write_to_the_staff(web: Web, tmp_path: Path) -> 
     """A real episode on the simulated cell against a hostile server: what the
     operator and the reviewer read of it (explorer JSON and page, .rrd) does
     not carry the server's words."""
-    from station.policy.server import PolicyServer
-    from station.work import Work
+    from proctor.station.policy.server import PolicyServer
+    from proctor.station.work import Work
     from tests.station.conftest import sim_config, sim_runner
 
     state = web.app.state.web

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Artifact, Episode, ReviewAction
-from proctor.domain import ArtifactKind, ReviewActionKind, Role
+from proctor.core.db.models import Artifact, Episode, ReviewAction
+from proctor.core.domain import ArtifactKind, ReviewActionKind, Role
+from proctor.web.explorer.rrd import RRD_FORMAT, verify_rrd
 from tests.web.conftest import Web, login
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
-from web.explorer.rrd import RRD_FORMAT, verify_rrd
 
 SPEC = RecordingSpec(duration_s=130.0, fps=5, width=160, height=120, telemetry_hz=50.0)
 

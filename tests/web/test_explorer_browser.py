@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Episode, PlacementEvent
-from proctor.domain import PlacementSource, Role
+from proctor.core.db.models import Episode, PlacementEvent
+from proctor.core.domain import PlacementSource, Role
 from tests.browser import LiveServer, sign_in
 from tests.web.leaderboard_data import seed_campaign
 from tests.web.recordings import CODE_BITS, RecordingSpec, attach_recording, read_code
@@ -196,7 +196,7 @@ def test_a_reviewer_explores_an_unreleased_episode_without_the_policy_timing(
     page: Any, live_server: LiveServer, tmp_path: Path
 ) -> None:
     """Before release a reviewer's explorer has no policy-latency plot (the
-    column is withheld: web.artifacts.redaction); the rest works as usual."""
+    column is withheld: proctor.web.artifacts.redaction); the rest works as usual."""
     with live_server.db() as s:
         seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=7)
     uid = seeded.episode_uids[0]
@@ -224,7 +224,7 @@ INTERVENTIONS = ((1.4, "workspace"), (3.2, "speed"), (3.6, "speed"))
 
 
 def _add_interventions(server: LiveServer, uid: str) -> None:
-    from station import episodes as station_episodes
+    from proctor.station import episodes as station_episodes
 
     with server.db() as s:
         ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))

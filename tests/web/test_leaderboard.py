@@ -10,17 +10,17 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 
-from analysis import store as analysis_store
-from analysis.report import data_version
-from analysis.store import load_episodes
-from proctor.db.models import AnalysisSnapshot, Episode
-from proctor.domain import LabelStream, Outcome, Role
+from proctor.analysis import store as analysis_store
+from proctor.analysis.report import data_version
+from proctor.analysis.store import load_episodes
+from proctor.core.db.models import AnalysisSnapshot, Episode
+from proctor.core.domain import LabelStream, Outcome, Role
+from proctor.web.leaderboard.format import num, pct
+from proctor.web.snapshots import service
+from proctor.web.snapshots.worker import recompute_after_commit, worker_for
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import ALL_STREAMS, TEST_ANALYSIS, SeededCampaign, seed_campaign
-from web.leaderboard.format import num, pct
-from web.snapshots import service
-from web.snapshots.worker import recompute_after_commit, worker_for
 
 
 def bearer(token: str) -> dict[str, str]:

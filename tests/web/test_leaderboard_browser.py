@@ -11,11 +11,11 @@ from urllib.parse import quote
 
 import pytest
 
-from proctor.domain import LabelStream
+from proctor.core.domain import LabelStream
+from proctor.web.leaderboard.format import num, pct
+from proctor.web.snapshots import service
 from tests.browser import LiveServer
 from tests.web.leaderboard_data import ALL_STREAMS, seed_campaign
-from web.leaderboard.format import num, pct
-from web.snapshots import service
 
 pytestmark = pytest.mark.browser
 
