@@ -6,4 +6,4 @@ dataclasses; ``interchange`` (files), ``store`` (the database), ``plots``
 """
 
 # bumped when a change alters any number the analysis produces
-ANALYSIS_VERSION = "1"
+ANALYSIS_VERSION = "2"  # 2: envelope interventions per episode

@@ -90,6 +90,11 @@ class CellWork:
             "safety": np.array([e.outcome == SAFETY for e in eps], dtype=float),
             "timeout": np.array([e.outcome == RAN_OUT_OF_TIME for e in eps], dtype=float),
             "operator_stop": np.array([e.outcome == OPERATOR_STOP for e in eps], dtype=float),
+            # an uncounted episode adds to neither side of interventions per episode
+            "envelope": np.array([e.envelope_interventions or 0 for e in eps], dtype=float),
+            "envelope_counted": np.array(
+                [e.envelope_interventions is not None for e in eps], dtype=float
+            ),
             "episodes": np.ones(len(eps)),
             "operations": ops_per,
             "ghosts": ghost,

@@ -31,6 +31,8 @@ class Episode:
     successful placement. The optional fields follow the interchange file;
     ``tote_placement`` / ``external_camera`` form the spatial configuration
     (docs/methods.md §9) and ``object_tags`` group objects (rigid, deformable, …).
+    ``envelope_interventions`` counts the commands the station's safety envelope
+    clamped or stopped; None where the station did not count them (unknown, not 0).
     """
 
     episode_id: str
@@ -49,6 +51,7 @@ class Episode:
     started_at: str | None = None
     reference: bool = False
     object_tags: tuple[str, ...] = ()
+    envelope_interventions: int | None = None
 
     @property
     def placed(self) -> int:
@@ -105,6 +108,8 @@ def validate_episode(ep: Episode) -> list[Problem]:
         bad("duration_s", f"must be a finite number >= 0, got {ep.duration_s}")
     if ep.budget_s is not None and (not math.isfinite(ep.budget_s) or ep.budget_s <= 0):
         bad("budget_s", f"must be a finite number > 0, got {ep.budget_s}")
+    if ep.envelope_interventions is not None and ep.envelope_interventions < 0:
+        bad("envelope_interventions", f"must not be negative, got {ep.envelope_interventions}")
 
     placement = _placement_problem(ep)
     if placement is not None:

@@ -2,8 +2,9 @@
 
 Required columns: ``episode_id, policy, object, items, duration_s,
 placements_s, lost, dropped, outcome``; optional: ``budget_s,
-tote_placement, external_camera, station, started_at, reference`` and, an
-extension of §8, ``object_tags``. In CSV, ``placements_s`` and
+tote_placement, external_camera, station, started_at, reference`` and, two
+extensions of §8, ``object_tags`` and ``envelope_interventions`` (empty: not
+counted). In CSV, ``placements_s`` and
 ``object_tags`` are space-separated lists; in JSON Lines they may be arrays.
 
 Reading validates everything first and reports the problems, one line each
@@ -47,6 +48,7 @@ OPTIONAL = (
     "started_at",
     "reference",
     "object_tags",
+    "envelope_interventions",
 )
 COLUMNS = REQUIRED + OPTIONAL
 MAX_REPORTED = 100
@@ -295,6 +297,7 @@ def _episode(line: int, row: dict[str, Any], problems: _Problems) -> Episode | N
         "started_at": get("started_at", _text, required=False),
         "reference": get("reference", _bool, False, required=False),
         "object_tags": get("object_tags", _words, (), required=False),
+        "envelope_interventions": get("envelope_interventions", _int, required=False),
     }
     if len(problems) > start:
         return None
@@ -397,6 +400,7 @@ def _row(ep: Episode) -> dict[str, Any]:
         "started_at": ep.started_at,
         "reference": ep.reference,
         "object_tags": list(ep.object_tags),
+        "envelope_interventions": ep.envelope_interventions,
     }
 
 

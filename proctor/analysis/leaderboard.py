@@ -409,6 +409,7 @@ def _policy_result(
     def rate(num: str, den: str) -> Interval:
         return _interval(_ratio(_pooled_sums(cells, num), _pooled_sums(cells, den)), a)
 
+    counted = int(sum(c.episode_counts()["envelope_counted"].sum() for c in cells))
     failure = FailureModes(
         ghosts_per_operation=rate("ghosts", "operations"),
         drops_per_operation=rate("dropped_ops", "operations"),
@@ -416,7 +417,14 @@ def _policy_result(
         safety_stops_per_episode=rate("safety", "episodes"),
         timeouts_per_episode=rate("timeout", "episodes"),
         operator_stops_per_episode=rate("operator_stop", "episodes"),
+        # no episode counted: the rate does not exist (unknown is not zero)
+        envelope_interventions_per_episode=(
+            rate("envelope", "envelope_counted") if counted else Interval(None, None, None)
+        ),
     )
+    envelope_note = _envelope_note(counted, sum(c.n_episodes for c in cells))
+    if envelope_note is not None:
+        notes.append(envelope_note)
     episodes = [e for c in cells for e in c.episodes]
     return PolicyResult(
         policy=policy,
@@ -449,6 +457,19 @@ def _policy_result(
         sweep=_sweep(cells, protocol),
         binary=_binary(episodes, protocol),
         notes=tuple(notes),
+    )
+
+
+def _envelope_note(counted: int, episodes: int) -> str | None:
+    """Say when envelope interventions per episode rests on fewer episodes than
+    the other rates (stations that did not count them: unknown, not zero)."""
+    if counted == episodes:
+        return None
+    if counted == 0:
+        return "envelope interventions not recorded for these episodes"
+    return (
+        f"envelope interventions per episode over the {counted} of {episodes} episodes "
+        "whose station counted them"
     )
 
 

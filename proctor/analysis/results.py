@@ -139,7 +139,9 @@ class ObjectResult:
 class FailureModes:
     """Hard failures split by mechanism (PhAIL App. F): drops and losses per
     operation (ghosts), safety stops per episode (a ghost each), and the
-    censored endings (timeouts, operator stops) per episode."""
+    censored endings (timeouts, operator stops) per episode. Beside them, not a
+    failure: the commands the station's safety envelope clamped or stopped, per
+    episode, over the episodes whose station counted them (docs/methods.md §4)."""
 
     ghosts_per_operation: Interval
     drops_per_operation: Interval
@@ -147,6 +149,7 @@ class FailureModes:
     safety_stops_per_episode: Interval
     timeouts_per_episode: Interval
     operator_stops_per_episode: Interval
+    envelope_interventions_per_episode: Interval
 
 
 @dataclass(frozen=True)

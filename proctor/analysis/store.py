@@ -165,6 +165,7 @@ def load_episodes(
             started_at=row.started_at.isoformat() if row.started_at else None,
             reference=policy.kind == PolicyKind.reference,
             object_tags=tuple(sorted(obj.tags or ())),
+            envelope_interventions=row.envelope_interventions,
         )
         if _value(row.outcome) == SYSTEM:
             # only its identity matters: the analysis lists it and scores nothing

@@ -8,6 +8,10 @@ folder is removed by the caller once this has committed.
 The manifest records the cell's ``layout`` in the episode's spatial
 configuration (where the totes stand), so that a recording can be read
 without the station's configuration: the annotator takes the bins from it.
+The count of the safety envelope's interventions (``envelope.interventions``,
+from the runner) is also stored on the episode row for the analysis; an
+episode archived without it (recovery, a station that does not count) keeps
+NULL: unknown, not zero.
 The simulated cell's layout is a function of the configuration
 (``proctor.station.sim.world.Layout``); a caller that knows its cell's layout passes
 it as ``extra_manifest["layout"]``; a cell that describes none (the real
@@ -143,9 +147,13 @@ def archive_recording(
         gt_path.write_text(json.dumps(ground_truth, indent=1), encoding="utf-8")
         gt_sha = put(gt_path, ArtifactKind.ground_truth, "application/json")
 
+    interventions, problem = episodes.envelope_interventions(extra_manifest.get("envelope"))
+    if problem is not None:
+        out.notes.append(problem)
     with session_scope(sessions) as s:
         ep = s.get(Episode, episode_id)
         assert ep is not None
+        ep.envelope_interventions = interventions
         manifest = {
             "format": MANIFEST_FORMAT,
             "episode_uid": ep.uid,

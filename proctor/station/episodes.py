@@ -171,6 +171,21 @@ def mark_finishing(
     )
 
 
+def envelope_interventions(block: Any) -> tuple[int | None, str | None]:
+    """The count in a manifest's ``envelope`` block (``{"interventions": n,
+    "by_reason": {...}, "limits": {...}}``, written by the station's safety
+    envelope), and what was wrong with the block. No block: (None, None), the
+    count is unknown (a station that does not count, a crashed episode's
+    recovery); a malformed one: (None, the problem). An unknown count is stored
+    as NULL, never as zero."""
+    if block is None:
+        return None, None
+    n = block.get("interventions") if isinstance(block, dict) else None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        return None, "manifest envelope: interventions is not a count; stored as unknown"
+    return n, None
+
+
 def proposed_outcome(session: ProctorSession, *, episode: Episode) -> Outcome | None:
     """What the runner proposed when the episode ended (the latest 'finished' event)."""
     event = session.scalar(

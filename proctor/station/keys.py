@@ -44,6 +44,13 @@ GRIPPER_POSITION = "gripper_position"  # measured finger position
 GRIPPER_OBJECT = "gripper_object"  # bool: fingers stopped on an object
 POLICY_CALLS = "policy_calls"  # completed policy calls so far (cumulative)
 POLICY_LATENCY = "policy_latency_s"  # wall-clock latency of the latest completed call, NaN before
+# the safety envelope's verdict on the action step in force at the sample: "" when it was
+# sent as the policy asked, else the reason the envelope clamped or stopped it: one
+# intervention is one action step with a reason. Each is also logged as an episode event
+# of kind ENVELOPE_EVENT, its reason in ``details["reason"]`` (what the run explorer
+# marks and lists), and the manifest's ``envelope`` block counts them
+ENVELOPE_REASON = "envelope_reason"
+ENVELOPE_EVENT = "envelope"
 
 TELEMETRY_FLOAT_COLUMNS: tuple[str, ...] = (
     *JOINT_POSITION,

@@ -128,6 +128,22 @@ def test_auto_and_reviewed_stream(world: World) -> None:
     assert human.reference and human.placements_s[0] >= 2.0
 
 
+def test_the_envelope_count_is_read_and_an_uncounted_episode_stays_unknown(
+    world: World,
+) -> None:
+    w = world
+    counted = w.episode(w.bot, w.cup, placed=[5.0], status=LabelStatus.reviewed)
+    counted.envelope_interventions = 6
+    system = w.episode(w.bot, w.cup, placed=[], outcome=Outcome.system)
+    system.envelope_interventions = 2
+    w.s.flush()
+    table = load_episodes(w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed)
+    by = {e.episode_id: e.envelope_interventions for e in table.episodes}
+    assert by[counted.uid] == 6 and by[system.uid] == 2
+    # the world's other episodes were recorded without a count: None, not 0
+    assert w.last_bot.envelope_interventions is None and by[w.last_bot.uid] is None
+
+
 def test_reviewed_only_and_count_mismatch(world: World) -> None:
     w = world
     bad = w.episode(w.bot, w.cup, placed=[5.0, 9.0], status=LabelStatus.reviewed)

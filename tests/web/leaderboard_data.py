@@ -277,6 +277,7 @@ def seed_campaign(
                     operator_notes=f"run {run_code} went as expected",
                     logged_at=start + timedelta(seconds=duration + 30),
                     label_status=LabelStatus.reviewed if reviewed else LabelStatus.auto,
+                    envelope_interventions=envelope_count(sequence, reference=m.reference),
                 )
                 session.add(row)
                 session.flush()
@@ -287,6 +288,17 @@ def seed_campaign(
     if compute:
         seeded.outcomes = recompute(session, campaign_id=campaign.id, streams=streams)
     return seeded
+
+
+def envelope_count(sequence: int, *, reference: bool) -> int | None:
+    """The seeded episodes' envelope interventions, without drawing from the
+    shared generator (which would change every episode after): 0–4, but every
+    fifth episode uncounted (a station that did not count them) and the
+    reference's never, so pages show both a partly counted rate and an unknown
+    one."""
+    if reference or sequence % 5 == 0:
+        return None
+    return (sequence * 7) % 5
 
 
 def _labels(

@@ -10,8 +10,12 @@ an arm — the only Positronic policy in a campaign, or a submitter's chosen
 odd image size used as a beacon. So every view of an episode that such staff
 can read goes through here:
 
-* events: a message that describes the policy is replaced by a fixed text;
-* the manifest artifact: served without its ``policy`` block;
+* events: a message that describes the policy is replaced by a fixed text —
+  among them the safety envelope's interventions, whose messages may quote
+  the command as the policy asked for it (its action space), and whose
+  reason is withheld too;
+* the manifest artifact: served without its ``policy`` block, and its
+  ``envelope`` block without the count by reason;
 * telemetry (the JSON columns, the Parquet artifact, the ``.rrd``): served
   without the policy's timing columns.
 
@@ -35,8 +39,17 @@ from proctor.station import keys
 POLICY_TIMING_COLUMNS: tuple[str, ...] = (keys.POLICY_LATENCY, keys.POLICY_CALLS)
 # manifest keys that describe the policy (its declared metadata, calls and latency)
 POLICY_MANIFEST_KEYS: tuple[str, ...] = ("policy",)
+# the manifest's envelope block keeps its count and limits; its reasons, like the
+# envelope events' (below), are withheld
+ENVELOPE_MANIFEST_KEY = "envelope"
+ENVELOPE_WITHHELD_KEYS = frozenset({"by_reason"})
 # event kinds whose message describes the policy → what redacted staff read instead
-EVENT_MESSAGES: dict[str, str] = {"policy_connected": "policy answered"}
+EVENT_MESSAGES: dict[str, str] = {
+    "policy_connected": "policy answered",
+    keys.ENVELOPE_EVENT: "the safety envelope intervened",
+}
+# the longest envelope reason shown: a word from the envelope's vocabulary, not a message
+MAX_REASON = 64
 # artifact kinds served to redacted staff as a redacted copy
 REDACTED_KINDS = frozenset({ArtifactKind.manifest, ArtifactKind.telemetry})
 
@@ -45,6 +58,18 @@ def event_message(kind: str, message: str, *, redacted: bool) -> str:
     if redacted and kind in EVENT_MESSAGES:
         return EVENT_MESSAGES[kind]
     return message
+
+
+def envelope_reason(kind: str, details: dict[str, Any] | None, *, redacted: bool) -> str | None:
+    """An envelope intervention's reason (``details["reason"]``, a short word such
+    as "workspace" or "speed"); None for other events, a reason that is not a
+    short text, and redacted staff."""
+    if redacted or kind != keys.ENVELOPE_EVENT or not isinstance(details, dict):
+        return None
+    reason = details.get("reason")
+    if not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON:
+        return None
+    return reason
 
 
 def telemetry_columns(names: tuple[str, ...], *, redacted: bool) -> tuple[str, ...]:
@@ -60,7 +85,13 @@ def telemetry_table(table: pa.Table, *, redacted: bool) -> pa.Table:
 
 
 def manifest(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in doc.items() if k not in POLICY_MANIFEST_KEYS}
+    out = {k: v for k, v in doc.items() if k not in POLICY_MANIFEST_KEYS}
+    envelope = out.get(ENVELOPE_MANIFEST_KEY)
+    if isinstance(envelope, dict):
+        out[ENVELOPE_MANIFEST_KEY] = {
+            k: v for k, v in envelope.items() if k not in ENVELOPE_WITHHELD_KEYS
+        }
+    return out
 
 
 def artifact_bytes(kind: ArtifactKind, data: bytes) -> bytes:

@@ -122,7 +122,7 @@ def rrd_input(
         Marker(
             e.t_s,
             f"{e.kind}: {redaction.event_message(e.kind, e.message, redacted=redacted)}",
-            "WARN" if "stop" in e.kind else "INFO",
+            "WARN" if "stop" in e.kind or e.kind == keys.ENVELOPE_EVENT else "INFO",
         )
         for e in session.scalars(
             sa.select(EpisodeEvent)

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import HTMLResponse
 
+from proctor.station import keys
 from proctor.web.artifacts.access import visible_episode
 from proctor.web.artifacts.service import VisibleArtifact
 from proctor.web.artifacts.serving import serve_artifact
@@ -94,6 +95,7 @@ def explorer_page(
             "e": bundle,
             "data": bundle.model_dump(mode="json"),
             "telemetry_points": TELEMETRY_POINTS,
+            "envelope_kind": keys.ENVELOPE_EVENT,
             # withheld from operators and reviewers before release (proctor.web.artifacts.redaction)
             "policy_timing": not access.redacted,
         },

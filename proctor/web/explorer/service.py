@@ -62,6 +62,11 @@ class EventOut(BaseModel):
     at: datetime
     kind: str
     message: str
+    reason: str | None = Field(
+        default=None,
+        description="an envelope intervention's reason (kind 'envelope'); null for other "
+        "events and, before release, for operators and reviewers",
+    )
 
 
 class CandidateOut(BaseModel):
@@ -121,6 +126,11 @@ class EpisodeOut(BaseModel):
     placed: int | None
     dropped: int | None
     lost: int | None
+    envelope_interventions: int | None = Field(
+        description="commands the station's safety envelope clamped or stopped (the "
+        "manifest's count); null: the station did not count them. Each is also an event "
+        "of kind 'envelope'"
+    )
     duration_s: float | None
     clock_start_s: float | None
     started_at: datetime | None
@@ -261,6 +271,7 @@ def episode_bundle(
         placed=episode.placed,
         dropped=episode.dropped,
         lost=episode.lost,
+        envelope_interventions=episode.envelope_interventions,
         duration_s=episode.duration_s,
         clock_start_s=episode.clock_start_s,
         started_at=episode.started_at,
@@ -272,6 +283,7 @@ def episode_bundle(
                 at=e.at,
                 kind=e.kind,
                 message=redaction.event_message(e.kind, e.message, redacted=access.redacted),
+                reason=redaction.envelope_reason(e.kind, e.details, redacted=access.redacted),
             )
             for e in session.scalars(
                 sa.select(EpisodeEvent)

@@ -33,6 +33,9 @@ class EpisodeRow(BaseModel):
     placed: int | None
     dropped: int | None
     lost: int | None
+    envelope_interventions: int | None = Field(
+        description="commands the station's safety envelope clamped or stopped; null: not counted"
+    )
     duration_s: float | None
     label_status: str
     started_at: datetime | None
@@ -99,6 +102,7 @@ def episode_list(
                 placed=ep.placed,
                 dropped=ep.dropped,
                 lost=ep.lost,
+                envelope_interventions=ep.envelope_interventions,
                 duration_s=ep.duration_s,
                 label_status=ep.label_status.value,
                 started_at=ep.started_at,

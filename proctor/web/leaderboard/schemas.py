@@ -102,6 +102,10 @@ class RowOut(BaseModel):
     drops_per_operation: IntervalOut
     lost_per_operation: IntervalOut
     safety_stops_per_episode: IntervalOut
+    envelope_interventions_per_episode: IntervalOut = Field(
+        description="commands the station's safety envelope clamped or stopped, per episode, "
+        "over the episodes whose station counted them (null: none did)"
+    )
     interventions_per_episode: IntervalOut = Field(
         description="operator stops per episode (safety stops count under hard failures)"
     )
@@ -179,6 +183,10 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
                 drops_per_operation=_iv(fm["drops_per_operation"]),
                 lost_per_operation=_iv(fm["lost_per_operation"]),
                 safety_stops_per_episode=_iv(fm["safety_stops_per_episode"]),
+                # snapshots computed before the envelope was counted have no such key
+                envelope_interventions_per_episode=_iv(
+                    fm.get("envelope_interventions_per_episode")
+                ),
                 interventions_per_episode=_iv(fm["operator_stops_per_episode"]),
                 uph=_iv(p["uph"]),
                 mtbfa=_iv(p["mtbfa"]),

@@ -32,6 +32,10 @@ class Episode(Base):
             name="counts_within_items",
         ),
         sa.CheckConstraint("budget_s > 0", name="budget_positive"),
+        sa.CheckConstraint(
+            "envelope_interventions IS NULL OR envelope_interventions >= 0",
+            name="envelope_interventions_nonnegative",
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -57,6 +61,10 @@ class Episode(Base):
     outcome: Mapped[Outcome | None] = mapped_column(enum_column(Outcome, "outcome"))
     # why: the fault text for safety/system endings, the stop reason otherwise
     outcome_reason: Mapped[str] = mapped_column(sa.Text, default="")
+    # commands the station's safety envelope clamped or stopped (the manifest's
+    # ``envelope.interventions``); NULL = not recorded (older stations, a crashed
+    # episode's recovery), never read as zero
+    envelope_interventions: Mapped[int | None]
     placed: Mapped[int | None]
     lost: Mapped[int | None]
     dropped: Mapped[int | None]

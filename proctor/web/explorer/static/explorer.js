@@ -14,7 +14,9 @@
     placement: "#27ae60",
     candidate: "#d68910",
     event: "#7f8c8d",
+    intervention: "#c0392b",
   };
+  const ENVELOPE = "envelope"; // proctor.station.keys.ENVELOPE_EVENT
   const EPS = 1e-6;
 
   function lastAtOrBefore(arr, v) {
@@ -77,12 +79,13 @@
         }
       }
       updateClock(shown);
-      document.querySelectorAll("#event-table tr.active").forEach((r) => {
+      document.querySelectorAll("tr.active[data-marker-row]").forEach((r) => {
         r.classList.remove("active");
       });
       if (source) {
-        const row = document.querySelector(`#event-table tr[data-marker-row="${source}"]`);
-        if (row) row.classList.add("active");
+        document.querySelectorAll(`tr[data-marker-row="${source}"]`).forEach((r) => {
+          r.classList.add("active");
+        });
       }
     }
 
@@ -140,7 +143,7 @@
         if (ev.key === ".") step(1);
       });
     }
-    document.querySelectorAll("#event-table button.seek").forEach((b) => {
+    document.querySelectorAll("#event-table button.seek, #intervention-table button.seek").forEach((b) => {
       b.addEventListener("click", () => { if (primary) primary.pause(); seekTo(Number(b.dataset.t), b.dataset.marker); });
     });
 
@@ -156,6 +159,11 @@
       }
       data.events.forEach((e, i) => {
         if (e.t_s === null) return;
+        if (e.kind === ENVELOPE) {
+          const why = e.reason ? ` (${e.reason})` : "";
+          out.push({ id: `event-${i}`, x: e.t_s, color: COLORS.intervention, width: 1.5, label: `envelope intervention${why} at ${e.t_s.toFixed(3)} s: ${e.message}` });
+          return;
+        }
         out.push({ id: `event-${i}`, x: e.t_s, color: COLORS.event, dash: "2 3", label: `${e.kind} at ${e.t_s.toFixed(3)} s: ${e.message}` });
       });
       for (const m of out) m.onClick = (mk) => { if (primary) primary.pause(); seekTo(mk.x, mk.id); };

@@ -85,8 +85,10 @@
 
     const fbox = document.querySelector('[data-chart="failures"]');
     if (fbox) {
+      // envelope interventions are counts per episode (tens for a policy that keeps
+      // pushing outwards), not shares: on this axis they would flatten every rate
       const rows = Object.entries(d.failure_modes)
-        .filter(([, v]) => v && v.estimate !== null)
+        .filter(([k, v]) => k !== "envelope_interventions_per_episode" && v && v.estimate !== null)
         .map(([k, v]) => ({
           label: k.replace(/_/g, " "),
           est: v.estimate, lo: v.lo, hi: v.hi,
