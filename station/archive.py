@@ -10,8 +10,9 @@ configuration (where the totes stand), so that a recording can be read
 without the station's configuration: the annotator takes the bins from it.
 The simulated cell's layout is a function of the configuration
 (``station.sim.world.Layout``); a caller that knows its cell's layout passes
-it as ``extra_manifest["layout"]``; a cell that describes none (the real
-and twin profiles, so far) records none.
+it as ``extra_manifest["layout"]`` (the real and twin cells pass their
+commissioned layout, ``station.commissioning``); a cell that describes none
+(an uncommissioned real or twin cell) records none.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ from station.profiles.real import (
     build_camera,
     build_gripper,
     check_section,
+    commissioned_arm,
 )
 from station.twin.peers import FrankySimProcess, GripperSimProcess, PeerError, SocatPtyPair
 
@@ -156,10 +157,11 @@ def build(config: StationConfig) -> Cell:
     extra = sorted(set(cameras_section) - set(keys.CAMERAS))
     if extra:
         raise ConfigError(f"twin.cameras: unknown camera(s) {', '.join(extra)}")
-    home_q = arm_section.get("home_q", ArmConfig.home_q)
+    commissioned, fixed = commissioned_arm(config, arm_section, "twin.arm")
+    home_q = fixed.get("home_q", arm_section.get("home_q", ArmConfig.home_q))
     # refuse a bad config before any peer starts (placeholders for what the
     # peers will provide)
-    _validate(config, arm_section, gripper_section, cameras_section)
+    _validate(config, {**arm_section, **fixed}, gripper_section, cameras_section)
 
     if "workdir" in section:
         workdir, temporary = Path(str(section["workdir"])).expanduser(), False
@@ -228,7 +230,7 @@ def build(config: StationConfig) -> Cell:
                 playback_real_time=True,
                 repeat_playback=True,
             )
-        arm = build_arm(arm_section, "twin.arm", clock, host=host, realtime="ignore")
+        arm = build_arm(arm_section, "twin.arm", clock, host=host, realtime="ignore", **fixed)
         gripper = build_gripper(
             gripper_section, "twin.gripper", clock, port=str(peers.socat.driver_end)
         )
@@ -241,5 +243,6 @@ def build(config: StationConfig) -> Cell:
         arm=arm,
         gripper=gripper,
         cameras=cameras,
+        commissioned=commissioned,
         closers=[peers.stop],
     )
