@@ -254,9 +254,20 @@ def configure_end_effector(robot: Any, config: FrankyArmConfig) -> None:
             else np.zeros(3)
         )
         robot.set_load(m_load, list(c_load), list(config.payload_inertia))
-    problems = end_effector_mismatch(end_effector_report(robot.state), config)
-    if problems:
-        raise ArmFault("end effector not as configured after setting it: " + "; ".join(problems))
+    # the next state sample carries the new values, not necessarily the one
+    # franky holds now: read back until they match or the time is up
+    deadline = threading.Event()
+    for _ in range(READBACK_TRIES):
+        problems = end_effector_mismatch(end_effector_report(robot.state), config)
+        if not problems:
+            return
+        deadline.wait(READBACK_PERIOD_S)
+    raise ArmFault("end effector not as configured after setting it: " + "; ".join(problems))
+
+
+# reading back the end effector after setting it: up to half a second
+READBACK_TRIES = 50
+READBACK_PERIOD_S = 0.01
 
 
 def _tcp_matrix(tcp: tuple[float, ...]) -> np.ndarray:
