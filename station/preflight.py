@@ -504,6 +504,11 @@ def check_load(cell: Cell) -> CheckResult:
     return CheckResult("load", CheckStatus.passed, "mass and centre of mass as commissioned")
 
 
+# the test motion has arrived within this (the controller's impedance leaves
+# a few mrad, see FrankyArmConfig.home_tolerance_rad)
+TEST_MOTION_TOLERANCE_RAD = 0.01
+
+
 def check_test_motion(cell: Cell, settings: PreflightSettings) -> CheckResult:
     """The last joint there and back by a few degrees at the configured
     (low) dynamics, watching libfranka's ``control_command_success_rate``:
@@ -531,11 +536,18 @@ def check_test_motion(cell: Cell, settings: PreflightSettings) -> CheckResult:
             q[6] = target
             arm.send(ArmCommand(ArmCommandKind.joint_position, q))
             deadline = clock.now() + settings.test_motion_timeout_s
-            while arm.moving:
+            # done when the controller has left Move (libfranka's mode while a
+            # motion runs) with the joint at its target
+            while True:
                 report = arm.controller_report()
-                if report is not None and report.command_success_rate > 0:
+                if report is None:
+                    break
+                if report.command_success_rate > 0:
                     # libfranka reports 0 while no control loop runs
                     rates.append(report.command_success_rate)
+                arrived = abs(arm.read_state().q[6] - target) < TEST_MOTION_TOLERANCE_RAD
+                if arrived and report.mode != "Move":
+                    break
                 if clock.now() > deadline:
                     arm.stop()
                     return CheckResult(
