@@ -23,7 +23,9 @@ deploy config, never in code)::
     min_free_gb = 50
 
 Camera sizes and rates come from ``[cameras.<name>]`` (default 640×480 at
-30 fps), as for every profile.
+30 fps), as for every profile. The config's ``commissioned`` file
+(``station.commissioning``) fixes the arm's home pose, workspace box, TCP and
+payload; ``realtime`` is always ``enforce`` here.
 """
 
 from __future__ import annotations
