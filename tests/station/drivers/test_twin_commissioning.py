@@ -10,6 +10,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from station.cell import Cell
 from station.commission import Inputs, Operator, commission
 from station.commissioning import CommissionedCell, Payload, Tcp, load_commissioned
 from station.config import StationConfig, load_station_config
+from station.drivers.arm.base import ArmCommand, ArmCommandKind
 from station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
 from station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
 from station.drivers.gripper.robotiq_registers import GFlt
@@ -302,6 +304,74 @@ def test_the_test_motion_fails_a_poor_command_success_rate(
     monkeypatch.setattr(twin_cell.arm, "controller_report", starved)
     result = check_test_motion(twin_cell, PreflightSettings())
     assert result.status == CheckStatus.failed and "≥ 0.900" in result.detail
+
+
+class GuidingOperator:
+    """The person at the cell, hand-guiding the arm to each point asked for:
+    here the arm is driven there (franky-sim has no hand-guiding), then Enter."""
+
+    def __init__(self, cell: Cell, points: list[tuple[float, float, float]]) -> None:
+        self.cell = cell
+        self.points = list(points)
+        self.asked: list[str] = []
+
+    def __call__(self, text: str, default: str) -> str:
+        self.asked.append(text)
+        if text.endswith("[Enter]") and "touch" in text:
+            self._go(self.points.pop(0))
+        return default
+
+    def _go(self, xyz: tuple[float, float, float]) -> None:
+        arm = self.cell.arm
+        quat = arm.read_state().ee_pose[3:]
+        arm.send(ArmCommand(ArmCommandKind.cartesian_pose, np.array([*xyz, *quat])))
+        deadline = time.monotonic() + 20.0
+        while np.linalg.norm(arm.read_state().ee_pose[:3] - xyz) > 0.002:
+            assert time.monotonic() < deadline, f"the arm did not reach {xyz}"
+            time.sleep(0.02)
+
+
+def test_commissioning_reads_the_touched_points_from_the_arm(
+    twin_cell: Cell, tmp_path: Path
+) -> None:
+    """Interactive commissioning: each table point, tote corner and the home
+    pose is where the arm stood when the operator pressed Enter. The 'table'
+    is 30 cm above franky-sim's base (its scene has none), the totes' rims 8 cm
+    above it."""
+    z = 0.30
+    table = [(0.40, -0.15, z), (0.60, -0.15, z), (0.60, 0.15, z), (0.40, 0.15, z)]
+    corners = [
+        (0.42, 0.10, z + 0.08),
+        (0.58, 0.30, z + 0.08),  # left tote
+        (0.42, -0.30, z + 0.08),
+        (0.58, -0.10, z + 0.08),  # right tote
+    ]
+    home = twin_cell.arm.read_state().q
+    guide = GuidingOperator(twin_cell, [*table, *corners])
+    said: list[str] = []
+    op = Operator(True, echo=said.append, prompt=guide)
+    try:
+        result = commission(twin_cell, Inputs(tcp=TCP, payload=PAYLOAD), op, tmp_path / "c.json")
+    finally:
+        # back to where the module's other tests expect the arm
+        twin_cell.arm.send(ArmCommand(ArmCommandKind.joint_position, home))
+        deadline = time.monotonic() + 20.0
+        while np.max(np.abs(twin_cell.arm.read_state().q - home)) > 0.03:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    assert guide.points == []  # every point was asked for
+    assert result.table.z_at(0.5, 0.0) == pytest.approx(z, abs=0.003)
+    assert abs(result.table.normal[2]) > 0.999
+    left, right = result.totes["left"], result.totes["right"]
+    assert (left.cx, left.cy) == pytest.approx((0.5, 0.2), abs=0.003)
+    assert (left.half_x, left.half_y) == pytest.approx((0.08, 0.1), abs=0.003)
+    assert right.cy == pytest.approx(-0.2, abs=0.003)
+    assert left.height == pytest.approx(0.08, abs=0.003)
+    # the proposed workspace box, accepted: the totes' span + 5 cm, 1 cm over the table
+    assert result.workspace_min == pytest.approx((0.37, -0.35, z + 0.01), abs=0.004)
+    # the home pose was read where the arm stood at the last Enter (the right tote's corner)
+    assert any("home pose" in text for text in guide.asked)
+    assert len(result.home_q) == 7
 
 
 def test_commission_then_check_cli_on_the_twin(tmp_path: Path) -> None:
