@@ -274,8 +274,9 @@ def check_gripper(cell: Cell) -> CheckResult:
     try:
         if not gripper.is_connected:
             gripper.connect()
-        # a fault is looked at, not reset away: activation clears a major fault
-        # (Robotiq manual §4.5), so read the status first
+        # a fault is looked at, not reset away: activation (a rising edge on
+        # rACT) clears a major fault (Robotiq manual §4.7.4, robotiq_registers.GFlt),
+        # so read the status first
         before = gripper.read_state()
         if before.fault is not None:
             return CheckResult("gripper", CheckStatus.failed, f"{where}: {before.fault}")

@@ -17,7 +17,8 @@ cell's closers stop them. Its ``[twin]`` section::
     gripper_activation_s = 1.0          # how long the simulated 2F-85 takes to activate
     recording_s = 3.0                   # length of each generated camera loop
 
-    [twin.arm]                          # FrankyArmConfig fields (not host/realtime)
+    [twin.arm]                          # FrankyArmConfig fields (not host/realtime,
+                                        # nor what the `commissioned` file fixes)
     relative_dynamics_factor = 0.2
 
     [twin.gripper]                      # RobotiqGripperConfig fields (not port)
