@@ -593,9 +593,10 @@ def check_enabling_device(
 ) -> CheckResult:
     """The operator presses the enabling device (the user stop wired to the
     controller) and the controller must report ``UserStopped``; released, it
-    must leave it. Proves the hardware stop is connected to this robot. How
-    long the FR3 takes to leave UserStopped after release is not verified on
-    hardware."""
+    must leave it. Proves the hardware stop is connected to this robot.
+    libfranka names the mode ``kUserStopped`` (``robot_state.h``); that the
+    FR3's enabling / external activation device produces it, and how long the
+    arm takes to leave it after release, are not verified on hardware."""
     name = "enabling device"
     if operator is None:
         return CheckResult(

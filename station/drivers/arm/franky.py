@@ -217,10 +217,12 @@ def configure_end_effector(robot: Any, config: FrankyArmConfig) -> None:
     """Set the commissioned TCP and payload through franky, then read them
     back from the robot's own state; a mismatch is an ArmFault.
 
-    franky 2.0 (``python/bind_robot.cpp``; the installed wheel's docstrings
-    say the same) binds libfranka's ``setEE`` as ``Robot.set_ee(NE_T_EE)``:
-    the transform from the *nominal* end effector (the one configured in Desk,
-    ``F_T_NE``) to the end effector, so ``F_T_EE = F_T_NE · NE_T_EE``; and
+    franky 2.0 (the installed wheel's ``Robot.set_ee``/``set_load``
+    docstrings) binds libfranka's ``setEE`` as ``Robot.set_ee(NE_T_EE)``:
+    the transform from the *nominal* end effector to the end effector; the
+    flange → nominal end effector ``F_T_NE`` "can only be set through the
+    administrator's interface" (FCI docs, frankaemika.github.io/docs/libfranka.html),
+    so ``F_T_EE = F_T_NE · NE_T_EE``; and
     ``setLoad`` as ``Robot.set_load(mass, F_x_Cload, inertia)``: an *external*
     load on top of Desk's end effector (``m_ee``, ``F_x_Cee``), the controller
     reporting their sum as ``m_total`` and ``F_x_Ctotal``. The end effector's
