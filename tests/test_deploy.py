@@ -14,8 +14,8 @@ import yaml
 from typer.testing import CliRunner
 
 from proctor.cli import app
-from proctor.settings import load_settings
-from station.config import load_station_config
+from proctor.core.settings import load_settings
+from proctor.station.config import load_station_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
@@ -53,10 +53,10 @@ def test_station_configs_load(name: str) -> None:
 def test_the_real_station_config_builds_valid_driver_configs() -> None:
     """Every driver table of [real] is a valid config of its driver, checked
     without connecting to any hardware."""
-    from station.drivers.arm.base import ARMS
-    from station.drivers.camera.base import CAMERAS
-    from station.drivers.gripper.base import GRIPPERS
-    from station.profiles.real import driver_config
+    from proctor.station.drivers.arm.base import ARMS
+    from proctor.station.drivers.camera.base import CAMERAS
+    from proctor.station.drivers.gripper.base import GRIPPERS
+    from proctor.station.profiles.real import driver_config
 
     section = tomllib.loads((DEPLOY / "station" / "station-real.toml").read_text())["real"]
     arm_cls = ARMS.load("franky")
@@ -151,7 +151,7 @@ def test_the_image_leaves_virtual_environments_and_secrets_out() -> None:
 
 def test_nginx_upgrades_the_websocket_paths_the_app_serves() -> None:
     conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
-    from scheduler.gateway import GATEWAY_PATH
+    from proctor.scheduler.gateway import GATEWAY_PATH
 
     assert GATEWAY_PATH.startswith("/policy/")
     for location in ("location /policy/", "location /api/console/"):
@@ -163,7 +163,7 @@ def test_nginx_sends_hsts_on_its_tls_server_once() -> None:
     """HTTPS only, for a year: on the TLS server (not the port-80 redirect),
     for every answer (`always`), with the app's own copy hidden so that the
     header is not sent twice."""
-    from web.middleware import STRICT_TRANSPORT_SECURITY
+    from proctor.web.middleware import STRICT_TRANSPORT_SECURITY
 
     conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
     tls = conf.split("listen 443 ssl;", 1)[1]
@@ -181,9 +181,9 @@ def _nginx_size(value: str) -> int:
 
 def test_nginx_bounds_bodies_as_the_app_does() -> None:
     """Small bodies everywhere, large only on the upload chunk location, and
-    the same split as the app's own limits (web/limits.py)."""
-    from proctor.settings import WebSettings
-    from web.limits import BODY_LIMITS
+    the same split as the app's own limits (proctor/web/limits.py)."""
+    from proctor.core.settings import WebSettings
+    from proctor.web.limits import BODY_LIMITS
 
     conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
     server = conf.split("listen 443 ssl;", 1)[1]
@@ -213,3 +213,81 @@ def test_the_server_believes_forwarded_headers_only_from_its_proxy(
     settings = load_settings(DEPLOY / "server" / "proctor.toml")
     assert settings.web.trusted_proxies == ["127.0.0.1"]  # nginx, on the same host
     assert load_settings().web.trusted_proxies == []  # by default: nobody
+
+
+# -- the deploy guide ----------------------------------------------------------------
+
+GUIDE = DEPLOY / "README.md"
+ROOT = DEPLOY.parent
+# paths the guide names that another change adds (the serial adapter's udev rule);
+# an entry whose file exists fails the test below, so that it is taken out
+PENDING_PATHS = {"deploy/udev/99-proctor-robotiq.rules"}
+
+
+def _guide_text() -> str:
+    # code spans wrap across lines in the Markdown source: one space for any run
+    return " ".join(GUIDE.read_text().split())
+
+
+def _guide_commands() -> list[list[str]]:
+    text = _guide_text()
+    spans = re.findall(r"`(proctor [^`]+)`", text)
+    blocks = [
+        line.strip()
+        for line in GUIDE.read_text().splitlines()
+        if line.strip().startswith("proctor ")
+    ]
+    return [shlex.split(c.replace("…", "")) for c in spans + blocks]
+
+
+def test_every_proctor_command_the_deploy_guide_names_exists() -> None:
+    commands = _guide_commands()
+    named = {" ".join(_subcommand(c)[:2]) for c in commands}
+    # the steps an operator follows: a command missing here is a step that cannot be done
+    assert {"station check", "station teleop", "submission reference", "station run"} <= named
+    runner = CliRunner()
+    for argv in commands:
+        path: list[str] = []
+        for w in _subcommand(argv):
+            if runner.invoke(app, [*path, w, "--help"]).exit_code != 0:
+                break
+            path.append(w)
+        assert len(path) >= 2 or path == ["serve"], argv
+        help_text = runner.invoke(app, [*path, "--help"]).output
+        for flag in (a.split("=")[0] for a in argv if a.startswith("--")):
+            assert flag in help_text, f"{' '.join(argv)}: {flag} is not an option of {path}"
+
+
+def test_every_repository_path_the_deploy_guide_names_exists() -> None:
+    """A path in the guide is the repository's (``proctor/station/recovery.py``) or
+    deploy/'s own (``station/station-real.toml``); files on the host
+    (``/etc/…``) are the reader's to make."""
+    text = _guide_text()
+    extensions = "py|toml|md|rules|service|conf|yaml|example"
+    # another project's file is written `owner/repo:path`, and is not looked for here
+    pattern = rf"(?<![\w/.~:-])((?:[\w-]+/)+[\w.-]+\.(?:{extensions}))\b"
+    paths = set(re.findall(pattern, text))
+    assert "deploy/udev/99-proctor-robotiq.rules" in paths
+    missing = [
+        p
+        for p in sorted(paths - PENDING_PATHS)
+        if not (ROOT / p).is_file() and not (DEPLOY / p).is_file()
+    ]
+    assert not missing, missing
+    arrived = [p for p in sorted(PENDING_PATHS) if (ROOT / p).is_file()]
+    assert not arrived, f"{arrived} exist now: take them out of PENDING_PATHS"
+
+
+def test_the_station_unit_waits_long_enough_for_a_clean_stop() -> None:
+    """SIGTERM: the local API's connections close (a bounded grace), then the
+    daemon stops the arm and waits for a running episode to finish before it
+    closes the drivers; systemd must not kill it before, with a margin for
+    closing the drivers (the arm's connection, the gripper's poller, cameras)."""
+    from proctor.station.cli import API_SHUTDOWN_GRACE_S
+    from proctor.station.runner import CLOSE_WAIT_S
+
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read(DEPLOY / "systemd" / "proctor-station.service")
+    timeout = float(parser.get("Service", "TimeoutStopSec"))
+    assert timeout >= API_SHUTDOWN_GRACE_S + CLOSE_WAIT_S + 15.0

@@ -1,4 +1,4 @@
-"""The commissioned cell (``station.commissioning``): its file, its checks,
+"""The commissioned cell (``proctor.station.commissioning``): its file, its checks,
 the layout it gives the manifest, how the real profile applies it, and the
 host checks of pre-flight (on a fake sysfs tree)."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from annotator.pipeline import parse_layout
-from proctor.artifacts import LocalArtifactStore
-from proctor.domain import Side
-from proctor.errors import ConfigError
-from station.commissioning import (
+from proctor.annotator.pipeline import parse_layout
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.domain import Side
+from proctor.core.errors import ConfigError
+from proctor.station.commissioning import (
     CameraReference,
     CommissionedCell,
     Payload,
@@ -24,19 +24,19 @@ from station.commissioning import (
     Tote,
     load_commissioned,
 )
-from station.config import load_station_config
-from station.drivers.arm.base import ArmConfig
-from station.framing import image_similarity, load_image, save_image
-from station.preflight import (
+from proctor.station.config import load_station_config
+from proctor.station.drivers.arm.base import ArmConfig
+from proctor.station.framing import image_similarity, load_image, save_image
+from proctor.station.preflight import (
     CheckStatus,
     PreflightSettings,
     check_commissioned,
     check_cpu_governor,
     check_realtime_kernel,
 )
-from station.profiles import build_cell
-from station.recording import load_recording
-from station.work import Work
+from proctor.station.profiles import build_cell
+from proctor.station.recording import load_recording
+from proctor.station.work import Work
 from tests.station.conftest import sim_config
 
 LIMITS = ArmConfig()
@@ -216,7 +216,7 @@ def test_a_commissioned_layout_goes_into_the_manifest(
     """The runner writes the commissioned cell's layout, for the episode's
     tote side, into the manifest (the simulated cell stands in for a
     commissioned real one: the wiring is the same)."""
-    from station.runner import EpisodeRunner
+    from proctor.station.runner import EpisodeRunner
 
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")

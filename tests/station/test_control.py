@@ -11,16 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from station import keys
-from station.control.playback import ChunkPlayer
-from station.control.sampling import TelemetrySampler, TelemetryTicks
-from station.control.schedule import Schedule
-from station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
-from station.drivers.gripper.base import GripperCommand, GripperState
-from station.policy.client import Reply
-from station.policy.spec import ActionSpace, StepCommands
-from station.profiles import build_cell
-from station.recorder import Recorder, read_segments
+from proctor.station import keys
+from proctor.station.control.playback import ChunkPlayer
+from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
+from proctor.station.control.schedule import Schedule
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
+from proctor.station.drivers.gripper.base import GripperCommand, GripperState
+from proctor.station.policy.client import Reply
+from proctor.station.policy.spec import ActionSpace, StepCommands
+from proctor.station.profiles import build_cell
+from proctor.station.recorder import Recorder, read_segments
 from tests.station.conftest import sim_config
 
 

@@ -22,18 +22,18 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from station.clock import MonotonicClock
-from station.drivers.camera import CAMERAS, CameraStalled
-from station.drivers.camera.common import CameraUnavailable, DeviceClockMapper
-from station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
-from station.drivers.camera.realsense_record import (
+from proctor.station.clock import MonotonicClock
+from proctor.station.drivers.camera import CAMERAS, CameraStalled
+from proctor.station.drivers.camera.common import CameraUnavailable, DeviceClockMapper
+from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
+from proctor.station.drivers.camera.realsense_record import (
     DEFAULT_START_MS,
     pattern,
     pattern_index,
     record_pattern,
 )
-from station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
-from station.recorder import Recorder, VideoSettings, finalize_spool
+from proctor.station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
+from proctor.station.recorder import Recorder, VideoSettings, finalize_spool
 
 pytestmark = pytest.mark.hardware
 

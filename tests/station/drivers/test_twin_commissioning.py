@@ -17,17 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from station import keys
-from station.cell import Cell
-from station.commission import Inputs, Operator, commission
-from station.commissioning import CommissionedCell, Payload, Tcp, load_commissioned
-from station.config import StationConfig, load_station_config
-from station.drivers.arm.base import ArmCommand, ArmCommandKind
-from station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
-from station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
-from station.drivers.gripper.robotiq_registers import GFlt
-from station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
-from station.preflight import (
+from proctor.station import keys
+from proctor.station.cell import Cell
+from proctor.station.commission import Inputs, Operator, commission
+from proctor.station.commissioning import CommissionedCell, Payload, Tcp, load_commissioned
+from proctor.station.config import StationConfig, load_station_config
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
+from proctor.station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
+from proctor.station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
+from proctor.station.drivers.gripper.robotiq_registers import GFlt
+from proctor.station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
+from proctor.station.preflight import (
     CheckResult,
     CheckStatus,
     PreflightSettings,
@@ -37,7 +37,7 @@ from station.preflight import (
     check_test_motion,
     preflight,
 )
-from station.profiles import build_cell
+from proctor.station.profiles import build_cell
 from tests.station.drivers.conftest import PtyPair
 
 pytestmark = pytest.mark.hardware
@@ -177,7 +177,7 @@ def test_preflight_passes_on_a_commissioned_twin(twin_cell: Cell, tmp_path: Path
 def test_preflight_fails_a_wrong_tcp_and_a_wrong_load(twin_cell: Cell) -> None:
     """As if someone changed the end effector in Desk after connect: the
     robot's own state no longer matches the commissioned values."""
-    from station.drivers.arm.franky import configure_end_effector
+    from proctor.station.drivers.arm.franky import configure_end_effector
 
     robot = twin_cell.arm._robot  # type: ignore[attr-defined]
     try:
