@@ -14,8 +14,9 @@ episode archived without it (recovery, a station that does not count) keeps
 NULL: unknown, not zero.
 The simulated cell's layout is a function of the configuration
 (``proctor.station.sim.world.Layout``); a caller that knows its cell's layout passes
-it as ``extra_manifest["layout"]``; a cell that describes none (the real
-and twin profiles, so far) records none.
+it as ``extra_manifest["layout"]`` (the real and twin cells pass their
+commissioned layout, ``proctor.station.commissioning``); a cell that describes none
+(an uncommissioned real or twin cell) records none.
 """
 
 from __future__ import annotations

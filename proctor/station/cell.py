@@ -20,6 +20,7 @@ from proctor.station.drivers.camera.base import Camera
 from proctor.station.drivers.gripper.base import Gripper
 
 if TYPE_CHECKING:
+    from proctor.station.commissioning import CommissionedCell
     from proctor.station.work import Work
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,18 @@ class Cell:
     gripper: Gripper
     cameras: dict[str, Camera]
     scene: Scene | None = None
+    # what commissioning measured (real and twin cells; proctor.station.commissioning)
+    commissioned: CommissionedCell | None = None
     # extra teardown, run last (e.g. the twin profile's protocol simulators)
     closers: list[Callable[[], None]] = field(default_factory=list)
     _connected: bool = False
+
+    def layout(self, tote_side: Any, camera_side: Any) -> dict[str, Any] | None:
+        """The commissioned layout for this spatial configuration (the
+        manifest's ``layout``); None for a cell that was not commissioned."""
+        if self.commissioned is None:
+            return None
+        return self.commissioned.layout(tote_side, camera_side)
 
     @property
     def is_virtual(self) -> bool:

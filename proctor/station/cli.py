@@ -504,8 +504,10 @@ def check(
 
 
 # -- hardware profiles: pre-flight and teleoperation ----------------------------
+from proctor.station.commission import commission_command as _commission  # noqa: E402
 from proctor.station.preflight import check as _preflight_check  # noqa: E402
 from proctor.station.teleop.cli import teleop as _teleop  # noqa: E402
 
 station_app.command("check")(_preflight_check)
+station_app.command("commission")(_commission)
 station_app.command("teleop")(_teleop)

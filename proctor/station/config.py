@@ -106,6 +106,10 @@ class StationConfig(BaseModel):
     # where episodes are recorded before they reach the artifact store;
     # default: <data dir>/station/<name>/spool
     spool_dir: Path | None = None
+    # the commissioned-cell file (``proctor station commission`` writes it):
+    # table plane, totes, workspace box, home pose, TCP and payload, camera
+    # references; the real and twin profiles configure the arm from it
+    commissioned: Path | None = None
     sim: dict[str, Any] = Field(default_factory=dict)
     twin: dict[str, Any] = Field(default_factory=dict)
     real: dict[str, Any] = Field(default_factory=dict)

@@ -34,9 +34,10 @@ import typer
 from proctor.core.errors import ConfigError, UsageError
 from proctor.station.cell import Cell
 from proctor.station.clock import Clock
-from proctor.station.drivers.arm.base import ArmFault
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmFault, ControllerReport
 from proctor.station.drivers.camera.base import Camera, CameraStalled, Frame
 from proctor.station.drivers.gripper.base import GripperFault
+from proctor.station.framing import image_similarity, load_image
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +78,32 @@ class PreflightSettings:
     state_rate_hz: float = 100.0
     # arm state is read for this long to measure that rate
     state_sample_s: float = 0.3
+    # libfranka's 1 kHz loop needs a PREEMPT_RT kernel (franky's installation
+    # guide; review #9): a stock kernel FAILs on the real cell, WARNs elsewhere
+    require_realtime: bool = True
+    # where the kernel's sysfs is read (tests point it at a fake tree)
+    sysfs_root: str = "/sys"
+    # the short low-speed test motion: last joint there and back by this much
+    test_motion: bool = True
+    test_motion_rad: float = 0.05
+    test_motion_timeout_s: float = 5.0
+    # libfranka's control_command_success_rate while the test motion runs
+    # (the fraction of the last 100 commands that reached the controller)
+    min_command_success_rate: float = 0.95
+    # how long the operator has to press, then release, the enabling device
+    enabling_device_timeout_s: float = 30.0
+    # today's frame against the commissioned reference image (correlation of
+    # the downscaled grey images, 1 = identical): a moved camera scores low
+    min_framing_similarity: float = 0.6
 
     @classmethod
     def for_profile(cls, profile: str, section: dict[str, Any]) -> PreflightSettings:
         """Defaults per profile, overridden by ``[<profile>.preflight]``."""
         defaults: dict[str, Any] = {}
         if profile != "real":
-            # simulated peers share this host's clock; nothing is compared across hosts
-            defaults.update(require_ntp=False, min_free_gb=1.0)
+            # simulated peers share this host's clock; nothing is compared across
+            # hosts; franky-sim keeps no deadlines, so no realtime kernel is needed
+            defaults.update(require_ntp=False, min_free_gb=1.0, require_realtime=False)
         table = section.get("preflight", {})
         if not isinstance(table, dict):
             raise ConfigError(f"{profile}.preflight: must be a table")
@@ -100,6 +119,9 @@ class PreflightSettings:
             if isinstance(default, bool):
                 if not isinstance(value, bool):
                     raise ConfigError(f"{profile}.preflight.{name}: must be true or false")
+            elif isinstance(default, str):
+                if not isinstance(value, str) or not value:
+                    raise ConfigError(f"{profile}.preflight.{name}: must be a path")
             elif isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"{profile}.preflight.{name}: must be a positive number")
         return cls(**{**defaults, **table})
@@ -252,6 +274,12 @@ def check_gripper(cell: Cell) -> CheckResult:
     try:
         if not gripper.is_connected:
             gripper.connect()
+        # a fault is looked at, not reset away: activation (a rising edge on
+        # rACT) clears a major fault (Robotiq manual §4.7.4, robotiq_registers.GFlt),
+        # so read the status first
+        before = gripper.read_state()
+        if before.fault is not None:
+            return CheckResult("gripper", CheckStatus.failed, f"{where}: {before.fault}")
         gripper.activate()
         state = gripper.read_state()
     except GripperFault as exc:
@@ -322,16 +350,363 @@ def _device_clock_spread(frames: list[Frame]) -> float | None:
     return max(spreads) if spreads else None
 
 
+# -- the host: realtime kernel and CPU governor -------------------------------------
+
+
+def check_realtime_kernel(settings: PreflightSettings) -> CheckResult:
+    """A PREEMPT_RT kernel: the RT patch set ("sysfs: Add /sys/kernel/realtime
+    entry") makes ``/sys/kernel/realtime`` read 1; a stock kernel has no such
+    file. libfranka under ``RealtimeConfig.Enforce`` refuses to control the
+    arm without realtime scheduling (franky's installation guide)."""
+    soft = CheckStatus.failed if settings.require_realtime else CheckStatus.warning
+    path = Path(settings.sysfs_root) / "kernel" / "realtime"
+    try:
+        value = path.read_text(encoding="ascii").strip()
+    except OSError:
+        return CheckResult(
+            "realtime kernel", soft, f"not a PREEMPT_RT kernel ({path} does not exist)"
+        )
+    if value != "1":
+        return CheckResult("realtime kernel", soft, f"not a PREEMPT_RT kernel ({path} = {value!r})")
+    return CheckResult("realtime kernel", CheckStatus.passed, f"PREEMPT_RT ({path} = 1)")
+
+
+def check_cpu_governor(settings: PreflightSettings) -> CheckResult:
+    """Every core at the ``performance`` governor: frequency scaling adds
+    latency to libfranka's 1 kHz loop (franky's installation guide)."""
+    soft = CheckStatus.failed if settings.require_realtime else CheckStatus.warning
+    cpus = Path(settings.sysfs_root) / "devices" / "system" / "cpu"
+    governors: dict[str, str] = {}
+    for f in sorted(cpus.glob("cpu[0-9]*/cpufreq/scaling_governor")):
+        try:
+            governors[f.parent.parent.name] = f.read_text(encoding="ascii").strip()
+        except OSError:
+            continue
+    if not governors:
+        # a VM or a kernel without cpufreq: nothing scales the clock
+        return CheckResult(
+            "cpu governor", CheckStatus.warning, f"no cpufreq governors under {cpus}"
+        )
+    slow = sorted(f"{cpu}={g}" for cpu, g in governors.items() if g != "performance")
+    if slow:
+        shown = ", ".join(slow[:4]) + (" …" if len(slow) > 4 else "")
+        return CheckResult("cpu governor", soft, f"not 'performance' on {shown}")
+    return CheckResult(
+        "cpu governor", CheckStatus.passed, f"performance on all {len(governors)} cores"
+    )
+
+
+# -- commissioning and the arm's controller ----------------------------------------
+
+
+def check_commissioned(cell: Cell, profile: str) -> CheckResult:
+    """The cell was measured (``proctor station commission``): required on
+    the real cell, where the workspace, home pose, TCP and payload come from it."""
+    c = cell.commissioned
+    if c is None:
+        status = CheckStatus.failed if profile == "real" else CheckStatus.warning
+        return CheckResult(
+            "commissioning",
+            status,
+            "the cell is not commissioned: run `proctor station commission` and name "
+            "the file as `commissioned` in the station config",
+        )
+    when = f" on {c.commissioned_at}" if c.commissioned_at else ""
+    return CheckResult(
+        "commissioning",
+        CheckStatus.passed,
+        f"{c.path}{when}: table at z≈{c.table.z_at(0.5, 0.0):.3f} m, "
+        f"workspace {list(c.workspace_min)}..{list(c.workspace_max)}",
+    )
+
+
+def _report(cell: Cell, name: str) -> tuple[ControllerReport | None, CheckResult | None]:
+    """The controller's report, or the result that says why there is none."""
+    try:
+        report = cell.arm.controller_report() if cell.arm.is_connected else None
+    except ArmFault as exc:
+        return None, CheckResult(name, CheckStatus.failed, str(exc))
+    if report is None:
+        why = "arm not connected" if not cell.arm.is_connected else "this arm has no controller"
+        return None, CheckResult(name, CheckStatus.failed, f"cannot ask the controller ({why})")
+    return report, None
+
+
+def check_versions(cell: Cell) -> CheckResult:
+    report, failed = _report(cell, "versions")
+    if report is None:
+        return failed or CheckResult("versions", CheckStatus.failed, "no report")
+    text = ", ".join(f"{k} {v}" for k, v in sorted(report.versions.items()))
+    return CheckResult("versions", CheckStatus.passed, text or "none reported")
+
+
+# libfranka's RobotMode names, and what the operator must do about each
+ROBOT_MODE_ADVICE = {
+    "UserStopped": "the user stop / enabling device is engaged: release it",
+    "Reflex": "the arm is in Reflex: recover it (console Recover, or Desk)",
+    "Guiding": "the arm is in guiding mode: let go of the pilot buttons",
+    "Move": "a motion is running: another client controls the arm",
+    "AutomaticErrorRecovery": "the controller is recovering from an error: wait",
+    "Other": "the controller is not ready for FCI (brakes locked or FCI not activated in Desk)",
+}
+
+
+def check_robot_mode(cell: Cell) -> CheckResult:
+    report, failed = _report(cell, "robot mode")
+    if report is None:
+        return failed or CheckResult("robot mode", CheckStatus.failed, "no report")
+    if report.mode != "Idle":
+        advice = ROBOT_MODE_ADVICE.get(report.mode, "not idle")
+        return CheckResult("robot mode", CheckStatus.failed, f"{report.mode}: {advice}")
+    return CheckResult("robot mode", CheckStatus.passed, "Idle")
+
+
+def check_fci_and_brakes(cell: Cell) -> CheckResult:
+    """What franky exposes of FCI and brakes. libfranka connects only
+    through an active FCI, so a connected arm proves it; libfranka's robot
+    state carries no brake status (``robot_state.h``), franky has it only
+    through Desk's web API (``franky.Desk.brake_state``, which needs Desk
+    credentials and is not queried here). Locked brakes show up as a robot
+    mode other than Idle and as a failed test motion."""
+    report, failed = _report(cell, "fci/brakes")
+    if report is None:
+        return failed or CheckResult("fci/brakes", CheckStatus.failed, "no report")
+    return CheckResult(
+        "fci/brakes",
+        CheckStatus.passed,
+        "FCI active (libfranka is connected); brakes: no status through FCI, "
+        "the test motion proves them open",
+    )
+
+
+def check_end_effector(cell: Cell) -> CheckResult:
+    """The robot's own F_T_EE against the commissioned TCP."""
+    report, failed = _report(cell, "end effector")
+    if report is None:
+        return failed or CheckResult("end effector", CheckStatus.failed, "no report")
+    if not report.tcp_configured:
+        return CheckResult(
+            "end effector", CheckStatus.warning, "no commissioned TCP to check against"
+        )
+    if report.tcp_problem is not None:
+        return CheckResult("end effector", CheckStatus.failed, report.tcp_problem)
+    return CheckResult("end effector", CheckStatus.passed, "F_T_EE as commissioned")
+
+
+def check_load(cell: Cell) -> CheckResult:
+    """The robot's own m_total and F_x_Ctotal against the commissioned payload."""
+    report, failed = _report(cell, "load")
+    if report is None:
+        return failed or CheckResult("load", CheckStatus.failed, "no report")
+    if not report.payload_configured:
+        return CheckResult("load", CheckStatus.warning, "no commissioned payload to check against")
+    if report.payload_problem is not None:
+        return CheckResult("load", CheckStatus.failed, report.payload_problem)
+    return CheckResult("load", CheckStatus.passed, "mass and centre of mass as commissioned")
+
+
+# the test motion has arrived within this (the controller's impedance leaves
+# a few mrad, see FrankyArmConfig.home_tolerance_rad)
+TEST_MOTION_TOLERANCE_RAD = 0.01
+
+
+def check_test_motion(cell: Cell, settings: PreflightSettings) -> CheckResult:
+    """The last joint there and back by a few degrees at the configured
+    (low) dynamics, watching libfranka's ``control_command_success_rate``:
+    below the threshold, the host cannot keep the 1 kHz loop (review #9)."""
+    name = "test motion"
+    if not settings.test_motion:
+        return CheckResult(name, CheckStatus.warning, "disabled ([preflight] test_motion)")
+    report, failed = _report(cell, name)
+    if report is None:
+        return failed or CheckResult(name, CheckStatus.failed, "no report")
+    if report.mode != "Idle" or report.tcp_problem or report.payload_problem:
+        return CheckResult(
+            name, CheckStatus.failed, "not attempted: the arm is not idle and as commissioned"
+        )
+    arm, clock = cell.arm, cell.clock
+    rates: list[float] = []
+    try:
+        start = arm.read_state().q
+        # towards the middle of the joint's range, so it never nears a limit
+        lo, hi = arm.config.q_min[6], arm.config.q_max[6]
+        step = settings.test_motion_rad
+        delta = step if start[6] < 0.5 * (lo + hi) else -step
+        for target in (start[6] + delta, start[6]):
+            q = start.copy()
+            q[6] = target
+            arm.send(ArmCommand(ArmCommandKind.joint_position, q))
+            deadline = clock.now() + settings.test_motion_timeout_s
+            # done when the controller has left Move (libfranka's mode while a
+            # motion runs) with the joint at its target
+            while True:
+                report = arm.controller_report()
+                if report is None:
+                    break
+                if report.command_success_rate > 0:
+                    # libfranka reports 0 while no control loop runs
+                    rates.append(report.command_success_rate)
+                arrived = abs(arm.read_state().q[6] - target) < TEST_MOTION_TOLERANCE_RAD
+                if arrived and report.mode != "Move":
+                    break
+                if clock.now() > deadline:
+                    arm.stop()
+                    return CheckResult(
+                        name,
+                        CheckStatus.failed,
+                        f"did not finish in {settings.test_motion_timeout_s:g} s",
+                    )
+                clock.sleep_until(clock.now() + 0.005)
+        error = arm.read_state().error
+    except (ArmFault, ValueError) as exc:
+        return CheckResult(name, CheckStatus.failed, str(exc))
+    if error is not None:
+        return CheckResult(name, CheckStatus.failed, error)
+    if not rates:
+        return CheckResult(name, CheckStatus.failed, "no control loop observed during the motion")
+    worst = min(rates)
+    detail = (
+        f"joint 7 by {abs(delta):.2f} rad and back; command success rate ≥ {worst:.3f} "
+        f"over {len(rates)} samples (need > {settings.min_command_success_rate:g})"
+    )
+    ok = worst > settings.min_command_success_rate
+    return CheckResult(name, CheckStatus.passed if ok else CheckStatus.failed, detail)
+
+
+def _wait_for_mode(
+    cell: Cell, wanted: Callable[[str], bool], timeout_s: float
+) -> tuple[bool, str, float]:
+    clock = cell.clock
+    t0 = clock.now()
+    mode = "?"
+    while clock.now() - t0 < timeout_s:
+        report = cell.arm.controller_report()
+        mode = report.mode if report is not None else "?"
+        if wanted(mode):
+            return True, mode, clock.now() - t0
+        clock.sleep_until(clock.now() + 0.02)
+    return False, mode, clock.now() - t0
+
+
+def check_enabling_device(
+    cell: Cell, settings: PreflightSettings, operator: Callable[[str], None] | None
+) -> CheckResult:
+    """The operator presses the enabling device (the user stop wired to the
+    controller) and the controller must report ``UserStopped``; released, it
+    must leave it. Proves the hardware stop is connected to this robot.
+    libfranka names the mode ``kUserStopped`` (``robot_state.h``); that the
+    FR3's enabling / external activation device produces it, and how long the
+    arm takes to leave it after release, are not verified on hardware."""
+    name = "enabling device"
+    if operator is None:
+        return CheckResult(
+            name,
+            CheckStatus.warning,
+            "not tested: run `proctor station check --enabling-device` with someone at the cell",
+        )
+    report, failed = _report(cell, name)
+    if report is None:
+        return failed or CheckResult(name, CheckStatus.failed, "no report")
+    timeout = settings.enabling_device_timeout_s
+    try:
+        operator(f"press the enabling device / user stop now (within {timeout:g} s)")
+        pressed, mode, t_press = _wait_for_mode(cell, lambda m: m == "UserStopped", timeout)
+        if not pressed:
+            return CheckResult(
+                name,
+                CheckStatus.failed,
+                f"the controller never reported UserStopped within {timeout:g} s (last mode "
+                f"{mode}): the device is not wired to this robot's user-stop input",
+            )
+        operator("release the enabling device / user stop now")
+        released, mode, t_release = _wait_for_mode(cell, lambda m: m != "UserStopped", timeout)
+    except ArmFault as exc:
+        return CheckResult(name, CheckStatus.failed, str(exc))
+    if not released:
+        return CheckResult(
+            name, CheckStatus.failed, f"still UserStopped {timeout:g} s after the release prompt"
+        )
+    return CheckResult(
+        name,
+        CheckStatus.passed,
+        f"UserStopped {t_press:.1f} s after the prompt, {mode} {t_release:.1f} s after release",
+    )
+
+
+# -- cameras against the commissioned references -----------------------------------
+
+
+def check_camera_serial(name: str, camera: Camera, cell: Cell) -> CheckResult:
+    """The device that answered is the commissioned one."""
+    label = f"serial {name}"
+    ref = cell.commissioned.cameras.get(name) if cell.commissioned is not None else None
+    # the RealSense driver reads the device's serial at connect; UVC has none
+    device = getattr(camera, "device_serial", None)
+    if not camera.is_connected:
+        return CheckResult(label, CheckStatus.failed, "camera not connected (see its line)")
+    if ref is None or ref.serial is None:
+        return CheckResult(
+            label, CheckStatus.warning, f"device {device or 'has no serial'}; none commissioned"
+        )
+    if device != ref.serial:
+        return CheckResult(
+            label, CheckStatus.failed, f"device is {device or 'unknown'}, commissioned {ref.serial}"
+        )
+    return CheckResult(label, CheckStatus.passed, f"{device}, as commissioned")
+
+
+def check_framing(
+    name: str, camera: Camera, cell: Cell, settings: PreflightSettings
+) -> CheckResult:
+    """Today's view against the commissioned reference image: a camera that
+    was knocked, turned or swapped scores low."""
+    label = f"framing {name}"
+    path = cell.commissioned.reference_image(name) if cell.commissioned is not None else None
+    if path is None:
+        return CheckResult(label, CheckStatus.warning, "no commissioned reference image")
+    if not camera.is_connected:
+        return CheckResult(label, CheckStatus.failed, "camera not connected (see its line)")
+    try:
+        reference = load_image(path)
+        frame = camera.read(timeout_s=1.0)
+    except OSError as exc:
+        return CheckResult(label, CheckStatus.failed, f"reference image {path}: {exc}")
+    except Exception as exc:  # CameraStalled and the SDKs' own errors
+        return CheckResult(label, CheckStatus.failed, f"{type(exc).__name__}: {exc}")
+    score = image_similarity(reference, frame.image)
+    detail = f"similarity {score:.2f} to {path.name} (need ≥ {settings.min_framing_similarity:g})"
+    ok = score >= settings.min_framing_similarity
+    return CheckResult(label, CheckStatus.passed if ok else CheckStatus.failed, detail)
+
+
 def run_checks(
-    cell: Cell, settings: PreflightSettings, disk_path: Path, profile: str
+    cell: Cell,
+    settings: PreflightSettings,
+    disk_path: Path,
+    profile: str,
+    operator: Callable[[str], None] | None = None,
 ) -> Iterator[CheckResult]:
-    """Every check, in order, each as soon as it is done."""
+    """Every check, in order, each as soon as it is done. ``operator`` shows
+    the operator an instruction (the enabling-device test needs one; without
+    it that check is skipped with a warning)."""
     yield check_disk(disk_path, settings)
     yield check_clock(settings, profile)
+    yield check_realtime_kernel(settings)
+    yield check_cpu_governor(settings)
+    yield check_commissioned(cell, profile)
     yield check_arm(cell, settings)
+    yield check_versions(cell)
+    yield check_robot_mode(cell)
+    yield check_fci_and_brakes(cell)
+    yield check_end_effector(cell)
+    yield check_load(cell)
+    yield check_test_motion(cell, settings)
+    yield check_enabling_device(cell, settings, operator)
     yield check_gripper(cell)
     for name, camera in cell.cameras.items():
         yield check_camera(name, camera, cell.clock, settings)
+        yield check_camera_serial(name, camera, cell)
+        yield check_framing(name, camera, cell, settings)
 
 
 def preflight(
@@ -340,9 +715,10 @@ def preflight(
     disk_path: Path,
     profile: str,
     emit: Callable[[CheckResult], None] = lambda r: None,
+    operator: Callable[[str], None] | None = None,
 ) -> list[CheckResult]:
     results = []
-    for result in run_checks(cell, settings, disk_path, profile):
+    for result in run_checks(cell, settings, disk_path, profile, operator):
         emit(result)
         results.append(result)
     return results
@@ -360,9 +736,17 @@ def check(
         Path | None,
         typer.Option("--config", help="Station config file (TOML); defaults when omitted."),
     ] = None,
+    enabling_device: Annotated[
+        bool,
+        typer.Option(
+            "--enabling-device",
+            help="Test the enabling device / user stop: the operator presses and releases "
+            "it when told (needs someone at the cell).",
+        ),
+    ] = False,
 ) -> None:
-    """Pre-flight: arm, gripper, cameras, disk, clock — one line each; exits
-    non-zero when any check fails."""
+    """Pre-flight: host, commissioning, arm, gripper, cameras — one line each;
+    exits non-zero when any check fails."""
     from proctor.core.cli_context import cli_context
     from proctor.station.config import load_station_config, spool_root
     from proctor.station.profiles import build_cell
@@ -378,7 +762,14 @@ def check(
     typer.echo(f"pre-flight: station {cfg.name}, profile {profile}")
     cell = build_cell(profile, cfg)
     try:
-        results = preflight(cell, pf, disk, profile, emit=lambda r: typer.echo(r.line()))
+        results = preflight(
+            cell,
+            pf,
+            disk,
+            profile,
+            emit=lambda r: typer.echo(r.line()),
+            operator=(lambda text: typer.echo(f">>> {text}")) if enabling_device else None,
+        )
     finally:
         cell.close()
     failed = [r.name for r in results if r.status == CheckStatus.failed]

@@ -94,6 +94,9 @@ def recover_interrupted(
                 "profile": meta.get("profile"),
                 "telemetry_hz": meta.get("telemetry_hz"),
                 "recovered": True,
+                # the commissioned layout the episode started with (None: the
+                # profile's own, see archive.cell_layout)
+                **({"layout": meta["layout"]} if meta.get("layout") else {}),
             },
             interrupted=True,
         )

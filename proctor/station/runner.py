@@ -403,6 +403,8 @@ class EpisodeRunner:
                 "episode_uid": act.uid,
                 "run_code": act.work.run_code,
                 "profile": cell.profile,
+                # so that a recording recovered after a crash keeps its layout
+                "layout": cell.layout(act.work.tote_side, act.work.camera_side),
                 "cameras": {n: vars(v) for n, v in videos.items()},
                 "telemetry_hz": cfg.telemetry_hz,
             },

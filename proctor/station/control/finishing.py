@@ -206,7 +206,11 @@ class EpisodeFinish:
     def _manifest(self, ending: _Ending, details: dict[str, Any]) -> dict[str, Any]:
         """What the runner adds to the episode's manifest."""
         act, cfg, cell = self.act, self.config, self.cell
+        # a commissioned cell's measured layout (the real and twin cells);
+        # without one the archive writes the profile's own (archive.cell_layout)
+        layout = cell.layout(act.work.tote_side, act.work.camera_side)
         return {
+            **({"layout": layout} if layout is not None else {}),
             "proposed_outcome": ending.proposed.value,
             "reason": episodes.bounded(ending.reason),
             "profile": cell.profile,

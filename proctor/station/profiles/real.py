@@ -23,7 +23,9 @@ deploy config, never in code)::
     min_free_gb = 50
 
 Camera sizes and rates come from ``[cameras.<name>]`` (default 640×480 at
-30 fps), as for every profile.
+30 fps), as for every profile. The config's ``commissioned`` file
+(``proctor.station.commissioning``) fixes the arm's home pose, workspace box, TCP and
+payload; ``realtime`` is always ``enforce`` here.
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from pathlib import Path
 from typing import Any, TypeVar
 
 from proctor.core.errors import ConfigError
 from proctor.station import keys
 from proctor.station.cell import Cell
 from proctor.station.clock import Clock, MonotonicClock
+from proctor.station.commissioning import CommissionedCell, load_commissioned
 from proctor.station.config import CameraSettings, StationConfig
-from proctor.station.drivers.arm.base import ARMS, Arm
+from proctor.station.drivers.arm.base import ARMS, Arm, ArmConfig
 from proctor.station.drivers.camera.base import CAMERAS, Camera
 from proctor.station.drivers.gripper.base import GRIPPERS, Gripper
 from proctor.station.profiles import PROFILES, camera_settings
@@ -161,6 +165,46 @@ def check_section(section: dict[str, Any], where: str, allowed: set[str]) -> Non
         )
 
 
+# the arm settings a commissioned cell fixes: set once, by measurement
+COMMISSIONED_ARM_FIELDS = (
+    "home_q",
+    "workspace_min",
+    "workspace_max",
+    "tcp",
+    "payload_mass",
+    "payload_com",
+    "payload_inertia",
+)
+
+
+def commissioned_arm(
+    config: StationConfig, arm_section: dict[str, Any], where: str
+) -> tuple[CommissionedCell | None, dict[str, Any]]:
+    """The commissioned cell named by the config, and the arm settings it
+    fixes (which the profile's arm table may then not set)."""
+    if config.commissioned is None:
+        return None, {}
+    limits = ArmConfig()
+    q_min = tuple(arm_section.get("q_min", limits.q_min))
+    q_max = tuple(arm_section.get("q_max", limits.q_max))
+    cell = load_commissioned(Path(config.commissioned), q_min, q_max)
+    clash = sorted(set(arm_section) & set(COMMISSIONED_ARM_FIELDS))
+    if clash:
+        raise ConfigError(
+            f"{where}: {', '.join(clash)} is set by the commissioned cell "
+            f"({config.commissioned}), not the config"
+        )
+    return cell, {
+        "home_q": cell.home_q,
+        "workspace_min": cell.workspace_min,
+        "workspace_max": cell.workspace_max,
+        "tcp": cell.tcp.as_tuple(),
+        "payload_mass": cell.payload.mass,
+        "payload_com": cell.payload.com,
+        "payload_inertia": cell.payload.inertia,
+    }
+
+
 @PROFILES.register("real")
 def build(config: StationConfig, clock: Clock | None = None) -> Cell:
     section = config.profile_section("real")
@@ -187,10 +231,14 @@ def build(config: StationConfig, clock: Clock | None = None) -> Cell:
     extra = sorted(set(cameras_section) - set(keys.CAMERAS))
     if extra:
         raise ConfigError(f"real.cameras: unknown camera(s) {', '.join(extra)}")
+    commissioned, fixed = commissioned_arm(config, arm_section, "real.arm")
     return Cell(
         profile="real",
         clock=clock,
-        arm=build_arm(arm_section, "real.arm", clock),
+        # libfranka's realtime check stays on for the real arm (review #9):
+        # "ignore" is for franky-sim and development machines only
+        arm=build_arm(arm_section, "real.arm", clock, realtime="enforce", **fixed),
         gripper=build_gripper(gripper_section, "real.gripper", clock),
         cameras=cameras,
+        commissioned=commissioned,
     )

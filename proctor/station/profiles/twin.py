@@ -17,7 +17,8 @@ cell's closers stop them. Its ``[twin]`` section::
     gripper_activation_s = 1.0          # how long the simulated 2F-85 takes to activate
     recording_s = 3.0                   # length of each generated camera loop
 
-    [twin.arm]                          # FrankyArmConfig fields (not host/realtime)
+    [twin.arm]                          # FrankyArmConfig fields (not host/realtime,
+                                        # nor what the `commissioned` file fixes)
     relative_dynamics_factor = 0.2
 
     [twin.gripper]                      # RobotiqGripperConfig fields (not port)
@@ -51,6 +52,7 @@ from proctor.station.profiles.real import (
     build_camera,
     build_gripper,
     check_section,
+    commissioned_arm,
 )
 from proctor.station.twin.peers import FrankySimProcess, GripperSimProcess, PeerError, SocatPtyPair
 
@@ -156,10 +158,11 @@ def build(config: StationConfig) -> Cell:
     extra = sorted(set(cameras_section) - set(keys.CAMERAS))
     if extra:
         raise ConfigError(f"twin.cameras: unknown camera(s) {', '.join(extra)}")
-    home_q = arm_section.get("home_q", ArmConfig.home_q)
+    commissioned, fixed = commissioned_arm(config, arm_section, "twin.arm")
+    home_q = fixed.get("home_q", arm_section.get("home_q", ArmConfig.home_q))
     # refuse a bad config before any peer starts (placeholders for what the
     # peers will provide)
-    _validate(config, arm_section, gripper_section, cameras_section)
+    _validate(config, {**arm_section, **fixed}, gripper_section, cameras_section)
 
     if "workdir" in section:
         workdir, temporary = Path(str(section["workdir"])).expanduser(), False
@@ -228,7 +231,7 @@ def build(config: StationConfig) -> Cell:
                 playback_real_time=True,
                 repeat_playback=True,
             )
-        arm = build_arm(arm_section, "twin.arm", clock, host=host, realtime="ignore")
+        arm = build_arm(arm_section, "twin.arm", clock, host=host, realtime="ignore", **fixed)
         gripper = build_gripper(
             gripper_section, "twin.gripper", clock, port=str(peers.socat.driver_end)
         )
@@ -241,5 +244,6 @@ def build(config: StationConfig) -> Cell:
         arm=arm,
         gripper=gripper,
         cameras=cameras,
+        commissioned=commissioned,
         closers=[peers.stop],
     )

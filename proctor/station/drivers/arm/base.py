@@ -76,6 +76,27 @@ class ArmConfig:
     extra: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ControllerReport:
+    """What pre-flight asks of an arm's controller, from its own state."""
+
+    # the controller's mode by libfranka's names: Idle, Move, Guiding, Reflex,
+    # UserStopped, AutomaticErrorRecovery, Other
+    mode: str
+    # fraction of the last 100 control commands the controller received
+    # (libfranka: 0 while no control loop runs)
+    command_success_rate: float
+    # the robot's TCP / payload against the configured (commissioned) values:
+    # None = as configured, else what differs; "not configured" when the
+    # config names none
+    tcp_problem: str | None
+    payload_problem: str | None
+    tcp_configured: bool
+    payload_configured: bool
+    # library and server versions, by name, as far as the driver can tell
+    versions: dict[str, str] = field(default_factory=dict)
+
+
 class ArmFault(RuntimeError):
     """The arm refused or aborted a motion (reflex, limits, lost link)."""
 
@@ -121,6 +142,12 @@ class Arm(ABC, Generic[C]):
     @abstractmethod
     def home(self) -> None:
         """Move to ``config.home_q`` and wait until there."""
+
+    def controller_report(self) -> ControllerReport | None:
+        """The controller's own view for pre-flight (mode, end effector,
+        command success rate, versions); None for an arm without one (the
+        simulated cell)."""
+        return None
 
     def __enter__(self) -> Self:
         self.connect()

@@ -14,6 +14,7 @@ arm as faulted, with libfranka's text; ``read_state`` reports it in
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from proctor.station.drivers.arm.base import (
     ArmConfig,
     ArmFault,
     ArmState,
+    ControllerReport,
 )
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,21 @@ class FrankyArmConfig(ArmConfig):
     # how long ``stop`` waits for the motion to wind down before it calls the
     # arm unstoppable (libfranka's stop decelerates within ~100 ms)
     stop_timeout_s: float = 1.0
+    # the commissioned TCP, flange → tool centre point [x, y, z, qx, qy, qz, qw]
+    # (the robot's F_T_EE), and the payload on the flange (mass kg, centre of
+    # mass m in the flange frame, inertia kg·m² column-major): configured
+    # through franky at connect and read back (see configure_end_effector).
+    # None leaves Desk's end-effector configuration as it is.
+    tcp: tuple[float, ...] | None = None
+    payload_mass: float | None = None
+    payload_com: tuple[float, ...] = (0.0, 0.0, 0.0)
+    payload_inertia: tuple[float, ...] = (0.001, 0.0, 0.0, 0.0, 0.001, 0.0, 0.0, 0.0, 0.001)
+    # how far the robot's own F_T_EE / m_total may differ from the commissioned
+    # values (float32 on the wire: libfranka's state is packed as floats)
+    tcp_tolerance_m: float = 0.002
+    tcp_tolerance_deg: float = 1.0
+    payload_tolerance_kg: float = 0.05
+    payload_com_tolerance_m: float = 0.01
 
     def __post_init__(self) -> None:
         # configs arrive from TOML as plain strings and lists
@@ -134,10 +151,42 @@ class FrankyArmConfig(ArmConfig):
             if len(value) != size:
                 raise ValueError(f"franky arm config: {name} needs {size} values, got {len(value)}")
             object.__setattr__(self, name, value)
+        self._check_end_effector()
+        lo, hi = np.asarray(self.workspace_min), np.asarray(self.workspace_max)
+        if not np.all(lo < hi):
+            raise ValueError(
+                f"franky arm config: workspace_min {list(self.workspace_min)} must be below "
+                f"workspace_max {list(self.workspace_max)} on every axis"
+            )
+        # home_q is never clipped into the limits (a clipped home is another
+        # pose than the one commissioned): outside them, the config is refused
+        m = self.joint_margin_rad
+        for i, (v, q_lo, q_hi) in enumerate(zip(self.home_q, self.q_min, self.q_max, strict=True)):
+            if not q_lo + m <= v <= q_hi - m:
+                raise ValueError(
+                    f"franky arm config: home_q joint {i + 1} at {v:.3f} rad is outside its "
+                    f"limits [{q_lo:.3f}, {q_hi:.3f}] less the {m:g} rad margin"
+                )
         if not 0.0 < self.relative_dynamics_factor <= 1.0:
             raise ValueError("franky arm config: relative_dynamics_factor must be in (0, 1]")
         if not 0.0 < self.home_dynamics_factor <= 1.0:
             raise ValueError("franky arm config: home_dynamics_factor must be in (0, 1]")
+
+    def _check_end_effector(self) -> None:
+        for name, size in (("payload_com", 3), ("payload_inertia", 9)):
+            value = tuple(float(v) for v in getattr(self, name))
+            if len(value) != size:
+                raise ValueError(f"franky arm config: {name} needs {size} values, got {len(value)}")
+            object.__setattr__(self, name, value)
+        if self.tcp is not None:
+            tcp = tuple(float(v) for v in self.tcp)
+            if len(tcp) != 7 or abs(float(np.linalg.norm(tcp[3:])) - 1.0) > 1e-3:
+                raise ValueError(
+                    "franky arm config: tcp needs [x, y, z, qx, qy, qz, qw] with a unit quaternion"
+                )
+            object.__setattr__(self, "tcp", tcp)
+        if self.payload_mass is not None and not self.payload_mass > 0:
+            raise ValueError("franky arm config: payload_mass must be positive (kg)")
 
 
 RobotFactory = Callable[[FrankyArmConfig], Any]
@@ -155,7 +204,137 @@ def _connect_robot(config: FrankyArmConfig) -> franky.Robot:
         realtime_config=realtime,
     )
     robot.set_collision_behavior(list(config.collision_torque_nm), list(config.collision_force_n))
+    configure_end_effector(robot, config)
     return robot
+
+
+def _pose(affine: Any) -> np.ndarray:
+    """franky's state gives libfranka's transforms as ``franky.Affine``."""
+    return np.asarray(affine.matrix, dtype=np.float64).reshape(4, 4)
+
+
+def configure_end_effector(robot: Any, config: FrankyArmConfig) -> None:
+    """Set the commissioned TCP and payload through franky, then read them
+    back from the robot's own state; a mismatch is an ArmFault.
+
+    franky 2.0 (the installed wheel's ``Robot.set_ee``/``set_load``
+    docstrings) binds libfranka's ``setEE`` as ``Robot.set_ee(NE_T_EE)``:
+    the transform from the *nominal* end effector to the end effector; the
+    flange → nominal end effector ``F_T_NE`` "can only be set through the
+    administrator's interface" (FCI docs, frankaemika.github.io/docs/libfranka.html),
+    so ``F_T_EE = F_T_NE · NE_T_EE``; and
+    ``setLoad`` as ``Robot.set_load(mass, F_x_Cload, inertia)``: an *external*
+    load on top of Desk's end effector (``m_ee``, ``F_x_Cee``), the controller
+    reporting their sum as ``m_total`` and ``F_x_Ctotal``. The end effector's
+    own parameters can only be set in Desk (libfranka's note on setLoad), so
+    the commissioned payload is split: load = commissioned − Desk's end
+    effector, placed so that the combined centre of mass is the commissioned
+    one. The inertia is passed as measured (it is not composed with Desk's:
+    at the station's speeds the gravity term dominates; not verified on
+    hardware)."""
+    if config.tcp is None and config.payload_mass is None:
+        return
+    s = robot.state
+    if config.tcp is not None:
+        wanted = _tcp_matrix(config.tcp)
+        ne_t_ee = np.linalg.inv(_pose(s.F_T_NE)) @ wanted
+        robot.set_ee(list(ne_t_ee.flatten(order="F")))
+    if config.payload_mass is not None:
+        m_ee = float(s.m_ee)
+        m_load = config.payload_mass - m_ee
+        if m_load < -config.payload_tolerance_kg:
+            raise ArmFault(
+                f"the end effector configured in Desk weighs {m_ee:.3f} kg, more than the "
+                f"commissioned payload {config.payload_mass:.3f} kg: fix Desk's end-effector "
+                "configuration or commission again"
+            )
+        m_load = max(0.0, m_load)
+        com = np.asarray(config.payload_com)
+        c_load = (
+            (config.payload_mass * com - m_ee * np.asarray(s.F_x_Cee)) / m_load
+            if m_load > 1e-3
+            else np.zeros(3)
+        )
+        robot.set_load(m_load, list(c_load), list(config.payload_inertia))
+    # the next state sample carries the new values, not necessarily the one
+    # franky holds now: read back until they match or the time is up
+    deadline = threading.Event()
+    for _ in range(READBACK_TRIES):
+        problems = end_effector_mismatch(end_effector_report(robot.state), config)
+        if not problems:
+            return
+        deadline.wait(READBACK_PERIOD_S)
+    raise ArmFault("end effector not as configured after setting it: " + "; ".join(problems))
+
+
+# reading back the end effector after setting it: up to half a second
+READBACK_TRIES = 50
+READBACK_PERIOD_S = 0.01
+
+
+def _tcp_matrix(tcp: tuple[float, ...]) -> np.ndarray:
+    from proctor.station.geometry import quat_to_matrix
+
+    m = np.eye(4)
+    m[:3, :3] = quat_to_matrix(np.asarray(tcp[3:]))
+    m[:3, 3] = tcp[:3]
+    return m
+
+
+@dataclass(frozen=True)
+class EndEffectorReport:
+    """What the controller believes is on the flange (its own state)."""
+
+    F_T_EE: np.ndarray  # 4×4
+    m_ee: float  # Desk's end effector
+    m_load: float  # set through set_load
+    m_total: float
+    F_x_Ctotal: np.ndarray  # (3,)
+
+
+def end_effector_report(state: Any) -> EndEffectorReport:
+    return EndEffectorReport(
+        F_T_EE=_pose(state.F_T_EE),
+        m_ee=float(state.m_ee),
+        m_load=float(state.m_load),
+        m_total=float(state.m_total),
+        F_x_Ctotal=np.asarray(state.F_x_Ctotal, dtype=np.float64),
+    )
+
+
+def tcp_mismatch(report: EndEffectorReport, config: FrankyArmConfig) -> str | None:
+    if config.tcp is None:
+        return None
+    wanted = _tcp_matrix(config.tcp)
+    dx = float(np.linalg.norm(report.F_T_EE[:3, 3] - wanted[:3, 3]))
+    rel = wanted[:3, :3].T @ report.F_T_EE[:3, :3]
+    angle = math.degrees(math.acos(max(-1.0, min(1.0, (float(np.trace(rel)) - 1.0) / 2.0))))
+    if dx <= config.tcp_tolerance_m and angle <= config.tcp_tolerance_deg:
+        return None
+    have = ", ".join(f"{v:.4f}" for v in report.F_T_EE[:3, 3])
+    want = ", ".join(f"{v:.4f}" for v in wanted[:3, 3])
+    return (
+        f"TCP (F_T_EE) at [{have}] m, commissioned [{want}] m: off by {1000 * dx:.1f} mm "
+        f"and {angle:.1f}°"
+    )
+
+
+def payload_mismatch(report: EndEffectorReport, config: FrankyArmConfig) -> str | None:
+    if config.payload_mass is None:
+        return None
+    dm = abs(report.m_total - config.payload_mass)
+    dc = float(np.linalg.norm(report.F_x_Ctotal - np.asarray(config.payload_com)))
+    if dm <= config.payload_tolerance_kg and dc <= config.payload_com_tolerance_m:
+        return None
+    return (
+        f"payload m_total {report.m_total:.3f} kg (Desk's end effector {report.m_ee:.3f} + load "
+        f"{report.m_load:.3f}), commissioned {config.payload_mass:.3f} kg; centre of mass off "
+        f"by {1000 * dc:.0f} mm"
+    )
+
+
+def end_effector_mismatch(report: EndEffectorReport, config: FrankyArmConfig) -> list[str]:
+    return [p for p in (tcp_mismatch(report, config), payload_mismatch(report, config)) if p]
 
 
 def _error_names(errors: Any) -> str | None:
@@ -332,6 +511,24 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 error=error,
             )
 
+    def controller_report(self) -> ControllerReport:
+        with self._lock:
+            self._r()
+            try:
+                s = self._r().state
+            except FRANKY_ERRORS as exc:
+                raise self._latch(exc) from exc
+            report = end_effector_report(s)
+            return ControllerReport(
+                mode=s.robot_mode.name,
+                command_success_rate=float(s.control_command_success_rate),
+                tcp_problem=tcp_mismatch(report, self.config),
+                payload_problem=payload_mismatch(report, self.config),
+                tcp_configured=self.config.tcp is not None,
+                payload_configured=self.config.payload_mass is not None,
+                versions=library_versions(),
+            )
+
     def clip(self, command: ArmCommand) -> ArmCommand:
         """The command the arm will actually execute: inside the joint limits,
         the velocity limits and the workspace box, with a unit quaternion."""
@@ -488,6 +685,29 @@ class FrankyArm(Arm[FrankyArmConfig]):
                     f"arm stopped {error:.3f} rad from home (tolerance {c.home_tolerance_rad})"
                 )
             self.clock.sleep_until(self.clock.now() + 0.01)
+
+
+def library_versions() -> dict[str, str]:
+    """franky's and its bundled libfranka's versions. The robot's server
+    version is not among them: franky 2.0 binds ``server_version`` only on
+    the Franka Hand's ``Gripper`` (``_franky.pyi``), not on ``Robot``
+    (libfranka's ``Robot::serverVersion`` is unbound); a server that does not
+    match the bundled libfranka refuses the connection with
+    ``IncompatibleVersionException``, which connect reports."""
+    from importlib import metadata
+
+    versions = {"robot server": "not exposed by franky (a mismatch refuses to connect)"}
+    try:
+        versions["franky-control"] = metadata.version("franky-control")
+        files = metadata.files("franky-control") or []
+    except metadata.PackageNotFoundError:
+        return versions
+    for f in files:
+        # the wheel bundles libfranka as franky_control.libs/libfranka-<hash>.so.<version>
+        name = f.name
+        if name.startswith("libfranka") and ".so." in name:
+            versions["libfranka"] = name.split(".so.", 1)[1]
+    return versions
 
 
 def _clip_norm(v: np.ndarray, limit: float) -> np.ndarray:
