@@ -198,7 +198,8 @@ class FrankySimProcess(PeerProcess):
     ) -> None:
         argv = [sys.executable, "-m", "proctor.station.drivers.arm.franky_sim_server"]
         if initial_q is not None:
-            argv += ["--initial-q", ",".join(f"{v:.6f}" for v in initial_q)]
+            # one token with "=": a first angle such as -0.5 would otherwise read as an option
+            argv.append("--initial-q=" + ",".join(f"{v:.6f}" for v in initial_q))
         if hostname is not None:
             argv += ["--hostname", hostname]
         super().__init__(argv, "READY ", log_path=log_path, clock=clock)
