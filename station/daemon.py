@@ -227,6 +227,12 @@ class StationDaemon:
         self._bump()
         return self.status()
 
+    def activate_gripper(self) -> dict[str, Any]:
+        self.runner.activate_gripper()
+        self.notice = Notice("info", "gripper activated")
+        self._bump()
+        return self.status()
+
     def disarm(self) -> dict[str, Any]:
         self.runner.disarm()
         return self.status()

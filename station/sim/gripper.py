@@ -108,6 +108,11 @@ class SimGripper(Gripper[SimGripperConfig]):
             self.world.grip_activated = True
             self.world.grip_fault = None
 
+    def needs_activation(self) -> bool:
+        # every simulated fault stands for a major one: only activation clears it
+        with self.world.lock:
+            return not self.world.grip_activated or bool(self.world.grip_fault)
+
     def inject_fault(self, text: str) -> None:
         """Make the gripper report a fault (tests and fault drills)."""
         with self.world.lock:

@@ -29,6 +29,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 from pymodbus import FramerType
@@ -66,6 +67,9 @@ class SimulatedGripperConfig:
     moving_current_ma: float = 300.0
     max_holding_current_ma: float = 600.0
     device_id: int = regs.DEVICE_ID
+    # gPO where the empty fingers meet: a real 2F-85 stops short of 255
+    # (about 0xE0–0xE6, hardware review, from experience)
+    closed_counts: int = regs.POSITION_MAX
 
 
 class GripperModel:
@@ -187,7 +191,7 @@ class GripperModel:
         )
         if not moving:
             return
-        target = float(cmd.position)
+        target = float(min(cmd.position, self.config.closed_counts))
         step = self._speed_counts_s() * dt
         if target > self.position:
             stop = target
@@ -204,11 +208,14 @@ class GripperModel:
 
 class LineNoise:
     """What the wire does to the gripper's answers (a server-side hook on
-    every frame it sends): drop some, corrupt some, or drop them all."""
+    every frame it sends): drop some, corrupt some, drop them all, or hold
+    each one back (``delay_s``: a slow line or a USB adapter's latency timer;
+    the server answers nothing else meanwhile, as a real half-duplex line)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.silent = False
+        self.delay_s = 0.0
         self._drop = 0
         self._corrupt = 0
         self.dropped = 0
@@ -225,6 +232,8 @@ class LineNoise:
             self._corrupt = n
 
     def trace_packet(self, sending: bool, data: bytes) -> bytes:
+        if sending and self.delay_s > 0:
+            time.sleep(self.delay_s)  # on the server's loop: it blocks, as the line would
         with self._lock:
             if not sending:
                 if len(self.heard) < 1 << 20:
