@@ -3,8 +3,9 @@
 ``proctor station check --profile real|twin`` builds the profile's cell,
 then checks, one line each: disk space for the recordings, the kernel
 clock's synchronisation, the arm (reachable, no errors, joints inside their
-limits, state readable at the telemetry rate), the gripper (activates, no
-fault), and each camera (delivers frames at its rate and resolution). The
+limits, state readable at the telemetry rate), the gripper (status only, never
+activated here: activated and no fault; its serial line's latency timer and
+round trip), and each camera (delivers frames at its rate and resolution). The
 command exits non-zero when any check fails.
 
 Thresholds come from the profile section's ``preflight`` table, e.g.::
@@ -37,6 +38,7 @@ from station.clock import Clock
 from station.drivers.arm.base import ArmFault
 from station.drivers.camera.base import Camera, CameraStalled, Frame
 from station.drivers.gripper.base import GripperFault
+from station.drivers.gripper.serial_line import latency_timer
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,14 @@ class PreflightSettings:
     state_rate_hz: float = 100.0
     # arm state is read for this long to measure that rate
     state_sample_s: float = 0.3
+    # an FTDI adapter's latency timer, ms (its default 16 ms makes every Modbus
+    # answer up to 16 ms late; deploy's udev rule sets 1)
+    max_serial_latency_timer_ms: float = 1.0
+    # gripper status exchanges timed, and the median round trip allowed: 19 +
+    # 11 bytes at 115200 baud take ~2.6 ms, plus ~1 ms of latency timer and
+    # the gripper's own answer time
+    gripper_round_trips: int = 20
+    max_gripper_round_trip_ms: float = 10.0
 
     @classmethod
     def for_profile(cls, profile: str, section: dict[str, Any]) -> PreflightSettings:
@@ -84,7 +94,8 @@ class PreflightSettings:
         defaults: dict[str, Any] = {}
         if profile != "real":
             # simulated peers share this host's clock; nothing is compared across hosts
-            defaults.update(require_ntp=False, min_free_gb=1.0)
+            # a pty to a simulator answering from a process that shares the CPU
+            defaults.update(require_ntp=False, min_free_gb=1.0, max_gripper_round_trip_ms=100.0)
         table = section.get("preflight", {})
         if not isinstance(table, dict):
             raise ConfigError(f"{profile}.preflight: must be a table")
@@ -247,24 +258,80 @@ def check_arm(cell: Cell, settings: PreflightSettings) -> CheckResult:
 
 
 def check_gripper(cell: Cell) -> CheckResult:
+    """Status only: pre-flight never activates (activation sweeps the fingers,
+    and pre-flight runs before every daemon start)."""
     gripper = cell.gripper
     where = getattr(gripper.config, "port", type(gripper).__name__)
     try:
         if not gripper.is_connected:
             gripper.connect()
-        gripper.activate()
+        needs = gripper.needs_activation()
         state = gripper.read_state()
     except GripperFault as exc:
         return CheckResult("gripper", CheckStatus.failed, f"{where}: {exc}")
+    if state.fault is not None and needs:
+        return CheckResult(
+            "gripper",
+            CheckStatus.failed,
+            f"{where}: {state.fault} (hands clear, then activate it from the console)",
+        )
     if state.fault is not None:
-        return CheckResult("gripper", CheckStatus.failed, f"{where}: {state.fault}")
-    if not state.activated:
-        return CheckResult("gripper", CheckStatus.failed, f"{where}: not activated")
+        return CheckResult("gripper", CheckStatus.warning, f"{where}: {state.fault}")
+    if needs:
+        return CheckResult(
+            "gripper",
+            CheckStatus.warning,
+            f"{where}: not activated; the station activates it when it starts "
+            "(the fingers sweep fully open and closed)",
+        )
     return CheckResult(
         "gripper",
         CheckStatus.passed,
         f"{where}: activated, no fault, fingers at {state.position:.2f}",
     )
+
+
+# the udev rule that sets the adapter's latency timer (deploy/README.md)
+LATENCY_UDEV_RULE = "deploy/udev/99-proctor-robotiq.rules"
+
+
+def check_gripper_line(cell: Cell, settings: PreflightSettings) -> CheckResult:
+    """The serial adapter's latency timer (udev sets it to 1 ms) and the
+    measured status round trip; a driver without a bus is skipped."""
+    gripper = cell.gripper
+    port = getattr(gripper.config, "port", None)
+    measure = getattr(gripper, "measure_round_trip", None)
+    if port is None or measure is None:
+        return CheckResult("gripper line", CheckStatus.passed, "no serial line (simulated)")
+    timer = latency_timer(port)
+    problems = []
+    if timer.ms is None:
+        detail = f"latency timer: skipped ({timer.why_none})"
+    else:
+        detail = f"{timer.tty} latency timer {timer.ms} ms"
+        if timer.ms > settings.max_serial_latency_timer_ms:
+            problems.append(
+                f"{timer.tty} latency timer is {timer.ms} ms "
+                f"(need <= {settings.max_serial_latency_timer_ms:g}; install "
+                f"{LATENCY_UDEV_RULE} and replug the adapter)"
+            )
+    try:
+        if not gripper.is_connected:
+            gripper.connect()
+        rtts = sorted(measure(settings.gripper_round_trips))
+    except GripperFault as exc:
+        return CheckResult("gripper line", CheckStatus.failed, f"{port}: {exc}")
+    if rtts:
+        median_ms, worst_ms = 1000 * rtts[len(rtts) // 2], 1000 * rtts[-1]
+        detail += f", status round trip {median_ms:.1f} ms median, {worst_ms:.1f} ms max"
+        if median_ms > settings.max_gripper_round_trip_ms:
+            problems.append(
+                f"status round trip {median_ms:.1f} ms median "
+                f"(limit {settings.max_gripper_round_trip_ms:g} ms)"
+            )
+    if problems:
+        return CheckResult("gripper line", CheckStatus.failed, "; ".join(problems))
+    return CheckResult("gripper line", CheckStatus.passed, detail)
 
 
 def check_camera(
@@ -330,6 +397,7 @@ def run_checks(
     yield check_clock(settings, profile)
     yield check_arm(cell, settings)
     yield check_gripper(cell)
+    yield check_gripper_line(cell, settings)
     for name, camera in cell.cameras.items():
         yield check_camera(name, camera, cell.clock, settings)
 

@@ -5,8 +5,9 @@ its latency timer expires: 16 ms by default, so every Modbus answer arrives
 up to 16 ms late. The kernel driver exposes the timer as the port device's
 ``latency_timer`` attribute (``DEVICE_ATTR_RW(latency_timer)`` in
 ``drivers/usb/serial/ftdi_sio.c``), i.e.
-``/sys/bus/usb-serial/devices/ttyUSB0/latency_timer``; ``deploy/99-proctor-
-gripper.rules`` sets it to 1 ms whenever the adapter appears. A pty (the twin)
+``/sys/bus/usb-serial/devices/ttyUSB0/latency_timer``;
+``deploy/udev/99-proctor-robotiq.rules`` sets it to 1 ms whenever the adapter
+appears. A pty (the twin)
 or a TCP gateway has no such timer.
 """
 
@@ -25,9 +26,10 @@ class LatencyTimer:
     why_none: str = ""
 
 
-def latency_timer(port: str, sysfs: Path = USB_SERIAL_DEVICES) -> LatencyTimer:
+def latency_timer(port: str, sysfs: Path | None = None) -> LatencyTimer:
     """The latency timer of the adapter behind ``port`` (a ``/dev/serial/by-id``
     link is followed to its ``ttyUSBn``)."""
+    sysfs = sysfs or USB_SERIAL_DEVICES
     if port.startswith("tcp://"):
         return LatencyTimer(port, None, "a TCP gateway, not a USB-serial adapter")
     tty = Path(port).resolve().name

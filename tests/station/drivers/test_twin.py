@@ -39,6 +39,7 @@ from station.preflight import (
     check_clock,
     check_disk,
     check_gripper,
+    check_gripper_line,
     preflight,
     read_kernel_clock,
 )
@@ -116,12 +117,21 @@ def test_preflight_passes_on_the_twin(twin_cell: Cell, tmp_path: Path) -> None:
     settings = PreflightSettings.for_profile("twin", {"preflight": RELAXED})
     results = preflight(twin_cell, settings, tmp_path, "twin")
     by_name = {r.name: r for r in results}
-    assert list(by_name) == ["disk", "clock", "arm", "gripper", "camera exterior", "camera wrist"]
-    for name in ("disk", "arm", "gripper", "camera exterior", "camera wrist"):
+    assert list(by_name) == [
+        "disk", "clock", "arm", "gripper", "gripper line", "camera exterior", "camera wrist",
+    ]  # fmt: skip
+    for name in ("disk", "arm", "gripper line", "camera exterior", "camera wrist"):
         assert by_name[name].status == CheckStatus.passed, by_name[name].line()
     # this host's clock may or may not be NTP-disciplined; the twin never fails on it
     assert by_name["clock"].status in (CheckStatus.passed, CheckStatus.warning)
-    assert twin_cell.gripper.read_state().activated
+    # the simulated 2F-85 starts as a powered, never activated gripper: pre-flight
+    # says so and leaves it alone (activation would sweep the fingers)
+    assert by_name["gripper"].status == CheckStatus.warning
+    assert "not activated" in by_name["gripper"].detail
+    assert not twin_cell.gripper.read_state().activated
+    # a pty has no latency timer; the round trip is measured all the same
+    line = by_name["gripper line"].detail
+    assert "latency timer: skipped" in line and "status round trip" in line
 
 
 def test_preflight_fails_an_arm_outside_its_joint_limits(twin_cell: Cell) -> None:
@@ -182,7 +192,17 @@ def test_preflight_gripper_and_camera_failures(pty_pair: PtyPair, tmp_path: Path
     gripper = RobotiqGripper(RobotiqGripperConfig(port=str(pty_pair.driver_end)))
     try:
         cell = types.SimpleNamespace(gripper=gripper)
+        result = check_gripper(cell)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.warning and "not activated" in result.detail
+        # status only: pre-flight wrote nothing to the command registers
+        assert bytes.fromhex("091003E8") not in bytes(sim.noise.heard)
+        assert gripper.stats.commands_written == 0
+        gripper.activate()
         assert check_gripper(cell).status == CheckStatus.passed  # type: ignore[arg-type]
+        sim.model.inject_fault(0x0E)  # overcurrent: a major fault
+        result = check_gripper(cell)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.failed and "overcurrent" in result.detail
+        assert gripper.read_state().fault is not None  # and it was left in fault
         sim.noise.silent = True  # the gripper stops answering
         result = check_gripper(cell)  # type: ignore[arg-type]
         assert result.status == CheckStatus.failed and "No response" in result.detail
@@ -192,6 +212,44 @@ def test_preflight_gripper_and_camera_failures(pty_pair: PtyPair, tmp_path: Path
     missing = UvcCamera(UvcCameraConfig(name="wrist", device="/dev/video97"))
     result = check_camera("wrist", missing, None, PreflightSettings())  # type: ignore[arg-type]
     assert result.status == CheckStatus.failed and "does not exist" in result.detail
+
+
+def test_preflight_gripper_line_reads_the_adapters_latency_timer(
+    pty_pair: PtyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The line reached through a /dev/serial/by-id style link: its tty's
+    ``latency_timer`` (a stand-in sysfs tree here, since a pty has none) must
+    be 1 ms; the FTDI default of 16 fails the check, naming the rule to install."""
+    sim = SimulatedGripper(SimulatedGripperConfig(activation_s=0.05))
+    sim.start_serial(str(pty_pair.device_end))
+    by_id = tmp_path / "usb-FTDI_FT232R_USB_UART_A1B2C3-if00-port0"
+    by_id.symlink_to(pty_pair.driver_end)
+    tty = by_id.resolve().name
+    sysfs = tmp_path / "sys-bus-usb-serial-devices"
+    (sysfs / tty).mkdir(parents=True)
+    (sysfs / tty / "latency_timer").write_text("16\n")
+    monkeypatch.setattr("station.drivers.gripper.serial_line.USB_SERIAL_DEVICES", sysfs)
+    gripper = RobotiqGripper(RobotiqGripperConfig(port=str(by_id), timeout_s=1.0))
+    cell = types.SimpleNamespace(gripper=gripper)
+    settings = PreflightSettings.for_profile("twin", {})
+    try:
+        result = check_gripper_line(cell, settings)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.failed, result.line()
+        assert f"{tty} latency timer is 16 ms" in result.detail
+        assert "deploy/udev/99-proctor-robotiq.rules" in result.detail
+        (sysfs / tty / "latency_timer").write_text("1\n")
+        result = check_gripper_line(cell, settings)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.passed, result.line()
+        assert f"{tty} latency timer 1 ms" in result.detail and "round trip" in result.detail
+        # a line slower than the limit fails on its measured round trip
+        sim.noise.delay_s = 0.05
+        slow = dataclasses.replace(settings, gripper_round_trips=3, max_gripper_round_trip_ms=20)
+        result = check_gripper_line(cell, slow)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.failed and "status round trip" in result.detail
+    finally:
+        sim.noise.delay_s = 0.0
+        gripper.disconnect()
+        sim.stop()
 
 
 def test_preflight_settings_are_validated() -> None:
