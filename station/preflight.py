@@ -87,6 +87,11 @@ class PreflightSettings:
     # the gripper's own answer time
     gripper_round_trips: int = 20
     max_gripper_round_trip_ms: float = 10.0
+    # camera frames stamped by the camera's clock (RealSense hardware_clock or
+    # global_time), not on arrival (system_time: about a frame late)
+    require_device_timestamps: bool = True
+    # a camera on a USB 2 link (a long wrist cable, a hub) fails pre-flight
+    require_usb3: bool = True
 
     @classmethod
     def for_profile(cls, profile: str, section: dict[str, Any]) -> PreflightSettings:
@@ -315,9 +320,12 @@ def check_gripper_line(cell: Cell, settings: PreflightSettings) -> CheckResult:
                 f"(need <= {settings.max_serial_latency_timer_ms:g}; install "
                 f"{LATENCY_UDEV_RULE} and replug the adapter)"
             )
+    if not gripper.is_connected:
+        # the gripper check has said why: nothing to time
+        if problems:
+            return CheckResult("gripper line", CheckStatus.failed, "; ".join(problems))
+        return CheckResult("gripper line", CheckStatus.warning, detail + "; round trip not timed")
     try:
-        if not gripper.is_connected:
-            gripper.connect()
         rtts = sorted(measure(settings.gripper_round_trips))
     except GripperFault as exc:
         return CheckResult("gripper line", CheckStatus.failed, f"{port}: {exc}")
@@ -368,6 +376,40 @@ def check_camera(
     return CheckResult(label, CheckStatus.passed, detail)
 
 
+def check_camera_link(name: str, camera: Camera, settings: PreflightSettings) -> CheckResult:
+    """The timestamp domain of the camera's frames and its USB link, as the
+    driver reports them (RealSense: ``get_frame_timestamp_domain``,
+    ``camera_info.usb_type_descriptor``). A driver that reports neither passes,
+    saying so."""
+    label = f"link {name}"  # within the 16 columns of a check line
+    if not camera.is_connected:
+        return CheckResult(label, CheckStatus.warning, "not checked: the camera did not connect")
+    try:
+        described = camera.describe()
+        if described and described.get("timestamp_domain") is None:
+            camera.read(timeout_s=1.0)  # the domain is a property of frames
+            described = camera.describe()
+    except Exception as exc:
+        return CheckResult(label, CheckStatus.failed, f"{type(exc).__name__}: {exc}")
+    if not described:
+        return CheckResult(label, CheckStatus.passed, "the driver reports no link facts")
+    domain, usb = described.get("timestamp_domain"), str(described.get("usb_type"))
+    problems = []
+    if domain == "system_time" and settings.require_device_timestamps:
+        problems.append(
+            "frames carry the host's arrival time (system_time), not the camera's clock: "
+            "no frame metadata (librealsense's kernel patch or its RSUSB backend provides it)"
+        )
+    if usb.startswith("2") and settings.require_usb3:
+        problems.append(
+            f"USB {usb} link: two colour streams need USB 3 (a USB 3 port and cable, no USB 2 hub)"
+        )
+    detail = f"timestamps {domain}, USB {usb}"
+    if problems:
+        return CheckResult(label, CheckStatus.failed, "; ".join(problems))
+    return CheckResult(label, CheckStatus.passed, detail)
+
+
 def _device_clock_spread(frames: list[Frame]) -> float | None:
     """How much the device→station offset wandered (s), within runs of
     increasing device time (a camera reset or a looping recording starts a
@@ -400,6 +442,7 @@ def run_checks(
     yield check_gripper_line(cell, settings)
     for name, camera in cell.cameras.items():
         yield check_camera(name, camera, cell.clock, settings)
+        yield check_camera_link(name, camera, settings)
 
 
 def preflight(

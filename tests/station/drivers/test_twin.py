@@ -25,7 +25,8 @@ from station import keys
 from station.cell import Cell
 from station.config import StationConfig, load_station_config
 from station.drivers.arm.franky import FrankyArm
-from station.drivers.camera.realsense import RealSenseCamera
+from station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
+from station.drivers.camera.realsense_record import record_pattern
 from station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
 from station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
 from station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
@@ -36,6 +37,7 @@ from station.preflight import (
     PreflightSettings,
     check_arm,
     check_camera,
+    check_camera_link,
     check_clock,
     check_disk,
     check_gripper,
@@ -118,10 +120,16 @@ def test_preflight_passes_on_the_twin(twin_cell: Cell, tmp_path: Path) -> None:
     results = preflight(twin_cell, settings, tmp_path, "twin")
     by_name = {r.name: r for r in results}
     assert list(by_name) == [
-        "disk", "clock", "arm", "gripper", "gripper line", "camera exterior", "camera wrist",
+        "disk", "clock", "arm", "gripper", "gripper line",
+        "camera exterior", "link exterior", "camera wrist", "link wrist",
     ]  # fmt: skip
-    for name in ("disk", "arm", "gripper line", "camera exterior", "camera wrist"):
+    for name in (
+        "disk", "arm", "gripper line", "camera exterior", "link exterior", "camera wrist",
+        "link wrist",
+    ):  # fmt: skip
         assert by_name[name].status == CheckStatus.passed, by_name[name].line()
+    # playback: the frames' own domain; a recording reports no USB link
+    assert by_name["link wrist"].detail == "timestamps hardware_clock, USB not supported"
     # this host's clock may or may not be NTP-disciplined; the twin never fails on it
     assert by_name["clock"].status in (CheckStatus.passed, CheckStatus.warning)
     # the simulated 2F-85 starts as a powered, never activated gripper: pre-flight
@@ -233,6 +241,10 @@ def test_preflight_gripper_line_reads_the_adapters_latency_timer(
     cell = types.SimpleNamespace(gripper=gripper)
     settings = PreflightSettings.for_profile("twin", {})
     try:
+        # not connected (its own check failed): the timer is still read, and fails
+        result = check_gripper_line(cell, settings)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.failed and "16 ms" in result.detail
+        gripper.connect()
         result = check_gripper_line(cell, settings)  # type: ignore[arg-type]
         assert result.status == CheckStatus.failed, result.line()
         assert f"{tty} latency timer is 16 ms" in result.detail
@@ -250,6 +262,39 @@ def test_preflight_gripper_line_reads_the_adapters_latency_timer(
         sim.noise.delay_s = 0.0
         gripper.disconnect()
         sim.stop()
+
+
+def test_preflight_camera_link_fails_arrival_timestamps_and_usb2(tmp_path: Path) -> None:
+    """A recording whose frames carry system_time (what a D4xx without frame
+    metadata delivers) fails on its timestamps; a USB 2 link fails too, shown
+    by a STAND-IN camera (a playback reports no USB link, and this machine has
+    no camera) that reports what a D4xx on a USB 2 port reports."""
+    path = record_pattern(
+        tmp_path / "arrival.db3", width=64, height=48, fps=30, frames=10, domain="system_time"
+    )
+    cam = RealSenseCamera(
+        RealSenseCameraConfig(
+            name="wrist", width=64, height=48, fps=30, playback_file=str(path),
+            playback_real_time=False,
+        )
+    )  # fmt: skip
+    with cam:
+        result = check_camera_link("wrist", cam, PreflightSettings())
+    assert result.status == CheckStatus.failed and "system_time" in result.detail
+
+    class Usb2Camera(RealSenseCamera):  # stand-in: the link a real device would report
+        def describe(self) -> dict[str, object]:
+            return {**super().describe(), "usb_type": "2.1"}
+
+    cam = Usb2Camera(cam.config)
+    with cam:
+        result = check_camera_link("wrist", cam, PreflightSettings())
+        lenient = check_camera_link(
+            "wrist", cam, PreflightSettings(require_usb3=False, require_device_timestamps=False)
+        )
+    assert result.status == CheckStatus.failed and "USB 2.1 link" in result.detail
+    assert lenient.status == CheckStatus.passed
+    assert lenient.detail == "timestamps system_time, USB 2.1"
 
 
 def test_preflight_settings_are_validated() -> None:
@@ -338,8 +383,13 @@ camera_rate_tolerance = 0.5
     lines = [ln for ln in out.stdout.splitlines() if ln[:4] in ("PASS", "WARN", "FAIL")]
     assert out.returncode == 0, out.stdout + out.stderr
     names = [ln[6:22].strip() for ln in lines]
-    assert names == ["disk", "clock", "arm", "gripper", "camera exterior", "camera wrist"]
-    assert all(ln.startswith("PASS") for ln in lines if not ln[6:].startswith("clock"))
+    assert names == [
+        "disk", "clock", "arm", "gripper", "gripper line",
+        "camera exterior", "link exterior", "camera wrist", "link wrist",
+    ]  # fmt: skip
+    # the clock may be unsynchronised here; the simulated gripper starts never activated
+    warned = ("clock", "gripper ")
+    assert all(ln.startswith("PASS") for ln in lines if not ln[6:].startswith(warned))
     assert "pre-flight passed" in out.stdout
     assert peer_processes(str(tmp_path / "work")) == []
 
@@ -459,7 +509,15 @@ def test_an_episode_on_the_twin_cell(twin_cell: Cell, tmp_path: Path) -> None:
         kinds = set(rec.column(keys.ACTION_KIND).tolist())
         videos = {name: rec.video_path(name) for name in keys.CAMERAS}
         frames = {name: rec.frames[name] for name in keys.CAMERAS}
+        manifest_cameras = rec.manifest["cameras"]
     engine.dispose()
+    for name in keys.CAMERAS:
+        # the camera's settings and timestamps as the driver reported them; a
+        # recording played back has no settable options and says so
+        entry = manifest_cameras[name]
+        assert entry["timestamp_domain"] == "hardware_clock" and entry["source"] == "playback"
+        assert entry["options"]["auto_exposure_priority"] == "not supported"
+        assert entry["usb_type"] == "not supported"
     running = t <= t[0] + 3.0
     rate = (running.sum() - 1) / (t[running][-1] - t[0])
     print(f"twin episode telemetry: {rate:.1f} Hz")
