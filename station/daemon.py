@@ -268,7 +268,12 @@ class StationDaemon:
     def status(self) -> dict[str, Any]:
         out = self.runner.status()
         out["cameras"] = {
-            name: {"width": c.config.width, "height": c.config.height, "fps": c.config.fps}
+            name: {
+                "width": c.config.width,
+                "height": c.config.height,
+                "fps": c.config.fps,
+                "health": self.runner.hub.health(name),
+            }
             for name, c in self.cell.cameras.items()
         }
         if self.notice is not None:

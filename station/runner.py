@@ -182,6 +182,9 @@ class EpisodeRunner:
                 raise RunnerBusy(f"station is {self.state.value}; finish that first")
             if self.arm_error is not None:
                 raise RunnerBusy(f"the arm is in error ({self.arm_error}); recover it first")
+        camera_problem = self.hub.arming_problem()
+        if camera_problem is not None:
+            raise RunnerBusy(camera_problem)
         cfg = self.config
         if self.cell.scene is not None:
             self.cell.scene.prepare(work)
