@@ -29,7 +29,6 @@ import logging
 import signal
 import sys
 import threading
-import time
 from dataclasses import dataclass
 
 from pymodbus import FramerType
@@ -212,8 +211,9 @@ class LineNoise:
     each one back (``delay_s``: a slow line or a USB adapter's latency timer;
     the server answers nothing else meanwhile, as a real half-duplex line)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self._lock = threading.Lock()
+        self._clock = clock or MonotonicClock()
         self.silent = False
         self.delay_s = 0.0
         self._drop = 0
@@ -233,7 +233,8 @@ class LineNoise:
 
     def trace_packet(self, sending: bool, data: bytes) -> bytes:
         if sending and self.delay_s > 0:
-            time.sleep(self.delay_s)  # on the server's loop: it blocks, as the line would
+            # on the server's loop: it blocks, as the line would
+            self._clock.sleep_until(self._clock.now() + self.delay_s)
         with self._lock:
             if not sending:
                 if len(self.heard) < 1 << 20:
@@ -259,8 +260,9 @@ class SimulatedGripper:
         self, config: SimulatedGripperConfig | None = None, clock: Clock | None = None
     ) -> None:
         self.config = config or SimulatedGripperConfig()
-        self.model = GripperModel(self.config, clock or MonotonicClock())
-        self.noise = LineNoise()
+        clock = clock or MonotonicClock()
+        self.model = GripperModel(self.config, clock)
+        self.noise = LineNoise(clock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: ModbusSerialServer | ModbusTcpServer | None = None
         self._thread: threading.Thread | None = None
