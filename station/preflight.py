@@ -278,7 +278,7 @@ def check_gripper(cell: Cell) -> CheckResult:
         return CheckResult(
             "gripper",
             CheckStatus.failed,
-            f"{where}: {state.fault} (hands clear, then activate it from the console)",
+            f"{where}: {state.fault} (hands clear, then `proctor station gripper-activate`)",
         )
     if state.fault is not None:
         return CheckResult("gripper", CheckStatus.warning, f"{where}: {state.fault}")

@@ -328,6 +328,10 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
                 if self._mailbox is command:
                     self._mailbox = None
                     self._waiting_since = None
+                else:
+                    # a newer one came meanwhile: the line takes commands, so its
+                    # wait starts now (not at the first of a run of replacements)
+                    self._waiting_since = self.clock.now()
 
     def _poll_loop(self) -> None:
         period = 1.0 / self.config.poll_hz

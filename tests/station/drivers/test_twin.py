@@ -360,6 +360,28 @@ recording_s = 1.0
     return config
 
 
+def test_gripper_activate_cli_asks_then_activates(tmp_path: Path) -> None:
+    """`proctor station gripper-activate`: for a gripper that pre-flight fails
+    while no daemon runs. It shows the state, asks before the fingers sweep
+    (declined: nothing moves), and with --yes activates."""
+    config = station_toml(tmp_path, "twin-grip", "")
+    env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
+    command = [*PROCTOR, "station", "gripper-activate", "--profile", "twin", "--config"]
+    declined = subprocess.run(
+        [*command, str(config)], input="n\n", capture_output=True, text=True, env=env,
+        timeout=240,
+    )  # fmt: skip
+    assert declined.returncode == 1, declined.stdout + declined.stderr
+    assert "gripper: not activated, no fault" in declined.stdout
+    assert "sweeps the fingers" in declined.stdout and "gripper activated" not in declined.stdout
+    done = subprocess.run(
+        [*command, str(config), "--yes"], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gripper activated: no fault" in done.stdout
+    assert peer_processes(str(tmp_path / "work")) == []
+
+
 def test_check_cli_on_the_twin(tmp_path: Path) -> None:
     """`proctor station check --profile twin`: one line per check, exit 0."""
     config = station_toml(
