@@ -216,6 +216,8 @@ class LineNoise:
         self._clock = clock or MonotonicClock()
         self.silent = False
         self.delay_s = 0.0
+        # drop the answers to command writes only (FC16): status reads still work
+        self.deaf_to_writes = False
         self._drop = 0
         self._corrupt = 0
         self.dropped = 0
@@ -240,6 +242,9 @@ class LineNoise:
                 if len(self.heard) < 1 << 20:
                     self.heard += data
                 return data
+            if self.deaf_to_writes and len(data) > 1 and data[1] == FC_WRITE_MULTIPLE:
+                self.dropped += 1
+                return b""
             if self.silent or self._drop > 0:
                 self._drop = max(0, self._drop - 1)
                 self.dropped += 1

@@ -467,3 +467,32 @@ def test_closed_reads_one_with_the_commissioned_counts(pty_pair: PtyPair) -> Non
 def test_calibration_counts_are_validated() -> None:
     with pytest.raises(ValueError, match="open_counts/closed_counts"):
         RobotiqGripperConfig(open_counts=200, closed_counts=100)
+
+
+def test_a_command_the_line_does_not_take_is_a_fault_once_stale(
+    sim: SimulatedGripper, pty_pair: PtyPair
+) -> None:
+    """Status reads answered, command writes not: send() keeps returning at
+    once, and once a command has waited longer than ``stale_after_s`` (on the
+    driver's clock, which the test moves) send() reports it; when the line
+    takes commands again, the newest one goes through."""
+    clock = VirtualClock()
+    gripper = make_driver(
+        pty_pair, clock, timeout_s=0.2, stale_after_s=RobotiqGripperConfig.stale_after_s
+    )
+    gripper.connect()
+    try:
+        gripper.activate()
+        sim.noise.deaf_to_writes = True
+        gripper.send(GripperCommand(position=1.0))
+        wait_for(lambda: gripper.stats.failures > 0, 30.0, "a failed command write")
+        clock.advance(gripper.config.stale_after_s + 0.01)
+        gripper.read_status_now()  # the status itself is fresh
+        with pytest.raises(GripperFault, match=r"took no command for 0\.21 s"):
+            gripper.send(GripperCommand(position=0.8))
+        sim.noise.deaf_to_writes = False
+        delivered(gripper)
+        assert sim.model.command.position == 255  # the command posted, now on the wire
+        assert gripper.send(GripperCommand(position=0.5)).position == pytest.approx(128 / 255)
+    finally:
+        gripper.disconnect()
