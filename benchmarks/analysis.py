@@ -38,17 +38,17 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.bootstrap import child_rng, cluster_bootstrap
-from analysis.cells import build_cell
-from analysis.detection import detection_rates as run_detection
-from analysis.detection import make_pool
-from analysis.episodes import EpisodeTable, scored
-from analysis.interchange import write_interchange
-from analysis.leaderboard import analyze
-from analysis.operations import extract_operations
-from analysis.results import Protocol
-from analysis.significance import macro_ks_test
-from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+from proctor.analysis.bootstrap import child_rng, cluster_bootstrap
+from proctor.analysis.cells import build_cell
+from proctor.analysis.detection import detection_rates as run_detection
+from proctor.analysis.detection import make_pool
+from proctor.analysis.episodes import EpisodeTable, scored
+from proctor.analysis.interchange import write_interchange
+from proctor.analysis.leaderboard import analyze
+from proctor.analysis.operations import extract_operations
+from proctor.analysis.results import Protocol
+from proctor.analysis.significance import macro_ks_test
+from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 
 TAU = 300.0
 B = 2000

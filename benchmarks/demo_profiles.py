@@ -6,7 +6,7 @@ Runs a campaign shaped like ``proctor demo``'s (the demo's arms × the four
 objects × ``--episodes-per-cell`` episodes of ``--items`` items, the time
 budget items × cap, every spatial configuration drawn at random) through the
 station's real runner on the simulated cell, telemetry only
-(``annotator.simulate``), and scores it from the cell's ground truth with
+(``proctor.annotator.simulate``), and scores it from the cell's ground truth with
 the analysis the leaderboard uses, at τ = the episode budget (the demo's
 integration cap). It prints, per profile, the pooled Kaplan–Meier median
 time to success, the raw median time between placements, the plateau
@@ -40,10 +40,10 @@ PAIRS = (("swift", "steady"), ("balanced", "dawdler"), ("reference", "steady"))
 def _simulate(folder: Path, args: argparse.Namespace) -> list:
     from rich.progress import Progress
 
-    from annotator.simulate import corpus_plan, simulate
-    from proctor.artifacts import LocalArtifactStore
-    from proctor.db import migrate
-    from proctor.db.engine import make_engine, make_session_factory
+    from proctor.annotator.simulate import corpus_plan, simulate
+    from proctor.core.artifacts import LocalArtifactStore
+    from proctor.core.db import migrate
+    from proctor.core.db.engine import make_engine, make_session_factory
 
     url = f"sqlite:///{folder / 'campaign.db'}"
     migrate.upgrade(url)
@@ -65,7 +65,7 @@ def _simulate(folder: Path, args: argparse.Namespace) -> list:
                 spool_root=folder / "spool",
                 progress=lambda _e: progress.update(task, advance=1),
             )
-        from proctor.db.models import Episode as Row
+        from proctor.core.db.models import Episode as Row
 
         with make_session_factory(engine)() as s:
             rows = {r.uid: r for r in s.scalars(sa.select(Row))}
@@ -75,7 +75,7 @@ def _simulate(folder: Path, args: argparse.Namespace) -> list:
 
 
 def _episodes(done: list, budget: float) -> list:
-    from analysis.episodes import Episode
+    from proctor.analysis.episodes import Episode
 
     out = []
     for sim, duration in done:
@@ -84,7 +84,7 @@ def _episodes(done: list, budget: float) -> list:
         outcome = sim.proposed.value
         placed = len(truth["placements_s"])
         if outcome == "success" and placed + final["lost"] + final["dropped"] != sim.spec.items:
-            outcome = "operator_stop"  # what the ground-truth log writes (station.demo_log)
+            outcome = "operator_stop"  # what the ground-truth log writes (proctor.station.demo_log)
         out.append(
             Episode(
                 episode_id=sim.uid,
@@ -106,8 +106,8 @@ def _episodes(done: list, budget: float) -> list:
 
 
 def _row(name: str, eps: list, tau: float) -> dict[str, float]:
-    from analysis.km import kaplan_meier, quantile_time, survival_at
-    from analysis.operations import DROPPED_OP, LOST_OP, extract_operations
+    from proctor.analysis.km import kaplan_meier, quantile_time, survival_at
+    from proctor.analysis.operations import DROPPED_OP, LOST_OP, extract_operations
 
     scored = [e for e in eps if e.outcome != "system"]
     ops = extract_operations(scored)
@@ -143,9 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "reference" not in args.profiles:
         parser.error("--profiles: the reference agent is the baseline; include it")
 
-    from analysis.episodes import EpisodeTable
-    from analysis.leaderboard import analyze
-    from analysis.results import Protocol
+    from proctor.analysis.episodes import EpisodeTable
+    from proctor.analysis.leaderboard import analyze
+    from proctor.analysis.results import Protocol
 
     budget = args.items * args.per_item_cap
     load = os.getloadavg()[0]

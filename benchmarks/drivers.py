@@ -27,14 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from station.clock import MonotonicClock
-from station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmConfig
-from station.drivers.arm.franky import FrankyArm, FrankyArmConfig
-from station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
-from station.drivers.camera.realsense_record import record_pattern
-from station.drivers.gripper.base import GripperCommand
-from station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
-from station.twin.peers import FrankySimProcess, GripperSimProcess, SocatPtyPair
+from proctor.station.clock import MonotonicClock
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmConfig
+from proctor.station.drivers.arm.franky import FrankyArm, FrankyArmConfig
+from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
+from proctor.station.drivers.camera.realsense_record import record_pattern
+from proctor.station.drivers.gripper.base import GripperCommand
+from proctor.station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
+from proctor.station.twin.peers import FrankySimProcess, GripperSimProcess, SocatPtyPair
 
 HOME = np.asarray(ArmConfig.home_q)
 

@@ -5,7 +5,7 @@ Every trial simulates a new cohort: arm A and arm B are two policies with
 the same model (under H0) on the four PhAIL objects, ``--n-a`` / ``--n-b``
 episodes a cell; with ``--slower F`` arm B's attempts take F× longer (a clear
 alternative, for power). Each trial's p-value comes from the detection
-machinery's permutation test (``analysis.detection.trial_pvalues``), so a
+machinery's permutation test (``proctor.analysis.detection.trial_pvalues``), so a
 few thousand trials run in minutes: a chunk of trials shares one KM pass.
 Prints the rejection rate at α = 0.01 / 0.05 / 0.10 with Wilson 95 %
 intervals, and the mean p (a test of size α has ⌊(B + 1)α⌋/(B + 1) and
@@ -23,10 +23,10 @@ import time
 
 import numpy as np
 
-from analysis.detection import ObjectPool, trial_pvalues
-from analysis.operations import extract_operations
-from analysis.planning import wilson_interval
-from analysis.synthetic import PHAIL_OBJECTS, PolicyModel, cohort, phail_like_models
+from proctor.analysis.detection import ObjectPool, trial_pvalues
+from proctor.analysis.operations import extract_operations
+from proctor.analysis.planning import wilson_interval
+from proctor.analysis.synthetic import PHAIL_OBJECTS, PolicyModel, cohort, phail_like_models
 
 ALPHAS = (0.01, 0.05, 0.10)
 CHUNK = 5  # trials whose episodes share one pool (and one KM pass)

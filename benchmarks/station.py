@@ -32,17 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
-from station import keys
-from station.clock import MonotonicClock
-from station.drivers.arm.base import ArmState
-from station.drivers.camera.base import Frame
-from station.drivers.gripper.base import GripperState
-from station.policy import codec
-from station.policy.client import PolicyClient
-from station.policy.observation import ImageResizer, build_observation, resize_with_pad
-from station.policy.server import PolicyServer
-from station.policy.spec import ActionSpace, to_commands
-from station.recorder import Recorder, VideoSettings
+from proctor.station import keys
+from proctor.station.clock import MonotonicClock
+from proctor.station.drivers.arm.base import ArmState
+from proctor.station.drivers.camera.base import Frame
+from proctor.station.drivers.gripper.base import GripperState
+from proctor.station.policy import codec
+from proctor.station.policy.client import PolicyClient
+from proctor.station.policy.observation import ImageResizer, build_observation, resize_with_pad
+from proctor.station.policy.server import PolicyServer
+from proctor.station.policy.spec import ActionSpace, to_commands
+from proctor.station.recorder import Recorder, VideoSettings
 
 
 def pct(values: list[float], q: float) -> float:
@@ -85,10 +85,10 @@ def _camera_frames(n: int) -> list[dict[str, np.ndarray]]:
 
 def bench_step_overhead(steps: int) -> None:
     print("\n== per-step overhead: observation + encode + loopback + decode + dispatch ==")
-    from station.clock import VirtualClock
-    from station.sim.arm import SimArm
-    from station.sim.gripper import SimGripper
-    from station.sim.world import SimWorld
+    from proctor.station.clock import VirtualClock
+    from proctor.station.sim.arm import SimArm
+    from proctor.station.sim.gripper import SimGripper
+    from proctor.station.sim.world import SimWorld
 
     frames = _camera_frames(16)
     world = SimWorld(VirtualClock())
@@ -337,14 +337,14 @@ def bench_recorder(seconds: float) -> None:
 
 def bench_episode(fps: int) -> None:
     print(f"\n== a simulated 8-item episode, both cameras at 320×240 @ {fps} fps ==")
-    from proctor.artifacts import LocalArtifactStore
-    from proctor.db import make_engine, make_session_factory, migrate
-    from proctor.domain import Side
-    from station.config import load_station_config
-    from station.policy.demo import DemoPolicy
-    from station.profiles import build_cell
-    from station.runner import EpisodeRunner
-    from station.work import Work
+    from proctor.core.artifacts import LocalArtifactStore
+    from proctor.core.db import make_engine, make_session_factory, migrate
+    from proctor.core.domain import Side
+    from proctor.station.config import load_station_config
+    from proctor.station.policy.demo import DemoPolicy
+    from proctor.station.profiles import build_cell
+    from proctor.station.runner import EpisodeRunner
+    from proctor.station.work import Work
 
     with tempfile.TemporaryDirectory() as tmp, PolicyServer(DemoPolicy("reference")) as server:
         url = f"sqlite:///{Path(tmp) / 'db.sqlite'}"
@@ -405,8 +405,8 @@ def bench_episode(fps: int) -> None:
 
 
 def _close(s, uid):  # type: ignore[no-untyped-def]
-    from proctor.domain import Outcome
-    from station import episodes
+    from proctor.core.domain import Outcome
+    from proctor.station import episodes
 
     return episodes.submit_log(
         s, uid=uid, log=episodes.OperatorLog(0, 0, 0, Outcome.operator_stop, "benchmark")

@@ -162,9 +162,9 @@ def run_load(
 def _seed(app: Any, tmp: Path, *, fps: int, episode_s: float) -> tuple[int, str]:
     import sqlalchemy as sa
 
-    from analysis.synthetic import PolicyModel
-    from proctor.db.engine import session_scope
-    from proctor.db.models import Episode
+    from proctor.analysis.synthetic import PolicyModel
+    from proctor.core.db.engine import session_scope
+    from proctor.core.db.models import Episode
     from tests.web.leaderboard_data import ALL_STREAMS, seed_campaign
     from tests.web.recordings import RecordingSpec, attach_recording
 
@@ -413,16 +413,16 @@ def main() -> None:
     import warnings
 
     warnings.simplefilter("ignore")
-    logging.getLogger("web.auth.sessions").setLevel(logging.ERROR)
-    from proctor.db import migrate
-    from proctor.settings import load_settings
-    from web.app import create_app
-    from web.templating import compile_all
+    logging.getLogger("proctor.web.auth.sessions").setLevel(logging.ERROR)
+    from proctor.core.db import migrate
+    from proctor.core.settings import load_settings
+    from proctor.web.app import create_app
+    from proctor.web.templating import compile_all
 
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
     with tempfile.TemporaryDirectory(prefix="proctor-bench-web-") as tmp_name:
         tmp = Path(tmp_name)
-        url = f"sqlite:///{tmp / 'proctor.db'}"
+        url = f"sqlite:///{tmp / 'proctor.core.db'}"
         migrate.upgrade(url)
         secret = "bench-" + "x" * 40
         settings = load_settings(env="test", data_dir=tmp, database_url=url, secret_key=secret)

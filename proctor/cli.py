@@ -23,8 +23,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from proctor.cli_context import CliContext
-from proctor.errors import ProctorError
+from proctor.core.cli_context import CliContext
+from proctor.core.errors import ProctorError
 
 
 class ServiceCommand(NamedTuple):
@@ -47,24 +47,27 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         "Run a blinded campaign on the simulated cell, annotate it, score it, serve it.",
     ),
     "serve": ServiceCommand(
-        "web.cli", "serve", False, "Serve the web app (pages and the JSON API) with uvicorn."
+        "proctor.web.cli",
+        "serve",
+        False,
+        "Serve the web app (pages and the JSON API) with uvicorn.",
     ),
     "analyze": ServiceCommand(
-        "analysis.cli",
+        "proctor.analysis.cli",
         "analyze",
         False,
         "Score policies from an interchange file: time-to-success CDFs, HRT, RMST, "
         "macro-KS verdicts (docs/methods.md).",
     ),
     "power": ServiceCommand(
-        "analysis.cli",
+        "proctor.analysis.cli",
         "power_app",
         True,
         "How many episodes per cell a pair needs (bridge model), the empirical detection "
         "rate vs n, null calibration, and the Wilson / Connor formulas.",
     ),
     "annotate": ServiceCommand(
-        "annotator.cli",
+        "proctor.annotator.cli",
         "annotate",
         False,
         "Detect placements in recorded telemetry and reconcile them with the operator's count.",
@@ -81,33 +84,37 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         True,
         "Database schema: upgrade, downgrade, show the current revision.",
     ),
-    "station": ServiceCommand("station.cli", "station_app", True, "The station daemon."),
+    "station": ServiceCommand("proctor.station.cli", "station_app", True, "The station daemon."),
     "policy": ServiceCommand(
-        "station.cli", "policy_app", True, "Policy servers: demo policies, conformance checks."
+        "proctor.station.cli",
+        "policy_app",
+        True,
+        "Policy servers: demo policies, conformance checks.",
     ),
     "campaign": ServiceCommand(
-        "scheduler.cli",
+        "proctor.scheduler.cli",
         "campaign_app",
         True,
         "Campaigns: create, start, status, close, reveal, unblind, release.",
     ),
     "user": ServiceCommand(
-        "web.cli",
+        "proctor.web.cli",
         "user_app",
         True,
         "Accounts: create the first admin, add users, list them, manage API tokens.",
     ),
     "console": ServiceCommand(
-        "web.console.cli",
+        "proctor.web.console.cli",
         "console_app",
         True,
         "The operator console: reference photos of initial scenes.",
     ),
     "submission": ServiceCommand(
-        "web.submissions.cli",
+        "proctor.web.submissions.cli",
         "submission_app",
         True,
-        "Submissions: run queued conformance checks, clean abandoned uploads.",
+        "Submissions: run queued conformance checks, clean abandoned uploads, "
+        "register the human reference.",
     ),
 }
 

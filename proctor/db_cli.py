@@ -22,8 +22,8 @@ def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
 ) -> None:
     """Migrate the database up to REVISION (default: the newest)."""
-    from proctor.cli_context import cli_context
-    from proctor.db import migrate
+    from proctor.core.cli_context import cli_context
+    from proctor.core.db import migrate
 
     url = cli_context(ctx).settings().db_url
     migrate.upgrade(url, revision)
@@ -36,8 +36,8 @@ def downgrade(
     revision: Annotated[str, typer.Argument(help="Target revision ('base' empties the schema).")],
 ) -> None:
     """Migrate the database down to REVISION."""
-    from proctor.cli_context import cli_context
-    from proctor.db import migrate
+    from proctor.core.cli_context import cli_context
+    from proctor.core.db import migrate
 
     url = cli_context(ctx).settings().db_url
     migrate.downgrade(url, revision)
@@ -47,8 +47,8 @@ def downgrade(
 @db_app.command()
 def current(ctx: typer.Context) -> None:
     """Show the database's revision and the code's newest one."""
-    from proctor.cli_context import cli_context
-    from proctor.db import migrate
+    from proctor.core.cli_context import cli_context
+    from proctor.core.db import migrate
 
     url = cli_context(ctx).settings().db_url
     rev = migrate.current(url)

@@ -46,7 +46,7 @@ def demo(
     """Run a blinded campaign on the simulated cell, annotate it, score it, serve it."""
     from rich.console import Console
 
-    from proctor.cli_context import cli_context
+    from proctor.core.cli_context import cli_context
     from proctor.demo.run import DemoOptions, run_demo
 
     settings = cli_context(ctx).settings()

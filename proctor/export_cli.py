@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from proctor.domain import LabelStream
+from proctor.core.domain import LabelStream
 
 
 def export(
@@ -26,9 +26,9 @@ def export(
     """Write the interchange file plus per-episode video, telemetry and annotations."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from proctor.artifacts import open_store
-    from proctor.cli_context import cli_context
-    from proctor.db.opening import command_session
+    from proctor.core.artifacts import open_store
+    from proctor.core.cli_context import cli_context
+    from proctor.core.db.opening import command_session
     from proctor.export.dataset import export_campaign
 
     settings = cli_context(ctx).settings()

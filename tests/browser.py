@@ -36,11 +36,11 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from proctor.db import migrate
-from proctor.db.engine import ProctorSession, session_scope
-from proctor.db.models import User
-from proctor.domain import Role
-from proctor.settings import Settings, load_settings
+from proctor.core.db import migrate
+from proctor.core.db.engine import ProctorSession, session_scope
+from proctor.core.db.models import User
+from proctor.core.domain import Role
+from proctor.core.settings import Settings, load_settings
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -79,7 +79,7 @@ class LiveServer:
 
     def add_user(self, username: str, *roles: Role, password: str | None = DEFAULT_PASSWORD) -> int:
         """Create an account through the accounts service; returns its id."""
-        from web.accounts import service
+        from proctor.web.accounts import service
 
         with self.db() as session:
             user: User = service.create_user(
@@ -131,14 +131,14 @@ def serve_app(app: FastAPI, settings: Settings) -> Iterator[LiveServer]:
 def start_live_server(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
     """A factory: ``start_live_server(**settings_overrides)`` starts one server
     over a fresh migrated SQLite database; all stop at the end of the test."""
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     stack: list[Any] = []
 
     def start(**overrides: Any) -> LiveServer:
         n = len(stack)
         data_dir = tmp_path / f"live{n}"
-        url = overrides.pop("database_url", None) or f"sqlite:///{data_dir / 'proctor.db'}"
+        url = overrides.pop("database_url", None) or f"sqlite:///{data_dir / 'proctor.core.db'}"
         data_dir.mkdir(parents=True, exist_ok=True)
         migrate.upgrade(url)
         settings = load_settings(

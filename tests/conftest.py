@@ -20,9 +20,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.db import migrate
-from proctor.db.engine import ProctorSession, make_engine
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db import migrate
+from proctor.core.db.engine import ProctorSession, make_engine
 
 # live server + headless Chromium fixtures for every service's browser tests
 pytest_plugins = ["tests.browser"]

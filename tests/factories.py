@@ -5,8 +5,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from proctor.db.engine import ProctorSession
-from proctor.db.models import (
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import (
     Assignment,
     Campaign,
     Episode,
@@ -16,7 +16,7 @@ from proctor.db.models import (
     User,
     UserRole,
 )
-from proctor.domain import PolicyKind, Role, Side
+from proctor.core.domain import PolicyKind, Role, Side
 
 
 def user(session: ProctorSession, username: str | None = None, *roles: Role) -> User:

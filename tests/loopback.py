@@ -1,4 +1,4 @@
-"""Loopback stand-ins for the network tests of ``proctor.netguard``: a TCP
+"""Loopback stand-ins for the network tests of ``proctor.core.netguard``: a TCP
 port that counts who connects, a WebSocket server that answers the
 handshake with a redirect, and a resolver whose answers a test scripts.
 Everything listens on 127.0.0.1 only."""

@@ -14,8 +14,8 @@ import yaml
 from typer.testing import CliRunner
 
 from proctor.cli import app
-from proctor.settings import load_settings
-from station.config import load_station_config
+from proctor.core.settings import load_settings
+from proctor.station.config import load_station_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
@@ -45,7 +45,7 @@ def test_env_example_names_only_settings_that_exist() -> None:
 
 
 def test_the_serial_latency_rule_pre_flight_names_sets_one_ms_on_ftdi_adapters() -> None:
-    from station.preflight import LATENCY_UDEV_RULE
+    from proctor.station.preflight import LATENCY_UDEV_RULE
 
     rule = DEPLOY.parent / LATENCY_UDEV_RULE
     lines = [ln for ln in rule.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
@@ -64,10 +64,10 @@ def test_station_configs_load(name: str) -> None:
 def test_the_real_station_config_builds_valid_driver_configs() -> None:
     """Every driver table of [real] is a valid config of its driver, checked
     without connecting to any hardware."""
-    from station.drivers.arm.base import ARMS
-    from station.drivers.camera.base import CAMERAS
-    from station.drivers.gripper.base import GRIPPERS
-    from station.profiles.real import driver_config
+    from proctor.station.drivers.arm.base import ARMS
+    from proctor.station.drivers.camera.base import CAMERAS
+    from proctor.station.drivers.gripper.base import GRIPPERS
+    from proctor.station.profiles.real import driver_config
 
     section = tomllib.loads((DEPLOY / "station" / "station-real.toml").read_text())["real"]
     arm_cls = ARMS.load("franky")
@@ -162,7 +162,7 @@ def test_the_image_leaves_virtual_environments_and_secrets_out() -> None:
 
 def test_nginx_upgrades_the_websocket_paths_the_app_serves() -> None:
     conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
-    from scheduler.gateway import GATEWAY_PATH
+    from proctor.scheduler.gateway import GATEWAY_PATH
 
     assert GATEWAY_PATH.startswith("/policy/")
     for location in ("location /policy/", "location /api/console/"):
@@ -174,7 +174,7 @@ def test_nginx_sends_hsts_on_its_tls_server_once() -> None:
     """HTTPS only, for a year: on the TLS server (not the port-80 redirect),
     for every answer (`always`), with the app's own copy hidden so that the
     header is not sent twice."""
-    from web.middleware import STRICT_TRANSPORT_SECURITY
+    from proctor.web.middleware import STRICT_TRANSPORT_SECURITY
 
     conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
     tls = conf.split("listen 443 ssl;", 1)[1]
@@ -192,9 +192,9 @@ def _nginx_size(value: str) -> int:
 
 def test_nginx_bounds_bodies_as_the_app_does() -> None:
     """Small bodies everywhere, large only on the upload chunk location, and
-    the same split as the app's own limits (web/limits.py)."""
-    from proctor.settings import WebSettings
-    from web.limits import BODY_LIMITS
+    the same split as the app's own limits (proctor/web/limits.py)."""
+    from proctor.core.settings import WebSettings
+    from proctor.web.limits import BODY_LIMITS
 
     conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
     server = conf.split("listen 443 ssl;", 1)[1]

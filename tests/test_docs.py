@@ -35,7 +35,7 @@ def _hits(pattern: re.Pattern[str], paths: list[Path]) -> list[str]:
 
 def test_the_walk_sees_the_docs() -> None:
     paths = {p.relative_to(ROOT).as_posix() for p in _tracked()}
-    assert {"docs/methods.md", "docs/style.md", "analysis/leaderboard.py"} <= paths
+    assert {"docs/methods.md", "docs/style.md", "proctor/analysis/leaderboard.py"} <= paths
 
 
 def test_no_reference_to_a_docs_file_that_does_not_exist() -> None:

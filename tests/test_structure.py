@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVICES = ("proctor", "station", "scheduler", "annotator", "analysis", "web")
+# the project is one package; everything below walks it
+PACKAGE = "proctor"
 
 # libraries that talk to hardware (or simulate it behind a hardware protocol)
 HARDWARE_LIBS = {
@@ -28,9 +29,9 @@ HARDWARE_LIBS = {
 
 @dataclass(frozen=True)
 class Import:
-    module: str  # dotted path of the importing file, e.g. "station.drivers.arm.franky"
+    module: str  # dotted path of the importing file, e.g. "proctor.station.drivers.arm.franky"
     path: Path
-    target: str  # the imported module, e.g. "franky" or "proctor.db.models"
+    target: str  # the imported module, e.g. "franky" or "proctor.core.db.models"
     line: int
 
 
@@ -49,8 +50,8 @@ def _is_module(root: Path, dotted: str) -> bool:
 
 def _from_targets(root: Path, module: str, names: list[str]) -> list[str]:
     """``from module import a, b``: the submodule ``module.a`` where ``a`` is
-    one (``from station import drivers`` imports ``station.drivers``, not just
-    ``station``), else ``module`` itself."""
+    one (``from proctor.station import drivers`` imports ``proctor.station.drivers``,
+    not just ``proctor.station``), else ``module`` itself."""
     subs = [f"{module}.{n}" for n in names if n != "*" and _is_module(root, f"{module}.{n}")]
     return subs if len(subs) == len(names) else [*subs, module]
 
@@ -82,7 +83,7 @@ def imports_under(root: Path, tops: tuple[str, ...]) -> Iterator[Import]:
                         yield Import(module, path, target, node.lineno)
 
 
-ALL_IMPORTS = list(imports_under(ROOT, (*SERVICES, "tests", "benchmarks", "migrations")))
+ALL_IMPORTS = list(imports_under(ROOT, (PACKAGE, "tests", "benchmarks")))
 
 
 def _root(target: str) -> str:
@@ -103,16 +104,16 @@ def _violations(pred) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_the_walk_sees_the_code() -> None:
     modules = {imp.module for imp in ALL_IMPORTS}
-    assert "proctor.cli" in modules and "proctor.db.models.base" in modules
+    assert "proctor.cli" in modules and "proctor.core.db.models.base" in modules
 
 
 def test_hardware_libraries_only_inside_driver_modules() -> None:
-    """Only station/drivers/ touches hardware libraries (tests may run their
+    """Only proctor/station/drivers/ touches hardware libraries (tests may run their
     protocol peers), so everything else imports on a laptop."""
     bad = _violations(
         lambda imp: (
             _root(imp.target) in HARDWARE_LIBS
-            and not _within(imp.module, "station.drivers")
+            and not _within(imp.module, "proctor.station.drivers")
             and not _within(imp.module, "tests")
         )
     )
@@ -123,24 +124,34 @@ def test_web_never_imports_station_drivers_or_sim() -> None:
     """The web app talks to a station over its local API, never in-process."""
     bad = _violations(
         lambda imp: (
-            _within(imp.module, "web")
-            and (_within(imp.target, "station.drivers") or _within(imp.target, "station.sim"))
+            _within(imp.module, "proctor.web")
+            and (
+                _within(imp.target, "proctor.station.drivers")
+                or _within(imp.target, "proctor.station.sim")
+            )
         )
     )
     assert bad == []
 
 
 # the thin layer that reads the store, and the entry points; everything else
-# in analysis/ is pure arrays-in, dataclasses-out
-ANALYSIS_IMPURE = {"analysis.store", "analysis.cli", "analysis.plots", "analysis.interchange"}
-ANALYSIS_ALLOWED_THIRD_PARTY = {"numpy", "scipy", "analysis"}
+# in proctor/analysis/ is pure arrays-in, dataclasses-out
+ANALYSIS_IMPURE = {
+    "proctor.analysis.store",
+    "proctor.analysis.cli",
+    "proctor.analysis.plots",
+    "proctor.analysis.interchange",
+}
+ANALYSIS_ALLOWED_THIRD_PARTY = {"numpy", "scipy"}
 
 
 def test_analysis_core_is_pure() -> None:
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
 
     def impure(imp: Import) -> bool:
-        if not _within(imp.module, "analysis") or imp.module in ANALYSIS_IMPURE:
+        if not _within(imp.module, "proctor.analysis") or imp.module in ANALYSIS_IMPURE:
+            return False
+        if _within(imp.target, "proctor.analysis"):
             return False
         return _root(imp.target) not in stdlib | ANALYSIS_ALLOWED_THIRD_PARTY
 
@@ -151,8 +162,8 @@ def test_matplotlib_only_in_plots() -> None:
     bad = _violations(
         lambda imp: (
             _root(imp.target) == "matplotlib"
-            and _within(imp.module, "analysis")
-            and imp.module != "analysis.plots"
+            and _within(imp.module, "proctor.analysis")
+            and imp.module != "proctor.analysis.plots"
         )
     )
     assert bad == []
@@ -162,12 +173,15 @@ def test_matplotlib_only_in_plots() -> None:
 # import its own unit and any unit of a lower layer: never a sibling in its
 # own layer, never a higher one. A unit is a dotted prefix, each part matched
 # as a glob; a module belongs to the unit with the longest matching prefix
-# (proctor.cli is the composition root, proctor.settings the kernel).
+# (proctor.cli is the composition root, proctor.core.settings the kernel). The
+# kernel's unit is the bare package: proctor.core, and the package's own
+# __init__ (the version); a module under proctor/ that no higher unit names
+# falls there, so it has to keep the kernel's rules.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernel", ("proctor",)),
-    ("services", ("station", "analysis")),
-    ("campaigns", ("scheduler", "annotator")),
-    ("web", ("web",)),
+    ("services", ("proctor.station", "proctor.analysis")),
+    ("campaigns", ("proctor.scheduler", "proctor.annotator")),
+    ("web", ("proctor.web",)),
     (
         "composition root",
         ("proctor.cli", "proctor.*_cli", "proctor.__main__", "proctor.demo", "proctor.export"),
@@ -218,9 +232,7 @@ def layer_violations(imports: list[Import], root: Path) -> dict[tuple[str, str],
             continue  # the composition root may import anything, itself included
         (i, a), (j, b) = src, dst
         # a command may reuse its own package's commands; nothing else may
-        cli = _is_cli(imp.target) and not (
-            _is_cli(imp.module) and _root(imp.module) == _root(imp.target)
-        )
+        cli = _is_cli(imp.target) and not (_is_cli(imp.module) and a == b)
         if j == top:
             rule = RULE_ROOT
         elif j > i:
@@ -241,12 +253,12 @@ def layer_violations(imports: list[Import], root: Path) -> dict[tuple[str, str],
 
 
 def test_every_module_of_the_project_has_a_layer() -> None:
-    tops = {_root(imp.module) for imp in ALL_IMPORTS} & set(SERVICES)
-    assert tops == set(SERVICES)
-    assert all(_unit(t) is not None for t in SERVICES)
+    units = {_unit(imp.module) for imp in ALL_IMPORTS if _within(imp.module, PACKAGE)}
+    assert units == {(i, u) for i, (_, us) in enumerate(LAYERS) for u in us}
     assert _unit("proctor.db_cli") == (len(LAYERS) - 1, "proctor.*_cli")
     assert _unit("proctor.demo.pipeline") == (len(LAYERS) - 1, "proctor.demo")
-    assert _unit("proctor.cli_context") == (0, "proctor")  # the kernel, not the root
+    assert _unit("proctor.core.cli_context") == (0, "proctor")  # the kernel, not the root
+    assert _unit("proctor.station.cli") == (1, "proctor.station")
 
 
 def test_dependencies_follow_the_layers() -> None:
@@ -263,24 +275,29 @@ def _tree(root: Path, files: dict[str, str]) -> list[Import]:
     (path → source); its imports, walked exactly as the real tree's."""
     base = {
         "proctor/__init__.py": "",
-        "proctor/settings.py": "import os\n",
-        "proctor/cli.py": "import station.cli\nimport web.app\n",
-        "proctor/demo/__init__.py": "from proctor import settings\nfrom web import app\n",
-        "station/__init__.py": "",
-        "station/cli.py": "from proctor import settings\n",
-        "analysis/__init__.py": "",
-        "scheduler/__init__.py": "",
-        "scheduler/service.py": "import station\n",
-        "annotator/__init__.py": "",
-        "web/__init__.py": "",
-        "web/deps.py": "",
-        "web/app.py": "from scheduler import service\nfrom station import sim\n",
+        "proctor/core/__init__.py": "",
+        "proctor/core/settings.py": "import os\n",
+        "proctor/cli.py": "import proctor.station.cli\nimport proctor.web.app\n",
+        "proctor/demo/__init__.py": (
+            "from proctor.core import settings\nfrom proctor.web import app\n"
+        ),
+        "proctor/station/__init__.py": "",
+        "proctor/station/cli.py": "from proctor.core import settings\n",
+        "proctor/analysis/__init__.py": "",
+        "proctor/scheduler/__init__.py": "",
+        "proctor/scheduler/service.py": "import proctor.station\n",
+        "proctor/annotator/__init__.py": "",
+        "proctor/web/__init__.py": "",
+        "proctor/web/deps.py": "",
+        "proctor/web/app.py": (
+            "from proctor.scheduler import service\nfrom proctor.station import sim\n"
+        ),
     }
     for rel, text in {**base, **files}.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    return list(imports_under(root, SERVICES))
+    return list(imports_under(root, (PACKAGE,)))
 
 
 def _rules(root: Path, files: dict[str, str]) -> dict[tuple[str, str], str]:
@@ -292,45 +309,48 @@ def test_a_tree_that_keeps_the_layers_passes(tmp_path: Path) -> None:
 
 
 def test_the_kernel_importing_a_service_fails(tmp_path: Path) -> None:
-    found = _rules(tmp_path, {"proctor/settings.py": "from station import cli\n"})
-    assert list(found) == [("proctor.settings", "station.cli")]
-    assert RULE_INWARD in found["proctor.settings", "station.cli"]
-    assert 'docs/architecture.md, "Layers"' in found["proctor.settings", "station.cli"]
+    found = _rules(tmp_path, {"proctor/core/settings.py": "from proctor.station import cli\n"})
+    assert list(found) == [("proctor.core.settings", "proctor.station.cli")]
+    assert RULE_INWARD in found["proctor.core.settings", "proctor.station.cli"]
+    assert 'docs/architecture.md, "Layers"' in found["proctor.core.settings", "proctor.station.cli"]
 
 
 def test_a_service_importing_another_services_cli_fails(tmp_path: Path) -> None:
     """web may import the station, but not the station's CLI module — and
-    ``from station import cli`` is seen as ``station.cli``, not ``station``."""
-    found = _rules(tmp_path, {"web/deps.py": "from station import cli\n"})
-    assert list(found) == [("web.deps", "station.cli")]
-    assert RULE_CLI in found["web.deps", "station.cli"]
+    ``from proctor.station import cli`` is seen as ``proctor.station.cli``, not
+    ``proctor.station``."""
+    found = _rules(tmp_path, {"proctor/web/deps.py": "from proctor.station import cli\n"})
+    assert list(found) == [("proctor.web.deps", "proctor.station.cli")]
+    assert RULE_CLI in found["proctor.web.deps", "proctor.station.cli"]
 
 
 def test_the_scheduler_importing_the_web_fails_even_inside_a_function(tmp_path: Path) -> None:
-    source = "def routes():\n    from web.deps import require_role\n    return require_role\n"
-    found = _rules(tmp_path, {"scheduler/routes.py": source})
-    assert list(found) == [("scheduler.routes", "web.deps")]
-    assert "scheduler/routes.py:2:" in found["scheduler.routes", "web.deps"]
-    assert RULE_INWARD in found["scheduler.routes", "web.deps"]
+    source = (
+        "def routes():\n    from proctor.web.deps import require_role\n    return require_role\n"
+    )
+    found = _rules(tmp_path, {"proctor/scheduler/routes.py": source})
+    assert list(found) == [("proctor.scheduler.routes", "proctor.web.deps")]
+    assert "proctor/scheduler/routes.py:2:" in found["proctor.scheduler.routes", "proctor.web.deps"]
+    assert RULE_INWARD in found["proctor.scheduler.routes", "proctor.web.deps"]
 
 
 def test_siblings_and_the_root_are_out_of_reach(tmp_path: Path) -> None:
     found = _rules(
         tmp_path,
         {
-            "scheduler/service.py": "import annotator\n",
-            "station/run.py": "from . import cli\nfrom proctor.demo import x\n",
+            "proctor/scheduler/service.py": "import proctor.annotator\n",
+            "proctor/station/run.py": "from . import cli\nfrom proctor.demo import x\n",
             "proctor/demo/x.py": "",
         },
     )
     assert found.keys() == {
-        ("scheduler.service", "annotator"),
-        ("station.run", "station.cli"),
-        ("station.run", "proctor.demo.x"),
+        ("proctor.scheduler.service", "proctor.annotator"),
+        ("proctor.station.run", "proctor.station.cli"),
+        ("proctor.station.run", "proctor.demo.x"),
     }
-    assert RULE_SIBLINGS in found["scheduler.service", "annotator"]
-    assert RULE_CLI in found["station.run", "station.cli"]
-    assert RULE_ROOT in found["station.run", "proctor.demo.x"]
+    assert RULE_SIBLINGS in found["proctor.scheduler.service", "proctor.annotator"]
+    assert RULE_CLI in found["proctor.station.run", "proctor.station.cli"]
+    assert RULE_ROOT in found["proctor.station.run", "proctor.demo.x"]
 
 
 def test_the_rule_section_exists() -> None:
@@ -343,7 +363,7 @@ def test_the_rule_section_exists() -> None:
 
 
 def test_services_never_import_tests() -> None:
-    bad = _violations(lambda imp: _root(imp.module) in SERVICES and _root(imp.target) == "tests")
+    bad = _violations(lambda imp: _root(imp.module) == PACKAGE and _root(imp.target) == "tests")
     assert bad == []
 
 
@@ -370,7 +390,7 @@ def _calls_time_sleep(path: Path) -> list[int]:
 def test_no_time_sleep_in_station_drivers() -> None:
     """Drivers wait on their clock or on I/O, never on wall-clock sleeps that
     a virtual clock cannot advance (docs/style.md, Positronic)."""
-    drivers = ROOT / "station" / "drivers"
+    drivers = ROOT / "proctor" / "station" / "drivers"
     bad = [
         f"{p.relative_to(ROOT)}:{line}"
         for p in sorted(drivers.rglob("*.py"))

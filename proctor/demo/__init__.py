@@ -8,9 +8,9 @@ stations claiming runs in parallel, the annotator, a clearly labelled
 automatic reviewer, the leaderboard snapshots, and the site.
 
 Two stand-ins are labelled wherever they leave a trace: the operator's log
-is filled from the simulator's ground truth (``station.demo_log``) and
+is filled from the simulator's ground truth (``proctor.station.demo_log``) and
 review decisions come from the same ground truth
-(``annotator.autoreview``). Everything else is the production code path.
+(``proctor.annotator.autoreview``). Everything else is the production code path.
 
 Modules: ``world`` (accounts, objects, policies, endpoint submissions with
 their conformance checks), ``servers`` (policy servers, the web server),

@@ -8,11 +8,11 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
-from proctor.artifacts import ArtifactStore
-from proctor.db.engine import ProctorSession, session_scope
-from proctor.db.models import Episode
-from proctor.domain import LabelStatus
-from proctor.errors import ProctorError
+from proctor.core.artifacts import ArtifactStore
+from proctor.core.db.engine import ProctorSession, session_scope
+from proctor.core.db.models import Episode
+from proctor.core.domain import LabelStatus
+from proctor.core.errors import ProctorError
 
 Tick = Callable[[str], None]
 
@@ -26,8 +26,8 @@ def annotate_campaign(
 ) -> Counter[str]:
     """Run the release detector on every closed, logged episode of the
     campaign and reconcile it with the (stand-in) operator's count."""
-    from annotator.config import load_thresholds
-    from annotator.reconcile import annotate_episode, find_episode, pending_episodes
+    from proctor.annotator.config import load_thresholds
+    from proctor.annotator.reconcile import annotate_episode, find_episode, pending_episodes
 
     thresholds = load_thresholds(None)
     with session_scope(sessions) as s:
@@ -50,9 +50,12 @@ def review_campaign(
     campaign_id: int,
     tick: Tick,
 ) -> Counter[str]:
-    """The labelled automatic reviewer (``annotator.autoreview``) works the
+    """The labelled automatic reviewer (``proctor.annotator.autoreview``) works the
     queue: flagged counts go to the labelled automatic admin first."""
-    from annotator.autoreview import resolve_flag_with_ground_truth, review_with_ground_truth
+    from proctor.annotator.autoreview import (
+        resolve_flag_with_ground_truth,
+        review_with_ground_truth,
+    )
 
     counts: Counter[str] = Counter()
     for _ in range(3):  # a flag resolved sends the episode back to review once
@@ -91,7 +94,7 @@ def label_summary(sessions: sessionmaker[ProctorSession], *, campaign_id: int) -
 def close_and_release(sessions: sessionmaker[ProctorSession], *, campaign_id: int) -> str:
     """Close (the seed is revealed), verify the allocation against the log,
     release (identities public). Returns the revealed seed."""
-    from scheduler.service import Actor, close_campaign, release_campaign, reveal_allocation
+    from proctor.scheduler.service import Actor, close_campaign, release_campaign, reveal_allocation
 
     actor = Actor(label="proctor demo")
     with session_scope(sessions) as s:
@@ -110,7 +113,7 @@ def close_and_release(sessions: sessionmaker[ProctorSession], *, campaign_id: in
 
 def score_campaign(sessions: sessionmaker[ProctorSession], *, campaign_id: int) -> list[object]:
     """A snapshot per label stream, as the web pages read them."""
-    from analysis.store import recompute
+    from proctor.analysis.store import recompute
 
     with session_scope(sessions) as s:
         return list(recompute(s, campaign_id=campaign_id, force=True))

@@ -1,6 +1,6 @@
 """The leaderboard as the terminal shows it, read from a stored snapshot's
 result JSON (the same document the web pages render; schema in
-analysis/README.md)."""
+proctor/analysis/README.md)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,11 @@ def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -
         f"{proto['ks_resamples']} · seed {proto['seed']} · α = {proto['alpha']} · "
         f"reference: {proto.get('reference') or 'none'} · {result['code_version']}"
     )
-    table = Table(show_lines=False, caption="intervals: 95% episode-clustered bootstrap")
+    table = Table(
+        show_lines=False,
+        caption="intervals: 95% episode-clustered bootstrap · env/ep: commands the safety "
+        "envelope clamped or stopped, per counted episode",
+    )
     for col, justify in (
         ("#", "right"),
         ("policy", "left"),
@@ -75,6 +79,7 @@ def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -
         ("done", "right"),
         ("drop/op", "right"),
         ("stop/ep", "right"),
+        ("env/ep", "right"),  # envelope interventions; — where no station counted them
     ):
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for p in result["policies"]:
@@ -89,6 +94,7 @@ def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -
             _pct(p.get("completion")),
             _num((modes.get("drops_per_operation") or {}).get("estimate"), 3),
             _num((modes.get("safety_stops_per_episode") or {}).get("estimate"), 3),
+            _num((modes.get("envelope_interventions_per_episode") or {}).get("estimate"), 2),
         )
 
     pairs = Table(

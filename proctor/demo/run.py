@@ -25,17 +25,17 @@ from rich.text import Text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
-from proctor.artifacts import ArtifactStore, open_store
-from proctor.db import migrate
-from proctor.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
-from proctor.db.models import Assignment, Episode
+from proctor.core.artifacts import ArtifactStore, open_store
+from proctor.core.db import migrate
+from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
+from proctor.core.db.models import Assignment, Episode
+from proctor.core.domain import AssignmentStatus, EndpointDialect, LabelStream, Outcome
+from proctor.core.errors import ProctorError
+from proctor.core.settings import Settings
 from proctor.demo import pipeline, world
 from proctor.demo.report import print_leaderboard, verdict_counts
 from proctor.demo.servers import PolicyServers, WebServer, free_port, start_policy_servers
 from proctor.demo.stations import StationJob, StationPool
-from proctor.domain import AssignmentStatus, EndpointDialect, LabelStream, Outcome
-from proctor.errors import ProctorError
-from proctor.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class _Context:
 def _with_loopback_policies(settings: Settings) -> Settings:
     """The demo serves its policies on loopback, so its gateway must connect
     there: private endpoints are allowed for it, explicitly (they are not by
-    default outside tests; see proctor/netguard.py)."""
+    default outside tests; see proctor/core/netguard.py)."""
     submissions = settings.submissions
     if submissions.allow_private_endpoints is False:
         raise ProctorError(
@@ -102,12 +102,12 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
     console.print(f"[bold]proctor demo[/bold] · data in {settings.data_dir.resolve()}")
     # the conformance check sends one malformed request on purpose (a server must
     # answer it with an error text); the demo servers' log of it is noise here
-    logging.getLogger("station.policy.server").setLevel(logging.CRITICAL)
+    logging.getLogger("proctor.station.policy.server").setLevel(logging.CRITICAL)
     migrate.upgrade(settings.db_url)
     settings = with_own_secret_key(settings)
     ctx = _Context(settings)
 
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     port = options.port if options.serve else free_port(options.host)
     web = WebServer(create_app(settings), host=options.host, port=port).start()
@@ -199,11 +199,11 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
 def _register(
     ctx: _Context, options: DemoOptions, policies: PolicyServers, console: Console
 ) -> tuple[world.Accounts, int, str, int]:
-    from scheduler.protocol import parse_protocol
-    from scheduler.service import Actor, create_campaign, start_campaign
-    from station.policy.conformance import CheckOptions, check_endpoint
-    from station.policy.demo import demo_profile
-    from web.auth.passwords import Passwords
+    from proctor.scheduler.protocol import parse_protocol
+    from proctor.scheduler.service import Actor, create_campaign, start_campaign
+    from proctor.station.policy.conformance import CheckOptions, check_endpoint
+    from proctor.station.policy.demo import demo_profile
+    from proctor.web.auth.passwords import Passwords
 
     passwords = Passwords.for_settings(ctx.settings)
     with session_scope(ctx.sessions) as s:
@@ -227,7 +227,7 @@ def _register(
             dialect = EndpointDialect(demo_profile(arm).dialect)
             report = check_endpoint(url, options=CheckOptions(dialect=dialect))
             with session_scope(ctx.sessions) as s:
-                from proctor.db.models import Policy
+                from proctor.core.db.models import Policy
 
                 world.register_endpoint(
                     s,
@@ -420,7 +420,7 @@ def _post_process(ctx: _Context, *, campaign_id: int, console: Console) -> None:
 
 
 def _headline(ctx: _Context, campaign_id: int) -> dict[str, Any] | None:
-    from web.snapshots.service import latest_row, snapshot_result
+    from proctor.web.snapshots.service import latest_row, snapshot_result
 
     with session_scope(ctx.sessions) as s:
         row = latest_row(s, campaign_id=campaign_id, stream=LabelStream.auto_and_reviewed)
@@ -456,7 +456,7 @@ def with_own_secret_key(settings: Settings) -> Settings:
         return settings
     from pydantic import SecretStr
 
-    from web.auth.sessions import data_dir_secret_key
+    from proctor.web.auth.sessions import data_dir_secret_key
 
     key = data_dir_secret_key(settings.data_dir)
     return settings.model_copy(update={"secret_key": SecretStr(key)})

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.errors import ProctorError
+from proctor.core.errors import ProctorError
 
 
 @dataclass
@@ -31,7 +31,7 @@ class PolicyServers:
 
 def start_policy_servers(arms: tuple[str, ...], *, seed: int) -> PolicyServers:
     """Each arm on the wire its profile names (openpi, RoboArena or Positronic v1)."""
-    from station.policy.demo import DemoPolicy, demo_serve
+    from proctor.station.policy.demo import DemoPolicy, demo_serve
 
     started: dict[str, Any] = {}
     try:

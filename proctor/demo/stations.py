@@ -1,12 +1,12 @@
 """Simulated stations for the demo, one process each.
 
-Each process runs the station daemon (``station.daemon.StationDaemon``) on
+Each process runs the station daemon (``proctor.station.daemon.StationDaemon``) on
 the simulated cell, with its work from the campaign (the scheduler's
 ``CampaignWorkSource``) and its policy reached through the web server's
 gateway — the same code path the operator console drives. The person at the
 robot is replaced by a loop that presses Start, waits for the episode to
 end, and closes it with the labelled ground-truth log
-(``station.demo_log``); after a safety stop it presses Recover, as the
+(``proctor.station.demo_log``); after a safety stop it presses Recover, as the
 operator must.
 
 Separate processes, because the simulated cell is CPU-bound Python: two
@@ -56,12 +56,12 @@ def run_station(job: StationJob, stop: Event, results: Any) -> None:
 
 
 def _serve_campaign(job: StationJob, stop: Event) -> tuple[int, int]:
-    from proctor.artifacts import open_store
-    from proctor.db.engine import make_engine, make_session_factory
-    from scheduler.work_source import CampaignWorkSource
-    from station.config import load_station_config
-    from station.daemon import NoWork, StationDaemon
-    from station.runner import PolicyUnreachable
+    from proctor.core.artifacts import open_store
+    from proctor.core.db.engine import make_engine, make_session_factory
+    from proctor.scheduler.work_source import CampaignWorkSource
+    from proctor.station.config import load_station_config
+    from proctor.station.daemon import NoWork, StationDaemon
+    from proctor.station.runner import PolicyUnreachable
 
     engine = make_engine(job.database_url)
     sessions = make_session_factory(engine)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from proctor.db.engine import ProctorSession
-from proctor.db.models import ObjectType, Policy, Submission, User, UserRole
-from proctor.domain import (
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import ObjectType, Policy, Submission, User, UserRole
+from proctor.core.domain import (
     ConformanceStatus,
     EndpointDialect,
     PolicyKind,
@@ -78,7 +78,7 @@ def ensure_accounts(session: ProctorSession, *, hash_password: Callable[[str], s
 
 def ensure_objects(session: ProctorSession) -> list[ObjectType]:
     """The simulated cell's object types, with their tags and prompts."""
-    from station.sim.objects import object_spec
+    from proctor.station.sim.objects import object_spec
 
     out = []
     for name in OBJECTS:
@@ -113,7 +113,7 @@ def ensure_policies(session: ProctorSession) -> dict[str, Policy]:
                 description=(
                     "scripted near-optimal agent standing in for the human teleoperator"
                     if arm == REFERENCE
-                    else f"scripted demo policy '{arm}' (station.policy.demo)"
+                    else f"scripted demo policy '{arm}' (proctor.station.policy.demo)"
                 ),
             )
             session.add(row)

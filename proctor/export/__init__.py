@@ -13,14 +13,14 @@ into place when complete, so a half-written export never looks finished)::
                            stream and the append-only review history (a person
                            who reviewed is "a reviewer", as the public explorer
                            says; an automatic reviewer keeps its label)
-        telemetry.parquet  100 Hz telemetry (columns: station/keys.py)
+        telemetry.parquet  100 Hz telemetry (columns: proctor/station/keys.py)
         frames-<camera>.parquet   per-frame timestamps of each video
         video-<camera>.mp4        H.264, one per camera (skipped with --no-media)
         manifest.json      the station's episode manifest
         ground-truth.json  simulated cell only
 
 Only released campaigns are exported: before release, who ran what is sealed.
-After release the public board's rule applies (``scheduler.naming``): a
+After release the public board's rule applies (``proctor.scheduler.naming``): a
 policy is named only if its submitter opted in — the human reference always —
 and the others appear under their blinded arm label — in the fields that
 hold a policy's name (the interchange file's ``policy`` column, the

@@ -15,9 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from proctor import __version__
-from proctor.artifacts import ArtifactStore
-from proctor.db.engine import ProctorSession
-from proctor.db.models import (
+from proctor.core.artifacts import ArtifactStore
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import (
     AnnotationCandidate,
     Artifact,
     Campaign,
@@ -26,8 +26,8 @@ from proctor.db.models import (
     PlacementEvent,
     ReviewAction,
 )
-from proctor.domain import ArtifactKind, CampaignStatus, LabelStream
-from proctor.errors import UsageError
+from proctor.core.domain import ArtifactKind, CampaignStatus, LabelStream
+from proctor.core.errors import UsageError
 
 # artifact kind (and camera) → file name inside the episode's folder
 _FILES: dict[ArtifactKind, str] = {
@@ -81,7 +81,7 @@ def _description(text: str, hidden: dict[str, str]) -> str | None:
 
 
 def _episode_document(session: ProctorSession, ep: Episode) -> dict[str, Any]:
-    from web.explorer.service import ANONYMOUS_REVIEWER
+    from proctor.web.explorer.service import ANONYMOUS_REVIEWER
 
     events = session.scalars(
         sa.select(EpisodeEvent).where(EpisodeEvent.episode_id == ep.id).order_by(EpisodeEvent.id)
@@ -196,9 +196,9 @@ def export_campaign(
     media: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> ExportSummary:
-    from analysis.interchange import write_interchange
-    from analysis.store import load_episodes
-    from scheduler.naming import WITHHELD_NOTE, campaign_naming
+    from proctor.analysis.interchange import write_interchange
+    from proctor.analysis.store import load_episodes
+    from proctor.scheduler.naming import WITHHELD_NOTE, campaign_naming
 
     c = _campaign(session, campaign)
     # the public board's naming rule, exactly: a policy is named only if its

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.episodes import EpisodeTable
-from analysis.interchange import read_interchange
-from analysis.operations import Operations, extract_operations
+from proctor.analysis.episodes import EpisodeTable
+from proctor.analysis.interchange import read_interchange
+from proctor.analysis.operations import Operations, extract_operations
 
 
 def survival_csv(

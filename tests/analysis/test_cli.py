@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.interchange import write_interchange
-from analysis.synthetic import cohort, phail_like_models
+from proctor.analysis.interchange import write_interchange
+from proctor.analysis.synthetic import cohort, phail_like_models
 
 OBJECTS = {"spoons": ("rigid",), "towels": ("deformable",)}
 
@@ -172,7 +172,7 @@ def test_power_rejects_non_finite_options(
 def test_outputs_get_the_mode_the_umask_gives(
     episodes_csv: Path, tmp_path: Path, umask: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from analysis.interchange import read_interchange
+    from proctor.analysis.interchange import read_interchange
 
     result, power_out, copy = tmp_path / "r.json", tmp_path / "p.json", tmp_path / "copy.jsonl"
     old = os.umask(umask)
@@ -374,7 +374,8 @@ def test_scoring_does_not_import_scipy_stats() -> None:
     on a loaded machine) for four functions scipy.special has: structural,
     not timed."""
     code = (
-        "import sys; import analysis.leaderboard, analysis.cli, analysis.store; "
+        "import sys; import proctor.analysis.leaderboard, proctor.analysis.cli; "
+        "import proctor.analysis.store; "
         "print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

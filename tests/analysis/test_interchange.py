@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.interchange import InvalidFile, read_interchange, write_interchange
-from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
-from proctor.errors import UsageError
+from proctor.analysis.interchange import InvalidFile, read_interchange, write_interchange
+from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+from proctor.core.errors import UsageError
 
 HEADER = "episode_id,policy,object,items,duration_s,placements_s,lost,dropped,outcome"
 
@@ -148,7 +148,7 @@ def test_a_folder_is_not_a_missing_file(tmp_path: Path) -> None:
 def test_many_bad_rows_keep_only_the_reported_problems(tmp_path: Path) -> None:
     """Problems past MAX_REPORTED are counted, not kept: 20 000 rows with two
     problems each leave 100 problem objects and one line for the rest."""
-    from analysis.interchange import MAX_REPORTED
+    from proctor.analysis.interchange import MAX_REPORTED
 
     rows = 20_000
     f = tmp_path / "bad.csv"
@@ -164,3 +164,35 @@ def test_many_bad_rows_keep_only_the_reported_problems(tmp_path: Path) -> None:
     assert len(exc.lines) == MAX_REPORTED + 1
     assert exc.lines[0] == f"{f} line 2 (episode e0): items: expected an integer, got 'two'"
     assert exc.lines[-1] == f"{f}: … and {2 * rows - MAX_REPORTED} more problems"
+
+
+def test_envelope_interventions_column_round_trips_and_empty_is_unknown(tmp_path: Path) -> None:
+    f = tmp_path / "env.csv"
+    f.write_text(
+        HEADER + ",envelope_interventions\n"
+        "a,bot,cup,3,90,,1,0,ran_out_of_time,4\n"
+        "b,bot,cup,3,90,,1,0,ran_out_of_time,\n"
+        "c,bot,cup,3,90,,1,0,ran_out_of_time,0\n"
+    )
+    table = read_interchange(f)
+    assert [e.envelope_interventions for e in table.episodes] == [4, None, 0]
+    for name in ("out.csv", "out.jsonl"):
+        write_interchange(table.episodes, tmp_path / name)
+        assert read_interchange(tmp_path / name).episodes == table.episodes
+    assert ",4\n" in (tmp_path / "out.csv").read_text()
+    rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["envelope_interventions"] for r in rows] == [4, None, 0]
+
+
+def test_a_bad_envelope_count_names_the_field(tmp_path: Path) -> None:
+    f = tmp_path / "bad-env.csv"
+    f.write_text(
+        HEADER + ",envelope_interventions\n"
+        "a,bot,cup,3,90,,1,0,ran_out_of_time,-2\n"
+        "b,bot,cup,3,90,,1,0,ran_out_of_time,1.5\n"
+    )
+    with pytest.raises(InvalidFile) as err:
+        read_interchange(f)
+    a, b = err.value.lines
+    assert "(episode a): envelope_interventions: must not be negative, got -2" in a
+    assert "(episode b): envelope_interventions: expected an integer, got '1.5'" in b

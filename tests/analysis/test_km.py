@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from lifelines import KaplanMeierFitter
 from lifelines.statistics import logrank_test
 
-from analysis.bootstrap import cluster_bootstrap, percentile_interval, pointwise_band
-from analysis.km import (
+from proctor.analysis.bootstrap import cluster_bootstrap, percentile_interval, pointwise_band
+from proctor.analysis.km import (
     auc_against,
     kaplan_meier,
     quantile_time,
@@ -20,7 +20,7 @@ from analysis.km import (
     survival,
     survival_at,
 )
-from analysis.operations import (
+from proctor.analysis.operations import (
     CENSORED_OP,
     DROPPED_OP,
     SUCCESS_OP,
@@ -28,7 +28,7 @@ from analysis.operations import (
     concat_operations,
     subset_operations,
 )
-from analysis.significance import logrank
+from proctor.analysis.significance import logrank
 
 
 def make_ops(times, kinds, episodes) -> Operations:

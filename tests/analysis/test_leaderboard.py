@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from analysis.binary import Posterior
-from analysis.episodes import Episode, EpisodeTable, Exclusion
-from analysis.leaderboard import _hrt, analyze, default_tau
-from analysis.report import RESULT_KEYS, data_version, to_json
-from analysis.results import Protocol, WelchTest
-from analysis.significance import verdict
-from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+from proctor.analysis.binary import Posterior
+from proctor.analysis.episodes import Episode, EpisodeTable, Exclusion
+from proctor.analysis.leaderboard import _hrt, analyze, default_tau
+from proctor.analysis.report import RESULT_KEYS, data_version, to_json
+from proctor.analysis.results import Protocol, WelchTest
+from proctor.analysis.significance import verdict
+from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 
 PROTOCOL = Protocol(tau=10.0, bootstrap=200, seed=1)
 
@@ -334,3 +334,65 @@ def test_multi_part_results_are_named_records_and_keep_their_json_shape() -> Non
     assert js["excluded"] == [
         {"episode_id": "s1", "policy": "bot", "object": "o2", "reason": x.reason}
     ]
+
+
+def _envelope_table() -> EpisodeTable:
+    """bot: interventions 3, not counted, 0, 5 (and a system episode with 100,
+    which is never scored); human: none counted; steady: 2 in every episode."""
+    return EpisodeTable(
+        episodes=(
+            single("r1", "human", "o1", 2.0, reference=True),
+            single("r2", "human", "o2", 1.0, reference=True),
+            single("m1", "bot", "o1", 6.0, envelope_interventions=3),
+            single("m2", "bot", "o1", None),
+            single("m3", "bot", "o2", 4.0, envelope_interventions=0),
+            single("m4", "bot", "o2", 6.0, envelope_interventions=5),
+            Episode("s1", "bot", "o2", 3, 9.0, (), 0, 0, "system", envelope_interventions=100),
+            single("d1", "steady", "o1", 3.0, envelope_interventions=2),
+            single("d2", "steady", "o2", 5.0, envelope_interventions=2),
+            single("d3", "steady", "o2", None, envelope_interventions=2),
+        )
+    )
+
+
+def test_envelope_interventions_per_episode_by_hand() -> None:
+    lb = analyze(_envelope_table(), PROTOCOL)
+    by = {p.policy: p for p in lb.policies}
+    bot = by["bot"].failure_modes.envelope_interventions_per_episode
+    # (3 + 0 + 5) over the 3 counted episodes = 8/3; reading the uncounted one
+    # as zero would give 8/4 = 2, and the system episode's 100 is never scored
+    assert bot.estimate == pytest.approx(8 / 3)
+    # every replicate is a weighted mean of the counted episodes' 3, 0 and 5
+    assert 0.0 <= bot.lo <= bot.estimate <= bot.hi <= 5.0 and bot.lo < bot.hi
+    assert "envelope interventions per episode over the 3 of 4 episodes" in " ".join(
+        by["bot"].notes
+    )
+    # the same count in every episode: no spread to resample
+    steady = by["steady"].failure_modes.envelope_interventions_per_episode
+    assert (steady.estimate, steady.lo, steady.hi) == (2.0, 2.0, 2.0)
+    assert not any("envelope" in n for n in by["steady"].notes)
+    # no episode counted: unknown, not zero
+    human = by["human"].failure_modes.envelope_interventions_per_episode
+    assert (human.estimate, human.lo, human.hi) == (None, None, None)
+    assert "envelope interventions not recorded for these episodes" in by["human"].notes
+    # the JSON, beside safety stops; unknown is null
+    js = {p["policy"]: p["failure_modes"] for p in to_json(lb)["policies"]}
+    assert js["bot"]["envelope_interventions_per_episode"]["estimate"] == pytest.approx(8 / 3)
+    assert js["human"]["envelope_interventions_per_episode"] == {
+        "estimate": None,
+        "ci": [None, None],
+    }
+    assert list(js["bot"]).index("envelope_interventions_per_episode") > list(js["bot"]).index(
+        "safety_stops_per_episode"
+    )
+
+
+def test_the_envelope_count_is_part_of_the_data_version() -> None:
+    table = _envelope_table()
+    changed = EpisodeTable(
+        episodes=tuple(
+            Episode(**{**e.__dict__, "envelope_interventions": 4}) if e.episode_id == "m1" else e
+            for e in table.episodes
+        )
+    )
+    assert data_version(changed) != data_version(table)

@@ -3,7 +3,7 @@ by their exact shape — never by finding a name inside other text."""
 
 from __future__ import annotations
 
-from analysis.notes import (
+from proctor.analysis.notes import (
     NOT_COMPARED,
     POLICY_NOTES,
     REFERENCE_UNSCORED,

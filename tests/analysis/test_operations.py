@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.episodes import (
+from proctor.analysis.episodes import (
     OUTCOMES,
     Episode,
     resolve_reference,
     scored,
     validate_episode,
 )
-from analysis.operations import (
+from proctor.analysis.operations import (
     CENSORED_OP,
     DROPPED_OP,
     LOST_OP,
@@ -26,7 +26,7 @@ from analysis.operations import (
     episode_operations,
     extract_operations,
 )
-from proctor.domain import Outcome
+from proctor.core.domain import Outcome
 
 
 def ep(**kw) -> Episode:

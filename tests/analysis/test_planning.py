@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from analysis.binary import beta_posterior, dirichlet_mean_posterior, welch_t
-from analysis.cld import compact_letters
-from analysis.planning import (
+from proctor.analysis.binary import beta_posterior, dirichlet_mean_posterior, welch_t
+from proctor.analysis.cld import compact_letters
+from proctor.analysis.planning import (
     BridgeModel,
     ObjectEffect,
     _bridges,

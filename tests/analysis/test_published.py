@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.km import kaplan_meier, quantile_time, risk_set, rmst, survival
-from analysis.significance import logrank
+from proctor.analysis.km import kaplan_meier, quantile_time, risk_set, rmst, survival
+from proctor.analysis.significance import logrank
 from tests.analysis.helpers import arm_operations, load, survival_csv
 
 # Freireich et al. (1963), Blood 21:699 — remission times (weeks) of 42

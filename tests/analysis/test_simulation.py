@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.bootstrap import cluster_bootstrap, percentile_interval
-from analysis.detection import ObjectPool, detection_rates, make_pool, null_calibration
-from analysis.episodes import Episode
-from analysis.km import risk_set, rmst, survival
-from analysis.operations import Operations, extract_operations, subset_operations
-from analysis.significance import macro_ks_test
-from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+from proctor.analysis.bootstrap import cluster_bootstrap, percentile_interval
+from proctor.analysis.detection import ObjectPool, detection_rates, make_pool, null_calibration
+from proctor.analysis.episodes import Episode
+from proctor.analysis.km import risk_set, rmst, survival
+from proctor.analysis.operations import Operations, extract_operations, subset_operations
+from proctor.analysis.significance import macro_ks_test
+from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 
 # Clustered operations with a closed-form truth: each episode has a shared
 # frailty z ~ Gamma(k, θ); each of its M operations is a ghost with

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.report import SCHEMA
-from analysis.results import Protocol
-from analysis.store import build_snapshot, load_episodes, recompute, stale_campaigns
-from proctor.db.models import AnalysisSnapshot, PlacementEvent
-from proctor.domain import (
+from proctor.analysis.report import SCHEMA
+from proctor.analysis.results import Protocol
+from proctor.analysis.store import build_snapshot, load_episodes, recompute, stale_campaigns
+from proctor.core.db.models import AnalysisSnapshot, PlacementEvent
+from proctor.core.domain import (
     EpisodeState,
     LabelStatus,
     LabelStream,
@@ -23,7 +23,7 @@ from proctor.domain import (
     PolicyKind,
     Side,
 )
-from proctor.errors import UsageError
+from proctor.core.errors import UsageError
 from tests import factories as f
 
 
@@ -126,6 +126,22 @@ def test_auto_and_reviewed_stream(world: World) -> None:
     assert cup.object_tags == ("rigid", "small")
     human = next(e for e in table.episodes if e.policy == "human-ref")
     assert human.reference and human.placements_s[0] >= 2.0
+
+
+def test_the_envelope_count_is_read_and_an_uncounted_episode_stays_unknown(
+    world: World,
+) -> None:
+    w = world
+    counted = w.episode(w.bot, w.cup, placed=[5.0], status=LabelStatus.reviewed)
+    counted.envelope_interventions = 6
+    system = w.episode(w.bot, w.cup, placed=[], outcome=Outcome.system)
+    system.envelope_interventions = 2
+    w.s.flush()
+    table = load_episodes(w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed)
+    by = {e.episode_id: e.envelope_interventions for e in table.episodes}
+    assert by[counted.uid] == 6 and by[system.uid] == 2
+    # the world's other episodes were recorded without a count: None, not 0
+    assert w.last_bot.envelope_interventions is None and by[w.last_bot.uid] is None
 
 
 def test_reviewed_only_and_count_mismatch(world: World) -> None:
@@ -243,7 +259,7 @@ def test_episodes_not_yet_readable_are_excluded_and_two_references_are_noted(
 
 
 def test_recompute_and_staleness_live_in_the_analysis_layer(world: World) -> None:
-    """Turning stored episodes into snapshot rows is analysis.store's job: it
+    """Turning stored episodes into snapshot rows is proctor.analysis.store's job: it
     skips an unchanged stream, and a moved placement makes the board stale."""
     w = world
     protocol = Protocol(tau=60.0, bootstrap=50, seed=2)
@@ -274,7 +290,7 @@ _COMPUTING = {"build_snapshot", "load_episodes", "snapshot_result", "analyze", "
 
 
 def test_the_web_snapshot_package_does_not_compute() -> None:
-    root = Path(__file__).resolve().parents[2] / "web" / "snapshots"
+    root = Path(__file__).resolve().parents[2] / "proctor" / "web" / "snapshots"
     found = []
     for path in sorted(root.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -2,7 +2,7 @@
 the figures they print.
 
 The corpus: ``CORPUS_EPISODES`` episodes over every demo policy profile and
-object (telemetry only: ``annotator.simulate``), each run through the real
+object (telemetry only: ``proctor.annotator.simulate``), each run through the real
 episode runner on the simulated cell and closed with the station's labelled
 ground-truth log. Simulating costs minutes of CPU, so the finished corpus
 (a SQLite file and an artifact folder) is kept in the system's temporary
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from annotator.simulate import EpisodeSpec, corpus_plan
+from proctor.annotator.simulate import EpisodeSpec, corpus_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS_EPISODES = 216  # 9 per (profile, object) cell
@@ -59,33 +59,33 @@ class Corpus:
 # the demo policies, the schema. Hardware drivers, twin/real profiles,
 # teleop, the daemon and the conformance checks never run in it.
 _KEY_SOURCES = (
-    "station/sim/*.py",
-    "station/profiles/__init__.py",
-    "station/profiles/sim.py",
-    "station/drivers/*/base.py",
-    "station/drivers/registry.py",
-    "station/policy/client.py",
-    "station/policy/codec.py",
-    "station/policy/demo.py",
-    "station/policy/observation.py",
-    "station/policy/server.py",
-    "station/policy/spec.py",
-    "station/*.py",
-    "migrations/versions/*.py",
-    "proctor/db/**/*.py",
-    "proctor/artifacts/*.py",
-    "proctor/domain.py",
-    "annotator/simulate.py",
+    "proctor/station/sim/*.py",
+    "proctor/station/profiles/__init__.py",
+    "proctor/station/profiles/sim.py",
+    "proctor/station/drivers/*/base.py",
+    "proctor/station/drivers/registry.py",
+    "proctor/station/policy/client.py",
+    "proctor/station/policy/codec.py",
+    "proctor/station/policy/demo.py",
+    "proctor/station/policy/observation.py",
+    "proctor/station/policy/server.py",
+    "proctor/station/policy/spec.py",
+    "proctor/station/*.py",
+    "proctor/core/migrations/versions/*.py",
+    "proctor/core/db/**/*.py",
+    "proctor/core/artifacts/*.py",
+    "proctor/core/domain.py",
+    "proctor/annotator/simulate.py",
 )
 _NOT_IN_KEY = {
-    "station/sim/render.py",
-    "station/sim/camera.py",
-    "station/camerahub.py",
-    "station/api.py",
-    "station/cli.py",
-    "station/daemon.py",
-    "station/preflight.py",
-    "station/recovery.py",
+    "proctor/station/sim/render.py",
+    "proctor/station/sim/camera.py",
+    "proctor/station/camerahub.py",
+    "proctor/station/api.py",
+    "proctor/station/cli.py",
+    "proctor/station/daemon.py",
+    "proctor/station/preflight.py",
+    "proctor/station/recovery.py",
 }
 
 
@@ -107,10 +107,10 @@ def _key(plan: list[EpisodeSpec]) -> str:
 
 
 def _simulate(folder: Path, plan: list[EpisodeSpec]) -> None:
-    from annotator.simulate import simulate
-    from proctor.artifacts import LocalArtifactStore
-    from proctor.db import migrate
-    from proctor.db.engine import make_engine, make_session_factory
+    from proctor.annotator.simulate import simulate
+    from proctor.core.artifacts import LocalArtifactStore
+    from proctor.core.db import migrate
+    from proctor.core.db.engine import make_engine, make_session_factory
 
     url = f"sqlite:///{folder / 'corpus.db'}"
     migrate.upgrade(url)
@@ -188,7 +188,7 @@ def sim_corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
     # the backup API copies a consistent image, WAL content included
     with sqlite3.connect(source / "corpus.db") as src, sqlite3.connect(copy) as dst:
         src.backup(dst)
-    from proctor.db import migrate
+    from proctor.core.db import migrate
 
     migrate.upgrade(f"sqlite:///{copy}")  # a corpus cached before a new migration
     yield Corpus(db_path=copy, artifacts=source / "artifacts", plan=tuple(plan))

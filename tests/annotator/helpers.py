@@ -1,7 +1,7 @@
 """Hand-made telemetry for the detector's unit tests and the review tests.
 
 ``telemetry_table`` writes a table in the recorder's own schema
-(``station.recorder.telemetry_schema``) from a list of scripted gripper
+(``proctor.station.recorder.telemetry_schema``) from a list of scripted gripper
 operations, so the annotator reads it exactly as it reads a recording. The
 fingers move at a fixed rate towards the target, stop on a held item at its
 hold position, and the item leaves them once they opened 0.03 below it (the
@@ -9,7 +9,7 @@ detector's default ``release_open``): the expected event times are computed
 from these rules, by hand, not by the detector. This is an idealised gripper
 read without delay; ``polled=True`` reports it the way the 2F-85's status
 poll does (every 20 ms, 4 ms late, in 1/255 steps), as the simulated cell's
-driver does (``station.sim.gripper``), whose physics differs again (squeeze,
+driver does (``proctor.station.sim.gripper``), whose physics differs again (squeeze,
 a release margin drawn per grasp).
 """
 
@@ -22,12 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from proctor.artifacts import ArtifactStore
-from proctor.db.engine import ProctorSession
-from proctor.db.models import Artifact, Episode
-from proctor.domain import ArtifactKind, EpisodeState, LabelStatus, Outcome, Side
-from station import keys
-from station.recorder import ACTION_KINDS, PHASES, telemetry_schema
+from proctor.core.artifacts import ArtifactStore
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import Artifact, Episode
+from proctor.core.domain import ArtifactKind, EpisodeState, LabelStatus, Outcome, Side
+from proctor.station import keys
+from proctor.station.recorder import ACTION_KINDS, PHASES, telemetry_schema
 from tests import factories
 
 HZ = 100.0

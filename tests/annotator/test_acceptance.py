@@ -24,20 +24,20 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 
-from analysis.leaderboard import analyze
-from analysis.results import Protocol
-from analysis.store import load_episodes
-from annotator.autoreview import resolve_flag_with_ground_truth, review_with_ground_truth
-from annotator.config import load_thresholds
-from annotator.evaluation import score_database
-from annotator.reconcile import annotate_episode, pending_episodes
-from annotator.review import review_queue
-from annotator.simulate import OBJECT_NAMES, PROFILES
-from proctor.artifacts import LocalArtifactStore
-from proctor.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
-from proctor.db.models import Episode, PlacementEvent, ReviewAction
-from proctor.domain import LabelStatus, LabelStream, Outcome, PlacementSource, PlacementStatus
-from station.recording import load_ground_truth
+from proctor.analysis.leaderboard import analyze
+from proctor.analysis.results import Protocol
+from proctor.analysis.store import load_episodes
+from proctor.annotator.autoreview import resolve_flag_with_ground_truth, review_with_ground_truth
+from proctor.annotator.config import load_thresholds
+from proctor.annotator.evaluation import score_database
+from proctor.annotator.reconcile import annotate_episode, pending_episodes
+from proctor.annotator.review import review_queue
+from proctor.annotator.simulate import OBJECT_NAMES, PROFILES
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
+from proctor.core.db.models import Episode, PlacementEvent, ReviewAction
+from proctor.core.domain import LabelStatus, LabelStream, Outcome, PlacementSource, PlacementStatus
+from proctor.station.recording import load_ground_truth
 from tests.annotator.conftest import Corpus, report
 
 MISCOUNT_EVERY = 4

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from proctor.artifacts import LocalArtifactStore
 from proctor.cli import main
-from proctor.db import migrate
-from proctor.db.engine import make_engine, make_session_factory, session_scope
-from proctor.db.models import Artifact, Episode
-from proctor.domain import ArtifactKind, EpisodeState, LabelStatus
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db import migrate
+from proctor.core.db.engine import make_engine, make_session_factory, session_scope
+from proctor.core.db.models import Artifact, Episode
+from proctor.core.domain import ArtifactKind, EpisodeState, LabelStatus
 from tests.annotator.helpers import SOURCE_XY, Op, store_episode
 
 OPS = [Op(1.0, 3.0), Op(7.0, 9.0, release_xy=SOURCE_XY), Op(10, 12)]
@@ -21,7 +21,7 @@ OPS = [Op(1.0, 3.0), Op(7.0, 9.0, release_xy=SOURCE_XY), Op(10, 12)]
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, LocalArtifactStore]:
-    url = f"sqlite:///{tmp_path / 'proctor.db'}"
+    url = f"sqlite:///{tmp_path / 'proctor.core.db'}"
     migrate.upgrade(url)
     for name in list(__import__("os").environ):
         if name.startswith("PROCTOR_") and name != "PROCTOR_TEST_BACKENDS":

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from analysis.episodes import Episode as ScoredEpisode
-from analysis.km import kaplan_meier, quantile_time, survival_at
-from analysis.operations import extract_operations
-from proctor.artifacts import LocalArtifactStore
-from proctor.db.engine import make_engine, make_session_factory
-from proctor.db.models import Artifact, Assignment, Episode, Policy
-from proctor.domain import ArtifactKind, Outcome
+from proctor.analysis.episodes import Episode as ScoredEpisode
+from proctor.analysis.km import kaplan_meier, quantile_time, survival_at
+from proctor.analysis.operations import extract_operations
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db.engine import make_engine, make_session_factory
+from proctor.core.db.models import Artifact, Assignment, Episode, Policy
+from proctor.core.domain import ArtifactKind, Outcome
 from tests.annotator.conftest import Corpus, report
 
 

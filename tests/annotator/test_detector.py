@@ -14,11 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from annotator.config import ClassifierThresholds, Thresholds, load_thresholds
-from annotator.detector import Signals, Zone, detect
-from annotator.pipeline import analyze_table
-from proctor.errors import UsageError
-from station import keys
+from proctor.annotator.config import ClassifierThresholds, Thresholds, load_thresholds
+from proctor.annotator.detector import Signals, Zone, detect
+from proctor.annotator.pipeline import analyze_table
+from proctor.core.errors import UsageError
+from proctor.station import keys
 from tests.annotator.helpers import (
     HZ,
     POLL_LATENCY_S,

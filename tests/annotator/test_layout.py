@@ -12,18 +12,18 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from annotator.config import CellGeometry, Thresholds
-from annotator.pipeline import layout_for, parse_layout
-from annotator.reconcile import annotate_episode
-from annotator.simulate import EpisodeSpec, simulate
-from proctor.artifacts import ArtifactStore, LocalArtifactStore
-from proctor.db import migrate
-from proctor.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
-from proctor.db.models import Artifact, Episode
-from proctor.domain import ArtifactKind, LabelStatus, Side
-from proctor.errors import UsageError
-from station.recording import read_json
-from station.sim.world import Layout
+from proctor.annotator.config import CellGeometry, Thresholds
+from proctor.annotator.pipeline import layout_for, parse_layout
+from proctor.annotator.reconcile import annotate_episode
+from proctor.annotator.simulate import EpisodeSpec, simulate
+from proctor.core.artifacts import ArtifactStore, LocalArtifactStore
+from proctor.core.db import migrate
+from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
+from proctor.core.db.models import Artifact, Episode
+from proctor.core.domain import ArtifactKind, LabelStatus, Side
+from proctor.core.errors import UsageError
+from proctor.station.recording import read_json
+from proctor.station.sim.world import Layout
 from tests.annotator.helpers import Op, store_episode
 
 TH = Thresholds(version="test-layout")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from annotator.config import Thresholds
-from annotator.reconcile import (
+from proctor.annotator.config import Thresholds
+from proctor.annotator.reconcile import (
     AlreadyAnnotated,
     NotAnnotatable,
     annotate_episode,
@@ -14,11 +14,11 @@ from annotator.reconcile import (
     pending_episodes,
     placements_of,
 )
-from annotator.review import review_queue
-from proctor.artifacts import ArtifactStore
-from proctor.db.engine import ProctorSession
-from proctor.db.models import EpisodeEvent
-from proctor.domain import (
+from proctor.annotator.review import review_queue
+from proctor.core.artifacts import ArtifactStore
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import EpisodeEvent
+from proctor.core.domain import (
     CandidateVerdict,
     EpisodeState,
     LabelStatus,

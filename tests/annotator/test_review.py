@@ -7,13 +7,13 @@ import math
 import pytest
 import sqlalchemy as sa
 
-from annotator import review as svc
-from annotator.config import Thresholds
-from annotator.reconcile import annotate_episode, placements_of
-from proctor.artifacts import ArtifactStore
-from proctor.db.engine import ProctorSession
-from proctor.db.models import Episode, EpisodeEvent, ReviewAction
-from proctor.domain import (
+from proctor.annotator import review as svc
+from proctor.annotator.config import Thresholds
+from proctor.annotator.reconcile import annotate_episode, placements_of
+from proctor.core.artifacts import ArtifactStore
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import Episode, EpisodeEvent, ReviewAction
+from proctor.core.domain import (
     LabelStatus,
     Outcome,
     PlacementSource,
@@ -21,7 +21,7 @@ from proctor.domain import (
     ReviewActionKind,
     Role,
 )
-from proctor.errors import AppendOnlyViolation
+from proctor.core.errors import AppendOnlyViolation
 from tests import factories
 from tests.annotator.helpers import SOURCE_XY, Op, store_episode
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from proctor.artifacts import LocalArtifactStore, open_store
-from proctor.artifacts.base import ArtifactStore
-from proctor.artifacts.fsspec_store import FsspecArtifactStore
-from proctor.errors import IntegrityError, UsageError
+from proctor.core.artifacts import LocalArtifactStore, open_store
+from proctor.core.artifacts.base import ArtifactStore
+from proctor.core.artifacts.fsspec_store import FsspecArtifactStore
+from proctor.core.errors import IntegrityError, UsageError
 
 
 @pytest.fixture(params=["local", "fsspec-file", "fsspec-memory"])
@@ -87,7 +87,7 @@ def test_crash_mid_write_leaves_no_partial_object(tmp_path: Path) -> None:
     writer = textwrap.dedent(
         f"""
         import pathlib, time
-        from proctor.artifacts import LocalArtifactStore
+        from proctor.core.artifacts import LocalArtifactStore
 
         class Slow:
             def __init__(self):
@@ -158,7 +158,7 @@ def test_s3_compatible_store_over_real_http(tmp_path: Path) -> None:
         assert obj.uri == f"s3://proctor/artifacts/objects/{obj.sha256[:2]}/{obj.sha256}"
         assert store.read_bytes(obj.sha256) == data
         # the temporary upload key is gone
-        tmp_keys = store.fs.find("proctor/artifacts/tmp")
+        tmp_keys = store.fs.find("proctor/core/artifacts/tmp")
         assert tmp_keys == []
     finally:
         server.stop()

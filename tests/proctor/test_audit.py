@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from proctor import audit
-from proctor.db.engine import ProctorSession
-from proctor.db.models import AuditLog
-from scheduler import service as campaigns
+from proctor.core import audit
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import AuditLog
+from proctor.scheduler import service as campaigns
+from proctor.web.accounts import service as accounts
+from proctor.web.auth.passwords import Passwords
 from tests.scheduler import builders
-from web.accounts import service as accounts
-from web.auth.passwords import Passwords
 
 
 def _rows(session: ProctorSession, action: str) -> list[AuditLog]:

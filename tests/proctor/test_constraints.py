@@ -6,10 +6,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from proctor.db.engine import ProctorSession
-from proctor.db.models import AuditLog, ReviewAction
-from proctor.domain import ReviewActionKind
-from proctor.errors import AppendOnlyViolation
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import AuditLog, ReviewAction
+from proctor.core.domain import ReviewActionKind
+from proctor.core.errors import AppendOnlyViolation
 from tests import factories as f
 
 

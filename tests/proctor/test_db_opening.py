@@ -1,5 +1,5 @@
 """One schema policy for every command that opens the database
-(``proctor.db.opening``): a newer schema is refused naming both revisions;
+(``proctor.core.db.opening``): a newer schema is refused naming both revisions;
 the embedded SQLite default is migrated on first use; any other database
 that is behind is refused, untouched, with the command that migrates it.
 
@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from proctor.cli import main
-from proctor.db import migrate
-from proctor.db.engine import make_engine
+from proctor.core.db import migrate
+from proctor.core.db.engine import make_engine
 
 # one command per way a service opened the database before: the accounts
 # session (web), the campaign session (scheduler), the station's session
@@ -54,8 +54,8 @@ def _run(
 
 
 def embedded_database_url(data_dir: Path) -> str:
-    """The data folder's own SQLite file (what ``proctor.settings`` fills in)."""
-    return f"sqlite:///{(data_dir / 'proctor.db').resolve()}"
+    """The data folder's own SQLite file (what ``proctor.core.settings`` fills in)."""
+    return f"sqlite:///{(data_dir / 'proctor.core.db').resolve()}"
 
 
 def _stamp(url: str, revision: str) -> None:

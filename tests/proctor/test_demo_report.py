@@ -10,11 +10,11 @@ import re
 import numpy as np
 from rich.console import Console
 
-from analysis.episodes import EpisodeTable
-from analysis.leaderboard import analyze
-from analysis.report import to_json
-from analysis.results import Protocol
-from analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+from proctor.analysis.episodes import EpisodeTable
+from proctor.analysis.leaderboard import analyze
+from proctor.analysis.report import to_json
+from proctor.analysis.results import Protocol
+from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 from proctor.demo import world
 from proctor.demo.report import print_leaderboard
 
@@ -77,3 +77,30 @@ def test_a_policy_that_never_succeeds_on_an_object_prints() -> None:
     buf = io.StringIO()
     print_leaderboard(Console(file=buf, width=80), result, title="Leaderboard")
     assert names[-1] in buf.getvalue() and "…" not in buf.getvalue()
+
+
+def test_envelope_interventions_print_beside_safety_stops() -> None:
+    """The column follows the snapshot: a rate where episodes were counted, a
+    dash where none was (unknown, not zero)."""
+    names = list(world.POLICY_NAMES.values())
+    models = [
+        dataclasses.replace(m, name=n) for m, n in zip(phail_like_models(), names, strict=True)
+    ]
+    eps = cohort(models, PHAIL_OBJECTS, episodes_per_cell=3, rng=np.random.default_rng(5))
+    # the first policy's stations counted 3 interventions an episode; the others none
+    eps = [
+        dataclasses.replace(e, envelope_interventions=3) if e.policy == names[1] else e for e in eps
+    ]
+    lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=240.0, bootstrap=40, seed=0))
+    result = to_json(lb, code_version="proctor-test/analysis-test")
+    buf = io.StringIO()
+    print_leaderboard(Console(file=buf, width=80), result, title="Leaderboard")
+    lines = buf.getvalue().splitlines()
+    header = next(line for line in lines if "stop/ep" in line)
+    cells = [c.strip() for c in header.split("┃")]
+    at = cells.index("env/ep")
+    assert cells[at - 1] == "stop/ep"
+    rows = {line.split("│")[2].strip(): line for line in lines if line.count("│") > 8}
+    for p in result["policies"]:
+        shown = rows[p["policy"]].split("│")[at].strip()
+        assert shown == ("3.00" if p["policy"] == names[1] else "—"), p["policy"]

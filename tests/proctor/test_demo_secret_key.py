@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from proctor.core.errors import ConfigError
+from proctor.core.settings import load_settings
 from proctor.demo.run import with_own_secret_key
-from proctor.errors import ConfigError
-from proctor.settings import load_settings
 
 
 def test_the_demo_folder_gets_its_own_key_and_reuses_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from web.app import create_app
-    from web.auth.sessions import DEV_SECRET_KEY
+    from proctor.web.app import create_app
+    from proctor.web.auth.sessions import DEV_SECRET_KEY
 
     data_dir = tmp_path / "demo-data"
     first = with_own_secret_key(load_settings(env="dev", data_dir=data_dir))
@@ -37,7 +37,7 @@ def test_the_demo_folder_gets_its_own_key_and_reuses_it(
     assert other.secret_key is not None and other.secret_key.get_secret_value() != key
 
     # and the server it starts does not warn that anyone can forge a session
-    with caplog.at_level(logging.WARNING, logger="web.auth.sessions"):
+    with caplog.at_level(logging.WARNING, logger="proctor.web.auth.sessions"):
         app = create_app(again)
     assert app.state.web.secret_key == key
     assert not [r for r in caplog.records if "forge" in r.getMessage()]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.db.engine import ProctorSession
-from proctor.domain import CampaignStatus
-from proctor.errors import UsageError
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db.engine import ProctorSession
+from proctor.core.domain import CampaignStatus
+from proctor.core.errors import UsageError
 from proctor.export.dataset import export_campaign
 from tests import factories as f
 
@@ -38,8 +38,8 @@ def test_a_failure_half_way_leaves_nothing(
     camp = f.campaign(db_session, status=CampaignStatus.released)
     obj = f.object_type(db_session)
     ep = f.episode(db_session, obj, campaign_id=camp.id)
-    from proctor.db.models import Artifact
-    from proctor.domain import ArtifactKind
+    from proctor.core.db.models import Artifact
+    from proctor.core.domain import ArtifactKind
 
     # an artifact row whose bytes are not in the store: the copy must fail
     db_session.add(
@@ -63,8 +63,8 @@ def test_a_policy_that_did_not_opt_in_is_exported_under_its_arm_label(
     import csv
     import json
 
-    from proctor.db.models import CampaignPolicy, PlacementEvent
-    from proctor.domain import (
+    from proctor.core.db.models import CampaignPolicy, PlacementEvent
+    from proctor.core.domain import (
         EpisodeState,
         LabelStatus,
         Outcome,
@@ -137,8 +137,8 @@ def _reviewed_campaign(db_session: ProctorSession) -> tuple[str, dict[str, str],
     """A released campaign on the object "gearbox" whose withheld policy is
     also called "gearbox", with notes, events and reviews that use the word;
     returns (campaign name, policy name → episode uid, reviewer id, notes)."""
-    from proctor.db.models import CampaignPolicy, EpisodeEvent, PlacementEvent, ReviewAction
-    from proctor.domain import (
+    from proctor.core.db.models import CampaignPolicy, EpisodeEvent, PlacementEvent, ReviewAction
+    from proctor.core.domain import (
         EpisodeState,
         LabelStatus,
         Outcome,
@@ -268,11 +268,11 @@ def test_the_dataset_gets_the_umasks_mode_and_a_never_succeeding_policy_scores(
     and a policy with no success on an object exports and analyses (RMST = τ)."""
     import os
 
-    from analysis.interchange import read_interchange
-    from analysis.leaderboard import analyze
-    from analysis.results import Protocol
-    from proctor.db.models import CampaignPolicy, PlacementEvent
-    from proctor.domain import (
+    from proctor.analysis.interchange import read_interchange
+    from proctor.analysis.leaderboard import analyze
+    from proctor.analysis.results import Protocol
+    from proctor.core.db.models import CampaignPolicy, PlacementEvent
+    from proctor.core.domain import (
         EpisodeState,
         LabelStatus,
         Outcome,

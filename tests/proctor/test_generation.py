@@ -1,4 +1,4 @@
-"""The cache generation (proctor.db.generation): every transaction that
+"""The cache generation (proctor.core.db.generation): every transaction that
 writes through a ProctorSession bumps one row in that same transaction, so
 that every process watching the row learns of the write; nothing else
 does."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from proctor.db import generation, migrate
-from proctor.db.engine import make_engine, make_session_factory, session_scope
-from proctor.db.models import ObjectType
+from proctor.core.db import generation, migrate
+from proctor.core.db.engine import make_engine, make_session_factory, session_scope
+from proctor.core.db.models import ObjectType
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,8 +70,8 @@ def test_a_write_in_another_process_is_counted(fresh_db_url: str) -> None:
         start = _now(engine)
         code = (
             "import sys\n"
-            "from proctor.db.engine import make_engine, make_session_factory, session_scope\n"
-            "from proctor.db.models import ObjectType\n"
+            "from proctor.core.db.engine import make_engine, make_session_factory, session_scope\n"
+            "from proctor.core.db.models import ObjectType\n"
             "e = make_engine(sys.argv[1])\n"
             "with session_scope(make_session_factory(e)) as s:\n"
             "    s.add(ObjectType(name='plates', display_name='Plates', tags=[]))\n"

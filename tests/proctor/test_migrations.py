@@ -3,13 +3,14 @@ exactly what the ORM declares (no drift)."""
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from proctor.db import migrate
-from proctor.db.engine import make_engine
-from proctor.db.models import Base
+from proctor.core.db import migrate
+from proctor.core.db.engine import make_engine
+from proctor.core.db.models import Base
 
 
 def _tables(url: str) -> set[str]:
@@ -84,3 +85,60 @@ def test_existing_users_get_a_random_session_nonce_each(fresh_db_url: str) -> No
         engine.dispose()
     assert len(nonces) == 2 and len(set(nonces)) == 2
     assert all(isinstance(n, str) and len(n) == 32 for n in nonces)
+
+
+def _envelope_columns(url: str) -> dict[str, dict]:
+    engine = make_engine(url)
+    try:
+        cols = sa.inspect(engine).get_columns("episodes")
+    finally:
+        engine.dispose()
+    return {c["name"]: c for c in cols if c["name"] == "envelope_interventions"}
+
+
+def test_episodes_recorded_before_the_envelope_count_are_unknown_not_zero(
+    fresh_db_url: str,
+) -> None:
+    """The envelope-interventions column comes in NULL for the episodes that
+    exist (they were never counted), refuses a negative count, and goes away
+    again on downgrade with the rows intact."""
+    migrate.upgrade(fresh_db_url, "8d3f6b2a1c57")
+    engine = make_engine(fresh_db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO object_types (id, name, display_name, tags, description, "
+                    "prompt, created_at) VALUES (1, 'cup', 'Cup', '[]', '', '', "
+                    "CURRENT_TIMESTAMP)"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO episodes (id, uid, object_type_id, items, budget_s, tote_side, "
+                    "camera_side, state, outcome_reason, operator_notes, label_status, "
+                    "created_at) VALUES (1, 'old-episode', 1, 3, 90, 'left', 'left', 'closed', "
+                    "'', '', 'pending', CURRENT_TIMESTAMP)"
+                )
+            )
+        assert _envelope_columns(fresh_db_url) == {}
+        migrate.upgrade(fresh_db_url)
+        (col,) = _envelope_columns(fresh_db_url).values()
+        assert col["nullable"] is True and col["default"] is None
+        with engine.connect() as conn:
+            value = conn.execute(
+                sa.text("SELECT envelope_interventions FROM episodes WHERE uid = 'old-episode'")
+            ).scalar_one()
+        assert value is None
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE episodes SET envelope_interventions = 4"))
+        with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+            conn.execute(sa.text("UPDATE episodes SET envelope_interventions = -1"))
+        engine.dispose()
+        migrate.downgrade(fresh_db_url, "-1")
+        assert _envelope_columns(fresh_db_url) == {}
+        with engine.connect() as conn:
+            uids = conn.execute(sa.text("SELECT uid FROM episodes")).scalars().all()
+        assert uids == ["old-episode"]
+    finally:
+        engine.dispose()

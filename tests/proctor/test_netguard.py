@@ -1,4 +1,4 @@
-"""The address policy for submitters' policy servers (proctor/netguard.py):
+"""The address policy for submitters' policy servers (proctor/core/netguard.py):
 which addresses are public, resolving once, and connecting to the judged
 address without following redirects."""
 
@@ -13,8 +13,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.server import ServerConnection, serve
 
-from proctor import netguard
-from proctor.settings import load_settings
+from proctor.core import netguard
+from proctor.core.settings import load_settings
 from tests.loopback import ScriptedResolver, TcpWitness, redirecting_server
 
 # IPv6 literals that carry a loopback or private IPv4 address, with what they carry
@@ -58,7 +58,7 @@ def test_carriers_of_a_public_ipv4_and_the_local_use_nat64_prefix() -> None:
 
 
 def test_private_endpoints_are_allowed_only_in_tests_unless_configured() -> None:
-    from web.submissions import endpoints
+    from proctor.web.submissions import endpoints
 
     # what registration asks: dev no longer lets submitters register loopback servers
     assert not endpoints.private_endpoints_allowed(load_settings(env="dev"))
@@ -166,8 +166,8 @@ def test_the_demo_allows_private_endpoints_explicitly() -> None:
     """``proctor demo`` serves its policies on loopback: it turns private
     endpoints on for itself (dev's default is off), and says so when a config
     file turned them off."""
+    from proctor.core.errors import ProctorError
     from proctor.demo.run import _with_loopback_policies
-    from proctor.errors import ProctorError
 
     demo = _with_loopback_policies(load_settings(env="dev"))
     assert netguard.private_endpoints_allowed(demo)

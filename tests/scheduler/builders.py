@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from proctor.db.models import ObjectType, Policy, Station, Submission, User
-from proctor.domain import ConformanceStatus, EndpointDialect, PolicyKind, SubmissionKind
-from scheduler.protocol import CampaignProtocol, parse_protocol
+from proctor.core.db.models import ObjectType, Policy, Station, Submission, User
+from proctor.core.domain import ConformanceStatus, EndpointDialect, PolicyKind, SubmissionKind
+from proctor.scheduler.protocol import CampaignProtocol, parse_protocol
 
 
 @dataclass

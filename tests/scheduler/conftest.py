@@ -16,14 +16,14 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 
-from proctor.db import migrate
-from proctor.db.engine import ProctorSession, make_engine, make_session_factory
-from scheduler.endpoint_keys import generate_encryption_key
-from scheduler.gateway import GatewayConfig, gateway_router
+from proctor.core.db import migrate
+from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory
+from proctor.scheduler.endpoint_keys import generate_encryption_key
+from proctor.scheduler.gateway import GatewayConfig, gateway_router
 from tests.conftest import BACKENDS
 
 if TYPE_CHECKING:
-    from station.daemon import StationDaemon
+    from proctor.station.daemon import StationDaemon
 
 
 @dataclass
@@ -127,10 +127,10 @@ def free_port() -> int:
 def sim_station(gateway: Gateway, campaign: int, name: str, tmp_path: Path) -> StationDaemon:
     """A station daemon on the simulated cell (small cameras, virtual clock)
     that works ``campaign`` through the test gateway; not yet opened."""
-    from proctor.artifacts import open_store
-    from scheduler.work_source import CampaignWorkSource
-    from station.config import load_station_config
-    from station.daemon import StationDaemon
+    from proctor.core.artifacts import open_store
+    from proctor.scheduler.work_source import CampaignWorkSource
+    from proctor.station.config import load_station_config
+    from proctor.station.daemon import StationDaemon
 
     config = load_station_config(
         None,

@@ -1,5 +1,5 @@
 """The allocation derivation: block structure, balance, determinism, the
-commitment, and that an outsider following scheduler/README.md gets the
+commitment, and that an outsider following proctor/scheduler/README.md gets the
 same slots."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 from scipy import stats
 
-from proctor.domain import Side
-from scheduler.allocation import (
+from proctor.core.domain import Side
+from proctor.scheduler.allocation import (
     ALL_CONFIGS,
     AllocationProtocol,
     SeedStream,
@@ -108,7 +108,7 @@ def test_protocol_round_trips_and_rejects_nonsense() -> None:
 
 
 def _outsider_allocation(seed: str, protocol_json: dict) -> list[tuple]:
-    """Written from scheduler/README.md alone, sharing no code with scheduler/."""
+    """Written from proctor/scheduler/README.md alone, sharing no code with proctor/scheduler/."""
     counters: dict[str, int] = {}
 
     def uniform(n: int, label: str) -> int:

@@ -10,12 +10,12 @@ no way to read who a run belongs to. Checked by walking its source:
   ``.endpoint_url``, ``.endpoint_api_key_encrypted``, ``.owner_id``);
 * it never queries the identity tables in raw SQL;
 * it never imports the scheduler: the campaign's work reaches the station
-  through ``station.work.WorkSource``, plugged in by a config string, and
+  through ``proctor.station.work.WorkSource``, plugged in by a config string, and
   carries only an opaque run code and gateway URL.
 
 ``BLIND_PACKAGES`` lists the packages under the rule: the station (its local
-API is ``station/api.py``, inside it) and the operator console
-(``web/console``). Each must exist, so a moved or renamed package fails the
+API is ``proctor/station/api.py``, inside it) and the operator console
+(``proctor/web/console``). Each must exist, so a moved or renamed package fails the
 walk instead of silently leaving it.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BLIND_PACKAGES = ("station", "web/console")
+BLIND_PACKAGES = ("proctor/station", "proctor/web/console")
 IDENTITY_CLASSES = {"Policy", "Submission", "CampaignPolicy", "Assignment"}
 IDENTITY_ATTRS = {
     "policy_id",
@@ -61,16 +61,18 @@ def violations(source: str, where: str) -> list[str]:
         line = f"{where}:{getattr(node, 'lineno', '?')}"
         if isinstance(node, ast.ImportFrom):
             module = node.module or ""
-            if module == "scheduler" or module.startswith("scheduler."):
+            if module == "proctor.scheduler" or module.startswith("proctor.scheduler."):
                 out.append(f"{line} imports {module}")
             for alias in node.names:
                 if alias.name in IDENTITY_CLASSES:
                     out.append(f"{line} imports {alias.name} from {module}")
-                if module == "scheduler" or alias.name == "scheduler":
+                if module == "proctor.scheduler" or (
+                    module == "proctor" and alias.name == "scheduler"
+                ):
                     out.append(f"{line} imports scheduler")
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name == "scheduler" or alias.name.startswith("scheduler."):
+                if alias.name == "proctor.scheduler" or alias.name.startswith("proctor.scheduler."):
                     out.append(f"{line} imports {alias.name}")
         elif isinstance(node, ast.Attribute):
             if node.attr in IDENTITY_CLASSES:
@@ -98,9 +100,9 @@ def test_every_blind_package_exists() -> None:
 
 def test_the_walk_sees_the_station() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _blind_files()}
-    assert "station/work.py" in names and "station/cli.py" in names
-    assert "station/api.py" in names  # the station's local API
-    assert "web/console/routes.py" in names  # the operator console
+    assert "proctor/station/work.py" in names and "proctor/station/cli.py" in names
+    assert "proctor/station/api.py" in names  # the station's local API
+    assert "proctor/web/console/routes.py" in names  # the operator console
 
 
 def test_blind_code_cannot_read_policy_identity() -> None:
@@ -113,18 +115,18 @@ def test_blind_code_cannot_read_policy_identity() -> None:
 @pytest.mark.parametrize(
     "snippet",
     [
-        "from proctor.db.models import Policy",
-        "from proctor.db.models.campaigns import Assignment as A",
-        "import proctor.db.models as m\nx = m.Submission",
+        "from proctor.core.db.models import Policy",
+        "from proctor.core.db.models.campaigns import Assignment as A",
+        "import proctor.core.db.models as m\nx = m.Submission",
         "x = getattr(models, 'CampaignPolicy')",
         "def f(a):\n    return a.policy_id",
         "def f(s):\n    return s.endpoint_url",
         "q = 'SELECT name FROM policies WHERE id = 1'",
         "q = 'select * from episodes join assignments on true'",
         'q = """UPDATE "submissions" SET x = 1"""',
-        "from scheduler.claims import claim_next",
-        "import scheduler.gateway",
-        "from scheduler import service",
+        "from proctor.scheduler.claims import claim_next",
+        "import proctor.scheduler.gateway",
+        "from proctor import scheduler",
     ],
 )
 def test_the_checker_catches_each_way_in(snippet: str) -> None:
@@ -134,8 +136,8 @@ def test_the_checker_catches_each_way_in(snippet: str) -> None:
 @pytest.mark.parametrize(
     "snippet",
     [
-        "from proctor.db.models import Episode, ObjectType, Station",
-        "from station.work import Work\nw.policy_url",
+        "from proctor.core.db.models import Episode, ObjectType, Station",
+        "from proctor.station.work import Work\nw.policy_url",
         "msg = 'the policy server returned actions of shape (10, 7)'",
         "x = 'policies'",  # a word is not a query
         "m = 'never from the browser; policies and submissions stay sealed'",
@@ -148,8 +150,8 @@ def test_the_checker_lets_ordinary_station_code_through(snippet: str) -> None:
 
 def test_the_work_a_station_receives_carries_no_identity() -> None:
     """The scheduler's side of the contract: what crosses to the station."""
-    from scheduler.claims import Claim
-    from station.work import Work
+    from proctor.scheduler.claims import Claim
+    from proctor.station.work import Work
 
     for cls in (Claim, Work):
         names = {f.name for f in fields(cls)}

@@ -10,14 +10,14 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Assignment, AuditLog, CampaignPolicy, Episode, EpisodeEvent
-from proctor.db.types import utcnow
-from proctor.domain import AssignmentStatus, EpisodeState, Outcome, Side
-from proctor.errors import UsageError
-from scheduler import claims, service
-from scheduler.claims import Claim, claim_next
-from scheduler.service import Actor, CampaignStateError
-from station.episodes import FAULT_POLICY_PROTOCOL
+from proctor.core.db.models import Assignment, AuditLog, CampaignPolicy, Episode, EpisodeEvent
+from proctor.core.db.types import utcnow
+from proctor.core.domain import AssignmentStatus, EpisodeState, Outcome, Side
+from proctor.core.errors import UsageError
+from proctor.scheduler import claims, service
+from proctor.scheduler.claims import Claim, claim_next
+from proctor.scheduler.service import Actor, CampaignStateError
+from proctor.station.episodes import FAULT_POLICY_PROTOCOL
 from tests.scheduler import builders
 
 ADMIN = Actor(label="test-admin")

@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from proctor.cli import main
-from proctor.db.models import Assignment, AuditLog, Campaign
-from proctor.domain import CampaignStatus
+from proctor.core.db.models import Assignment, AuditLog, Campaign
+from proctor.core.domain import CampaignStatus
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
 

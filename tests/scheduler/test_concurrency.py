@@ -12,10 +12,10 @@ from collections import Counter
 
 import sqlalchemy as sa
 
-from proctor.db.models import Assignment, Episode
-from proctor.domain import AssignmentStatus, EpisodeState, Outcome
-from scheduler import claims, service
-from scheduler.service import Actor
+from proctor.core.db.models import Assignment, Episode
+from proctor.core.domain import AssignmentStatus, EpisodeState, Outcome
+from proctor.scheduler import claims, service
+from proctor.scheduler.service import Actor
 from tests.backends import only_on
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb

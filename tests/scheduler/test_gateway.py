@@ -20,13 +20,13 @@ from fastapi import FastAPI
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from proctor.db.models import Assignment, Submission
-from proctor.domain import AssignmentStatus, EndpointDialect
-from proctor.settings import load_settings
-from scheduler import claims, service
-from scheduler.codes import new_endpoint_handle
-from scheduler.endpoint_keys import encrypt_api_key, generate_encryption_key
-from scheduler.gateway import (
+from proctor.core.db.models import Assignment, Submission
+from proctor.core.domain import AssignmentStatus, EndpointDialect
+from proctor.core.settings import load_settings
+from proctor.scheduler import claims, service
+from proctor.scheduler.codes import new_endpoint_handle
+from proctor.scheduler.endpoint_keys import encrypt_api_key, generate_encryption_key
+from proctor.scheduler.gateway import (
     CLOSE_UPSTREAM_LOST,
     CLOSE_UPSTREAM_UNAVAILABLE,
     GatewayConfig,
@@ -36,10 +36,10 @@ from scheduler.gateway import (
     to_station_code,
     to_upstream_code,
 )
-from scheduler.service import Actor
-from station import keys
-from station.policy.client import PolicyClient, PolicyUnavailable
-from station.policy.positronic_server import PositronicServer
+from proctor.scheduler.service import Actor
+from proctor.station import keys
+from proctor.station.policy.client import PolicyClient, PolicyUnavailable
+from proctor.station.policy.positronic_server import PositronicServer
 from tests.loopback import ScriptedResolver, TcpWitness, redirecting_server
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb, Gateway, ServerThread, free_port
@@ -322,7 +322,7 @@ def test_a_station_vanishing_closes_the_policy_connection(gateway: Gateway) -> N
         assert upstream.seen.close_codes == [1001]  # going away
 
 
-# -- where the gateway connects (proctor/netguard.py) -------------------------------------------
+# -- where the gateway connects (proctor/core/netguard.py) -----------------------------------------
 @pytest.fixture(scope="module")
 def strict_gateway(committed_db: CommittedDb) -> Iterator[Gateway]:
     """The gateway as a production site runs it: private endpoints not allowed.
@@ -364,7 +364,7 @@ def test_a_name_rebound_to_loopback_since_registration_is_refused(
 ) -> None:
     """Registered while the name resolved to a public address; at evaluation
     time it resolves to loopback: the gateway judges it again and refuses."""
-    from web.submissions import endpoints
+    from proctor.web.submissions import endpoints
 
     with PolicyServer(API_KEY) as upstream:
         url = f"ws://policy.rebind.test:{upstream.port}"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from proctor.db.models import Assignment, Episode
-from proctor.domain import AssignmentStatus
-from scheduler import service
-from scheduler.service import Actor
+from proctor.core.db.models import Assignment, Episode
+from proctor.core.domain import AssignmentStatus
+from proctor.scheduler import service
+from proctor.scheduler.service import Actor
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
 

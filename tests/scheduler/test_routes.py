@@ -1,4 +1,4 @@
-"""The campaigns API through the real web app (``web.app.create_app``:
+"""The campaigns API through the real web app (``proctor.web.app.create_app``:
 middleware, API tokens, role checks, error handlers), on both databases."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import AuditLog, Policy
-from proctor.domain import Role, Visibility
-from proctor.settings import load_settings
+from proctor.core.db.models import AuditLog, Policy
+from proctor.core.domain import Role, Visibility
+from proctor.core.settings import load_settings
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
 
@@ -36,8 +36,8 @@ class Api:
 
 @pytest.fixture
 def api(committed_db: CommittedDb, tmp_path: Path) -> Iterator[Api]:
-    from web.accounts import service as accounts
-    from web.app import create_app
+    from proctor.web.accounts import service as accounts
+    from proctor.web.app import create_app
 
     settings = load_settings(
         env="test",

@@ -8,18 +8,18 @@ import hashlib
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Assignment, AuditLog, Campaign, Submission
-from proctor.domain import (
+from proctor.core.db.models import Assignment, AuditLog, Campaign, Submission
+from proctor.core.domain import (
     CampaignStatus,
     ConformanceStatus,
     SubmissionKind,
 )
-from proctor.errors import UsageError
-from scheduler import service
-from scheduler.allocation import AllocationProtocol, derive_allocation
-from scheduler.codes import is_endpoint_handle, is_run_code
-from scheduler.protocol import parse_protocol
-from scheduler.service import Actor, CampaignNotFound, CampaignStateError
+from proctor.core.errors import UsageError
+from proctor.scheduler import service
+from proctor.scheduler.allocation import AllocationProtocol, derive_allocation
+from proctor.scheduler.codes import is_endpoint_handle, is_run_code
+from proctor.scheduler.protocol import parse_protocol
+from proctor.scheduler.service import Actor, CampaignNotFound, CampaignStateError
 from tests.scheduler import builders
 
 ADMIN = Actor(label="test-admin")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from proctor.db.models import (
+from proctor.core.db.models import (
     Assignment,
     Campaign,
     Episode,
@@ -34,7 +34,7 @@ from proctor.db.models import (
     Submission,
     User,
 )
-from proctor.domain import (
+from proctor.core.domain import (
     AssignmentStatus,
     ConformanceStatus,
     EndpointDialect,
@@ -42,15 +42,15 @@ from proctor.domain import (
     PolicyKind,
     SubmissionKind,
 )
-from scheduler import service
-from scheduler.allocation import AllocationProtocol, derive_allocation
-from scheduler.claims import scene_seed
-from scheduler.protocol import parse_protocol
-from scheduler.service import Actor
-from station.daemon import NoWork, StationDaemon
-from station.policy.demo import DemoPolicy
-from station.policy.server import PolicyServer
-from station.runner import RunnerState
+from proctor.scheduler import service
+from proctor.scheduler.allocation import AllocationProtocol, derive_allocation
+from proctor.scheduler.claims import scene_seed
+from proctor.scheduler.protocol import parse_protocol
+from proctor.scheduler.service import Actor
+from proctor.station.daemon import NoWork, StationDaemon
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.server import PolicyServer
+from proctor.station.runner import RunnerState
 from tests.scheduler.conftest import Gateway, sim_station
 
 ARMS = {"reference": PolicyKind.reference, "swift": PolicyKind.policy, "steady": PolicyKind.policy}

@@ -29,10 +29,9 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from proctor.artifacts import open_store
-from proctor.db.models import Assignment, Episode, ObjectType, Policy, Submission, User
-from proctor.demo import pipeline
-from proctor.domain import (
+from proctor.core.artifacts import open_store
+from proctor.core.db.models import Assignment, Episode, ObjectType, Policy, Submission, User
+from proctor.core.domain import (
     ConformanceStatus,
     EndpointDialect,
     LabelStream,
@@ -41,17 +40,18 @@ from proctor.domain import (
     SubmissionKind,
     Visibility,
 )
-from proctor.settings import load_settings
-from scheduler import service
-from scheduler.protocol import parse_protocol
-from scheduler.service import Actor
-from station import keys
-from station.daemon import NoWork, StationDaemon
-from station.policy.demo import DOWN, DemoPolicy
-from station.policy.server import PolicyServer
-from station.runner import RunnerState
+from proctor.core.settings import load_settings
+from proctor.demo import pipeline
+from proctor.scheduler import service
+from proctor.scheduler.protocol import parse_protocol
+from proctor.scheduler.service import Actor
+from proctor.station import keys
+from proctor.station.daemon import NoWork, StationDaemon
+from proctor.station.policy.demo import DOWN, DemoPolicy
+from proctor.station.policy.server import PolicyServer
+from proctor.station.runner import RunnerState
+from proctor.web.snapshots.service import latest_row
 from tests.scheduler.conftest import Gateway, ServerThread, sim_station
-from web.snapshots.service import latest_row
 
 pytestmark = pytest.mark.slow
 
@@ -232,7 +232,7 @@ def test_a_policy_that_never_succeeds_on_one_object_goes_through_the_demo_pipeli
         artifacts=str(tmp_path / "artifacts"),
         secret_key="test-secret-key-" + "x" * 32,
     )
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     app = create_app(settings)
     try:

@@ -1,5 +1,5 @@
 """The campaign-backed WorkSource, loaded the way the station daemon loads it
-(``station.work.load_work_source``), on both databases."""
+(``proctor.station.work.load_work_source``), on both databases."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from collections import defaultdict
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Assignment, Episode, EpisodeEvent, Station
-from proctor.domain import AssignmentStatus, EpisodeState, Outcome
-from proctor.errors import UsageError
-from scheduler import service
-from scheduler.service import Actor, CampaignStateError
-from scheduler.work_source import CampaignWorkSource
-from station.episodes import FAULT_POLICY_PROTOCOL
-from station.work import Work, WorkSource, load_work_source
+from proctor.core.db.models import Assignment, Episode, EpisodeEvent, Station
+from proctor.core.domain import AssignmentStatus, EpisodeState, Outcome
+from proctor.core.errors import UsageError
+from proctor.scheduler import service
+from proctor.scheduler.service import Actor, CampaignStateError
+from proctor.scheduler.work_source import CampaignWorkSource
+from proctor.station.episodes import FAULT_POLICY_PROTOCOL
+from proctor.station.work import Work, WorkSource, load_work_source
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
 
@@ -58,7 +58,7 @@ def test_the_station_loads_it_and_runs_a_campaign(committed_db: CommittedDb) -> 
     w, cid, name = _campaign(committed_db, episodes_per_cell=3)
     station_name = f"cell-{secrets.token_hex(3)}"
     source = load_work_source(
-        "scheduler.work_source:campaign_work_source",
+        "proctor.scheduler.work_source:campaign_work_source",
         {
             "campaign": name,
             "station": station_name,
@@ -156,7 +156,7 @@ def test_the_free_protocol_faults_setting_reaches_the_completion(
     monkeypatch.setenv("PROCTOR_SCHEDULER__FREE_PROTOCOL_FAULTS", "0")
     _, _, name = _campaign(committed_db, episodes_per_cell=1)
     source = load_work_source(
-        "scheduler.work_source:campaign_work_source",
+        "proctor.scheduler.work_source:campaign_work_source",
         {
             "campaign": name,
             "station": "cell-pf",

@@ -16,10 +16,10 @@ import sys
 
 import sqlalchemy as sa
 
-from proctor.db.engine import make_engine, make_session_factory, session_scope
-from proctor.db.models import Episode, ObjectType
-from proctor.domain import EpisodeState, Outcome
-from scheduler.work_source import campaign_work_source
+from proctor.core.db.engine import make_engine, make_session_factory, session_scope
+from proctor.core.db.models import Episode, ObjectType
+from proctor.core.domain import EpisodeState, Outcome
+from proctor.scheduler.work_source import campaign_work_source
 
 
 def main(url: str, campaign_id: str, station: str) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import sessionmaker
 
-from proctor.db import make_engine, make_session_factory, migrate
-from proctor.db.engine import ProctorSession
-from station.config import StationConfig, load_station_config
-from station.policy.demo import DemoPolicy
-from station.policy.server import Fault, PolicyServer
+from proctor.core.db import make_engine, make_session_factory, migrate
+from proctor.core.db.engine import ProctorSession
+from proctor.station.config import StationConfig, load_station_config
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.server import Fault, PolicyServer
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCTOR = [sys.executable, "-m", "proctor"]
@@ -147,8 +147,8 @@ def sim_config(**overrides: Any) -> StationConfig:
 def sim_runner(
     sessions: sessionmaker[ProctorSession], store: Any, tmp: Path, config: StationConfig
 ) -> Iterator[Any]:
-    from station.profiles import build_cell
-    from station.runner import EpisodeRunner
+    from proctor.station.profiles import build_cell
+    from proctor.station.runner import EpisodeRunner
 
     runner = EpisodeRunner(
         build_cell("sim", config),
@@ -179,10 +179,10 @@ def posed_observation(
     ``yaw``, the gripper at ``grip``, both cameras a flat grey frame."""
     import numpy as np
 
-    from station import geometry, keys
-    from station.drivers.arm.base import ArmState
-    from station.drivers.gripper.base import GripperState
-    from station.policy.observation import build_observation
+    from proctor.station import geometry, keys
+    from proctor.station.drivers.arm.base import ArmState
+    from proctor.station.drivers.gripper.base import GripperState
+    from proctor.station.policy.observation import build_observation
 
     rot = geometry.euler_to_matrix(np.array([np.pi, 0.0, yaw]))
     arm = ArmState(

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.domain import Side
-from station.camerahub import CameraHub
-from station.clock import MonotonicClock
-from station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
-from station.drivers.camera.realsense_record import record_pattern
-from station.runner import EpisodeRunner, RunnerBusy
-from station.work import Work
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.domain import Side
+from proctor.station.camerahub import CameraHub
+from proctor.station.clock import MonotonicClock
+from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
+from proctor.station.drivers.camera.realsense_record import record_pattern
+from proctor.station.runner import EpisodeRunner, RunnerBusy
+from proctor.station.work import Work
 from tests.backends import once
 from tests.station.conftest import sim_config
 from tests.station.drivers.conftest import wait_for
@@ -106,7 +106,7 @@ def test_a_stalled_camera_is_reported_before_it_is_dropped(recording: Path) -> N
 def test_the_runner_refuses_to_arm_while_a_camera_is_away(
     station_db, hub: CameraHub, recording: Path, tmp_path: Path, backend: str
 ) -> None:
-    from station.profiles import build_cell
+    from proctor.station.profiles import build_cell
 
     _, sessions = station_db
     config = sim_config()

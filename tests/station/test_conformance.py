@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 from websockets.sync.server import Server, ServerConnection, serve
 
-from proctor import netguard
-from proctor.domain import EndpointDialect
-from station.policy import codec
-from station.policy.client import PolicyClient, PolicyUnavailable
-from station.policy.conformance import (
+from proctor.core import netguard
+from proctor.core.domain import EndpointDialect
+from proctor.station.policy import codec
+from proctor.station.policy.client import PolicyClient, PolicyUnavailable
+from proctor.station.policy.conformance import (
     CheckOptions,
     Expectations,
     Report,
@@ -35,12 +35,12 @@ from station.policy.conformance import (
     check_endpoint,
     format_report,
 )
-from station.policy.conformance_observations import recorded_observations
-from station.policy.conformance_wire import WireChecks
-from station.policy.demo import DemoPolicy
-from station.policy.positronic_server import PositronicServer
-from station.policy.server import Fault, PolicyServer
-from station.policy.spec import ActionSpace, auth_headers
+from proctor.station.policy.conformance_observations import recorded_observations
+from proctor.station.policy.conformance_wire import WireChecks
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.positronic_server import PositronicServer
+from proctor.station.policy.server import Fault, PolicyServer
+from proctor.station.policy.spec import ActionSpace, auth_headers
 from tests.loopback import ScriptedResolver, TcpWitness, redirecting_server
 from tests.station.conftest import PROCTOR, ROOT, clean_env
 
@@ -733,12 +733,12 @@ def test_the_dialect_can_be_forced(served: Callable[..., str]) -> None:
     ],
 )
 def test_names_are_matched_as_whole_words(text: str, term: str, named: bool) -> None:
-    from station.policy.conformance_wire import mentions
+    from proctor.station.policy.conformance_wire import mentions
 
     assert mentions(text, term) is named
 
 
-# -- where the check connects (proctor/netguard.py) ---------------------------------------------
+# -- where the check connects (proctor/core/netguard.py) -------------------------------------------
 def test_a_redirect_is_not_followed_by_the_check_nor_the_client() -> None:
     """A submitter's server answering the handshake with 302 to another port
     must not lead the check (or the station's client) there."""

@@ -11,16 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from station import keys
-from station.control.playback import ChunkPlayer
-from station.control.sampling import TelemetrySampler, TelemetryTicks
-from station.control.schedule import Schedule
-from station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
-from station.drivers.gripper.base import GripperCommand, GripperState
-from station.policy.client import Reply
-from station.policy.spec import ActionSpace, StepCommands
-from station.profiles import build_cell
-from station.recorder import Recorder, read_segments
+from proctor.station import keys
+from proctor.station.control.playback import ChunkPlayer
+from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
+from proctor.station.control.schedule import Schedule
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
+from proctor.station.drivers.gripper.base import GripperCommand, GripperState
+from proctor.station.policy.client import Reply
+from proctor.station.policy.spec import ActionSpace, StepCommands
+from proctor.station.profiles import build_cell
+from proctor.station.recorder import Recorder, read_segments
 from tests.station.conftest import sim_config
 
 
@@ -172,7 +172,7 @@ def test_gripper_commands_carry_the_objects_speed_and_force() -> None:
 
 
 def test_gripper_settings_are_validated_by_field() -> None:
-    from proctor.errors import ConfigError
+    from proctor.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"gripper\.objects\.spoons\.force"):
         sim_config(gripper={"objects": {"spoons": {"force": 1.5}}})

@@ -14,19 +14,19 @@ import numpy as np
 import pytest
 from websockets.sync.server import ServerConnection, serve
 
-from proctor.domain import EndpointDialect
-from station import keys
-from station.drivers.arm.base import ArmState
-from station.drivers.gripper.base import GripperState
-from station.policy import codec, dialects
-from station.policy.client import PolicyClient, PolicyProtocolError
-from station.policy.dialects.base import Decoded, Dialect, Session
-from station.policy.observation import build_observation
-from station.policy.spec import ActionSpace, ProtocolError, ServerInfo, auth_headers
+from proctor.core.domain import EndpointDialect
+from proctor.station import keys
+from proctor.station.drivers.arm.base import ArmState
+from proctor.station.drivers.gripper.base import GripperState
+from proctor.station.policy import codec, dialects
+from proctor.station.policy.client import PolicyClient, PolicyProtocolError
+from proctor.station.policy.dialects.base import Decoded, Dialect, Session
+from proctor.station.policy.observation import build_observation
+from proctor.station.policy.spec import ActionSpace, ProtocolError, ServerInfo, auth_headers
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("station", "scheduler", "web", "proctor", "annotator", "analysis")
-DIALECT_MODULES = ROOT / "station" / "policy" / "dialects"
+PACKAGES = ("proctor",)
+DIALECT_MODULES = ROOT / "proctor" / "station" / "policy" / "dialects"
 POSE = np.array([0.4, 0.0, 0.4, 0.0, 0.0, 0.0, 1.0])
 
 
@@ -176,8 +176,8 @@ def toy_server() -> Iterator[tuple[str, list[Any]]]:
 def test_a_toy_dialect_registered_by_a_test_is_spoken_end_to_end(
     toy: Dialect, toy_server: tuple[str, list[Any]]
 ) -> None:
-    from station.cli import _policy_url
-    from web.submissions import endpoints
+    from proctor.station.cli import _policy_url
+    from proctor.web.submissions import endpoints
 
     base, seen = toy_server
     # the URL and the key as the places that take an endpoint normalise them
@@ -257,8 +257,8 @@ def test_no_code_outside_the_dialect_modules_compares_dialect_names() -> None:
         if DIALECT_MODULES not in path.parents
         for hit in _name_hits(path, names)
     ]
-    assert hits == [], "dispatch on a dialect name outside station/policy/dialects: " + ", ".join(
-        hits
+    assert hits == [], (
+        "dispatch on a dialect name outside proctor/station/policy/dialects: " + ", ".join(hits)
     )
 
 

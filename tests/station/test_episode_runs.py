@@ -13,13 +13,13 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.db import session_scope
-from proctor.db.models import Artifact, Episode, EpisodeEvent
-from proctor.domain import ArtifactKind, EpisodeState, Outcome, Side
-from station import keys
-from station.recording import load_recording
-from station.work import Work
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db import session_scope
+from proctor.core.db.models import Artifact, Episode, EpisodeEvent
+from proctor.core.domain import ArtifactKind, EpisodeState, Outcome, Side
+from proctor.station import keys
+from proctor.station.recording import load_recording
+from proctor.station.work import Work
 from tests.backends import once
 from tests.station.conftest import PROCTOR, clean_env, sim_config, sim_runner
 
@@ -192,7 +192,7 @@ def test_the_cli_runs_one_episode_headless(serve_demo, tmp_path: Path) -> None:
     assert "video:exterior" in out and "video:wrist" in out
     assert "closed with outcome success [demo: log filled from the simulator's ground truth" in out
     uid = out.split("episode ", 1)[1].split(":", 1)[0]
-    db = tmp_path / "data" / "proctor.db"
+    db = tmp_path / "data" / "proctor.core.db"
     engine = sa.create_engine(f"sqlite:///{db}")
     with engine.connect() as conn:
         row = conn.execute(
@@ -214,7 +214,7 @@ def test_the_cli_runs_one_episode_headless(serve_demo, tmp_path: Path) -> None:
 
 
 def test_an_unreachable_policy_creates_no_episode(station_db, tmp_path: Path) -> None:
-    from station.runner import PolicyUnreachable
+    from proctor.station.runner import PolicyUnreachable
 
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.db import session_scope
-from proctor.db.models import Episode, EpisodeEvent
-from proctor.domain import ArtifactKind, EpisodeState, Outcome, Side
-from station import keys
-from station.recording import load_recording
-from station.work import Work
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db import session_scope
+from proctor.core.db.models import Episode, EpisodeEvent
+from proctor.core.domain import ArtifactKind, EpisodeState, Outcome, Side
+from proctor.station import keys
+from proctor.station.recording import load_recording
+from proctor.station.work import Work
 from tests.backends import cases_on_backends, once
 from tests.station.conftest import PROCTOR, clean_env, sim_config, sim_runner
 
@@ -166,11 +166,11 @@ def test_a_killed_daemon_leaves_a_recoverable_episode(
     assert status["state"] == "idle" and uid in status["notice"]["message"]
     restarted.kill(signal.SIGTERM)
 
-    engine = sa.create_engine(f"sqlite:///{data / 'proctor.db'}")
+    engine = sa.create_engine(f"sqlite:///{data / 'proctor.core.db'}")
     store = LocalArtifactStore(data / "artifacts")
     try:
         with engine.connect() as conn:
-            from proctor.db.engine import ProctorSession
+            from proctor.core.db.engine import ProctorSession
 
             s = ProctorSession(bind=conn)
             ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))

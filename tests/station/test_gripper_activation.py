@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.domain import Outcome, Side
-from station.demo_log import close_with_ground_truth
-from station.runner import StopKind
-from station.work import Work
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.domain import Outcome, Side
+from proctor.station.demo_log import close_with_ground_truth
+from proctor.station.runner import StopKind
+from proctor.station.work import Work
 from tests.backends import once
 from tests.station.conftest import sim_config, sim_runner
 

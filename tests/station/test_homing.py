@@ -21,21 +21,21 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.domain import Outcome, Side
-from station import keys
-from station.api import create_app
-from station.clock import VirtualClock
-from station.daemon import StationDaemon
-from station.demo_log import close_with_ground_truth
-from station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmFault
-from station.policy.demo import DemoPolicy
-from station.policy.server import PolicyServer
-from station.runner import RunnerState, StopKind
-from station.sim.arm import SimArm
-from station.sim.gripper import SimGripper
-from station.sim.world import HOME_Q, CameraSink, SimParams, SimWorld
-from station.work import Work
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.domain import Outcome, Side
+from proctor.station import keys
+from proctor.station.api import create_app
+from proctor.station.clock import VirtualClock
+from proctor.station.daemon import StationDaemon
+from proctor.station.demo_log import close_with_ground_truth
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmFault
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.server import PolicyServer
+from proctor.station.runner import RunnerState, StopKind
+from proctor.station.sim.arm import SimArm
+from proctor.station.sim.gripper import SimGripper
+from proctor.station.sim.world import HOME_Q, CameraSink, SimParams, SimWorld
+from proctor.station.work import Work
 from tests.backends import cases_on_backends
 from tests.station.conftest import sim_config, sim_runner
 

@@ -2,7 +2,7 @@
 (``openpi_client.image_tools.resize_with_pad`` from PyPI, run in its own
 environment), and the per-frame resize cache.
 
-The documented tolerance (station/policy/observation.py): shrinking by less
+The documented tolerance (proctor/station/policy/observation.py): shrinking by less
 than 2× is openpi's result bit for bit; shrinking by 2× or more may differ,
 over the picture (padding excluded), by at most 24 grey levels, under one
 level on average, at ≥ 42 dB PSNR — with the padding, hence the geometry,
@@ -19,19 +19,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from proctor.domain import EndpointDialect
-from station.clock import VirtualClock
-from station.drivers.arm.base import ArmState
-from station.drivers.gripper.base import GripperState
-from station.policy.observation import (
+from proctor.core.domain import EndpointDialect
+from proctor.station.clock import VirtualClock
+from proctor.station.drivers.arm.base import ArmState
+from proctor.station.drivers.gripper.base import GripperState
+from proctor.station.policy.observation import (
     ImageResizer,
     build_observation,
     fitted_size,
     resize_with_pad,
 )
-from station.policy.spec import ActionSpace, ServerInfo
-from station.sim.render import render_exterior, render_wrist
-from station.sim.world import SimWorld
+from proctor.station.policy.spec import ActionSpace, ServerInfo
+from proctor.station.sim.render import render_exterior, render_wrist
+from proctor.station.sim.world import SimWorld
 from tests.station.conftest import ROOT
 
 OPENPI_PYTHON = ROOT / ".venv-openpi" / "bin" / "python"

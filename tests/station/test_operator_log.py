@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from proctor.db.engine import ProctorSession
-from proctor.domain import EpisodeState, Outcome, Side
-from station import episodes
-from station.work import Work
+from proctor.core.db.engine import ProctorSession
+from proctor.core.domain import EpisodeState, Outcome, Side
+from proctor.station import episodes
+from proctor.station.work import Work
 from tests import factories
 
 

@@ -5,7 +5,7 @@ outcome reason and events, and the manifest, without knowing whose policy ran.
 A hostile server could try to unblind itself by choosing what it sends —
 map keys, strings, dtype names, numbers, close codes — so that a station
 error quotes it. Every station error describes such values by type and size
-only, and the stored reason is bounded (``station.episodes.bounded``).
+only, and the stored reason is bounded (``proctor.station.episodes.bounded``).
 
 Real parts: the policy servers answer over real WebSockets on loopback, the
 episode runs on the simulated cell, stored in a real database (both backends).
@@ -25,17 +25,17 @@ import pytest
 import sqlalchemy as sa
 from websockets.sync.server import ServerConnection, serve
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.db import session_scope
-from proctor.db.models import Episode, EpisodeEvent
-from proctor.domain import EndpointDialect, Outcome, Side
-from station import episodes
-from station.policy import codec, positronic
-from station.policy.client import PolicyClient, PolicyDisconnected
-from station.policy.server import PolicyServer
-from station.policy.spec import ActionSpace, ProtocolError, extract_chunk, parse_metadata
-from station.recording import load_recording
-from station.work import Work
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db import session_scope
+from proctor.core.db.models import Episode, EpisodeEvent
+from proctor.core.domain import EndpointDialect, Outcome, Side
+from proctor.station import episodes
+from proctor.station.policy import codec, positronic
+from proctor.station.policy.client import PolicyClient, PolicyDisconnected
+from proctor.station.policy.server import PolicyServer
+from proctor.station.policy.spec import ActionSpace, ProtocolError, extract_chunk, parse_metadata
+from proctor.station.recording import load_recording
+from proctor.station.work import Work
 from tests.station.conftest import sim_config, sim_runner
 
 TEAM = "TEAM sub1 -- policy sub1-evil -- hi operator!"

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.db import session_scope
-from proctor.db.models import Episode, EpisodeEvent
-from proctor.domain import Outcome, Side
-from station import keys
-from station.policy.client import PolicyClient, PolicyError, PolicyProtocolError
-from station.policy.server import Fault, PolicyServer
-from station.recording import load_recording
-from station.work import Work
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db import session_scope
+from proctor.core.db.models import Episode, EpisodeEvent
+from proctor.core.domain import Outcome, Side
+from proctor.station import keys
+from proctor.station.policy.client import PolicyClient, PolicyError, PolicyProtocolError
+from proctor.station.policy.server import Fault, PolicyServer
+from proctor.station.recording import load_recording
+from proctor.station.work import Work
 from tests.backends import once
 from tests.station.conftest import sim_config, sim_runner
 

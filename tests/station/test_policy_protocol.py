@@ -6,10 +6,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from proctor.domain import EndpointDialect
-from station.drivers.arm.base import ArmCommandKind
-from station.policy import codec
-from station.policy.spec import (
+from proctor.core.domain import EndpointDialect
+from proctor.station.drivers.arm.base import ArmCommandKind
+from proctor.station.policy import codec
+from proctor.station.policy.spec import (
     ActionSpace,
     ProtocolError,
     extract_chunk,

@@ -12,20 +12,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from proctor.domain import EndpointDialect, Outcome, Side
-from station import geometry, keys
-from station.policy import codec, positronic
-from station.policy.client import PolicyClient, PolicyProtocolError, PolicyUnavailable
-from station.policy.demo import DemoPolicy
-from station.policy.positronic import (
+from proctor.core.domain import EndpointDialect, Outcome, Side
+from proctor.station import geometry, keys
+from proctor.station.policy import codec, positronic
+from proctor.station.policy.client import PolicyClient, PolicyProtocolError, PolicyUnavailable
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.positronic import (
     SessionRefused,
     decode_result,
     parse_meta,
     read_handshake,
     session_url,
 )
-from station.policy.positronic_server import CMD, PositronicServer
-from station.policy.spec import ActionSpace, ProtocolError, auth_headers
+from proctor.station.policy.positronic_server import CMD, PositronicServer
+from proctor.station.policy.spec import ActionSpace, ProtocolError, auth_headers
 from tests.backends import once
 
 CART = ActionSpace.cartesian_position
@@ -378,10 +378,10 @@ def test_the_servers_own_words_never_reach_the_station() -> None:
 def test_an_episode_over_the_positronic_wire(station_db, tmp_path: Path, backend: str) -> None:
     """A whole simulated episode: the demo policy behind a Positronic server,
     its waypoints run on the station's 15 Hz grid; items get placed."""
-    from proctor.artifacts import LocalArtifactStore
-    from proctor.db import session_scope
-    from station.recording import load_recording
-    from station.work import Work
+    from proctor.core.artifacts import LocalArtifactStore
+    from proctor.core.db import session_scope
+    from proctor.station.recording import load_recording
+    from proctor.station.work import Work
     from tests.station.conftest import sim_config, sim_runner
 
     _, sessions = station_db
@@ -416,8 +416,8 @@ def test_an_episode_over_the_positronic_wire(station_db, tmp_path: Path, backend
 def test_a_daemons_adhoc_work_can_name_the_positronic_wire(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from proctor.errors import UsageError
-    from station.daemon import adhoc_source
+    from proctor.core.errors import UsageError
+    from proctor.station.daemon import adhoc_source
 
     monkeypatch.setenv("POLICY_KEY", "tok")
     base = {"object": "towels", "policy": "ws://gpu:8000", "dialect": "positronic_v1"}
@@ -444,7 +444,7 @@ def test_serve_demo_serves_a_positronic_profile_on_its_wire(serve_demo: Any) -> 
     in its own process, passes the conformance check on the Positronic wire."""
     import subprocess
 
-    from station.policy.conformance import CheckOptions, check_endpoint
+    from proctor.station.policy.conformance import CheckOptions, check_endpoint
     from tests.station.conftest import PROCTOR, ROOT, clean_env
 
     url = serve_demo("steady")
@@ -490,10 +490,10 @@ def test_in_real_time_the_rows_past_due_are_skipped(
 ) -> None:
     """On the monotonic clock with a 0.2 s policy, every chunk starts at its
     row ≥ 3 (0.2 s × 15 Hz): the gripper targets 0, 0.1 and 0.2 are never sent."""
-    from proctor.artifacts import LocalArtifactStore
-    from proctor.db import session_scope
-    from station.recording import load_recording
-    from station.work import Work
+    from proctor.core.artifacts import LocalArtifactStore
+    from proctor.core.db import session_scope
+    from proctor.station.recording import load_recording
+    from proctor.station.work import Work
     from tests.station.conftest import sim_config, sim_runner
 
     _, sessions = station_db

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from proctor.cli import main
-from station.policy.demo import DemoPolicy
-from station.policy.positronic_server import PositronicServer
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.positronic_server import PositronicServer
 from tests.station.conftest import PROCTOR, clean_env
 
 TOKEN = "positronic-bearer-token"

@@ -21,16 +21,16 @@ from positronic_model_server.server import Model, ModelServer, Session
 from positronic_model_server.server_wire import ServedHostPort
 from positronic_model_server.websocket_wire import WebsocketWire
 
-from proctor.domain import EndpointDialect, Outcome, Side
-from station import keys
-from station.policy import positronic
-from station.policy.client import PolicyClient, PolicyProtocolError, PolicyUnavailable
-from station.policy.demo import CONTROL_HZ, DemoPolicy
-from station.policy.positronic_server import (
+from proctor.core.domain import EndpointDialect, Outcome, Side
+from proctor.station import keys
+from proctor.station.policy import positronic
+from proctor.station.policy.client import PolicyClient, PolicyProtocolError, PolicyUnavailable
+from proctor.station.policy.demo import CONTROL_HZ, DemoPolicy
+from proctor.station.policy.positronic_server import (
     cartesian_waypoints,
     to_openpi_observation,
 )
-from station.policy.spec import auth_headers
+from proctor.station.policy.spec import auth_headers
 from tests.backends import once
 from tests.station.conftest import posed_observation
 
@@ -154,7 +154,12 @@ def test_the_station_client_speaks_protocol_3_with_positronics_server(
 def test_a_conformance_check_against_positronics_server(
     model_server: Callable[..., _Running],
 ) -> None:
-    from station.policy.conformance import CheckOptions, Expectations, Status, check_endpoint
+    from proctor.station.policy.conformance import (
+        CheckOptions,
+        Expectations,
+        Status,
+        check_endpoint,
+    )
 
     running = model_server()
     report = check_endpoint(
@@ -179,10 +184,10 @@ def test_a_conformance_check_against_positronics_server(
 def test_an_episode_through_positronics_server(
     model_server: Callable[..., _Running], station_db: Any, tmp_path: Path, backend: str
 ) -> None:
-    from proctor.artifacts import LocalArtifactStore
-    from proctor.db import session_scope
-    from station.recording import load_recording
-    from station.work import Work
+    from proctor.core.artifacts import LocalArtifactStore
+    from proctor.core.db import session_scope
+    from proctor.station.recording import load_recording
+    from proctor.station.work import Work
     from tests.station.conftest import sim_config, sim_runner
 
     running = model_server()

@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from station import keys
-from station.drivers.camera.base import Frame
-from station.recorder import Recorder, VideoSettings, finalize_spool, read_segments
+from proctor.station import keys
+from proctor.station.drivers.camera.base import Frame
+from proctor.station.recorder import Recorder, VideoSettings, finalize_spool, read_segments
 
 
 def _image(i: int) -> np.ndarray:

@@ -7,16 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from proctor.domain import Side
-from station import geometry, keys
-from station.clock import VirtualClock
-from station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmFault
-from station.drivers.gripper.base import GripperCommand
-from station.sim import kinematics as kin
-from station.sim.arm import SimArm
-from station.sim.gripper import SimGripper
-from station.sim.render import render_exterior, render_wrist
-from station.sim.world import HOME_Q, SimWorld
+from proctor.core.domain import Side
+from proctor.station import geometry, keys
+from proctor.station.clock import VirtualClock
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmFault
+from proctor.station.drivers.gripper.base import GripperCommand
+from proctor.station.sim import kinematics as kin
+from proctor.station.sim.arm import SimArm
+from proctor.station.sim.gripper import SimGripper
+from proctor.station.sim.render import render_exterior, render_wrist
+from proctor.station.sim.world import HOME_Q, SimWorld
 
 DOWN = np.array([1.0, 0.0, 0.0, 0.0])
 

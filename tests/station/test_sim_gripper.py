@@ -8,14 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from proctor.domain import Side
-from station.clock import VirtualClock
-from station.drivers.arm.base import ArmCommand, ArmCommandKind
-from station.drivers.gripper.base import GripperCommand
-from station.sim.arm import SimArm
-from station.sim.gripper import SimGripper
-from station.sim.objects import OBJECTS
-from station.sim.world import SimWorld
+from proctor.core.domain import Side
+from proctor.station.clock import VirtualClock
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
+from proctor.station.drivers.gripper.base import GripperCommand
+from proctor.station.sim.arm import SimArm
+from proctor.station.sim.gripper import SimGripper
+from proctor.station.sim.objects import OBJECTS
+from proctor.station.sim.world import SimWorld
 
 DOWN = np.array([1.0, 0.0, 0.0, 0.0])
 RATE = 1.0 / 0.57  # finger travel per second at full speed (85 mm at 150 mm/s)

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from proctor.artifacts import LocalArtifactStore
-from station.api import create_app
-from station.daemon import StationDaemon
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.station.api import create_app
+from proctor.station.daemon import StationDaemon
 from tests.station.conftest import sim_config
 
 

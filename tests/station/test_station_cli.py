@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from proctor.errors import ConfigError
-from station.config import load_station_config
-from station.profiles import build_cell
+from proctor.core.errors import ConfigError
+from proctor.station.config import load_station_config
+from proctor.station.profiles import build_cell
 from tests.station.conftest import PROCTOR, clean_env
 
 

@@ -22,10 +22,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from proctor.db import migrate
-from proctor.db.engine import ProctorSession, make_engine, session_scope
-from proctor.domain import Role
-from proctor.settings import Settings, load_settings
+from proctor.core.db import migrate
+from proctor.core.db.engine import ProctorSession, make_engine, session_scope
+from proctor.core.domain import Role
+from proctor.core.settings import Settings, load_settings
 from tests.conftest import PG_ADMIN_URL, PostgresDatabases
 
 with warnings.catch_warnings():
@@ -138,7 +138,7 @@ class Web:
     def add_user(
         self, username: str, *roles: Role, password: str | None = PASSWORD, active: bool = True
     ) -> int:
-        from web.accounts import service
+        from proctor.web.accounts import service
 
         with self.db() as session:
             user = service.create_user(
@@ -158,7 +158,7 @@ class Web:
         self, username: str, scopes: tuple[str, ...] = (), expires_in_days: int | None = None
     ) -> str:
         """Mint a token through the service (as the CLI does); returns it."""
-        from web.accounts import service
+        from proctor.web.accounts import service
 
         with self.db() as session:
             user = service.get_user_by_username(session, username)
@@ -176,7 +176,7 @@ class Web:
             return plaintext
 
     def audit(self, action: str) -> list[Any]:
-        from proctor.db.models import AuditLog
+        from proctor.core.db.models import AuditLog
 
         with self.db() as session:
             rows = session.scalars(
@@ -227,7 +227,7 @@ def web_settings(web_db_url: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def web(web_settings: Settings) -> Iterator[Web]:
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     clock = FakeClock()
     harness = Web(app=create_app(web_settings, clock=clock), clock=clock, settings=web_settings)

@@ -3,11 +3,11 @@ blinding tests: policies with owners, endpoints and checkpoints (the
 identities blinding must hide), a sealed allocation's assignments, closed
 episodes with operator logs and placement events, detector candidates and
 review actions — then snapshots computed by the real analysis
-(``analysis.store.recompute`` → ``analysis.store.build_snapshot``).
+(``proctor.analysis.store.recompute`` → ``proctor.analysis.store.build_snapshot``).
 Nothing here writes a number a page shows: the pages' numbers come from the
 analysis of these rows.
 
-Episodes come from ``analysis.synthetic`` (a known generative model) so a
+Episodes come from ``proctor.analysis.synthetic`` (a known generative model) so a
 test can tell what the ranking should look like.
 """
 
@@ -20,10 +20,10 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from analysis.store import StreamOutcome, recompute
-from analysis.synthetic import PolicyModel, simulate_episode
-from proctor.db.engine import ProctorSession
-from proctor.db.models import (
+from proctor.analysis.store import StreamOutcome, recompute
+from proctor.analysis.synthetic import PolicyModel, simulate_episode
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import (
     AnnotationCandidate,
     Assignment,
     Campaign,
@@ -39,7 +39,7 @@ from proctor.db.models import (
     Submission,
     User,
 )
-from proctor.domain import (
+from proctor.core.domain import (
     AssignmentStatus,
     CampaignStatus,
     CandidateVerdict,
@@ -277,6 +277,7 @@ def seed_campaign(
                     operator_notes=f"run {run_code} went as expected",
                     logged_at=start + timedelta(seconds=duration + 30),
                     label_status=LabelStatus.reviewed if reviewed else LabelStatus.auto,
+                    envelope_interventions=envelope_count(sequence, reference=m.reference),
                 )
                 session.add(row)
                 session.flush()
@@ -287,6 +288,17 @@ def seed_campaign(
     if compute:
         seeded.outcomes = recompute(session, campaign_id=campaign.id, streams=streams)
     return seeded
+
+
+def envelope_count(sequence: int, *, reference: bool) -> int | None:
+    """The seeded episodes' envelope interventions, without drawing from the
+    shared generator (which would change every episode after): 0–4, but every
+    fifth episode uncounted (a station that did not count them) and the
+    reference's never, so pages show both a partly counted rate and an unknown
+    one."""
+    if reference or sequence % 5 == 0:
+        return None
+    return (sequence * 7) % 5
 
 
 def _labels(

@@ -1,6 +1,6 @@
 """Real recordings for the explorer's and the artifacts' tests: synthetic
 frames and telemetry pushed through the station's own recorder
-(``station.recorder.Recorder``) and archived by ``station.archive`` into
+(``proctor.station.recorder.Recorder``) and archived by ``proctor.station.archive`` into
 the artifact store and the database, exactly as the runner does.
 
 Every frame carries its index as a bar code — ten vertical stripes, stripe
@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import sessionmaker
 
-from proctor.artifacts import ArtifactStore
-from proctor.db.engine import ProctorSession
-from station import keys
-from station.archive import Archived, archive_recording
-from station.drivers.camera.base import Frame
-from station.recorder import Recorder, VideoSettings
+from proctor.core.artifacts import ArtifactStore
+from proctor.core.db.engine import ProctorSession
+from proctor.station import keys
+from proctor.station.archive import Archived, archive_recording
+from proctor.station.drivers.camera.base import Frame
+from proctor.station.recorder import Recorder, VideoSettings
 
 CODE_BITS = 10
 
@@ -167,8 +167,8 @@ def attach_recording(
     recording's length), so placements, frames and telemetry share one clock."""
     import sqlalchemy as sa
 
-    from proctor.db.engine import session_scope
-    from proctor.db.models import Episode
+    from proctor.core.db.engine import session_scope
+    from proctor.core.db.models import Episode
 
     with session_scope(sessions) as s:
         ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from proctor.web.snapshots import worker as snapshot_worker
+from proctor.web.submissions import queue, uploads
 from tests.web.conftest import Web
-from web.snapshots import worker as snapshot_worker
-from web.submissions import queue, uploads
 
 
 def _begun(web: Web):  # a session inside a real transaction

@@ -31,7 +31,7 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import (
+from proctor.core.db.models import (
     AnalysisSnapshot,
     Artifact,
     Campaign,
@@ -40,12 +40,12 @@ from proctor.db.models import (
     User,
     UserRole,
 )
-from proctor.db.types import utcnow
-from proctor.domain import ArtifactKind, CampaignStatus, Role, Side
+from proctor.core.db.types import utcnow
+from proctor.core.domain import ArtifactKind, CampaignStatus, Role, Side
+from proctor.web.app import api_routes
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.leaderboard_data import ALL_STREAMS, SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
-from web.app import api_routes
 
 SPEC = RecordingSpec(duration_s=130.0, fps=2, width=160, height=120, telemetry_hz=20.0)
 ROLES = {
@@ -88,6 +88,15 @@ POLICY_MANIFEST = {
     "images_resized_ahead": 9,
 }
 POLICY_CONNECTED = "policy answered (positronic_v1, named by each reply)"
+# the safety envelope's record of an intervention may quote the command as the policy
+# asked for it, its action space included (issue 15 item 3); its reasons are withheld too
+ENVELOPE_MESSAGE = "clamped joint_velocity [2.9, 0, 0, 0, 0, 0, 0] to the tool-speed cap"
+ENVELOPE_REASON = "joint_velocity_norm"
+ENVELOPE_MANIFEST = {
+    "interventions": 1,
+    "by_reason": {ENVELOPE_REASON: 1},
+    "limits": {"tool_speed_m_s": 0.25},
+}
 GROUND_TRUTH = {
     "format": "proctor.sim_ground_truth/1",
     "placements_s": [2.0417, 6.0333, 9.5121],
@@ -105,6 +114,7 @@ DESCRIBES_POLICY = (
     "policy/latency",
     "Policy latency",
     "proctor.sim_ground_truth",
+    "joint_velocity",
 )
 # ...and these an admin finds (so the search can fail)
 ADMIN_FINDS = (
@@ -117,6 +127,8 @@ ADMIN_FINDS = (
     "policy/latency",
     "Policy latency",
     "proctor.sim_ground_truth",
+    "clamped joint_velocity",
+    ENVELOPE_REASON,
 )
 
 
@@ -139,13 +151,23 @@ def blinded(web: Web, tmp_path: Path) -> tuple[SeededCampaign, str, dict[str, st
                 details=POLICY_INFO,
             )
         )
+        s.add(
+            EpisodeEvent(
+                episode_id=ep.id,
+                t_s=1.5,
+                kind="envelope",
+                message=ENVELOPE_MESSAGE,
+                details={"reason": ENVELOPE_REASON, "requested": [2.9, 0, 0, 0, 0, 0, 0]},
+            )
+        )
+        ep.envelope_interventions = 1
     archived = attach_recording(
         sessions=web.app.state.web.session_factory,
         store=web.app.state.web.store,
         uid=uid,
         spool=tmp_path / "spool",
         spec=SPEC,
-        extra_manifest={"policy": POLICY_MANIFEST},
+        extra_manifest={"policy": POLICY_MANIFEST, "envelope": ENVELOPE_MANIFEST},
         ground_truth=GROUND_TRUTH,
     )
     return seeded, uid, archived.shas
@@ -257,6 +279,18 @@ def test_nothing_names_a_policy_before_release(web: Web, blinded) -> None:
     assert described == [], "\n".join(described)
     admin = [x for x in responses if x[0] == "admin"]
     assert [m for m in ADMIN_FINDS if not _search(admin, [m])] == []
+    # the envelope's interventions stay visible to the staff, without what they quote
+    by = {(who, path): r for who, path, r in responses}
+    seen = by[("reviewer", f"/api/episodes/{uid}")].json()
+    assert seen["envelope_interventions"] == 1
+    (event,) = [e for e in seen["events"] if e["kind"] == "envelope"]
+    assert (event["message"], event["reason"], event["t_s"]) == (
+        "the safety envelope intervened",
+        None,
+        1.5,
+    )
+    manifest = by[("reviewer", f"/api/artifacts/{shas['manifest']}")].json()
+    assert manifest["envelope"] == {"interventions": 1, "limits": {"tool_speed_m_s": 0.25}}
     # the ground truth is an admin's alone
     truth = f"/api/artifacts/{shas['ground_truth']}"
     assert [statuses[(who, truth)] for who in ("operator", "reviewer", "admin")] == [404, 404, 200]
@@ -552,8 +586,8 @@ def test_names_that_look_like_parts_of_the_result_are_relabelled_only_where_name
     the public board still renders, every number stays, and no label lands
     on a key, an object or a word — where it would tell which name it hides
     (such names are refused at registration now; these rows predate that)."""
-    from analysis.synthetic import PolicyModel
-    from web.snapshots.service import snapshot_result
+    from proctor.analysis.synthetic import PolicyModel
+    from proctor.web.snapshots.service import snapshot_result
 
     tag = "c" + secrets.token_hex(3)
     ref, steady = f"human-ref-{tag}", f"steady-act-{tag}"
@@ -712,8 +746,8 @@ def test_a_policy_server_cannot_write_to_the_staff(web: Web, tmp_path: Path) -> 
     """A real episode on the simulated cell against a hostile server: what the
     operator and the reviewer read of it (explorer JSON and page, .rrd) does
     not carry the server's words."""
-    from station.policy.server import PolicyServer
-    from station.work import Work
+    from proctor.station.policy.server import PolicyServer
+    from proctor.station.work import Work
     from tests.station.conftest import sim_config, sim_runner
 
     state = web.app.state.web

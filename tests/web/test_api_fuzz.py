@@ -24,7 +24,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
-from proctor.domain import Role
+from proctor.core.domain import Role
 from tests.web.conftest import Web
 
 OWN_TAGS = {"accounts", "system"}

@@ -15,28 +15,28 @@ import pytest
 import sqlalchemy as sa
 from fastapi import FastAPI, HTTPException
 
-from proctor.db import migrate
-from proctor.db.engine import session_scope
-from proctor.db.models import AuditLog
-from proctor.db.types import utcnow
-from proctor.domain import Role
-from proctor.errors import ConfigError
-from proctor.settings import load_settings
+from proctor.core.db import migrate
+from proctor.core.db.engine import session_scope
+from proctor.core.db.models import AuditLog
+from proctor.core.db.types import utcnow
+from proctor.core.domain import Role
+from proctor.core.errors import ConfigError
+from proctor.core.settings import load_settings
+from proctor.web.accounts import service
+from proctor.web.app import api_routes
+from proctor.web.deps import NowDep, SessionDep
+from proctor.web.templating import compile_all
 from tests.web.conftest import PASSWORD, Web, login
-from web.accounts import service
-from web.app import api_routes
-from web.deps import NowDep, SessionDep
-from web.templating import compile_all
 
-WEB_DIR = Path(__file__).resolve().parents[2] / "web"
+WEB_DIR = Path(__file__).resolve().parents[2] / "proctor" / "web"
 # a key prod accepts (random; the same for every run of the suite)
 PROD_KEY = "Zq8vR2mW5kT0yH3nB7cX1fJ4sL9pD6gA-e_uQiOwEr"
 
 
 def test_importing_the_app_module_builds_nothing() -> None:
-    import web.app
+    import proctor.web.app
 
-    assert not [v for v in vars(web.app).values() if isinstance(v, FastAPI)]
+    assert not [v for v in vars(proctor.web.app).values() if isinstance(v, FastAPI)]
 
 
 def test_health_reports_database_and_schema(web: Web) -> None:
@@ -50,7 +50,7 @@ def test_health_reports_database_and_schema(web: Web) -> None:
 def test_health_says_when_the_schema_is_behind(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     settings = load_settings(env="test", data_dir=tmp_path)  # an empty SQLite file
     r = TestClient(create_app(settings)).get("/api/health")
@@ -210,8 +210,8 @@ def test_pages_have_no_inline_scripts() -> None:
 
 
 def test_prod_refuses_missing_default_or_short_secret_keys(tmp_path: Path) -> None:
-    from web.app import create_app
-    from web.auth.sessions import DEV_SECRET_KEY
+    from proctor.web.app import create_app
+    from proctor.web.auth.sessions import DEV_SECRET_KEY
 
     with pytest.raises(ConfigError, match="PROCTOR_SECRET_KEY"):
         load_settings(env="prod", data_dir=tmp_path)
@@ -235,9 +235,9 @@ def test_prod_refuses_missing_default_or_short_secret_keys(tmp_path: Path) -> No
 def test_dev_default_secret_is_logged_loudly(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from web.app import create_app
+    from proctor.web.app import create_app
 
-    with caplog.at_level(logging.WARNING, logger="web.auth.sessions"):
+    with caplog.at_level(logging.WARNING, logger="proctor.web.auth.sessions"):
         create_app(load_settings(env="dev", data_dir=tmp_path))
     assert any("PROCTOR_SECRET_KEY is not set" in r.getMessage() for r in caplog.records)
 
@@ -245,7 +245,7 @@ def test_dev_default_secret_is_logged_loudly(
 def test_prod_sets_secure_cookies(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     settings = load_settings(env="prod", data_dir=tmp_path, secret_key=PROD_KEY)
     r = TestClient(create_app(settings), base_url="https://testserver").get("/login")
@@ -260,7 +260,7 @@ def test_prod_sets_secure_cookies(tmp_path: Path) -> None:
 def test_prod_sessions_work_under_the_host_prefix(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     settings = load_settings(env="prod", data_dir=tmp_path, secret_key=PROD_KEY)
     migrate.upgrade(settings.db_url)
@@ -287,7 +287,7 @@ def test_prod_sessions_work_under_the_host_prefix(tmp_path: Path) -> None:
 def test_dev_sends_no_hsts(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     r = TestClient(create_app(load_settings(env="dev", data_dir=tmp_path))).get("/login")
     assert "strict-transport-security" not in r.headers

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Artifact, Episode
-from proctor.domain import ArtifactKind, Role
-from station import keys
+from proctor.core.db.models import Artifact, Episode
+from proctor.core.domain import ArtifactKind, Role
+from proctor.station import keys
 from tests.web.conftest import Web
 from tests.web.leaderboard_data import seed_campaign
 from tests.web.recordings import RecordingSpec, record_episode

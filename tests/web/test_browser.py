@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proctor.domain import Role
+from proctor.core.domain import Role
 from tests.browser import LiveServer, sign_in
 
 pytestmark = pytest.mark.browser

@@ -7,8 +7,8 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from proctor.db.models import Policy
-from proctor.domain import Role
+from proctor.core.db.models import Policy
+from proctor.core.domain import Role
 from tests.web.conftest import Web, login
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign

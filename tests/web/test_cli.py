@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from proctor.cli import main
-from proctor.db import migrate
-from proctor.db.engine import make_engine
+from proctor.core.db import migrate
+from proctor.core.db.engine import make_engine
 from tests.web.conftest import PASSWORD
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,8 +88,8 @@ def test_create_admin_reads_the_password_from_the_environment_or_stdin(cli: Cli)
 def test_the_admin_it_creates_can_sign_in(cli: Cli, web_settings: object) -> None:
     from fastapi.testclient import TestClient
 
+    from proctor.web.app import create_app
     from tests.web.conftest import login
-    from web.app import create_app
 
     assert cli("user", "create-admin", "root", stdin=PASSWORD + "\n")[0] == 0
     client = TestClient(create_app(web_settings), follow_redirects=False)  # type: ignore[arg-type]
@@ -194,7 +194,7 @@ def test_cli_tokens_expire_by_default_unless_asked_not_to(cli: Cli) -> None:
 
 
 def test_serve_migrates_then_serves(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'proctor.db'}"
+    url = f"sqlite:///{tmp_path / 'proctor.core.db'}"
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
     env |= {"PROCTOR_DATABASE_URL": url, "PROCTOR_DATA_DIR": str(tmp_path)}
@@ -235,7 +235,7 @@ def test_create_admin_prompts_at_a_terminal_without_echo(tmp_path: Path) -> None
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
     env |= {"PROCTOR_DATA_DIR": str(tmp_path), "PROCTOR_ENV": "test"}
-    migrate.upgrade(f"sqlite:///{tmp_path / 'proctor.db'}")
+    migrate.upgrade(f"sqlite:///{tmp_path / 'proctor.core.db'}")
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [str(ROOT / ".venv/bin/proctor"), "user", "create-admin", "root"],

@@ -21,12 +21,15 @@ import sqlalchemy as sa
 from PIL import Image
 from starlette.websockets import WebSocketDisconnect
 
-from proctor.artifacts import open_store
-from proctor.db import make_engine, make_session_factory
-from proctor.db.models import Episode, EpisodeEvent
-from proctor.domain import EpisodeState, Outcome, Role, Side
-from proctor.settings import Settings, load_settings
-from station.daemon import StationDaemon
+from proctor.core.artifacts import open_store
+from proctor.core.db import make_engine, make_session_factory
+from proctor.core.db.models import Episode, EpisodeEvent
+from proctor.core.domain import EpisodeState, Outcome, Role, Side
+from proctor.core.settings import Settings, load_settings
+from proctor.station.daemon import StationDaemon
+from proctor.web.app import api_routes
+from proctor.web.console.photos import find_photo, register_photo
+from proctor.web.console.view import ConsoleStatus, public_status
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.test_console_support import (
     adhoc_source,
@@ -36,9 +39,6 @@ from tests.web.test_console_support import (
     sock_url,
     wait_for,
 )
-from web.app import api_routes
-from web.console.photos import find_photo, register_photo
-from web.console.view import ConsoleStatus, public_status
 
 
 @pytest.fixture
@@ -193,7 +193,7 @@ def test_a_station_that_is_down_is_reported_not_hidden(web: Web) -> None:
 
 
 def test_a_live_feed_ends_when_its_sign_in_does(web: Web, monkeypatch: pytest.MonkeyPatch) -> None:
-    from web.console import routes
+    from proctor.web.console import routes
 
     monkeypatch.setattr(routes, "RECHECK_S", 0.1)
     op = Operator(web)
@@ -419,7 +419,7 @@ def test_a_registered_photo_stands_in_when_the_station_renders_none(
 def test_photo_matching_and_registration_errors(
     db_session: Any, artifact_store: Any, tmp_path: Path
 ) -> None:
-    from proctor.errors import UsageError
+    from proctor.core.errors import UsageError
 
     def find(tote: Side, camera_side: Side, camera: str = "exterior") -> Any:
         return find_photo(

@@ -41,9 +41,9 @@ import sqlalchemy as sa
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from proctor.db import make_engine, make_session_factory
-from proctor.db.models import Artifact, Episode, ObjectType, Policy, Submission, User
-from proctor.domain import (
+from proctor.core.db import make_engine, make_session_factory
+from proctor.core.db.models import Artifact, Episode, ObjectType, Policy, Submission, User
+from proctor.core.domain import (
     ArtifactKind,
     ConformanceStatus,
     EndpointDialect,
@@ -52,9 +52,9 @@ from proctor.domain import (
     Role,
     SubmissionKind,
 )
-from scheduler.work_source import CampaignWorkSource
-from station.policy.demo import DemoPolicy
-from station.policy.server import PolicyServer
+from proctor.scheduler.work_source import CampaignWorkSource
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.server import PolicyServer
 from tests.browser import DEFAULT_PASSWORD, LiveServer
 from tests.web.test_console_support import bind_loopback, running_station, sock_url, wait_for
 

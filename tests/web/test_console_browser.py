@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Episode
-from proctor.domain import EpisodeState, Outcome, Role
-from station.daemon import StationDaemon
-from station.runner import RunnerState
+from proctor.core.db.models import Episode
+from proctor.core.domain import EpisodeState, Outcome, Role
+from proctor.station.daemon import StationDaemon
+from proctor.station.runner import RunnerState
 from tests.browser import LiveServer, sign_in
 from tests.web.test_console_support import (
     adhoc_source,

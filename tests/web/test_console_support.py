@@ -19,14 +19,14 @@ from typing import Any
 
 import uvicorn
 
-from proctor.artifacts import open_store
-from proctor.db import make_engine, make_session_factory
-from station.api import create_app as station_app
-from station.config import load_station_config
-from station.daemon import StationDaemon
-from station.policy.demo import DemoPolicy
-from station.policy.server import PolicyServer
-from station.work import AdHocWorkSource, Work, WorkSource
+from proctor.core.artifacts import open_store
+from proctor.core.db import make_engine, make_session_factory
+from proctor.station.api import create_app as station_app
+from proctor.station.config import load_station_config
+from proctor.station.daemon import StationDaemon
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.server import PolicyServer
+from proctor.station.work import AdHocWorkSource, Work, WorkSource
 
 
 def bind_loopback() -> socket.socket:

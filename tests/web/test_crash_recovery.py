@@ -1,5 +1,5 @@
 """After a crash [L5]: each test writes the state a killed server leaves
-behind, then starts the app (its lifespan runs ``web.startup``) and checks
+behind, then starts the app (its lifespan runs ``proctor.web.startup``) and checks
 what was put right — or, for an upload, that a PUT records its progress
 while it is still running, so a crash mid-request keeps most of it."""
 
@@ -16,10 +16,11 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from analysis.store import stale_campaigns
-from annotator import review as svc
-from proctor.db.models import UploadSession
-from proctor.domain import LabelStream, Role
+from proctor.analysis.store import stale_campaigns
+from proctor.annotator import review as svc
+from proctor.core.db.models import UploadSession
+from proctor.core.domain import LabelStream, Role
+from proctor.web.startup import TEMP_SAFE_AGE_S
 from tests.browser import LiveServer
 from tests.web.conftest import Web
 from tests.web.leaderboard_data import seed_campaign
@@ -33,7 +34,6 @@ from tests.web.test_submissions_helpers import (
     portal_settings,
     submitter,
 )
-from web.startup import TEMP_SAFE_AGE_S
 
 HOUR_AGO = time.time() - 2 * TEMP_SAFE_AGE_S
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Artifact, Episode, ReviewAction
-from proctor.domain import ArtifactKind, ReviewActionKind, Role
+from proctor.core.db.models import Artifact, Episode, ReviewAction
+from proctor.core.domain import ArtifactKind, ReviewActionKind, Role
+from proctor.web.explorer.rrd import RRD_FORMAT, verify_rrd
 from tests.web.conftest import Web, login
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
-from web.explorer.rrd import RRD_FORMAT, verify_rrd
 
 SPEC = RecordingSpec(duration_s=130.0, fps=5, width=160, height=120, telemetry_hz=50.0)
 
@@ -206,3 +206,25 @@ def test_the_public_page_is_shared_with_anonymous_visitors_only(web: Web) -> Non
     # an unreleased episode (staff only) is never public
     blind = admin.get(f"/episodes/{closed_uid}")
     assert blind.status_code == 200 and blind.headers["cache-control"] == "private, no-cache"
+
+
+def test_the_envelope_count_is_shown_and_an_uncounted_episode_says_so(
+    web: Web, tmp_path: Path
+) -> None:
+    with web.db() as s:
+        seeded = seed_campaign(s, released=True, episodes_per_cell=2, seed=11)
+        counted, uncounted = seeded.episode_uids[1], seeded.episode_uids[2]
+        for uid, n in ((counted, 2), (uncounted, None)):
+            s.scalar(sa.select(Episode).where(Episode.uid == uid)).envelope_interventions = n
+    c = web.client()
+    assert c.get(f"/api/episodes/{counted}").json()["envelope_interventions"] == 2
+    assert c.get(f"/api/episodes/{uncounted}").json()["envelope_interventions"] is None
+    doc = parse(c.get(f"/episodes/{uncounted}").text)
+    assert doc.find("dd", data_fact="envelope").text().strip() == "not counted"
+    assert doc.find_all("table", id="intervention-table") == []
+    # counted by the station but not in the log (an older station's events): said plainly
+    doc = parse(c.get(f"/episodes/{counted}").text)
+    assert doc.find("dd", data_fact="envelope").text().strip() == "2 interventions"
+    section = doc.find("table", id="intervention-table")
+    assert "None in the episode's log." in section.text()
+    assert "The station counted 2; 0 are in the episode's log." in doc.text()

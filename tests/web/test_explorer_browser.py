@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Episode, PlacementEvent
-from proctor.domain import PlacementSource, Role
+from proctor.core.db.models import Episode, PlacementEvent
+from proctor.core.domain import PlacementSource, Role
 from tests.browser import LiveServer, sign_in
 from tests.web.leaderboard_data import seed_campaign
 from tests.web.recordings import CODE_BITS, RecordingSpec, attach_recording, read_code
@@ -196,7 +196,7 @@ def test_a_reviewer_explores_an_unreleased_episode_without_the_policy_timing(
     page: Any, live_server: LiveServer, tmp_path: Path
 ) -> None:
     """Before release a reviewer's explorer has no policy-latency plot (the
-    column is withheld: web.artifacts.redaction); the rest works as usual."""
+    column is withheld: proctor.web.artifacts.redaction); the rest works as usual."""
     with live_server.db() as s:
         seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=7)
     uid = seeded.episode_uids[0]
@@ -215,4 +215,71 @@ def test_a_reviewer_explores_an_unreleased_episode_without_the_policy_timing(
     plots = page.eval_on_selector_all("[data-plot]", "els => els.map(e => e.dataset.plot)")
     assert plots == ["gripper", "height", "speed"]
     assert page.locator("[data-plot] svg").count() == 3
+    assert page.page_errors == []
+
+
+# the station-side envelope's events (issue 15 item 3): one per intervention, its
+# reason in the details beside the command as asked and as sent
+INTERVENTIONS = ((1.4, "workspace"), (3.2, "speed"), (3.6, "speed"))
+
+
+def _add_interventions(server: LiveServer, uid: str) -> None:
+    from proctor.station import episodes as station_episodes
+
+    with server.db() as s:
+        ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+        for t, reason in INTERVENTIONS:
+            station_episodes.add_event(
+                s,
+                episode=ep,
+                kind="envelope",
+                t_s=t,
+                message=f"{reason}: clamped joint_velocity [0.9, 0.2] → [0.3, 0.1]",
+                details={"reason": reason, "requested": [0.9, 0.2], "sent": [0.3, 0.1]},
+            )
+        ep.envelope_interventions = len(INTERVENTIONS)
+
+
+def test_envelope_interventions_are_marked_listed_and_seek_to_their_frame(
+    page: Any, live_server: LiveServer, tmp_path: Path
+) -> None:
+    uid, _ = _episode(live_server, tmp_path)
+    _add_interventions(live_server, uid)
+    page.goto(f"/episodes/{uid}")
+    page.wait_for_selector("body[data-explorer-ready='1']", timeout=20_000)
+    page.wait_for_selector("#telemetry[data-loading='false']")
+    assert page.locator("[data-fact=envelope]").text_content().strip() == "3 interventions"
+    # listed, in time order, with their reasons
+    rows = page.eval_on_selector_all(
+        "#intervention-table tbody tr[data-marker-row]",
+        "trs => trs.map(tr => [tr.dataset.markerRow, tr.cells[0].textContent.trim(), "
+        "tr.querySelector('[data-key=reason]').textContent.trim()])",
+    )
+    assert [(t, why) for _, t, why in rows] == [(f"{t:.3f}", r) for t, r in INTERVENTIONS]
+    # marked on every plot, in the intervention colour, each once
+    for plot in ("gripper", "height", "speed", "latency"):
+        marks = page.eval_on_selector_all(
+            f"[data-plot='{plot}'] .chart-marker",
+            "gs => gs.filter(g => g.querySelector('line').getAttribute('stroke') === '#c0392b')"
+            ".map(g => g.dataset.marker)",
+        )
+        assert marks == [mid for mid, _, _ in rows], plot
+    # the events table lists them as interventions, not as plain events
+    assert page.locator("#event-table tr.ev-intervention").count() == len(INTERVENTIONS)
+    # clicking a mark shows its frame (read from the pixels) and highlights its row
+    mid, _, _ = rows[1]
+    t = INTERVENTIONS[1][0]
+    page.locator(f"[data-plot='height'] .chart-marker[data-marker='{mid}']").click(force=True)
+    _wait_settled(page)
+    expected = int(np.floor(t * SPEC.fps + 1e-9))
+    for camera in ("exterior", "wrist"):
+        pixels = page.eval_on_selector(f"video[data-camera='{camera}']", READ_FRAME)
+        assert read_code(pixels) == expected, camera
+    assert page.locator("#intervention-table tr.active").get_attribute("data-marker-row") == mid
+    # and the list's own button seeks too
+    mid0, _, _ = rows[0]
+    page.click(f"#intervention-table button[data-marker='{mid0}']")
+    _wait_settled(page)
+    first = int(np.floor(INTERVENTIONS[0][0] * SPEC.fps + 1e-9))
+    assert read_code(page.eval_on_selector("video[data-camera='exterior']", READ_FRAME)) == first
     assert page.page_errors == []

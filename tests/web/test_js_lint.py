@@ -59,14 +59,14 @@ def test_the_configuration_reaches_every_static_folder_but_vendor(
     vendored third-party files is not ours to lint."""
     shutil.copy(ROOT / "biome.jsonc", tmp_path / "biome.jsonc")
     bad = "(function () {\n  if (x == null) { var y = 1; y = y; }\n})();\n"
-    vendor = tmp_path / "web" / "static" / "vendor" / "lib"
+    vendor = tmp_path / "proctor" / "web" / "static" / "vendor" / "lib"
     vendor.mkdir(parents=True)
     (vendor / "lib.js").write_text(bad)
     assert _lint(biome, tmp_path).returncode == 0
-    feature = tmp_path / "web" / "leaderboard" / "static"
+    feature = tmp_path / "proctor" / "web" / "leaderboard" / "static"
     feature.mkdir(parents=True)
     (feature / "bad.js").write_text(bad)
     result = _lint(biome, tmp_path)
     assert result.returncode != 0
-    assert "web/leaderboard/static/bad.js" in result.stdout + result.stderr
+    assert "proctor/web/leaderboard/static/bad.js" in result.stdout + result.stderr
     assert "vendor" not in result.stdout + result.stderr

@@ -10,17 +10,17 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 
-from analysis import store as analysis_store
-from analysis.report import data_version
-from analysis.store import load_episodes
-from proctor.db.models import AnalysisSnapshot, Episode
-from proctor.domain import LabelStream, Outcome, Role
+from proctor.analysis import store as analysis_store
+from proctor.analysis.report import data_version
+from proctor.analysis.store import load_episodes
+from proctor.core.db.models import AnalysisSnapshot, Episode
+from proctor.core.domain import LabelStream, Outcome, Role
+from proctor.web.leaderboard.format import num, pct
+from proctor.web.snapshots import service
+from proctor.web.snapshots.worker import recompute_after_commit, worker_for
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import ALL_STREAMS, TEST_ANALYSIS, SeededCampaign, seed_campaign
-from web.leaderboard.format import num, pct
-from web.snapshots import service
-from web.snapshots.worker import recompute_after_commit, worker_for
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -71,6 +71,7 @@ def test_the_api_serves_the_snapshots_numbers(web: Web, released: SeededCampaign
             "completion": p["completion"],
             "drops_per_operation": fm["drops_per_operation"],
             "safety_stops_per_episode": fm["safety_stops_per_episode"],
+            "envelope_interventions_per_episode": fm["envelope_interventions_per_episode"],
             "interventions_per_episode": fm["operator_stops_per_episode"],
         }
         for key, expected in pairs.items():
@@ -107,25 +108,40 @@ def test_the_page_prints_the_snapshots_numbers(web: Web, released: SeededCampaig
     )
     assert protocol["code"] == analysis_store.code_version()
     assert result["data_version"].startswith(protocol["data"])
-    formats = {"hrt": num, "rmst": num, "completion": pct, "drops": pct, "safety": num}
+    formats = {
+        "hrt": num,
+        "rmst": num,
+        "completion": pct,
+        "drops": pct,
+        "safety": num,
+        "envelope": num,
+    }
     sources = {
         "hrt": lambda p: p["hrt"],
         "rmst": lambda p: p["rmst"],
         "completion": lambda p: p["completion"],
         "drops": lambda p: p["failure_modes"]["drops_per_operation"],
         "safety": lambda p: p["failure_modes"]["safety_stops_per_episode"],
+        "envelope": lambda p: p["failure_modes"]["envelope_interventions_per_episode"],
     }
     rows = doc.find("table", id="board-table").find_all("tr", data_policy=True)
     assert [r.get("data-policy") for r in rows] == [p["policy"] for p in result["policies"]]
     for tr, p in zip(rows, result["policies"], strict=True):
         for key, fmt in formats.items():
             value = sources[key](p)["estimate"]
+            if value is None:  # not defined (no episode counted): a dash, never 0
+                assert tr.find("td", data_cell=key).text().strip() == "—", (p["policy"], key)
+                continue
             span = tr.find("span", data_key=key)
             assert float(span.get("data-value")) == value, (p["policy"], key)
             assert span.text() == fmt(value)
         episodes = tr.find("span", data_key="episodes")
         assert episodes.text() == str(p["episodes"])
         assert tr.find("td", data_cell="letters").text() == p["letters"]
+    # the seeded counts give both: a rate over the counted episodes, and the
+    # reference's unknown one (none counted)
+    envelope = [sources["envelope"](p)["estimate"] for p in result["policies"]]
+    assert None in envelope and any(v is not None and v > 0 for v in envelope)
     pair_rows = doc.find("table", id="pair-table").find_all("tr", data_pair=True)
     assert len(pair_rows) == len(result["pairs"])
     for tr, pr in zip(pair_rows, result["pairs"], strict=True):
@@ -157,6 +173,18 @@ def test_every_number_links_to_what_it_was_computed_from(
         ).json()
         assert sum(e["counted"] for e in body["episodes"]) == p["episodes"]
         assert {e["policy"] for e in body["episodes"]} == {p["policy"]}
+        # envelope interventions per episode: the mean over the scored episodes
+        # whose station counted them (the uncounted ones are left out, not zeros)
+        counts = [
+            e["envelope_interventions"]
+            for e in body["episodes"]
+            if e["counted"] and e["envelope_interventions"] is not None
+        ]
+        envelope = p["failure_modes"]["envelope_interventions_per_episode"]["estimate"]
+        if counts:
+            assert envelope == pytest.approx(sum(counts) / len(counts)), p["policy"]
+        else:
+            assert envelope is None, p["policy"]
         # each episode links to its explorer page
         first = body["episodes"][0]
         assert first["explorer"] == f"/episodes/{first['uid']}"
@@ -346,3 +374,29 @@ def test_admins_recompute_on_demand(web: Web, released: SeededCampaign) -> None:
     assert "Recomputing the leaderboard in the background" in c.get(f"/leaderboard/{cid}").text
     assert worker_for(web.app.state.web.engine).wait_idle(120)
     assert urlsplit(r.headers["location"]).path == f"/leaderboard/{cid}"
+
+
+def test_a_snapshot_from_before_the_envelope_rate_shows_a_dash(
+    web: Web, released: SeededCampaign
+) -> None:
+    """Snapshots stored before the analysis reported envelope interventions
+    have no such key: the board shows it as not defined (not 0) until they
+    are recomputed."""
+    import copy
+
+    with web.db() as s:
+        row = service.latest_row(
+            s, campaign_id=released.campaign_id, stream=LabelStream.auto_and_reviewed
+        )
+        old = copy.deepcopy(row.result)
+        for p in old["policies"]:
+            del p["failure_modes"]["envelope_interventions_per_episode"]
+        row.result = old
+    body = web.client().get(f"/api/leaderboard/{released.campaign_id}").json()
+    assert all(
+        r["envelope_interventions_per_episode"] == {"estimate": None, "lo": None, "hi": None}
+        for r in body["rows"]
+    )
+    doc = parse(web.client().get(f"/leaderboard/{released.campaign_id}").text)
+    cells = doc.find("table", id="board-table").find_all("td", data_cell="envelope")
+    assert cells and {c.text().strip() for c in cells} == {"—"}

@@ -11,11 +11,11 @@ from urllib.parse import quote
 
 import pytest
 
-from proctor.domain import LabelStream
+from proctor.core.domain import LabelStream
+from proctor.web.leaderboard.format import num, pct
+from proctor.web.snapshots import service
 from tests.browser import LiveServer
 from tests.web.leaderboard_data import ALL_STREAMS, seed_campaign
-from web.leaderboard.format import num, pct
-from web.snapshots import service
 
 pytestmark = pytest.mark.browser
 
@@ -51,13 +51,25 @@ def test_the_leaderboard_shows_the_snapshots_numbers(page: Any, live_server: Liv
             "completion": (p["completion"]["estimate"], pct),
             "drops": (p["failure_modes"]["drops_per_operation"]["estimate"], pct),
             "safety": (p["failure_modes"]["safety_stops_per_episode"]["estimate"], num),
+            "envelope": (p["failure_modes"]["envelope_interventions_per_episode"]["estimate"], num),
             "interventions": (p["failure_modes"]["operator_stops_per_episode"]["estimate"], num),
             "episodes": (p["episodes"], str),
         }
         for key, (value, fmt) in want.items():
+            if value is None:  # not defined: no number cell (the dash is checked below)
+                assert key not in row["cells"], (p["policy"], key)
+                continue
             assert row["cells"][key]["value"] == pytest.approx(value, rel=1e-12), (p["policy"], key)
             assert row["cells"][key]["text"] == fmt(value)
         assert row["letters"] == p["letters"]
+    envelope = page.eval_on_selector_all(
+        "#board-table tbody tr",
+        "rows => rows.map(tr => tr.querySelector('[data-cell=envelope]').textContent.trim())",
+    )
+    for text, p in zip(envelope, result["policies"], strict=True):
+        if p["failure_modes"]["envelope_interventions_per_episode"]["estimate"] is None:
+            assert text == "—", p["policy"]
+    assert "—" in envelope and len(set(envelope)) > 1
     # the chart: one row per policy with an HRT, each linking to its page
     rows = page.eval_on_selector_all(
         "#hrt-chart svg g[data-row]", "gs => gs.map(g => g.dataset.row)"
@@ -116,7 +128,12 @@ def test_the_policy_pages_charts_render(page: Any, live_server: LiveServer) -> N
         assert bands == 2
     assert page.locator("[data-chart=pp] svg").count() == n_objects
     assert page.locator("[data-chart=qq] svg circle").count() > 0
+    # six rates in the chart; envelope interventions (a count) only in the table
     assert page.locator("[data-chart=failures] svg g[data-row]").count() == 6
+    envelope = policy["failure_modes"]["envelope_interventions_per_episode"]["estimate"]
+    cell = page.locator("tr[data-mode=envelope_interventions_per_episode] span.num")
+    assert float(cell.get_attribute("data-value")) == pytest.approx(envelope, rel=1e-12)
+    assert cell.text_content() == num(envelope)
     # hovering a CDF reads its values out
     box = page.locator("[data-chart=cdf][data-index='0'] svg").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)

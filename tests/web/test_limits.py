@@ -1,4 +1,4 @@
-"""What one client can take from the server (web/limits.py, web/server.py):
+"""What one client can take from the server (proctor/web/limits.py, proctor/web/server.py):
 a flood of anonymous requests gets answers (503 at worst) instead of freezing
 the site, bodies are bounded before anything parses them, a slow header
 does not hold a socket forever, and X-Forwarded-For is believed only from
@@ -29,9 +29,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from proctor.db.engine import make_engine, make_session_factory, session_scope
-from proctor.errors import ConfigError
-from proctor.settings import load_settings
+from proctor.core.db.engine import make_engine, make_session_factory, session_scope
+from proctor.core.errors import ConfigError
+from proctor.core.settings import load_settings
 from tests.web.conftest import FakeClock, Web, csrf_from
 from tests.web.leaderboard_data import seed_campaign
 from tests.web.test_submissions_helpers import (
@@ -209,7 +209,7 @@ def test_a_flood_of_anonymous_requests_is_answered_and_health_stays_up(
     500 and /api/health took 60 s."""
     uid = _released_episode(web_db_url)
     served = serve()
-    # a query string of its own for each, so that the shared cache (web.shared_cache)
+    # a query string of its own for each, so that the shared cache (proctor.web.shared_cache)
     # answers none of them from memory: every one is a database request
     answers, health = asyncio.run(
         asyncio.wait_for(
@@ -264,8 +264,8 @@ def test_health_answers_when_every_worker_thread_is_taken(web: Web) -> None:
 def test_refused_requests_get_503_with_retry_after(web_db_url: str, tmp_path: Path) -> None:
     """At the limit, the next request is refused at once (it would otherwise
     wait for a database connection); health and static files are not counted."""
-    from web.app import create_app
-    from web.limits import ConcurrencyLimitMiddleware
+    from proctor.web.app import create_app
+    from proctor.web.limits import ConcurrencyLimitMiddleware
 
     settings = load_settings(
         env="test", data_dir=tmp_path, database_url=web_db_url, web={"max_concurrent_requests": 2}
@@ -298,7 +298,7 @@ def _find_middleware(app: Any, cls: type) -> Any:
 
 
 def test_a_pool_checkout_that_times_out_is_a_503(web_db_url: str, tmp_path: Path) -> None:
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     settings = load_settings(
         env="test",
@@ -324,8 +324,8 @@ def test_a_pool_checkout_that_times_out_is_a_503(web_db_url: str, tmp_path: Path
 
 
 def test_the_pool_and_threads_are_sized_from_the_limit(tmp_path: Path) -> None:
-    from web.app import create_app
-    from web.limits import POOL_HEADROOM, THREAD_HEADROOM
+    from proctor.web.app import create_app
+    from proctor.web.limits import POOL_HEADROOM, THREAD_HEADROOM
 
     settings = load_settings(env="test", data_dir=tmp_path, web={"max_concurrent_requests": 7})
     app = create_app(settings)
@@ -395,7 +395,7 @@ def test_a_big_chunked_body_stops_being_read_at_the_limit(serve: Callable[..., S
 
 
 def _body_app(web_db_url: str, tmp_path: Path, **web: Any) -> Web:
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     base = portal_settings(web_db_url, tmp_path)
     settings = base.model_copy(update={"web": base.web.model_copy(update=web)})

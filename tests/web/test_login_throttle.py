@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from proctor.domain import Role
-from proctor.settings import Settings
+from proctor.core.domain import Role
+from proctor.core.settings import Settings
 from tests.web.conftest import FakeClock, Web, login
 
 # how long one verification takes in these tests: about a real argon2id check
@@ -112,7 +112,7 @@ def test_concurrent_unknown_usernames_from_one_address_stop_at_the_client_limit(
 @pytest.fixture
 def bounded_web(web_settings: Settings) -> Iterator[Web]:
     """An app that computes at most 2 password hashes at once."""
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     settings = web_settings.model_copy(
         update={
@@ -143,7 +143,7 @@ def test_concurrent_hashing_never_exceeds_the_bound(bounded_web: Web) -> None:
 
 
 def test_a_sign_in_that_waits_too_long_for_a_hash_slot_gets_503(web_settings: Settings) -> None:
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     settings = web_settings.model_copy(
         update={
@@ -199,7 +199,7 @@ def test_wrong_passwords_from_elsewhere_do_not_lock_the_user_out(web: Web) -> No
 def test_hashing_for_other_requests_is_bounded_too(web_settings: Settings) -> None:
     """Setting a password (here: an admin adding a user) takes a hashing slot
     as well; with none free for the whole wait it is a 503, nothing written."""
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     settings = web_settings.model_copy(
         update={

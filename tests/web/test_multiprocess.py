@@ -1,11 +1,11 @@
 """More than one server process (``proctor serve --workers N``): what one
 process or the CLI writes reaches every process's caches within the bound
-``web/README.md`` states (``web.cache_check_s``, 0.5 s, plus one read).
+``proctor/web/README.md`` states (``web.cache_check_s``, 0.5 s, plus one read).
 
 The server is the real ``proctor serve`` with two uvicorn workers sharing
 one 127.0.0.1 port, over a migrated database of each backend; the page
 under test is the public leaderboard, answered from each worker's shared
-cache (``web.shared_cache``), kept there for 30 s so that only invalidation
+cache (``proctor.web.shared_cache``), kept there for 30 s so that only invalidation
 (not expiry) can make a worker answer the new page in time."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import httpx
 
-from proctor.db.engine import make_engine, make_session_factory, session_scope
-from proctor.db.types import utcnow
-from proctor.domain import Role
+from proctor.core.db.engine import make_engine, make_session_factory, session_scope
+from proctor.core.db.types import utcnow
+from proctor.core.domain import Role
 from tests.web.leaderboard_data import seed_campaign
 from tests.web.test_limits import REPO, proctor_serve
 
@@ -36,8 +36,8 @@ def _seed(url: str) -> tuple[int, int, int, str]:
     """A released campaign (its public page is under test), two closed ones
     (releasing either changes that page: it lists the released campaigns),
     and an admin's API token."""
-    from web.accounts import service
-    from web.auth.passwords import Passwords
+    from proctor.web.accounts import service
+    from proctor.web.auth.passwords import Passwords
 
     engine = make_engine(url)
     try:
@@ -151,8 +151,8 @@ def test_worker_processes_get_the_same_uvicorn_settings(tmp_path: Path) -> None:
     proxies must survive the trip."""
     import pickle
 
-    from proctor.settings import load_settings
-    from web.server import APP_FACTORY, HeaderDeadlineProtocol, uvicorn_config
+    from proctor.core.settings import load_settings
+    from proctor.web.server import APP_FACTORY, HeaderDeadlineProtocol, uvicorn_config
 
     settings = load_settings(
         env="test",

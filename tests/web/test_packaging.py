@@ -26,14 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # what the installed app reads at run time besides its modules
 DATA_GLOBS = (
-    "web/**/templates/**/*",
-    "web/**/static/**/*",
-    "station/policy/*.npz",
-    "annotator/thresholds.toml",
-    "migrations/script.py.mako",
-    "migrations/versions/*.py",
+    "proctor/web/**/templates/**/*",
+    "proctor/web/**/static/**/*",
+    "proctor/station/policy/*.npz",
+    "proctor/annotator/thresholds.toml",
+    "proctor/core/migrations/script.py.mako",
+    "proctor/core/migrations/versions/*.py",
 )
-APP_PACKAGES = ("proctor", "station", "scheduler", "annotator", "analysis", "web", "migrations")
+APP_PACKAGES = ("proctor",)  # one top-level name: nothing another distribution installs
 
 
 def _skip(path: Path) -> bool:
@@ -105,19 +105,19 @@ def test_the_wheel_carries_every_template_static_file_and_data_file(wheel: Path)
         data = _tree_files(DATA_GLOBS)
         # the globs find what they should (a moved folder would make this test vacuous)
         for must in (
-            "web/templates/base.html",
-            "web/leaderboard/templates/board.html",
-            "web/leaderboard/static/charts.js",
-            "web/static/vendor/swagger-ui/swagger-ui-bundle.js",
-            "web/static/vendor/swagger-ui/LICENSE",
-            "web/static/vendor/swagger-ui/NOTICE",
-            "web/console/static/layouts/tote-left-camera-left.svg",
-            "station/policy/conformance_observations.npz",
-            "annotator/thresholds.toml",
-            "migrations/script.py.mako",
+            "proctor/web/templates/base.html",
+            "proctor/web/leaderboard/templates/board.html",
+            "proctor/web/leaderboard/static/charts.js",
+            "proctor/web/static/vendor/swagger-ui/swagger-ui-bundle.js",
+            "proctor/web/static/vendor/swagger-ui/LICENSE",
+            "proctor/web/static/vendor/swagger-ui/NOTICE",
+            "proctor/web/console/static/layouts/tote-left-camera-left.svg",
+            "proctor/station/policy/conformance_observations.npz",
+            "proctor/annotator/thresholds.toml",
+            "proctor/core/migrations/script.py.mako",
         ):
             assert must in data, must
-        assert any(d.startswith("migrations/versions/") for d in data)
+        assert any(d.startswith("proctor/core/migrations/versions/") for d in data)
         missing = sorted(data - shipped)
         assert missing == [], f"not in the wheel: {missing}"
         # byte for byte what the tree holds

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from proctor.domain import Role
+from proctor.core.domain import Role
+from proctor.web.nav import NAV
 from tests.web.conftest import Web, login, page_csrf
-from web.nav import NAV
 
 
 def nav_links(html: str) -> list[str]:
@@ -46,8 +46,8 @@ def test_no_page_is_a_stand_in(web: Web) -> None:
     last page: nothing is registered, templated or importable for it."""
     from pathlib import Path
 
-    import web as web_package
-    from web.app import api_routes
+    import proctor.web as web_package
+    from proctor.web.app import api_routes
 
     assert not (Path(web_package.__file__).parent / "placeholders").exists()
     names = [rc.original_route.name for rc in api_routes(web.app)]

@@ -8,13 +8,13 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
-from analysis.synthetic import PolicyModel
-from proctor.domain import LabelStream, Role
+from proctor.analysis.synthetic import PolicyModel
+from proctor.core.domain import LabelStream, Role
+from proctor.web.policies import compare
+from proctor.web.snapshots import service
 from tests.web.conftest import Web
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import SeededCampaign, default_models, seed_campaign
-from web.policies import compare
-from web.snapshots import service
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -94,7 +94,7 @@ def test_the_policy_json_is_the_snapshots(web: Web, released: SeededCampaign) ->
 def test_pp_and_qq_from_curves_reproduce_the_analysis_against_the_reference(
     web: Web, released: SeededCampaign
 ) -> None:
-    """web.policies.compare, given the reference's curve, gives the plots the
+    """proctor.web.policies.compare, given the reference's curve, gives the plots the
     analysis computed and stored (to the stored curves' 6 digits)."""
     result = _result(web, released.campaign_id)
     ref = next(q for q in result["policies"] if q["reference"])

@@ -7,10 +7,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from annotator.config import Thresholds
-from annotator.reconcile import annotate_episode
-from proctor.db.models import Episode, ReviewAction
-from proctor.domain import LabelStatus, ReviewActionKind, Role
+from proctor.annotator.config import Thresholds
+from proctor.annotator.reconcile import annotate_episode
+from proctor.core.db.models import Episode, ReviewAction
+from proctor.core.domain import LabelStatus, ReviewActionKind, Role
 from tests.annotator.helpers import SOURCE_XY, Op, store_episode
 from tests.web.conftest import Web, login
 

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from annotator.config import load_thresholds
-from annotator.reconcile import annotate_episode, find_episode
-from annotator.simulate import EpisodeSpec, simulate
-from proctor.db.models import Episode, PlacementEvent, ReviewAction
-from proctor.domain import (
+from proctor.annotator.config import load_thresholds
+from proctor.annotator.reconcile import annotate_episode, find_episode
+from proctor.annotator.simulate import EpisodeSpec, simulate
+from proctor.core.db.models import Episode, PlacementEvent, ReviewAction
+from proctor.core.domain import (
     LabelStatus,
     PlacementSource,
     PlacementStatus,
@@ -32,7 +32,7 @@ from proctor.domain import (
     Role,
     Side,
 )
-from station.recording import load_ground_truth
+from proctor.station.recording import load_ground_truth
 from tests.browser import LiveServer, sign_in
 
 pytestmark = pytest.mark.browser
@@ -202,7 +202,7 @@ def test_without_video_scrub_by_telemetry_flag_and_resolve(
 ) -> None:
     """A recording with telemetry only: the page scrubs sample by sample; a
     reviewer flags the operator's count, an admin corrects it on the page."""
-    from annotator.config import Thresholds
+    from proctor.annotator.config import Thresholds
     from tests.annotator.helpers import SOURCE_XY, Op, store_episode
 
     state = live_server.app.state.web

@@ -11,13 +11,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from annotator import review as svc
-from proctor.db.models import AnalysisSnapshot, Episode, PlacementEvent
-from proctor.domain import LabelStatus, LabelStream, PlacementSource, PlacementStatus, Role
+from proctor.annotator import review as svc
+from proctor.core.db.models import AnalysisSnapshot, Episode, PlacementEvent
+from proctor.core.domain import LabelStatus, LabelStream, PlacementSource, PlacementStatus, Role
+from proctor.web.review.routes import after_decision
+from proctor.web.snapshots.worker import SnapshotWorker, worker_for
 from tests.web.conftest import Web
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign
-from web.review.routes import after_decision
-from web.snapshots.worker import SnapshotWorker, worker_for
 
 WAIT_S = 300.0
 

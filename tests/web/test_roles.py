@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.engine import ProctorSession
-from proctor.db.models import Policy
-from proctor.domain import Role
-from proctor.errors import NotFound
+from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import Policy
+from proctor.core.domain import Role
+from proctor.core.errors import NotFound
+from proctor.web.app import api_routes
+from proctor.web.auth.access import check_owner_access, owner_filter
+from proctor.web.auth.identity import Principal, user_roles
 from tests import factories
 from tests.web.conftest import Web, login, page_csrf
-from web.app import api_routes
-from web.auth.access import check_owner_access, owner_filter
-from web.auth.identity import Principal, user_roles
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 

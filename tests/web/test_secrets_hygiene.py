@@ -13,9 +13,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from proctor.db.engine import make_engine
-from proctor.db.models import User
-from proctor.settings import load_settings
+from proctor.core.db.engine import make_engine
+from proctor.core.db.models import User
+from proctor.core.settings import load_settings
+from proctor.web.submissions import queue
 from tests.web.conftest import Web
 from tests.web.test_submissions_helpers import (
     ENCRYPTION_KEY,
@@ -25,7 +26,6 @@ from tests.web.test_submissions_helpers import (
     submitter,
     upload,
 )
-from web.submissions import queue
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_the_database_and_stored_checkpoints_are_private(portal: Web) -> None:
 
 
 def test_a_world_readable_database_from_before_is_tightened(tmp_path: Path) -> None:
-    db = tmp_path / "proctor.db"
+    db = tmp_path / "proctor.core.db"
     db.touch(mode=0o644)
     db.chmod(0o644)  # whatever the umask
     make_engine(f"sqlite:///{db}").dispose()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
-from proctor.domain import Role
-from proctor.settings import Settings
+from proctor.core.domain import Role
+from proctor.core.settings import Settings
+from proctor.web.auth.sessions import SESSION_COOKIE
 from tests.web.conftest import PASSWORD, FakeClock, Web, csrf_from, login, page_csrf
-from web.auth.sessions import SESSION_COOKIE
 
 
 def test_login_starts_a_session_and_returns_to_next(web: Web) -> None:
@@ -343,8 +343,8 @@ def test_a_forged_session_for_a_password_less_account_is_refused(
     import hashlib
     import hmac
 
-    from web.app import create_app
-    from web.auth.sessions import DEV_SECRET_KEY
+    from proctor.web.app import create_app
+    from proctor.web.auth.sessions import DEV_SECRET_KEY
 
     settings = web_settings.model_copy(update={"env": "dev", "secret_key": None})
     clock = FakeClock()
@@ -372,7 +372,7 @@ def test_a_forged_session_for_a_password_less_account_is_refused(
             )
             assert r.status_code == 401, mark
         with web.db() as s:
-            from web.accounts import service
+            from proctor.web.accounts import service
 
             assert service.get_user_by_username(s, "forged-admin") is None
     finally:
@@ -390,7 +390,7 @@ def test_a_session_mark_needs_the_users_own_nonce(web: Web) -> None:
     uid = web.add_user("ada")
     key = web.app.state.web.secret_key
     with web.db() as s:
-        from proctor.db.models import User
+        from proctor.core.db.models import User
 
         user = s.get(User, uid)
         assert user is not None and len(user.session_nonce) == 32

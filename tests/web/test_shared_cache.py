@@ -1,4 +1,4 @@
-"""The shared cache in front of the app (web.shared_cache): public result
+"""The shared cache in front of the app (proctor.web.shared_cache): public result
 pages come from memory, byte for byte what the app answered; anything
 private, partial or changed goes to the app."""
 
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import Campaign
-from proctor.domain import CampaignStatus, Role
+from proctor.core.db.models import Campaign
+from proctor.core.domain import CampaignStatus, Role
+from proctor.web.shared_cache import SharedCacheMiddleware
 from tests.web.conftest import Web, login
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign
-from web.shared_cache import SharedCacheMiddleware
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_entries_expire_and_blinded_or_failed_answers_are_not_kept(web: Web) -> 
 def test_it_keeps_within_its_memory_bounds(
     web: Web, released: SeededCampaign, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from web import shared_cache
+    from proctor.web import shared_cache
 
     cache = cache_of(web)
     page = len(web.client().get(f"/api/leaderboard/{released.campaign_id}").content)
@@ -160,7 +160,7 @@ def test_concurrent_misses_of_a_kept_page_reach_the_app_once() -> None:
     the app, 50 renders at once at every expiry under load)."""
     import asyncio
 
-    from web.shared_cache import GenerationWatcher
+    from proctor.web.shared_cache import GenerationWatcher
 
     class Watcher(GenerationWatcher):
         def __init__(self) -> None:

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from analysis import store as analysis_store
-from proctor.db.engine import make_engine, make_session_factory, session_scope
-from proctor.db.models import AnalysisSnapshot
+from proctor.analysis import store as analysis_store
+from proctor.core.db.engine import make_engine, make_session_factory, session_scope
+from proctor.core.db.models import AnalysisSnapshot
+from proctor.web.snapshots.worker import SnapshotWorker
 from tests.web.leaderboard_data import seed_campaign
-from web.snapshots.worker import SnapshotWorker
 
 WAIT_S = 300.0
 # how long the first recomputation waits for the second to reach the same point:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import (
+from proctor.core.db.models import (
     AnalysisSnapshot,
     AuditLog,
     Campaign,
@@ -28,7 +28,7 @@ from proctor.db.models import (
     Policy,
     Submission,
 )
-from proctor.domain import (
+from proctor.core.domain import (
     AssignmentStatus,
     CampaignStatus,
     ConformanceRunStatus,
@@ -36,10 +36,11 @@ from proctor.domain import (
     LabelStream,
     Role,
 )
-from scheduler.endpoint_keys import decrypt_api_key
-from station.policy.demo import DemoPolicy
-from station.policy.positronic_server import PositronicServer
-from station.policy.server import Fault, PolicyServer
+from proctor.scheduler.endpoint_keys import decrypt_api_key
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.positronic_server import PositronicServer
+from proctor.station.policy.server import Fault, PolicyServer
+from proctor.web.submissions import queue, worker
 from tests import factories
 from tests.loopback import TcpWitness, redirecting_server
 from tests.web.conftest import Web, login, page_csrf
@@ -53,7 +54,6 @@ from tests.web.test_submissions_helpers import (
     submitter,
     upload,
 )
-from web.submissions import queue, worker
 
 
 @pytest.fixture
@@ -148,9 +148,9 @@ def test_a_failing_server_gets_advice_and_stays_out_of_campaigns(
         "(H, 7)."
     )
     # the scheduler will not put it in a campaign
-    from proctor.domain import PolicyKind
-    from scheduler.protocol import parse_protocol
-    from scheduler.service import Actor, create_campaign
+    from proctor.core.domain import PolicyKind
+    from proctor.scheduler.protocol import parse_protocol
+    from proctor.scheduler.service import Actor, create_campaign
 
     with portal.db() as s:
         factories.policy(s, "human", kind=PolicyKind.reference)
@@ -347,7 +347,7 @@ def test_endpoint_fields_are_validated_by_name(
 
 
 def test_private_addresses_are_refused_where_configured(web_db_url: str, tmp_path: Path) -> None:
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     settings = portal_settings(web_db_url, tmp_path, allow_private_endpoints=False)
     web = Web(app=create_app(settings), clock=lambda: None, settings=settings)  # type: ignore[arg-type]
@@ -361,7 +361,7 @@ def test_private_addresses_are_refused_where_configured(web_db_url: str, tmp_pat
             "ws://10.1.2.3:8000",
             "wss://[::1]:9000",
             "ws://localhost:1",
-            # IPv6 literals carrying a loopback or private IPv4 address (proctor/netguard.py)
+            # IPv6 literals carrying a loopback or private IPv4 address (proctor/core/netguard.py)
             "ws://[64:ff9b::7f00:1]:5432",  # NAT64
             "ws://[64:ff9b::a9fe:a9fe]/",  # NAT64 of the cloud metadata service
             "ws://[2002:7f00:1::]:5432",  # 6to4
@@ -458,8 +458,8 @@ def free_port() -> int:
 
 
 def test_an_api_key_needs_the_servers_encryption_key(web_db_url: str, tmp_path: Path) -> None:
+    from proctor.web.app import create_app
     from tests.web.conftest import FakeClock
-    from web.app import create_app
 
     settings = portal_settings(web_db_url, tmp_path).model_copy(update={"encryption_key": None})
     web = Web(app=create_app(settings), clock=FakeClock(), settings=settings)
@@ -829,10 +829,10 @@ def test_the_portal_pages(portal: Web, demo_server: Any) -> None:
 def test_the_web_app_never_imports_the_checker(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from proctor.settings import load_settings\n"
-        "from web.app import create_app\n"
+        "from proctor.core.settings import load_settings\n"
+        "from proctor.web.app import create_app\n"
         f"create_app(load_settings(env='test', data_dir={str(tmp_path)!r}))\n"
-        "print('station.policy.conformance' in sys.modules)\n"
+        "print('proctor.station.policy.conformance' in sys.modules)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
@@ -843,8 +843,8 @@ def test_the_web_app_never_imports_the_checker(tmp_path: Path) -> None:
 def test_the_check_runs_in_a_worker_process_the_app_spawns(
     web_db_url: str, tmp_path: Path, demo_server: Any
 ) -> None:
+    from proctor.web.app import create_app
     from tests.web.conftest import FakeClock
-    from web.app import create_app
 
     settings = portal_settings(web_db_url, tmp_path, conformance_dispatch="subprocess")
     web = Web(app=create_app(settings), clock=FakeClock(), settings=settings)

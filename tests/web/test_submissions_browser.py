@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from proctor.artifacts import open_store
-from proctor.db.models import Submission
-from proctor.domain import Role
-from station.policy.demo import DemoPolicy
-from station.policy.server import PolicyServer
+from proctor.core.artifacts import open_store
+from proctor.core.db.models import Submission
+from proctor.core.domain import Role
+from proctor.station.policy.demo import DemoPolicy
+from proctor.station.policy.server import PolicyServer
+from proctor.web.submissions import worker
 from tests.browser import LiveServer, sign_in
 from tests.web.test_submissions_helpers import ENCRYPTION_KEY, good_checkpoint, noise, sha
-from web.submissions import worker
 
 pytestmark = pytest.mark.browser
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
-from proctor.db.models import (
+from proctor.core.db.models import (
     Artifact,
     AuditLog,
     ConformanceRun,
@@ -24,9 +24,9 @@ from proctor.db.models import (
     Submission,
     UploadSession,
 )
-from proctor.domain import Role
-from proctor.settings import Settings, load_settings
-from scheduler.endpoint_keys import generate_encryption_key
+from proctor.core.domain import Role
+from proctor.core.settings import Settings, load_settings
+from proctor.scheduler.endpoint_keys import generate_encryption_key
 from tests.web.conftest import FakeClock, Web
 
 ENCRYPTION_KEY = generate_encryption_key()
@@ -80,7 +80,7 @@ def portal_app(web_db_url: str, tmp_path: Path) -> Iterator[Web]:
     """The web app with small upload limits, an encryption key, and checks
     left queued for a worker the test runs itself (on both databases). Test
     modules make it a fixture: ``yield from portal_app(web_db_url, tmp_path)``."""
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     settings = portal_settings(web_db_url, tmp_path)
     clock = FakeClock()
@@ -93,7 +93,7 @@ def portal_app(web_db_url: str, tmp_path: Path) -> Iterator[Web]:
 
 def live_token(server: Any, username: str) -> str:
     """A submitter API token for ``username`` on a live server (tests.browser.LiveServer)."""
-    from web.accounts import service as accounts
+    from proctor.web.accounts import service as accounts
 
     with server.db() as s:
         user = accounts.get_user_by_username(s, username)

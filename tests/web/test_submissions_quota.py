@@ -14,8 +14,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from proctor.db.models import UploadSession
-from proctor.domain import Role
+from proctor.core.db.models import UploadSession
+from proctor.core.domain import Role
+from proctor.web.submissions import staging
 from tests.browser import LiveServer
 from tests.web.conftest import FakeClock, Web
 from tests.web.test_submissions_helpers import (
@@ -26,7 +27,6 @@ from tests.web.test_submissions_helpers import (
     portal_settings,
     submitter,
 )
-from web.submissions import staging
 
 CREATES = 20
 
@@ -76,7 +76,7 @@ def test_concurrent_creates_stop_at_the_open_upload_cap(
 
 @pytest.fixture
 def make_portal(web_db_url: str, tmp_path: Path) -> Iterator[Callable[..., Web]]:
-    from web.app import create_app
+    from proctor.web.app import create_app
 
     made: list[Web] = []
 

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 
-from proctor.artifacts import open_store
-from proctor.db.models import Artifact, ObjectType, Policy, Submission, UploadSession
-from proctor.domain import ArtifactKind, ConformanceStatus, Role, SubmissionKind
+from proctor.core.artifacts import open_store
+from proctor.core.db.models import Artifact, ObjectType, Policy, Submission, UploadSession
+from proctor.core.domain import ArtifactKind, ConformanceStatus, Role, SubmissionKind
 from tests.browser import LiveServer
 from tests.web.conftest import Web
 from tests.web.test_submissions_helpers import (
@@ -614,7 +614,7 @@ def test_an_interrupted_upload_resumes_where_the_connection_dropped(
         submissions=settings.submissions.model_dump(),
     )
     server.add_user("ada", Role.submitter)
-    from web.accounts import service as accounts
+    from proctor.web.accounts import service as accounts
 
     with server.db() as s:
         user = accounts.get_user_by_username(s, "ada")

@@ -7,11 +7,11 @@ from typing import Annotated
 
 import sqlalchemy as sa
 
-from proctor.db.models import ApiToken
-from proctor.domain import Role
+from proctor.core.db.models import ApiToken
+from proctor.core.domain import Role
+from proctor.web.auth.identity import Principal
+from proctor.web.deps import require_role
 from tests.web.conftest import PASSWORD, Web, login, page_csrf
-from web.auth.identity import Principal
-from web.deps import require_role
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from station.drivers.arm.base import ArmConfig
-from station.twin.peers import FrankySimProcess, SocatPtyPair
+from proctor.station.drivers.arm.base import ArmConfig
+from proctor.station.twin.peers import FrankySimProcess, SocatPtyPair
 
 HOME_Q = ArmConfig.home_q
 

@@ -22,18 +22,18 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from station.clock import MonotonicClock
-from station.drivers.camera import CAMERAS, CameraStalled
-from station.drivers.camera.common import CameraUnavailable, DeviceClockMapper
-from station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
-from station.drivers.camera.realsense_record import (
+from proctor.station.clock import MonotonicClock
+from proctor.station.drivers.camera import CAMERAS, CameraStalled
+from proctor.station.drivers.camera.common import CameraUnavailable, DeviceClockMapper
+from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
+from proctor.station.drivers.camera.realsense_record import (
     DEFAULT_START_MS,
     pattern,
     pattern_index,
     record_pattern,
 )
-from station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
-from station.recorder import Recorder, VideoSettings, finalize_spool
+from proctor.station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
+from proctor.station.recorder import Recorder, VideoSettings, finalize_spool
 
 pytestmark = pytest.mark.hardware
 
@@ -161,7 +161,7 @@ def test_colour_options_are_set_in_order_and_read_back() -> None:
     values, each read back; a value the device refuses names the option."""
     import pyrealsense2 as rs
 
-    from station.drivers.camera.realsense import apply_color_options, color_options
+    from proctor.station.drivers.camera.realsense import apply_color_options, color_options
 
     device = rs.software_device()
     sensor = device.add_sensor("Color")

@@ -23,9 +23,9 @@ import franky
 import numpy as np
 import pytest
 
-from station.clock import MonotonicClock
-from station.drivers.arm import ARMS, ArmCommand, ArmCommandKind, ArmFault
-from station.drivers.arm.franky import FrankyArm, FrankyArmConfig, _connect_robot
+from proctor.station.clock import MonotonicClock
+from proctor.station.drivers.arm import ARMS, ArmCommand, ArmCommandKind, ArmFault
+from proctor.station.drivers.arm.franky import FrankyArm, FrankyArmConfig, _connect_robot
 from tests.station.drivers.conftest import HOME_Q, wait_for
 
 pytestmark = pytest.mark.hardware

@@ -12,18 +12,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from station.clock import Clock, VirtualClock
-from station.drivers.gripper import GRIPPERS, GripperCommand, GripperFault
-from station.drivers.gripper import robotiq_registers as regs
-from station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig, quantise
-from station.drivers.gripper.robotiq_registers import (
+from proctor.station.clock import Clock, VirtualClock
+from proctor.station.drivers.gripper import GRIPPERS, GripperCommand, GripperFault
+from proctor.station.drivers.gripper import robotiq_registers as regs
+from proctor.station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig, quantise
+from proctor.station.drivers.gripper.robotiq_registers import (
     CommandRegisters,
     GFlt,
     GObj,
     GSta,
     StatusRegisters,
 )
-from station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
+from proctor.station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
 from tests.station.drivers.conftest import PtyPair, wait_for
 
 pytestmark = pytest.mark.hardware

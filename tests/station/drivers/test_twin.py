@@ -17,21 +17,21 @@ import av
 import numpy as np
 import pytest
 
-from proctor.artifacts import LocalArtifactStore
-from proctor.db import make_engine, make_session_factory, migrate
-from proctor.domain import Side
-from proctor.errors import ConfigError
-from station import keys
-from station.cell import Cell
-from station.config import StationConfig, load_station_config
-from station.drivers.arm.franky import FrankyArm
-from station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
-from station.drivers.camera.realsense_record import record_pattern
-from station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
-from station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
-from station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
-from station.policy.server import PolicyServer
-from station.preflight import (
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.db import make_engine, make_session_factory, migrate
+from proctor.core.domain import Side
+from proctor.core.errors import ConfigError
+from proctor.station import keys
+from proctor.station.cell import Cell
+from proctor.station.config import StationConfig, load_station_config
+from proctor.station.drivers.arm.franky import FrankyArm
+from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
+from proctor.station.drivers.camera.realsense_record import record_pattern
+from proctor.station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
+from proctor.station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
+from proctor.station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
+from proctor.station.policy.server import PolicyServer
+from proctor.station.preflight import (
     CheckStatus,
     KernelClock,
     PreflightSettings,
@@ -45,10 +45,10 @@ from station.preflight import (
     preflight,
     read_kernel_clock,
 )
-from station.profiles import build_cell
-from station.teleop.policy import TeleopPolicy
-from station.teleop.source import TeleopCommand
-from station.work import Work
+from proctor.station.profiles import build_cell
+from proctor.station.teleop.policy import TeleopPolicy
+from proctor.station.teleop.source import TeleopCommand
+from proctor.station.work import Work
 from tests.station.drivers.conftest import PtyPair
 
 pytestmark = pytest.mark.hardware
@@ -236,7 +236,7 @@ def test_preflight_gripper_line_reads_the_adapters_latency_timer(
     sysfs = tmp_path / "sys-bus-usb-serial-devices"
     (sysfs / tty).mkdir(parents=True)
     (sysfs / tty / "latency_timer").write_text("16\n")
-    monkeypatch.setattr("station.drivers.gripper.serial_line.USB_SERIAL_DEVICES", sysfs)
+    monkeypatch.setattr("proctor.station.drivers.gripper.serial_line.USB_SERIAL_DEVICES", sysfs)
     gripper = RobotiqGripper(RobotiqGripperConfig(port=str(by_id), timeout_s=1.0))
     cell = types.SimpleNamespace(gripper=gripper)
     settings = PreflightSettings.for_profile("twin", {})
@@ -486,8 +486,8 @@ def test_an_episode_on_the_twin_cell(twin_cell: Cell, tmp_path: Path) -> None:
     policy being the teleop source over the policy protocol: the arm moves as
     commanded, the gripper closes, and the recording holds telemetry at
     ≥ 100 Hz and both cameras' videos."""
-    from station.recording import load_recording
-    from station.runner import EpisodeRunner
+    from proctor.station.recording import load_recording
+    from proctor.station.runner import EpisodeRunner
 
     url = f"sqlite:///{tmp_path / 'station.db'}"
     migrate.upgrade(url)

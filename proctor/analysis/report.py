@@ -1,0 +1,319 @@
+"""The result JSON (what ``proctor analyze --json`` writes and a leaderboard
+snapshot stores); the schema is documented in proctor/analysis/README.md.
+
+Numbers that do not exist (a median never reached, an unbounded MTBF/A, an
+interval of an undefined value) are ``null``; curve arrays are rounded to 6
+decimals to keep the file small.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from proctor.analysis.bootstrap import Interval
+from proctor.analysis.episodes import EpisodeTable
+from proctor.analysis.results import (
+    AtT,
+    Breakdown,
+    Curve,
+    Leaderboard,
+    ObjectResult,
+    PairResult,
+    PolicyResult,
+    Sweep,
+)
+
+SCHEMA = "proctor.analysis/1"
+
+# every key the result JSON uses (proctor/analysis/README.md; a test checks a real
+# result against it): policy names must not be one of them, so that no name
+# can be mistaken for a part of the result (proctor.web.submissions.manifest)
+RESULT_KEYS = frozenset(
+    {
+        *("schema", "code_version", "data_version", "protocol", "objects", "configurations"),
+        *("policies", "pairs", "letters", "letters_completion", "matrix", "excluded", "notes"),
+        *("tau", "bootstrap", "ks_resamples", "seed", "alpha", "reference", "success_at"),
+        *("power_target", "rho", "interval", "tau_source", "source", "label_stream"),
+        *("campaign_id", "object", "tags", "policy", "rank", "episodes", "operations"),
+        *("objects_missing", "rmst", "rmst_pooled", "hrt", "uph", "completion", "mtbfa"),
+        *("hard_failure_rate", "failure_modes", "ghosts_per_operation", "drops_per_operation"),
+        *("lost_per_operation", "safety_stops_per_episode", "timeouts_per_episode"),
+        *("operator_stops_per_episode", "envelope_interventions_per_episode"),
+        *("auc_vs_reference", "median", "per_object"),
+        *("per_configuration", "per_tag", "tau_sweep", "binary", "successes", "success_rate"),
+        *("completion_mean", "estimate", "ci", "plateau", "km", "pp", "qq", "t", "cdf", "lo"),
+        *("hi", "n_risk", "ref", "model", "p", "last_reachable", "key", "tote_placement"),
+        *("external_camera", "same_side", "a", "b", "macro_ks", "statistic", "p_bonferroni"),
+        *("resamples", "logrank", "chi2", "observed_a", "expected_a", "rmst_diff", "auc"),
+        *("completion_welch", "df", "significant", "verdict", "winner", "power", "n_per_cell"),
+        *("power_at_current_n", "n_needed_per_cell", "more_episodes_per_cell", "effect"),
+        *("m_bar", "rho_estimated", "deff", "episode_id", "reason"),
+    }
+)
+
+
+def data_version(table: EpisodeTable) -> str:
+    """SHA-256 of the exact input: every episode's fields (sorted by id), the
+    reference and the exclusions; equal inputs give equal hashes whatever
+    their order."""
+    payload = {
+        "episodes": sorted(
+            (asdict(e) for e in table.episodes), key=lambda d: (d["episode_id"], d["policy"])
+        ),
+        "reference": table.reference,
+        "excluded": sorted(asdict(x)["episode_id"] + "|" + x.reason for x in table.excluded),
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=list)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _num(x: float | None, digits: int | None = None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    if not np.isfinite(x):
+        return None
+    return round(x, digits) if digits is not None else x
+
+
+def _arr(a: np.ndarray, digits: int = 6) -> list[float | None]:
+    return [_num(v, digits) for v in np.asarray(a, dtype=float)]
+
+
+def _iv(x: Interval | None) -> dict[str, Any] | None:
+    return None if x is None else x.as_json()
+
+
+def _at(values: tuple[AtT, ...]) -> list[dict[str, Any]]:
+    return [{"t": v.t, **v.value.as_json()} for v in values]
+
+
+def _curve(c: Curve) -> dict[str, Any]:
+    return {
+        "t": _arr(c.t),
+        "cdf": _arr(c.cdf),
+        "lo": _arr(c.lo),
+        "hi": _arr(c.hi),
+        "n_risk": _arr(c.n_risk, 3),
+    }
+
+
+def _sweep(s: Sweep) -> dict[str, Any]:
+    return {"tau": _arr(s.tau), "uph": _arr(s.uph), "mtbfa": _arr(s.mtbfa)}
+
+
+def _object(r: ObjectResult) -> dict[str, Any]:
+    return {
+        "object": r.object,
+        "tags": list(r.tags),
+        "episodes": r.episodes,
+        "operations": r.operations,
+        "rmst": _iv(r.rmst),
+        "hrt": _iv(r.hrt),
+        "uph": _iv(r.uph),
+        "mtbfa": _iv(r.mtbfa),
+        "completion": _iv(r.completion),
+        "median": _iv(r.median),
+        "plateau": _iv(r.plateau),
+        "hard_failure_rate": _iv(r.hard_failure_rate),
+        "success_at": _at(r.success_at),
+        "auc_vs_reference": _iv(r.auc_vs_reference),
+        "km": _curve(r.km),
+        "pp": None if r.pp is None else {"ref": _arr(r.pp.ref), "model": _arr(r.pp.model)},
+        "qq": (
+            None
+            if r.qq is None
+            else {
+                "p": _arr(r.qq.p),
+                "ref": _arr(r.qq.ref),
+                "model": _arr(r.qq.model),
+                "last_reachable": _num(r.qq.last_reachable, 6),
+            }
+        ),
+        "tau_sweep": _sweep(r.sweep),
+        "notes": list(r.notes),
+    }
+
+
+def _breakdown(b: Breakdown) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "key": b.key,
+        "episodes": b.episodes,
+        "objects": list(b.objects),
+        "completion": _iv(b.completion),
+        "hrt": _iv(b.hrt),
+        "rmst": _iv(b.rmst),
+    }
+    if b.tote_placement is not None:
+        out["tote_placement"] = b.tote_placement
+        out["external_camera"] = b.external_camera
+        out["same_side"] = b.tote_placement == b.external_camera
+    return out
+
+
+def _policy(r: PolicyResult) -> dict[str, Any]:
+    fm = r.failure_modes
+    return {
+        "policy": r.policy,
+        "reference": r.is_reference,
+        "rank": r.rank,
+        "letters": r.letters,
+        "episodes": r.episodes,
+        "operations": r.operations,
+        "objects": list(r.objects),
+        "objects_missing": list(r.objects_missing),
+        "rmst": _iv(r.rmst),
+        "rmst_pooled": _iv(r.rmst_pooled),
+        "hrt": _iv(r.hrt),
+        "uph": _iv(r.uph),
+        "completion": _iv(r.completion),
+        "mtbfa": _iv(r.mtbfa),
+        "hard_failure_rate": _iv(r.hard_failure_rate),
+        "failure_modes": {
+            "ghosts_per_operation": _iv(fm.ghosts_per_operation),
+            "drops_per_operation": _iv(fm.drops_per_operation),
+            "lost_per_operation": _iv(fm.lost_per_operation),
+            "safety_stops_per_episode": _iv(fm.safety_stops_per_episode),
+            "timeouts_per_episode": _iv(fm.timeouts_per_episode),
+            "operator_stops_per_episode": _iv(fm.operator_stops_per_episode),
+            "envelope_interventions_per_episode": _iv(fm.envelope_interventions_per_episode),
+        },
+        "auc_vs_reference": _iv(r.auc_vs_reference),
+        "median": _iv(r.median),
+        "success_at": _at(r.success_at),
+        "per_object": [_object(o) for o in r.per_object],
+        "per_configuration": [_breakdown(b) for b in r.per_configuration],
+        "per_tag": [_breakdown(b) for b in r.per_tag],
+        "tau_sweep": _sweep(r.sweep),
+        "binary": {
+            "successes": r.binary.successes,
+            "episodes": r.binary.episodes,
+            "success_rate": {
+                "estimate": r.binary.success_posterior.mean,
+                "ci": [r.binary.success_posterior.lo, r.binary.success_posterior.hi],
+            },
+            "completion_mean": {
+                "estimate": r.binary.completion_posterior.mean,
+                "ci": [r.binary.completion_posterior.lo, r.binary.completion_posterior.hi],
+            },
+        },
+        "notes": list(r.notes),
+    }
+
+
+def _pair(p: PairResult) -> dict[str, Any]:
+    return {
+        "a": p.a,
+        "b": p.b,
+        "objects": list(p.objects),
+        "macro_ks": {
+            "statistic": p.macro_ks.statistic,
+            "p": p.macro_ks.p,
+            "p_bonferroni": p.ks_p_bonferroni,
+            "resamples": p.macro_ks.replicates,
+            "per_object": [
+                {"object": o, "statistic": d} for o, d in sorted(p.macro_ks.per_object.items())
+            ],
+        },
+        "logrank": {
+            "chi2": p.logrank.chi2,
+            "p": p.logrank.p,
+            "p_bonferroni": p.logrank_p_bonferroni,
+            "observed_a": p.logrank.observed,
+            "expected_a": p.logrank.expected,
+        },
+        "rmst_diff": _iv(p.rmst_diff),
+        "auc": _iv(p.auc),
+        "completion_welch": (
+            None
+            if p.completion_welch is None
+            else {
+                "t": _num(p.completion_welch.t),
+                "df": _num(p.completion_welch.df),
+                "p": _num(p.completion_welch.p),
+                "p_bonferroni": _num(p.completion_welch.p_bonferroni),
+            }
+        ),
+        "significant": p.significant,
+        "verdict": p.verdict,
+        "winner": p.winner,
+        "power": (
+            None
+            if p.power is None
+            else {
+                "n_per_cell": p.power.n_per_cell,
+                "power_at_current_n": p.power.power_at_current_n,
+                "alpha": p.power.alpha,
+                "n_needed_per_cell": p.power.n_needed,
+                "more_episodes_per_cell": p.power.more_episodes_per_cell,
+                "effect": p.power.effect,
+                "m_bar": p.power.m_bar,
+                "rho": p.power.rho,
+                "rho_estimated": p.power.rho_estimated,
+                "deff": p.power.deff,
+            }
+        ),
+    }
+
+
+def _matrix(lb: Leaderboard) -> dict[str, Any]:
+    names = [p.policy for p in lb.policies]
+    index = {n: k for k, n in enumerate(names)}
+    k = len(names)
+    p_bonf: list[list[float | None]] = [[None] * k for _ in range(k)]
+    verdicts: list[list[str | None]] = [[None] * k for _ in range(k)]
+    winners: list[list[str | None]] = [[None] * k for _ in range(k)]
+    for pr in lb.pairs:
+        i, j = index[pr.a], index[pr.b]
+        for x, y in ((i, j), (j, i)):
+            p_bonf[x][y] = pr.ks_p_bonferroni
+            verdicts[x][y] = pr.verdict
+            winners[x][y] = pr.winner
+    return {"policies": names, "p_bonferroni": p_bonf, "verdict": verdicts, "winner": winners}
+
+
+def to_json(
+    lb: Leaderboard,
+    *,
+    code_version: str | None = None,
+    data_version: str | None = None,
+    extra_protocol: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The full result as JSON-ready data (see proctor/analysis/README.md)."""
+    pr = lb.protocol
+    protocol = {
+        "tau": pr.tau,
+        "bootstrap": pr.bootstrap,
+        "ks_resamples": pr.resamples,
+        "seed": pr.seed,
+        "alpha": pr.alpha,
+        "reference": lb.reference,
+        "success_at": list(pr.success_at),
+        "power_target": pr.power_target,
+        "rho": pr.rho,
+        "interval": "percentile, episode-clustered bootstrap",
+        **(extra_protocol or {}),
+    }
+    return {
+        "schema": SCHEMA,
+        "code_version": code_version,
+        "data_version": data_version,
+        "protocol": protocol,
+        "objects": [{"object": o, "tags": list(lb.object_tags.get(o, ()))} for o in lb.objects],
+        "configurations": list(lb.configurations),
+        "policies": [_policy(p) for p in lb.policies],
+        "pairs": [_pair(p) for p in lb.pairs],
+        "letters": dict(lb.letters),
+        "letters_completion": dict(lb.letters_completion),
+        "matrix": _matrix(lb),
+        "excluded": [
+            {"episode_id": x.episode_id, "policy": x.policy, "object": x.object, "reason": x.reason}
+            for x in lb.excluded
+        ],
+        "notes": list(lb.notes),
+    }

@@ -1,0 +1,501 @@
+"""The thin layer between the store and the analysis: episodes out of the
+database as an :class:`~proctor.analysis.episodes.EpisodeTable` (the same records
+the interchange reader produces), and leaderboard snapshots back in.
+
+What counts, per label stream (``proctor.core.domain.LabelStream``):
+
+* only ``closed`` episodes with an operator log (outcome and counts) and
+  both clock times; ``duration_s = clock_end_s − clock_start_s``;
+* ``auto_and_reviewed``: ``reviewed`` episodes read the reviewer's
+  ``confirmed`` placements, ``auto`` episodes the detector's ``accepted``
+  ones; ``pending`` / ``needs_review`` / ``flagged`` episodes are excluded
+  and listed;
+* ``reviewed_only``: only ``reviewed`` episodes;
+* ``detector_only``: the detector's ``accepted`` or ``proposed`` placements
+  of every annotated episode (anything but ``pending``), reconciled with the
+  operator's log as described in proctor/analysis/README.md;
+* ``system`` episodes are passed through (the analysis excludes and lists
+  them) whatever their labels.
+
+Lost, dropped, outcome and items always come from the operator's log. An
+episode whose times contradict its log (a count mismatch in a reviewed
+stream, a placement after the end) is excluded with the reason, never
+silently fixed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, fields
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from proctor.analysis import ANALYSIS_VERSION
+from proctor.analysis.episodes import (
+    OPERATOR_STOP,
+    SUCCESS,
+    SYSTEM,
+    Episode,
+    EpisodeTable,
+    Exclusion,
+    validate_episode,
+)
+from proctor.analysis.leaderboard import analyze
+from proctor.analysis.notes import REFERENCE_UNSCORED, REFERENCES_IN_SCOPE
+from proctor.analysis.report import data_version, to_json
+from proctor.analysis.results import Protocol
+from proctor.core.db.models import (
+    AnalysisSnapshot,
+    Assignment,
+    Campaign,
+    ObjectType,
+    PlacementEvent,
+    Policy,
+    Station,
+)
+from proctor.core.db.models import (
+    Episode as EpisodeRow,
+)
+from proctor.core.domain import (
+    EpisodeState,
+    LabelStatus,
+    LabelStream,
+    PlacementSource,
+    PlacementStatus,
+    PolicyKind,
+)
+from proctor.core.errors import ProctorError, UsageError
+
+# which placement rows each stream reads for an episode of a given label status
+_Sources = dict[LabelStatus, tuple[PlacementSource, set[PlacementStatus]]]
+_STREAM_SOURCES: dict[LabelStream, _Sources] = {
+    LabelStream.auto_and_reviewed: {
+        LabelStatus.reviewed: (PlacementSource.reviewer, {PlacementStatus.confirmed}),
+        LabelStatus.auto: (PlacementSource.detector, {PlacementStatus.accepted}),
+    },
+    LabelStream.reviewed_only: {
+        LabelStatus.reviewed: (PlacementSource.reviewer, {PlacementStatus.confirmed}),
+    },
+    LabelStream.detector_only: {
+        status: (PlacementSource.detector, {PlacementStatus.accepted, PlacementStatus.proposed})
+        for status in (
+            LabelStatus.auto,
+            LabelStatus.needs_review,
+            LabelStatus.reviewed,
+            LabelStatus.flagged,
+        )
+    },
+}
+
+
+def code_version() -> str:
+    """The code that computed a result, as results and snapshots record it
+    (here, not in the pure core: it reads the installed Proctor's version)."""
+    from proctor import __version__
+
+    return f"proctor-{__version__}/analysis-{ANALYSIS_VERSION}"
+
+
+def _value(x: Any) -> Any:
+    return getattr(x, "value", x)
+
+
+def load_episodes(
+    session: Session, *, campaign_id: int | None, stream: LabelStream
+) -> EpisodeTable:
+    """The episodes of a campaign (``None``: every episode in the store) as
+    the analysis reads them under ``stream``."""
+    stream = LabelStream(stream)
+    q = (
+        sa.select(EpisodeRow, Policy, ObjectType, Station.name)
+        .outerjoin(Assignment, EpisodeRow.assignment_id == Assignment.id)
+        .outerjoin(Policy, Assignment.policy_id == Policy.id)
+        .join(ObjectType, EpisodeRow.object_type_id == ObjectType.id)
+        .outerjoin(Station, EpisodeRow.station_id == Station.id)
+        .order_by(EpisodeRow.id)
+    )
+    if campaign_id is not None:
+        q = q.where(EpisodeRow.campaign_id == campaign_id)
+    rows = session.execute(q).all()
+
+    placements = _placements(session, [r[0].id for r in rows])
+
+    episodes: list[Episode] = []
+    excluded: list[Exclusion] = []
+    notes: list[str] = []
+    reconciled = 0
+    references: set[str] = set()
+    sources = _STREAM_SOURCES[stream]
+    for row, policy, obj, station_name in rows:
+        policy_name = policy.name if policy is not None else ""
+
+        def skip(
+            reason: str, *, uid: str = row.uid, who: str = policy_name, what: str = obj.name
+        ) -> None:
+            excluded.append(Exclusion(uid, who, what, reason))
+
+        if policy is None:
+            skip("no assignment: the episode's policy is unknown")
+            continue
+        if policy.kind == PolicyKind.reference:
+            references.add(policy.name)
+        unready = _unready(row)
+        if unready is not None:
+            skip(unready)
+            continue
+        duration_s = row.duration_s
+        if duration_s is None:
+            skip("no clock times")
+            continue
+        base = dict(
+            episode_id=row.uid,
+            policy=policy.name,
+            object=obj.name,
+            items=row.items,
+            duration_s=float(duration_s),
+            lost=row.lost,
+            dropped=row.dropped,
+            outcome=_value(row.outcome),
+            budget_s=float(row.budget_s),
+            tote_placement=_value(row.tote_side),
+            external_camera=_value(row.camera_side),
+            station=station_name,
+            started_at=row.started_at.isoformat() if row.started_at else None,
+            reference=policy.kind == PolicyKind.reference,
+            object_tags=tuple(sorted(obj.tags or ())),
+            envelope_interventions=row.envelope_interventions,
+        )
+        if _value(row.outcome) == SYSTEM:
+            # only its identity matters: the analysis lists it and scores nothing
+            base.update(lost=0, dropped=0, duration_s=max(float(base["duration_s"]), 0.0))
+            episodes.append(Episode(**base, placements_s=()))
+            continue
+        status = LabelStatus(row.label_status)
+        if status not in sources:
+            skip(f"labels not in stream {stream.value} (label status {status.value})")
+            continue
+        source, statuses = sources[status]
+        times = tuple(
+            t for t, src, st in placements.get(row.id, []) if src == source and st in statuses
+        )
+        if stream == LabelStream.detector_only:
+            times, outcome, changed = _reconcile_detector(times, row)
+            base["outcome"] = outcome
+            reconciled += changed
+        elif len(times) != row.placed:
+            kinds = "/".join(sorted(st.value for st in statuses))
+            skip(
+                f"{len(times)} {source.value} placements ({kinds}) "
+                f"but the operator logged {row.placed} placed"
+            )
+            continue
+        ep = Episode(**base, placements_s=times)
+        problems = validate_episode(ep)
+        if problems:
+            skip("; ".join(f"{p.field}: {p.reason}" for p in problems))
+            continue
+        episodes.append(ep)
+
+    if reconciled:
+        notes.append(
+            f"detector_only: {reconciled} episodes' detector counts differ from the "
+            "operator's log (reconciled: see proctor/analysis/README.md)"
+        )
+    reference, note = _reference(references, episodes, stream)
+    if note is not None:
+        notes.append(note)
+    return EpisodeTable(
+        episodes=tuple(episodes),
+        reference=reference,
+        excluded=tuple(excluded),
+        notes=tuple(notes),
+    )
+
+
+def _reference(
+    references: set[str], episodes: list[Episode], stream: LabelStream
+) -> tuple[str | None, str | None]:
+    """The reference policy of the scope, if exactly one is in it and it has
+    scored episodes; and the note saying why there is none, if one is due."""
+    if len(references) > 1:
+        return None, REFERENCES_IN_SCOPE.render(references=references)
+    if not references:
+        return None, None
+    reference = next(iter(references))
+    if not any(e.policy == reference and e.outcome != SYSTEM for e in episodes):
+        return None, REFERENCE_UNSCORED.render(reference=reference, stream=stream.value)
+    return reference, None
+
+
+def _placements(
+    session: Session, ids: list[int]
+) -> dict[int, list[tuple[float, PlacementSource, PlacementStatus]]]:
+    """Every placement event of the episodes ``ids``, by episode, in time order."""
+    placements: dict[int, list[tuple[float, PlacementSource, PlacementStatus]]] = defaultdict(list)
+    for chunk in range(0, len(ids), 500):
+        part = ids[chunk : chunk + 500]
+        for ev in session.execute(
+            sa.select(
+                PlacementEvent.episode_id,
+                PlacementEvent.t_s,
+                PlacementEvent.source,
+                PlacementEvent.status,
+            )
+            .where(PlacementEvent.episode_id.in_(part))
+            .order_by(PlacementEvent.episode_id, PlacementEvent.t_s, PlacementEvent.id)
+        ):
+            placements[ev.episode_id].append(
+                (float(ev.t_s), PlacementSource(ev.source), PlacementStatus(ev.status))
+            )
+    return placements
+
+
+def _unready(row: EpisodeRow) -> str | None:
+    """Why an episode cannot be read yet (not closed, no operator log), or
+    None when it can."""
+    if row.state != EpisodeState.closed:
+        return f"not closed (state {_value(row.state)})"
+    if row.outcome is None or row.placed is None or row.lost is None or row.dropped is None:
+        return "no operator log (outcome and counts)"
+    return None
+
+
+def _reconcile_detector(
+    times: tuple[float, ...], row: EpisodeRow
+) -> tuple[tuple[float, ...], str, bool]:
+    """The detector-only view of an episode: the detector's own count and
+    times, with the operator's lost / dropped / outcome.
+
+    * More detections than the log allows (count > items − lost − dropped):
+      the latest extra times are dropped (more placements than items left
+      is physically impossible).
+    * Fewer detections than the operator's placed count: the unseen items
+      stay unhandled, so for the detector the operation in progress at the
+      end never finished — a ``ran_out_of_time``/``operator_stop`` episode
+      gets its censored tail as usual, and a ``success`` episode is read as
+      stopped (its outcome becomes ``operator_stop``, a censored tail).
+    Returns (times, outcome, whether anything was reconciled)."""
+    room = row.items - row.lost - row.dropped
+    changed = len(times) != row.placed
+    if len(times) > room:
+        times = times[:room]
+    outcome = _value(row.outcome)
+    if outcome == SUCCESS and len(times) < room:
+        outcome = OPERATOR_STOP
+    return times, outcome, changed
+
+
+# protocol fields a campaign may set in ``protocol_extra["analysis"]`` (τ is
+# ``tau_s``; the reference is the policy of kind ``reference``) — the same
+# convention as proctor/web/snapshots
+_PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"tau", "reference"}
+
+
+def campaign_protocol(campaign: Campaign) -> Protocol:
+    """The campaign's analysis protocol: τ = ``tau_s``, the other fields from
+    ``protocol_extra["analysis"]`` when it names them, defaults otherwise."""
+    given = (campaign.protocol_extra or {}).get("analysis") or {}
+    if not isinstance(given, dict):
+        raise UsageError(f"campaign {campaign.id}: protocol_extra.analysis must be a table")
+    unknown = sorted(set(given) - _PROTOCOL_KEYS)
+    if unknown:
+        raise UsageError(
+            f"campaign {campaign.id}: protocol_extra.analysis: unknown keys {', '.join(unknown)}"
+        )
+    extra = dict(given)
+    if "success_at" in extra:
+        extra["success_at"] = tuple(float(t) for t in extra["success_at"])
+    try:
+        return Protocol(tau=float(campaign.tau_s), **extra)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"campaign {campaign.id}: protocol_extra.analysis: {exc}") from None
+
+
+def snapshot_result(
+    session: Session,
+    *,
+    campaign_id: int | None,
+    stream: LabelStream,
+    protocol: Protocol | None = None,
+) -> tuple[dict[str, Any], Protocol, EpisodeTable]:
+    """The result JSON for a campaign and stream (what a snapshot stores)."""
+    campaign = session.get(Campaign, campaign_id) if campaign_id is not None else None
+    if campaign_id is not None and campaign is None:
+        raise UsageError(f"campaign {campaign_id}: no such campaign")
+    if protocol is None:
+        if campaign is None:
+            raise UsageError("a protocol (at least τ) is needed without a campaign")
+        protocol = campaign_protocol(campaign)
+    table = load_episodes(session, campaign_id=campaign_id, stream=stream)
+    try:
+        lb = analyze(table, protocol)
+    except ValueError as exc:
+        raise ProctorError(f"cannot score campaign {campaign_id} ({stream.value}): {exc}") from None
+    result = to_json(
+        lb,
+        code_version=code_version(),
+        data_version=data_version(table),
+        extra_protocol={"label_stream": LabelStream(stream).value, "campaign_id": campaign_id},
+    )
+    return result, protocol, table
+
+
+def build_snapshot(
+    session: Session,
+    *,
+    campaign_id: int | None,
+    stream: LabelStream,
+    protocol: Protocol | None = None,
+    created_by_id: int | None = None,
+) -> AnalysisSnapshot:
+    """Score a campaign under ``stream`` and add the leaderboard snapshot to
+    the session (flushed, not committed: the caller owns the transaction).
+    ``protocol`` defaults to :func:`campaign_protocol`."""
+    result, _protocol, _table = snapshot_result(
+        session, campaign_id=campaign_id, stream=stream, protocol=protocol
+    )
+    snap = AnalysisSnapshot(
+        campaign_id=campaign_id,
+        label_stream=LabelStream(stream),
+        protocol=result["protocol"],
+        code_version=result["code_version"],
+        data_version=result["data_version"],
+        result=result,
+        created_by_id=created_by_id,
+    )
+    session.add(snap)
+    session.flush()
+    return snap
+
+
+# ------------------------------------------------- recomputing stored boards
+# Deciding whether a board must be rescored and rescoring it is computation
+# over stored episodes, so it lives here; the web only schedules it (its
+# worker) and reads the rows it leaves.
+
+STREAMS: tuple[LabelStream, ...] = tuple(LabelStream)
+# the protocol fields a result records (proctor.analysis.report.to_json) and that must
+# match for an old snapshot to stand for a new computation
+_COMPARED = ("tau", "bootstrap", "ks_resamples", "seed", "alpha", "success_at", "power_target")
+
+
+def _protocol_json(p: Protocol) -> dict[str, Any]:
+    return {
+        "tau": p.tau,
+        "bootstrap": p.bootstrap,
+        "ks_resamples": p.resamples,
+        "seed": p.seed,
+        "alpha": p.alpha,
+        "success_at": list(p.success_at),
+        "power_target": p.power_target,
+    }
+
+
+@dataclass(frozen=True)
+class StreamOutcome:
+    """What recomputing one label stream did."""
+
+    stream: LabelStream
+    status: str  # "created" | "unchanged" | "failed"
+    snapshot_id: int | None
+    data_version: str | None
+    message: str = ""
+
+
+def latest_row(
+    session: Session, *, campaign_id: int, stream: LabelStream
+) -> AnalysisSnapshot | None:
+    """The latest stored snapshot of a (campaign, label stream), or None."""
+    return session.scalar(
+        sa.select(AnalysisSnapshot)
+        .where(
+            AnalysisSnapshot.campaign_id == campaign_id,
+            AnalysisSnapshot.label_stream == LabelStream(stream),
+        )
+        .order_by(AnalysisSnapshot.id.desc())
+        .limit(1)
+    )
+
+
+def recompute(
+    session: Session,
+    *,
+    campaign_id: int,
+    streams: tuple[LabelStream, ...] = STREAMS,
+    protocol: Protocol | None = None,
+    created_by_id: int | None = None,
+    force: bool = False,
+) -> list[StreamOutcome]:
+    """Score a campaign under each stream and store a snapshot for each whose
+    input (data version), code version or protocol differs from its latest
+    snapshot (``force``: always). A stream that cannot be scored (no
+    episodes yet, a contradictory reference) is reported, not raised. Adds
+    rows to the caller's transaction; never commits."""
+    campaign = session.get(Campaign, campaign_id)
+    if campaign is None:
+        raise UsageError(f"campaign_id: no campaign {campaign_id}")
+    protocol = protocol or campaign_protocol(campaign)
+    wanted = _protocol_json(protocol)
+    cv = code_version()
+    out: list[StreamOutcome] = []
+    for stream in streams:
+        stream = LabelStream(stream)
+        table = load_episodes(session, campaign_id=campaign_id, stream=stream)
+        dv = data_version(table)
+        latest = latest_row(session, campaign_id=campaign_id, stream=stream)
+        if (
+            not force
+            and latest is not None
+            and latest.data_version == dv
+            and latest.code_version == cv
+            and all(latest.protocol.get(k) == wanted[k] for k in _COMPARED)
+        ):
+            out.append(StreamOutcome(stream, "unchanged", latest.id, dv))
+            continue
+        try:
+            # scores first, adds the row only once scored: a failure adds nothing
+            snap = build_snapshot(
+                session,
+                campaign_id=campaign_id,
+                stream=stream,
+                protocol=protocol,
+                created_by_id=created_by_id,
+            )
+        except ProctorError as exc:
+            out.append(StreamOutcome(stream, "failed", None, dv, str(exc)))
+            continue
+        out.append(StreamOutcome(stream, "created", snap.id, snap.data_version))
+    return out
+
+
+def stale_campaigns(session: Session) -> list[int]:
+    """Campaigns whose latest snapshot of some stream no longer matches the
+    data it was scored from (its data version), e.g. a review committed just
+    before a crash, whose queued recomputation was lost with the process.
+    Compares data only: a new code version alone does not make a board stale
+    here (it is recomputed with the next change, as before)."""
+    latest = (
+        sa.select(sa.func.max(AnalysisSnapshot.id))
+        .where(AnalysisSnapshot.campaign_id.is_not(None))
+        .group_by(AnalysisSnapshot.campaign_id, AnalysisSnapshot.label_stream)
+    )
+    rows = session.execute(
+        sa.select(
+            AnalysisSnapshot.campaign_id,
+            AnalysisSnapshot.label_stream,
+            AnalysisSnapshot.data_version,
+        )
+        .where(AnalysisSnapshot.id.in_(latest))
+        .order_by(AnalysisSnapshot.campaign_id)
+    )
+    stale: list[int] = []
+    for campaign_id, stream, stored in rows:
+        # campaign_id is never None here (the query keeps campaigns' snapshots only)
+        if campaign_id is None or campaign_id in stale:
+            continue
+        table = load_episodes(session, campaign_id=campaign_id, stream=LabelStream(stream))
+        if data_version(table) != stored:
+            stale.append(campaign_id)
+    return stale

@@ -1,0 +1,38 @@
+"""The whole schema. Import from here so that every table is registered on
+``Base.metadata`` before Alembic or ``create_all`` looks at it."""
+
+from proctor.core.db.models.analysis import AnalysisSnapshot
+from proctor.core.db.models.annotation import AnnotationCandidate, PlacementEvent, ReviewAction
+from proctor.core.db.models.base import Base
+from proctor.core.db.models.campaigns import Assignment, Campaign, CampaignObject, CampaignPolicy
+from proctor.core.db.models.catalog import ObjectType, Policy, Station, Submission
+from proctor.core.db.models.episodes import Artifact, Episode, EpisodeEvent
+from proctor.core.db.models.people import ApiToken, AuditLog, User, UserRole
+from proctor.core.db.models.submissions import ConformanceRun, UploadSession
+from proctor.core.db.models.system import CacheGeneration
+
+__all__ = [
+    "AnalysisSnapshot",
+    "AnnotationCandidate",
+    "ApiToken",
+    "Artifact",
+    "Assignment",
+    "AuditLog",
+    "Base",
+    "CacheGeneration",
+    "Campaign",
+    "CampaignObject",
+    "CampaignPolicy",
+    "ConformanceRun",
+    "Episode",
+    "EpisodeEvent",
+    "ObjectType",
+    "PlacementEvent",
+    "Policy",
+    "ReviewAction",
+    "Station",
+    "Submission",
+    "UploadSession",
+    "User",
+    "UserRole",
+]

@@ -1,0 +1,161 @@
+"""The domain's vocabulary as enums, shared by every service.
+
+States are enums, never bare strings (docs/style.md). The database stores the
+``value`` of each member as text with a CHECK constraint, so adding a member
+is a migration that widens the constraint, not a rewrite of the table.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """How an episode ended (docs/methods.md §1)."""
+
+    success = "success"  # all items handled
+    ran_out_of_time = "ran_out_of_time"
+    operator_stop = "operator_stop"
+    safety = "safety"  # safety stop: the triggering operation is a ghost
+    system = "system"  # infrastructure fault, not the policy's doing: excluded from scores
+
+
+class EpisodeState(StrEnum):
+    """The episode runner's state machine (``proctor/station/runner.py``), persisted
+    so a restarted daemon can find a partial episode."""
+
+    armed = "armed"
+    running = "running"
+    finishing = "finishing"
+    awaiting_log = "awaiting_log"
+    closed = "closed"
+    interrupted = "interrupted"  # the daemon died mid-episode; found on restart
+
+
+class LabelStatus(StrEnum):
+    """Where an episode's placement timestamps stand."""
+
+    pending = "pending"  # not yet annotated
+    auto = "auto"  # detector count matched the operator's count
+    needs_review = "needs_review"
+    reviewed = "reviewed"
+    flagged = "flagged"  # reviewer says the operator's count is wrong: admin decides
+
+
+class Side(StrEnum):
+    left = "left"
+    right = "right"
+
+
+class Role(StrEnum):
+    admin = "admin"
+    operator = "operator"
+    reviewer = "reviewer"
+    submitter = "submitter"
+
+
+class PolicyKind(StrEnum):
+    policy = "policy"
+    reference = "reference"  # the same-fixture human teleoperation
+
+
+class Visibility(StrEnum):
+    private = "private"
+    public = "public"
+
+
+class SubmissionKind(StrEnum):
+    checkpoint = "checkpoint"
+    endpoint = "endpoint"  # a submitter's server: reached only through the gateway
+    # the human reference's teleoperation, served on each station host's own
+    # loopback (``proctor station teleop``): the station connects to it itself;
+    # the server (gateway, conformance worker) never does. Admins register it.
+    teleop = "teleop"
+
+
+class EndpointDialect(StrEnum):
+    """Wire dialects a policy server may speak (station policy client)."""
+
+    openpi = "openpi"
+    roboarena = "roboarena"
+    positronic_v1 = "positronic_v1"
+
+
+class ConformanceStatus(StrEnum):
+    pending = "pending"
+    passed = "passed"
+    failed = "failed"
+
+
+class ConformanceRunStatus(StrEnum):
+    """One conformance check of a submission, from the queue to its report."""
+
+    queued = "queued"  # waiting for a worker
+    running = "running"  # a worker claimed it
+    done = "done"  # the report is written (passed or failed)
+    error = "error"  # the checker itself failed; the submission keeps its status
+
+
+class CampaignStatus(StrEnum):
+    draft = "draft"
+    running = "running"
+    closed = "closed"  # no more episodes; seed revealed
+    released = "released"  # identities public on the leaderboard
+
+
+class AssignmentStatus(StrEnum):
+    pending = "pending"
+    claimed = "claimed"  # a station took it
+    done = "done"  # an episode counted against it
+    skipped = "skipped"  # pre-flight failed; rescheduled later
+    requeued = "requeued"  # a `system` episode: a fresh assignment replaces it
+
+
+class ArtifactKind(StrEnum):
+    video = "video"
+    frame_index = "frame_index"  # per-frame timestamp table of a video
+    telemetry = "telemetry"
+    rrd = "rrd"
+    manifest = "manifest"
+    checkpoint = "checkpoint"
+    ground_truth = "ground_truth"  # simulated cell's true placement times
+    photo = "photo"  # reference photo of an initial scene
+
+
+class CandidateVerdict(StrEnum):
+    success = "success"
+    failure = "failure"  # drop or loss
+    neutral = "neutral"  # e.g. regrasp inside the source bin
+    unknown = "unknown"
+
+
+class PlacementSource(StrEnum):
+    detector = "detector"
+    reviewer = "reviewer"
+    ground_truth = "ground_truth"  # simulated cell only; used to score the annotator
+
+
+class PlacementStatus(StrEnum):
+    proposed = "proposed"  # detector output awaiting reconciliation
+    accepted = "accepted"  # detector count matched the operator: label stream "auto"
+    confirmed = "confirmed"  # a reviewer confirmed or placed it
+    rejected = "rejected"
+    superseded = "superseded"  # a later review record replaced it
+
+
+class ReviewActionKind(StrEnum):
+    confirm = "confirm"
+    move = "move"
+    reject = "reject"
+    add = "add"
+    flag_count = "flag_count"  # operator's count looks wrong: goes to an admin
+    resolve_flag = "resolve_flag"
+    correct_log = "correct_log"  # an admin's correction of the operator log
+
+
+class LabelStream(StrEnum):
+    """Which placement times the analysis reads (docs/methods.md §9)."""
+
+    auto_and_reviewed = "auto_and_reviewed"
+    reviewed_only = "reviewed_only"
+    detector_only = "detector_only"

@@ -1,0 +1,289 @@
+"""Settings: environment (``PROCTOR_*``) over one TOML config file over defaults.
+
+Built once at the entry point (CLI command, ``create_app``) and passed down;
+nothing here runs at import time. Secrets (``secret_key``, ``encryption_key``)
+come only from the environment: a config file that names one is refused, so
+a config file can be committed to ``deploy/`` without leaking anything.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from proctor.core.errors import ConfigError
+
+SECRET_FIELDS = ("secret_key", "encryption_key")
+_config_file: ContextVar[Path | None] = ContextVar("proctor_config_file", default=None)
+
+
+class WebSettings(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    # a signed-in session ends after this long without a request (a shared
+    # tablet at the robot should not stay signed in through a lunch break)...
+    session_idle_minutes: int = Field(default=120, ge=1, le=7 * 24 * 60)
+    # ...and this long after sign-in, however active: one working day
+    session_max_hours: int = Field(default=12, ge=1, le=30 * 24)
+    # creating an API token from a page session needs a sign-in at most this
+    # old: a cookie left on a shared machine must not turn into a lasting token
+    token_reauth_minutes: int = Field(default=10, ge=1, le=24 * 60)
+    # API tokens made on the pages or the API expire after this many days unless
+    # the request asks for fewer or more (at most 3650); only the server's CLI
+    # (`proctor user token create --no-expiry`) mints tokens that never expire
+    token_expiry_days: int = Field(default=90, ge=1, le=3650)
+    # password hashes (argon2id, 64 MiB and ~0.13 s of CPU each) computed at once
+    # by one server process; a sign-in that waits longer than hash_wait_s for a
+    # slot gets 503 with Retry-After instead of queueing without bound
+    max_concurrent_hashes: int = Field(default=4, ge=1, le=64)
+    hash_wait_s: float = Field(default=5.0, gt=0, le=60)
+    # send the session cookie over HTTPS only; default: on in prod, off otherwise
+    secure_cookies: bool | None = None
+    # the station daemon's local API that this server's operator console drives; it
+    # binds to loopback only, so the console runs on the station's machine (or tunnels)
+    station_url: str = "http://127.0.0.1:8100"
+    # public result pages (released, nobody signed in) answered from memory for up
+    # to this long; this process's own writes clear it at once (proctor.web.shared_cache)
+    shared_cache_s: float = Field(default=2.0, ge=0, le=30)
+    # how often each server process reads the database's cache generation (bumped
+    # by every write, from any process): a write made elsewhere (another worker,
+    # the CLI, a station) reaches this process's shared cache within about this long
+    cache_check_s: float = Field(default=0.5, gt=0, le=10)
+    # `proctor serve` worker processes (uvicorn); pools, request limits and hashing
+    # slots above are per process
+    workers: int = Field(default=1, ge=1, le=64)
+    # requests the app works on at once (proctor.web.limits); beyond it, 503 with Retry-After.
+    # The database pool and the worker threads are sized from it, so that no admitted
+    # request can wait on a connection that another is holding while it waits for a
+    # thread (the deadlock that froze the server under ~100 anonymous requests). On
+    # PostgreSQL, max_connections must leave room for it plus 16 (proctor.web.limits.POOL_HEADROOM)
+    max_concurrent_requests: int = Field(default=48, ge=1, le=1000)
+    # how long a request waits for a pooled database connection before it is answered
+    # 503 (SQLAlchemy's default, 30 s, kept every worker stuck for the whole of it)
+    db_pool_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # request bodies: JSON APIs and forms are small; only a checkpoint upload's
+    # chunk (PUT /api/uploads/{id}) is large (the page sends at most 8 MiB a chunk)
+    max_body_bytes: int = Field(default=2**20, ge=1024, le=2**30)
+    max_upload_chunk_bytes: int = Field(default=256 * 2**20, ge=64 * 1024, le=2**34)
+    # a connection must have sent a request's whole header this long after it opened
+    # (or after its first byte, on a kept-alive connection), else it is closed; the
+    # same as uvicorn's keep-alive idle timeout. Stops slow-header clients from holding
+    # sockets forever (uvicorn has no such timeout of its own)
+    header_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    # addresses (or networks) of the reverse proxies whose X-Forwarded-For /
+    # X-Forwarded-Proto are believed, e.g. ["127.0.0.1"] behind deploy/nginx on the same
+    # host. Default: none, so the client address is the socket's peer (login throttling
+    # counts by it, and any local process could otherwise claim any address)
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry)
+            except ValueError:
+                raise ValueError(
+                    "each entry must be an IP address or network (e.g. 127.0.0.1 or "
+                    f"10.0.0.0/24): a name or '*' would trust anyone, got {entry!r}"
+                ) from None
+        return value
+
+    @field_validator("station_url")
+    @classmethod
+    def _loopback_station(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if (
+            parts.scheme != "http"
+            or parts.hostname not in ("127.0.0.1", "localhost", "::1")
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+        ):
+            raise ValueError(
+                "must be an http:// origin on loopback, e.g. http://127.0.0.1:8100 (the "
+                f"station's API is loopback-only), got {value!r}"
+            )
+        return value.rstrip("/")
+
+
+class SubmissionSettings(BaseModel):
+    """Checkpoint uploads and conformance checks (``proctor/web/submissions``)."""
+
+    model_config = {"extra": "forbid"}
+
+    # a checkpoint larger than this is refused before a byte is stored; 50 GiB
+    # holds a π0-sized model with its optimizer state dropped
+    max_upload_bytes: int = Field(default=50 * 2**30, ge=1)
+    # archive inspection: what the archive may unpack to, in bytes and files,
+    # and how much larger than the upload it may be (decompression bombs)
+    max_unpacked_bytes: int = Field(default=200 * 2**30, ge=1)
+    max_files: int = Field(default=100_000, ge=1)
+    max_compression_ratio: float = Field(default=100.0, gt=1)
+    # uploads in progress are staged here (default: data_dir/uploads)
+    upload_dir: Path | None = None
+    # an upload untouched this long is abandoned: its staged bytes are deleted
+    upload_expiry_hours: float = Field(default=48.0, gt=0)
+    # unfinished uploads one submitter may hold at once (each stages up to a checkpoint)
+    max_open_uploads: int = Field(default=4, ge=1)
+    # free disk an upload may not eat into (bytes): a new upload is refused when
+    # its size plus what the open uploads still have to receive would leave less
+    # than this free where uploads are staged (the database, logs and the
+    # artifact store's copy at completion need room too)
+    upload_disk_margin_bytes: int = Field(default=5 * 2**30, ge=0)
+    # during a PUT, the bytes in so far are fsynced and their offset recorded
+    # every this many bytes, so a server crash mid-request loses at most this
+    # much of it (the client resumes from GET /api/uploads/{id}'s offset)
+    upload_progress_bytes: int = Field(default=64 * 2**20, ge=2**20)
+    # how a submission's conformance check is started: "subprocess" spawns a
+    # `proctor submission work` process per submission from the web server;
+    # "worker" leaves it queued for a separately run `proctor submission worker`
+    conformance_dispatch: Literal["subprocess", "worker"] = "subprocess"
+    # send the simulated cell's privileged sim/… keys with the recorded
+    # observations, as the sim profile does (the demo policies need them)
+    conformance_sim_keys: bool = True
+    # endpoints on loopback or private networks (default: allowed only in test;
+    # `proctor demo` turns it on, its policies are served on loopback). Elsewhere
+    # they would let a submitter probe the server's own network through the
+    # conformance worker and the gateway (proctor/core/netguard.py)
+    allow_private_endpoints: bool | None = None
+
+
+class SchedulerSettings(BaseModel):
+    """Campaign allocation and claims (``scheduler``)."""
+
+    model_config = {"extra": "forbid"}
+
+    # policy protocol failures (malformed replies or metadata) a policy may have
+    # in one campaign as requeued ``system`` episodes; later ones are charged to
+    # it (docs/methods.md §1). Read by the station's campaign work source, so set
+    # it alike on every station of a campaign.
+    free_protocol_faults: int = Field(default=3, ge=0, le=1000)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PROCTOR_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    env: Literal["dev", "test", "prod"] = "dev"
+    data_dir: Path = Path("proctor-data")
+    # default: a SQLite file under data_dir
+    database_url: str | None = None
+    # a local folder or an fsspec URL (s3://bucket/prefix); default: data_dir/artifacts
+    artifacts: str | None = None
+    web: WebSettings = Field(default_factory=WebSettings)
+    submissions: SubmissionSettings = Field(default_factory=SubmissionSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    # signs session cookies; from the environment only
+    secret_key: SecretStr | None = None
+    # encrypts submitters' endpoint API keys at rest; from the environment only
+    encryption_key: SecretStr | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlFileSource(settings_cls))
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Settings:
+        if self.database_url is None:
+            self.database_url = embedded_database_url(self.data_dir)
+        if self.artifacts is None:
+            self.artifacts = str((self.data_dir / "artifacts").resolve())
+        if self.env == "prod" and self.secret_key is None:
+            raise ValueError("PROCTOR_SECRET_KEY must be set when PROCTOR_ENV=prod")
+        return self
+
+    @property
+    def db_url(self) -> str:
+        assert self.database_url is not None  # filled by the validator
+        return self.database_url
+
+    @property
+    def artifacts_location(self) -> str:
+        assert self.artifacts is not None  # filled by the validator
+        return self.artifacts
+
+
+def embedded_database_url(data_dir: Path) -> str:
+    """The embedded default: an SQLite file in the data folder, used when no
+    ``database_url`` is configured (the only database a command migrates
+    on its own: ``proctor.core.db.opening``)."""
+    return f"sqlite:///{(data_dir / 'proctor.core.db').resolve()}"
+
+
+class _TomlFileSource(PydanticBaseSettingsSource):
+    """Reads the config file named by ``load_settings`` or ``PROCTOR_CONFIG``."""
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        path = _config_file.get()
+        if path is None and os.environ.get("PROCTOR_CONFIG"):
+            path = Path(os.environ["PROCTOR_CONFIG"])
+        self._data = read_config_file(path) if path is not None else {}
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse the TOML config file; refuse secrets in it."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+    for key in SECRET_FIELDS:
+        if key in data:
+            raise ConfigError(
+                f"config file {path}: '{key}' is a secret; set PROCTOR_{key.upper()} "
+                "in the environment instead"
+            )
+    return data
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build settings for an entry point; errors become one-line ConfigErrors."""
+    token = _config_file.set(config_file)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from None
+    finally:
+        _config_file.reset(token)

@@ -1,0 +1,502 @@
+"""Stations claiming work: claim, complete, skip after a failed pre-flight.
+
+All state is in the database, so a restarted station (or scheduler) resumes
+exactly where it stopped: a station that still holds a claim gets that same
+run back before anything new.
+
+Concurrency: on PostgreSQL the next pending slot is picked with
+``SELECT … FOR UPDATE SKIP LOCKED`` inside the claiming ``UPDATE``, so two
+stations never take the same slot and never wait on each other. On SQLite
+the same single ``UPDATE … WHERE id = (SELECT …) RETURNING`` statement runs
+under SQLite's database-wide write lock, which serializes claimers (the
+engine's ``busy_timeout`` makes the second one wait rather than fail).
+
+Functions take a keyword-only ``session`` and never commit; commit right
+after a claim so the row lock is released and other stations see it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from proctor.core.audit import Actor, record_audit
+from proctor.core.db.models import (
+    Assignment,
+    Campaign,
+    CampaignPolicy,
+    Episode,
+    EpisodeEvent,
+    ObjectType,
+    Station,
+    Submission,
+)
+from proctor.core.db.types import utcnow
+from proctor.core.domain import (
+    AssignmentStatus,
+    CampaignStatus,
+    EndpointDialect,
+    EpisodeState,
+    Outcome,
+    Side,
+    SubmissionKind,
+)
+from proctor.core.errors import ProctorError, UsageError
+from proctor.scheduler.codes import new_endpoint_handle, unique_codes
+from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
+from proctor.station.episodes import FAULT_POLICY_PROTOCOL
+
+# Protocol failures (a malformed reply or metadata) a policy may have in one
+# campaign before they are charged to it; the default of the scheduler's
+# ``free_protocol_faults`` setting (docs/methods.md §1)
+FREE_PROTOCOL_FAULTS = 3
+
+# an endpoint that fails its pre-flight is usually down for minutes (a restart,
+# a redeploy): retry its slot after 5 min, doubling per attempt, at most 1 h
+PREFLIGHT_RETRY_S = 300.0
+PREFLIGHT_RETRY_MAX_S = 3600.0
+
+
+class RunNotFound(ProctorError):
+    """No assignment with that run code (the API answers 404)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a station needs to run one episode, and nothing that names the
+    policy: no policy, submission, owner, endpoint, sequence or attempt."""
+
+    run_code: str
+    endpoint_handle: str  # the station connects to ws://<server>/policy/<handle>
+    campaign_id: int
+    object_type_id: int
+    object_name: str
+    object_display_name: str
+    prompt: str  # the language instruction for this object
+    items: int
+    per_item_cap_s: float
+    budget_s: float  # items × per-item cap
+    tote_side: Side
+    camera_side: Side
+    # the wire dialect the policy server speaks (a protocol property, not an identity)
+    dialect: EndpointDialect | None
+    # one initial scene per block (the LBM "test bundle"): every policy in a block
+    # gets the same simulated layout; derived from the sealed seed, so it says nothing
+    scene_seed: int
+    resumed: bool  # this station held the claim already (it restarted)
+    # the human reference's teleop server on the claiming station's own host (a
+    # ``teleop`` submission): the station connects there, never through the gateway.
+    # It tells the station this run is the reference, which the person driving the
+    # arm knows anyway; None for every policy.
+    teleop_url: str | None = None
+
+
+def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool) -> Claim:
+    obj = session.get(ObjectType, a.object_type_id)
+    if obj is None:  # a foreign key makes this impossible short of corruption
+        raise ProctorError(f"run {a.run_code}: its object type is missing")
+    sub = session.get(Submission, a.submission_id) if a.submission_id else None
+    return Claim(
+        run_code=a.run_code,
+        endpoint_handle=a.endpoint_handle,
+        campaign_id=campaign.id,
+        object_type_id=obj.id,
+        object_name=obj.name,
+        object_display_name=obj.display_name or obj.name,
+        prompt=obj.prompt,
+        items=campaign.items_per_episode,
+        per_item_cap_s=campaign.per_item_cap_s,
+        budget_s=campaign.items_per_episode * campaign.per_item_cap_s,
+        tote_side=a.tote_side,
+        camera_side=a.camera_side,
+        dialect=sub.endpoint_dialect if sub else None,
+        scene_seed=scene_seed(campaign.allocation_seed or "", a.block_index),
+        resumed=resumed,
+        teleop_url=sub.endpoint_url if sub and sub.kind == SubmissionKind.teleop else None,
+    )
+
+
+def scene_seed(allocation_seed: str, block_index: int) -> int:
+    """A 31-bit seed for the block's initial scene: SHA-256 of
+    ``"{seed}/scene/{block}"``, first 4 bytes big-endian, top bit cleared."""
+    digest = hashlib.sha256(f"{allocation_seed}/scene/{block_index}".encode("ascii")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def claim_next(
+    session: Session, *, campaign_id: int, station_id: int, now: datetime | None = None
+) -> Claim | None:
+    """The station's next run: the claim it already holds, else the first
+    pending slot (by sequence) of an active policy that is due; None when
+    nothing is claimable now (all taken, or waiting out a retry delay)."""
+    campaign = session.get(Campaign, campaign_id)
+    if campaign is None:
+        raise CampaignNotFound(f"no campaign with id {campaign_id}")
+    if campaign.status != CampaignStatus.running:
+        raise CampaignStateError(
+            f"campaign '{campaign.name}' is {campaign.status.value}; only a running "
+            "campaign hands out work"
+        )
+    now = now or utcnow()
+    if not session.execute(
+        sa.update(Station).where(Station.id == station_id).values(last_seen_at=now)
+    ).rowcount:
+        raise UsageError(f"station_id: no station {station_id}")
+    held = session.scalars(
+        sa.select(Assignment)
+        .where(
+            Assignment.campaign_id == campaign_id,
+            Assignment.station_id == station_id,
+            Assignment.status == AssignmentStatus.claimed,
+        )
+        .order_by(Assignment.sequence)
+        .limit(1)
+    ).first()
+    if held is not None:
+        ran = _episodes_of(session, held)
+        if not ran:
+            return _claim(session, held, campaign, resumed=True)
+        # the station restarted after an episode began under this run and lost
+        # track of it (recovered as interrupted, or left awaiting a log it will
+        # never get): settle the run from that episode, then hand out the next
+        _settle(session, held, ran[-1])
+
+    active = sa.select(CampaignPolicy.policy_id).where(
+        CampaignPolicy.campaign_id == campaign_id, CampaignPolicy.active.is_(True)
+    )
+    pick = (
+        sa.select(Assignment.id)
+        .where(
+            Assignment.campaign_id == campaign_id,
+            Assignment.status == AssignmentStatus.pending,
+            sa.or_(Assignment.not_before.is_(None), Assignment.not_before <= now),
+            Assignment.policy_id.in_(active),
+        )
+        .order_by(Assignment.sequence)
+        .limit(1)
+        # PostgreSQL: lock the row, skip rows other stations hold; SQLite omits it
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    claimed_id = session.execute(
+        sa.update(Assignment)
+        .where(Assignment.id == pick)
+        .values(status=AssignmentStatus.claimed, station_id=station_id, claimed_at=now)
+        .returning(Assignment.id),
+        execution_options={"synchronize_session": False},
+    ).scalar_one_or_none()
+    if claimed_id is None:
+        return None
+    a = session.get(Assignment, claimed_id, populate_existing=True)
+    if a is None:
+        raise ProctorError("a claimed assignment vanished")  # impossible inside one transaction
+    return _claim(session, a, campaign, resumed=False)
+
+
+def _by_run_code(session: Session, run_code: str) -> Assignment:
+    stmt = sa.select(Assignment).where(Assignment.run_code == run_code.strip().upper())
+    a = session.scalars(stmt.with_for_update()).one_or_none()
+    if a is None:
+        raise RunNotFound(f"no run with code {run_code!r}")
+    return a
+
+
+def _episodes_of(session: Session, a: Assignment) -> list[Episode]:
+    """Episodes that ran under this run, oldest first (the station links them by
+    run code when it arms; completion links the assignment)."""
+    return list(
+        session.scalars(
+            sa.select(Episode)
+            .where(sa.or_(Episode.assignment_id == a.id, Episode.run_code == a.run_code))
+            .order_by(Episode.id)
+        )
+    )
+
+
+def _counts(ep: Episode) -> bool:
+    """A closed episode with the operator's log and a non-system outcome counts."""
+    return (
+        ep.state == EpisodeState.closed and ep.outcome is not None and ep.outcome != Outcome.system
+    )
+
+
+def _settle(session: Session, a: Assignment, ep: Episode) -> AssignmentStatus:
+    """Link ``ep`` to the run and close the slot: ``done`` if it counts, else
+    ``requeued`` with a fresh slot appended."""
+    ep.assignment_id, ep.campaign_id, ep.run_code = a.id, a.campaign_id, a.run_code
+    a.completed_at = utcnow()
+    a.status = AssignmentStatus.done if _counts(ep) else AssignmentStatus.requeued
+    session.flush()
+    if a.status == AssignmentStatus.requeued:
+        _replace(session, a, not_before=None)
+    return a.status
+
+
+def _holder_check(a: Assignment, station_id: int | None) -> None:
+    if a.status != AssignmentStatus.claimed:
+        raise CampaignStateError(f"run {a.run_code} is {a.status.value}, not claimed")
+    if station_id is not None and a.station_id != station_id:
+        raise CampaignStateError(f"run {a.run_code} is claimed by another station")
+
+
+def _replace(session: Session, a: Assignment, *, not_before: datetime | None) -> Assignment:
+    """A fresh slot for the same (policy, object, configuration, block),
+    appended after every other slot: new run code and handle, so nothing
+    links it to the one it replaces."""
+    # serialize sequence numbers per campaign (PostgreSQL row lock; SQLite's
+    # write lock is already held by this transaction's earlier UPDATE)
+    session.execute(
+        sa.select(Campaign.id).where(Campaign.id == a.campaign_id).with_for_update()
+    ).scalar_one()
+    last = session.scalar(
+        sa.select(sa.func.max(Assignment.sequence)).where(Assignment.campaign_id == a.campaign_id)
+    )
+    issued = session.scalar(sa.select(sa.func.count()).select_from(Assignment)) or 0
+    (code,) = unique_codes(
+        1,
+        already_issued=issued,
+        taken=lambda cand: set(
+            session.scalars(sa.select(Assignment.run_code).where(Assignment.run_code.in_(cand)))
+        ),
+    )
+    fresh = Assignment(
+        campaign_id=a.campaign_id,
+        run_code=code,
+        endpoint_handle=new_endpoint_handle(),
+        policy_id=a.policy_id,
+        submission_id=a.submission_id,
+        object_type_id=a.object_type_id,
+        tote_side=a.tote_side,
+        camera_side=a.camera_side,
+        block_index=a.block_index,
+        slot=a.slot,
+        sequence=(last or 0) + 1,
+        status=AssignmentStatus.pending,
+        replaces_id=a.id,
+        attempt=a.attempt + 1,
+        not_before=not_before,
+    )
+    session.add(fresh)
+    session.flush()
+    return fresh
+
+
+def complete(
+    session: Session,
+    *,
+    run_code: str,
+    episode_id: int,
+    station_id: int | None = None,
+    free_protocol_faults: int = FREE_PROTOCOL_FAULTS,
+) -> AssignmentStatus:
+    """Link the episode to its run and settle the slot.
+
+    A closed episode (operator log saved) counts: the slot is ``done``. A
+    ``system`` episode, or one ``interrupted`` by a daemon crash, says
+    nothing about the policy: the slot is ``requeued`` and a fresh slot
+    replaces it — except a policy protocol failure once the policy has had
+    ``free_protocol_faults`` of them in this campaign: that one is charged
+    to the policy (``_charge_protocol_fault``) and counts. Repeating a
+    completion that already happened is a no-op.
+    """
+    a = _by_run_code(session, run_code)
+    ep = session.get(Episode, episode_id)
+    if ep is None:
+        raise UsageError(f"episode_id: no episode {episode_id}")
+    if ep.assignment_id not in (None, a.id) or ep.run_code not in (None, a.run_code):
+        raise UsageError(f"episode_id: episode {episode_id} belongs to another run")
+    if a.status in (AssignmentStatus.done, AssignmentStatus.requeued) and ep.assignment_id == a.id:
+        return a.status
+    _holder_check(a, station_id)
+    for name, got, want in (
+        ("object_type_id", ep.object_type_id, a.object_type_id),
+        ("tote_side", ep.tote_side, a.tote_side),
+        ("camera_side", ep.camera_side, a.camera_side),
+    ):
+        if got != want:
+            raise UsageError(
+                f"episode {episode_id}.{name}: the episode ran with {got}, run {a.run_code} "
+                f"prescribes {want}"
+            )
+    if (
+        ep.state == EpisodeState.closed
+        and ep.outcome == Outcome.system
+        and _is_protocol_fault(session, ep.id)
+        and _free_protocol_faults_used(session, a, ep) >= free_protocol_faults
+    ):
+        _charge_protocol_fault(session, a, ep, free_protocol_faults, station_id)
+    requeue = ep.state == EpisodeState.interrupted or ep.outcome == Outcome.system
+    if not requeue and not _counts(ep):
+        raise CampaignStateError(
+            f"episode {episode_id} is {ep.state.value}; it counts once the operator's log "
+            "is saved and the episode is closed"
+        )
+    return _settle(session, a, ep)
+
+
+def _protocol_fault_episodes(session: Session, *where: sa.ColumnElement[bool]) -> set[int]:
+    """Ids of the episodes (among ``where``) whose system fault was a policy protocol failure."""
+    rows = session.execute(
+        sa.select(EpisodeEvent.episode_id, EpisodeEvent.details)
+        .join(Episode, Episode.id == EpisodeEvent.episode_id)
+        .where(EpisodeEvent.kind == "system_fault", *where)
+    )
+    # the fault class sits in the event's JSON details; read in Python, so the
+    # query is the same on SQLite and PostgreSQL (a policy has few of these)
+    return {eid for eid, details in rows if (details or {}).get("fault") == FAULT_POLICY_PROTOCOL}
+
+
+def _is_protocol_fault(session: Session, episode_id: int) -> bool:
+    return bool(_protocol_fault_episodes(session, Episode.id == episode_id))
+
+
+def _free_protocol_faults_used(session: Session, a: Assignment, ep: Episode) -> int:
+    """The policy's protocol failures in this campaign that were let go as ``system``."""
+    mine = sa.select(Assignment.id).where(
+        Assignment.campaign_id == a.campaign_id, Assignment.policy_id == a.policy_id
+    )
+    return len(
+        _protocol_fault_episodes(
+            session,
+            Episode.assignment_id.in_(mine),
+            Episode.outcome == Outcome.system,
+            Episode.id != ep.id,
+        )
+    )
+
+
+def _charge_protocol_fault(
+    session: Session, a: Assignment, ep: Episode, allowance: int, station_id: int | None
+) -> None:
+    """A protocol failure past the policy's free ones counts against it.
+
+    Requeueing every malformed reply would let a policy fail at will at no
+    cost (and retry until a scene it likes comes up). The charged episode is
+    recorded as a ``safety`` ending: the analysis makes the operation the
+    policy abandoned a ghost (an unrecoverable failure), as it does for a
+    safety stop. Its reason and a ``protocol_fault_charged`` event say why.
+    """
+    ep.outcome = Outcome.safety
+    ep.outcome_reason = (
+        f"policy protocol failure, charged to the policy (it had {allowance} free ones "
+        "in this campaign)"
+    )
+    session.add(
+        EpisodeEvent(
+            episode_id=ep.id,
+            kind="protocol_fault_charged",
+            message=ep.outcome_reason,
+            details={"fault": FAULT_POLICY_PROTOCOL, "free_protocol_faults": allowance},
+        )
+    )
+    # an outcome the operator logged is changed by rule: on the record, like every override
+    record_audit(
+        session,
+        actor=Actor(label=f"station:{station_id}" if station_id is not None else "scheduler"),
+        action="assignment.protocol_fault_charged",
+        target_type="assignment",
+        target_id=a.id,
+        details={"episode": ep.uid, "free_protocol_faults": allowance},
+    )
+    session.flush()
+
+
+def report_preflight_failure(
+    session: Session,
+    *,
+    run_code: str,
+    station_id: int,
+    reason: str,
+    actor: Actor | None = None,
+    now: datetime | None = None,
+) -> datetime | None:
+    """The policy could not be reached before the episode: skip the run (the
+    operator just moves on to the next code, learning nothing about whose it
+    was) and reschedule its slot after a growing delay. Returns when; None
+    if an episode had in fact begun under the run (it is settled instead,
+    as ``complete`` would)."""
+    a = _by_run_code(session, run_code)
+    _holder_check(a, station_id)
+    ran = _episodes_of(session, a)
+    if ran:
+        # it did start after all: an episode that ran is settled, never skipped
+        _settle(session, a, ran[-1])
+        return None
+    now = now or utcnow()
+    delay = min(PREFLIGHT_RETRY_S * 2 ** (a.attempt - 1), PREFLIGHT_RETRY_MAX_S)
+    a.status = AssignmentStatus.skipped
+    a.completed_at = now
+    session.flush()
+    retry_at = now + timedelta(seconds=delay)
+    _replace(session, a, not_before=retry_at)
+    record_audit(
+        session,
+        actor=actor or Actor(label=f"station:{station_id}"),
+        action="assignment.preflight_failed",
+        target_type="assignment",
+        target_id=a.id,
+        details={"reason": reason[:500], "attempt": a.attempt, "retry_after_s": delay},
+    )
+    return retry_at
+
+
+def release_claim(session: Session, *, run_code: str, station_id: int) -> None:
+    """Hand a claimed run back untouched (nothing ran under it): it becomes
+    pending again, same code, same place in the order."""
+    a = _by_run_code(session, run_code)
+    _holder_check(a, station_id)
+    if _episodes_of(session, a):
+        raise CampaignStateError(
+            f"run {a.run_code} already has an episode; complete it instead of releasing it"
+        )
+    a.status = AssignmentStatus.pending
+    a.station_id = None
+    a.claimed_at = None
+    session.flush()
+
+
+def free_station(
+    session: Session, *, campaign: int | str, station: str, actor: Actor
+) -> tuple[int, int]:
+    """An admin's remedy for a station that died holding a claim and is not
+    coming back: runs it held with no episode go back to pending (same code,
+    same place); runs with an episode are settled from it (requeued as a fresh
+    slot at the end unless it was closed and counts). Returns (released,
+    requeued); audit-logged."""
+    c = get_campaign(session, campaign)
+    st = session.scalar(sa.select(Station).where(Station.name == station))
+    if st is None:
+        raise UsageError(f"station: no station named '{station}'")
+    held = list(
+        session.scalars(
+            sa.select(Assignment)
+            .where(
+                Assignment.campaign_id == c.id,
+                Assignment.station_id == st.id,
+                Assignment.status == AssignmentStatus.claimed,
+            )
+            .with_for_update()
+        )
+    )
+    released = requeued = 0
+    for a in held:
+        ran = _episodes_of(session, a)
+        if not ran:
+            a.status, a.station_id, a.claimed_at = AssignmentStatus.pending, None, None
+            released += 1
+        elif _settle(session, a, ran[-1]) == AssignmentStatus.requeued:
+            requeued += 1
+    session.flush()
+    record_audit(
+        session,
+        actor=actor,
+        action="campaign.free_station",
+        target_type="campaign",
+        target_id=c.id,
+        details={"station": station, "released": released, "requeued": requeued},
+    )
+    return released, requeued

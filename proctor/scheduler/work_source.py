@@ -1,0 +1,143 @@
+"""The station's work, from a campaign's allocation (``proctor.station.work.WorkSource``).
+
+Plugged into the station daemon by its config, so the station never imports
+the scheduler::
+
+    [work]
+    source = "proctor.scheduler.work_source:campaign_work_source"
+    options = { campaign = "spring-2026", station = "cell-a", gateway = "ws://server:8000" }
+
+Each call is its own transaction on the campaign database (the one in the
+station's Proctor settings, or ``database_url``): ``claim`` commits the claim
+before returning it, so a crash after it resumes the same run on restart.
+What the station receives is a ``Work`` whose policy URL is the gateway URL
+of an opaque handle; nothing in it names the policy. The one exception is the
+human reference registered as a ``teleop`` submission: its URL is the teleop
+server on the station host's own loopback, which the station connects to
+directly (the server cannot reach it, and never connects to loopback).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from proctor.core.audit import Actor
+from proctor.core.db.engine import (
+    ProctorSession,
+    make_engine,
+    make_session_factory,
+    session_scope,
+)
+from proctor.core.db.models import Episode, Station
+from proctor.core.domain import CampaignStatus, Outcome
+from proctor.core.errors import UsageError
+from proctor.scheduler import claims
+from proctor.scheduler.gateway import gateway_url, station_headers
+from proctor.scheduler.service import get_campaign
+from proctor.station.work import Work
+
+
+class CampaignWorkSource:
+    def __init__(
+        self,
+        *,
+        session_factory: sessionmaker[ProctorSession],
+        campaign: int | str,
+        station: str,
+        gateway: str,
+        free_protocol_faults: int = claims.FREE_PROTOCOL_FAULTS,
+    ) -> None:
+        if not gateway.startswith(("ws://", "wss://", "http://", "https://")):
+            raise UsageError(f"gateway: '{gateway}' must be the server's ws:// or http:// origin")
+        self._factory = session_factory
+        self._gateway = gateway
+        self._free_protocol_faults = free_protocol_faults
+        with session_scope(self._factory) as session:
+            self.campaign_id = get_campaign(session, campaign).id
+            self.station_id = _station_id(session, station)
+        self._station_name = station
+
+    def claim(self) -> Work | None:
+        with session_scope(self._factory) as session:
+            status = get_campaign(session, self.campaign_id).status
+            if status in (CampaignStatus.closed, CampaignStatus.released):
+                return None
+            claim = claims.claim_next(
+                session, campaign_id=self.campaign_id, station_id=self.station_id
+            )
+        if claim is None:
+            return None
+        if claim.teleop_url is not None:
+            # the human reference is served on this host (proctor station teleop): the
+            # gateway never relays it, and the server never connects to a loopback address
+            url, headers = claim.teleop_url, {}
+        else:
+            url = gateway_url(self._gateway, claim.endpoint_handle)
+            # which station this is, for the gateway's binding of the handle to its claim
+            headers = station_headers(self.station_id)
+        return Work(
+            run_code=claim.run_code,
+            object_name=claim.object_name,
+            items=claim.items,
+            per_item_cap_s=claim.per_item_cap_s,
+            tote_side=claim.tote_side,
+            camera_side=claim.camera_side,
+            policy_url=url,
+            sim_seed=claim.scene_seed,
+            prompt=claim.prompt,
+            dialect=claim.dialect,
+            campaign_id=claim.campaign_id,
+            policy_headers=headers,
+        )
+
+    def completed(self, work: Work, *, episode_uid: str, outcome: Outcome) -> None:
+        with session_scope(self._factory) as session:
+            episode_id = session.scalar(sa.select(Episode.id).where(Episode.uid == episode_uid))
+            if episode_id is None:
+                raise UsageError(f"episode_uid: no episode {episode_uid!r}")
+            claims.complete(
+                session,
+                run_code=work.run_code,
+                episode_id=episode_id,
+                station_id=self.station_id,
+                free_protocol_faults=self._free_protocol_faults,
+            )
+
+    def abandoned(self, work: Work, *, reason: str) -> None:
+        with session_scope(self._factory) as session:
+            claims.report_preflight_failure(
+                session,
+                run_code=work.run_code,
+                station_id=self.station_id,
+                reason=reason,
+                actor=Actor(label=f"station:{self._station_name}"),
+            )
+
+
+def _station_id(session: Session, name: str) -> int:
+    """The station's row, registered on first use."""
+    found = session.scalar(sa.select(Station.id).where(Station.name == name))
+    if found is not None:
+        return found
+    station = Station(name=name)
+    session.add(station)
+    session.flush()
+    return station.id
+
+
+def campaign_work_source(
+    *, campaign: int | str, station: str, gateway: str, database_url: str | None = None
+) -> CampaignWorkSource:
+    """The factory the station config names (``[work] options`` are its arguments)."""
+    from proctor.core.settings import load_settings
+
+    settings = load_settings()
+    factory = make_session_factory(make_engine(database_url or settings.db_url))
+    return CampaignWorkSource(
+        session_factory=factory,
+        campaign=campaign,
+        station=station,
+        gateway=gateway,
+        free_protocol_faults=settings.scheduler.free_protocol_faults,
+    )

@@ -1,0 +1,161 @@
+"""The station's local API, for the operator console (loopback only).
+
+==========================  ===============================================
+``GET  /api/status``         state, run code, object, items, configuration,
+                             countdown, proposed outcome, notices
+``POST /api/next``           claim the next run and arm it (homes the arm)
+``POST /api/start``          start the armed episode
+``POST /api/stop``           operator stop
+``POST /api/safety-stop``    safety stop: the arm halts now, the gripper holds
+``POST /api/recover``        clear an arm error after a safety stop (explicit;
+                             the gripper is left as it is)
+``POST /api/gripper/activate`` reset and activate the gripper (explicit, hands
+                             clear: the fingers sweep open and closed)
+``POST /api/disarm``         give up an armed, not yet started episode
+``POST /api/log``            the post-rollout log: ``{placed, lost, dropped,
+                             outcome, notes}`` and optionally ``operator_id``
+                             (the signed-in user, from the console); 422 names
+                             the bad field
+``GET  /api/preview/{cam}``  the latest frame of ``exterior`` or ``wrist`` (JPEG)
+``GET  /api/reference/{cam}`` the armed run's initial scene as rendered when it
+                             was armed (JPEG; simulated cell only, else 404)
+``WS   /api/events``         status as JSON text, on every change (≥ 1 Hz)
+``WS   /api/preview/{cam}``  binary JPEG frames at ``api.preview_fps``
+==========================  ===============================================
+
+Errors are JSON ``{"detail": ..., "field": ...}`` (field only for
+validation): 409 when the station is in the wrong state, 404 when there is
+no work, 503 when the policy failed its pre-flight, 422 for a bad log.
+Nothing here carries a policy's URL, name, owner or checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from proctor.core.errors import ProctorError, UsageError, http_answer
+from proctor.station import episodes
+from proctor.station.daemon import NoWork, StationDaemon
+
+log = logging.getLogger(__name__)
+
+
+async def proctor_error(request: Request, exc: ProctorError) -> JSONResponse:
+    """A service error as JSON: the status and the field come from the
+    exception itself (``proctor.core.errors.http_answer``), as in the web app."""
+    answer = http_answer(exc)
+    body: dict[str, Any] = {"detail": answer.detail}
+    if answer.field is not None:
+        body["field"] = answer.field
+    return JSONResponse(body, status_code=answer.status, headers=answer.headers)
+
+
+def create_app(daemon: StationDaemon) -> FastAPI:
+    app = FastAPI(
+        title="Proctor station",
+        description="The station daemon's local API for the operator console.",
+        docs_url=None,
+        redoc_url=None,
+    )
+
+    app.add_exception_handler(ProctorError, proctor_error)  # type: ignore[arg-type]
+
+    @app.get("/api/status")
+    async def status() -> dict[str, Any]:
+        return daemon.status()
+
+    @app.post("/api/next")
+    async def next_run() -> dict[str, Any]:
+        return await run_in_threadpool(daemon.next_run)
+
+    @app.post("/api/start")
+    async def start() -> dict[str, Any]:
+        return await run_in_threadpool(daemon.start)
+
+    @app.post("/api/stop")
+    async def stop() -> dict[str, Any]:
+        return daemon.stop(safety=False)
+
+    @app.post("/api/safety-stop")
+    async def safety_stop() -> dict[str, Any]:
+        # not through the thread pool: a safety stop must not queue behind anything
+        return daemon.stop(safety=True)
+
+    @app.post("/api/recover")
+    async def recover() -> dict[str, Any]:
+        return await run_in_threadpool(daemon.recover_arm)
+
+    @app.post("/api/gripper/activate")
+    async def activate_gripper() -> dict[str, Any]:
+        return await run_in_threadpool(daemon.activate_gripper)
+
+    @app.post("/api/disarm")
+    async def disarm() -> dict[str, Any]:
+        return await run_in_threadpool(daemon.disarm)
+
+    @app.post("/api/log")
+    async def post_log(request: Request) -> dict[str, Any]:
+        try:
+            data = await request.json()
+        except ValueError:
+            raise episodes.LogRejected("body", "expected a JSON object") from None
+        if not isinstance(data, dict):
+            raise episodes.LogRejected("body", "expected a JSON object")
+        operator_id = data.pop("operator_id", None)
+        if operator_id is not None and (
+            isinstance(operator_id, bool) or not isinstance(operator_id, int) or operator_id < 1
+        ):
+            raise episodes.LogRejected("operator_id", "must be a user id (a positive integer)")
+        return await run_in_threadpool(daemon.submit_log, data, operator_id)
+
+    @app.get("/api/preview/{camera}")
+    async def preview(camera: str) -> Response:
+        jpeg = await run_in_threadpool(daemon.preview_jpeg, camera)
+        return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/reference/{camera}")
+    async def reference(camera: str) -> Response:
+        jpeg = daemon.reference_jpeg(camera)
+        return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
+
+    @app.websocket("/api/events")
+    async def events(ws: WebSocket) -> None:
+        await ws.accept()
+        version = -1
+        try:
+            while True:
+                version = daemon.version
+                await ws.send_json(daemon.status())
+                await run_in_threadpool(daemon.wait_change, version, 1.0)
+        except (WebSocketDisconnect, RuntimeError):
+            return
+
+    @app.websocket("/api/preview/{camera}")
+    async def preview_stream(ws: WebSocket, camera: str) -> None:
+        await ws.accept()
+        period = 1.0 / daemon.config.api.preview_fps
+        try:
+            while True:
+                try:
+                    jpeg = await run_in_threadpool(daemon.preview_jpeg, camera)
+                except NoWork:
+                    jpeg = None
+                except UsageError as exc:
+                    await ws.close(code=1008, reason=str(exc)[:120])
+                    return
+                if jpeg is not None:
+                    await ws.send_bytes(jpeg)
+                await asyncio.sleep(period)
+        except (WebSocketDisconnect, RuntimeError):
+            with contextlib.suppress(Exception):
+                await ws.close()
+            return
+
+    return app

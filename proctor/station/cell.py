@@ -1,0 +1,119 @@
+"""The cell: what a station profile builds and the episode runner drives.
+
+A ``Cell`` bundles one arm, one gripper, the cameras (by name: ``exterior``,
+``wrist``) and the clock every one of them stamps its samples with. A
+simulated cell also carries a ``Scene``: the hooks only a simulator can offer
+(lay out a work's items, privileged ``sim/…`` observations, ground truth).
+Real and twin cells have no scene: the operator sets out the items.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from proctor.station.clock import Clock, VirtualClock
+from proctor.station.drivers.arm.base import Arm
+from proctor.station.drivers.camera.base import Camera
+from proctor.station.drivers.gripper.base import Gripper
+
+if TYPE_CHECKING:
+    from proctor.station.work import Work
+
+log = logging.getLogger(__name__)
+
+
+class Scene(Protocol):
+    """What only a simulated cell can do."""
+
+    def prepare(self, work: Work) -> None:
+        """Lay out ``work.items`` items of ``work.object_name`` in the source
+        bin, the totes and camera per ``work``'s configuration, seeded by
+        ``work.sim_seed``; clears the ground-truth log."""
+        ...
+
+    def start_episode(self, t_start: float) -> None:
+        """Mark the episode's start time (ground truth is relative to it)."""
+        ...
+
+    def privileged_observation(self) -> dict[str, Any]:
+        """The ``sim/…`` observation keys (proctor.station.keys); never sent by real cells."""
+        ...
+
+    def still(self, camera: str, width: int, height: int) -> Any:
+        """The cell as it stands now, rendered for ``camera`` (H×W×3 uint8): the
+        reference photo of a freshly laid-out scene (the console shows it)."""
+        ...
+
+    def all_handled(self) -> bool:
+        """Nothing left to do: no item in the source bin, held, or dropped on the table.
+        Stands in for the operator who ends a finished episode on the real station."""
+        ...
+
+    def ground_truth(self) -> dict[str, Any]:
+        """The cell's true event log (placements, drops, losses, safety contacts)."""
+        ...
+
+
+@dataclass
+class Cell:
+    profile: str
+    clock: Clock
+    arm: Arm
+    gripper: Gripper
+    cameras: dict[str, Camera]
+    scene: Scene | None = None
+    # extra teardown, run last (e.g. the twin profile's protocol simulators)
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    _connected: bool = False
+
+    @property
+    def is_virtual(self) -> bool:
+        """A virtual clock: time moves only when the control loop moves it."""
+        return isinstance(self.clock, VirtualClock)
+
+    def connect(self) -> None:
+        """Connect every device and activate the gripper if it needs it (a
+        gripper that is already active keeps its grip: activation sweeps the
+        fingers); undo on failure."""
+        try:
+            self.arm.connect()
+            self.gripper.connect()
+            if self.gripper.ensure_activated():
+                log.info("gripper activated (it was not, or was in a major fault)")
+            for camera in self.cameras.values():
+                camera.connect()
+        except BaseException:
+            self.close()
+            raise
+        self._connected = True
+
+    def close(self) -> None:
+        """Stop the arm, then disconnect everything. A failure to stop is logged loudly."""
+        try:
+            if self.arm.is_connected:
+                try:
+                    self.arm.stop()
+                except Exception:
+                    log.critical("FAILED TO STOP THE ARM while closing the cell", exc_info=True)
+        finally:
+            for name, disconnect in [
+                *[(f"camera {n}", c.disconnect) for n, c in self.cameras.items()],
+                ("gripper", self.gripper.disconnect),
+                ("arm", self.arm.disconnect),
+                *[(f"closer {i}", c) for i, c in enumerate(self.closers)],
+            ]:
+                try:
+                    disconnect()
+                except Exception:
+                    log.error("closing the cell: %s failed", name, exc_info=True)
+            self._connected = False
+
+    def __enter__(self) -> Cell:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,505 @@
+"""``proctor station`` and ``proctor policy``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from proctor.core.errors import ProctorError, UsageError
+from proctor.station.policy import dialects
+
+if TYPE_CHECKING:
+    from proctor.core.domain import EndpointDialect
+
+station_app = typer.Typer(help="The station daemon.", no_args_is_help=True)
+policy_app = typer.Typer(
+    help="Policy servers: demo policies, conformance checks.", no_args_is_help=True
+)
+
+ProfileOpt = Annotated[str, typer.Option("--profile", help="Station profile: sim, twin or real.")]
+DialectOpt = Annotated[
+    str | None,
+    typer.Option(
+        help=f"{dialects.choices_text()} (default: openpi or roboarena, "
+        "detected from the server's metadata; a Positronic server must be named)."
+    ),
+]
+ApiKeyEnvOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-env",
+        help="An environment variable holding the server's API key (sent as "
+        "'Authorization: Api-Key …', as openpi's client does, or as "
+        "'Authorization: Bearer …' with --dialect positronic_v1, as Positronic's does).",
+    ),
+]
+StationConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", help="Station config file (TOML); defaults when omitted."),
+]
+
+
+def _settings(ctx: typer.Context) -> Any:
+    from proctor.core.cli_context import cli_context
+
+    return cli_context(ctx).settings()
+
+
+def _dialect_option(value: str | None) -> EndpointDialect | None:
+    """``--dialect``: one of the wire dialects, or None (detected from the metadata)."""
+    from proctor.core.domain import EndpointDialect
+
+    try:
+        return EndpointDialect(value) if value else None
+    except ValueError:
+        raise UsageError(
+            f"--dialect: '{value}' is not one of {', '.join(d.value for d in EndpointDialect)}"
+        ) from None
+
+
+def _policy_url(name: str, url: str, dialect: EndpointDialect | None) -> str:
+    """The URL to connect to, as its dialect normalises it: a Positronic
+    server's gets its session path (``ws://host:port`` → ``ws://host:port/api/v1/session``)."""
+    try:
+        return dialects.get_or_detected(dialect).dial_url(url)
+    except ValueError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+
+
+def _api_key(env_var: str | None) -> str | None:
+    """``--api-key-env``: the key held by that environment variable."""
+    import os
+
+    if not env_var:
+        return None
+    key = os.environ.get(env_var, "")
+    if not key:
+        raise UsageError(f"--api-key-env: the environment variable {env_var} is empty")
+    return key
+
+
+@station_app.command()
+def run(
+    ctx: typer.Context,
+    profile: ProfileOpt = "sim",
+    config: StationConfigOpt = None,
+    port: Annotated[
+        int | None, typer.Option(help="Local API port (overrides [api] port; 0: any free).")
+    ] = None,
+) -> None:
+    """Start the station daemon and its local API for the operator console."""
+    import uvicorn
+
+    from proctor.core.artifacts import open_store
+    from proctor.core.db.opening import open_sessions
+    from proctor.station.api import create_app
+    from proctor.station.config import load_station_config, spool_root
+    from proctor.station.daemon import StationDaemon
+
+    settings = _settings(ctx)
+    cfg = load_station_config(config)
+    if profile == "sim" and "clock" not in cfg.sim:
+        # a daemon serves a person at the console: the simulated cell runs in real time
+        # unless its config asks for the virtual clock
+        cfg = cfg.model_copy(update={"sim": {**cfg.sim, "clock": "monotonic"}})
+    if port is not None:
+        cfg = cfg.model_copy(update={"api": cfg.api.model_copy(update={"port": port})})
+    sessions = open_sessions(settings)
+    daemon = StationDaemon(
+        cfg,
+        profile,
+        sessions=sessions,
+        store=open_store(settings.artifacts_location),
+        spool_root=spool_root(settings, cfg.name, cfg),
+    )
+    for r in daemon.recovered:
+        typer.echo(
+            f"recovered interrupted episode {r.uid}: {r.telemetry_rows} telemetry rows, "
+            f"frames {r.frames}" + (f" ({'; '.join(r.notes)})" if r.notes else "")
+        )
+    daemon.open()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(daemon),
+            host=cfg.api.host,
+            port=cfg.api.port,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
+
+    def announce() -> None:
+        while not server.started:
+            time.sleep(0.05)
+        sock = server.servers[0].sockets[0]
+        host, bound = sock.getsockname()[:2]
+        typer.echo(f"station {cfg.name} ({profile}) listening on http://{host}:{bound}", err=False)
+        sys.stdout.flush()
+
+    import threading
+
+    threading.Thread(target=announce, daemon=True).start()
+    try:
+        server.run()
+    finally:
+        daemon.close()
+
+
+@station_app.command()
+def episode(
+    ctx: typer.Context,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="The policy server's WebSocket URL (ws://…; for positronic_v1, "
+            "/api/v1/session is added to a URL with no path)."
+        ),
+    ],
+    object_name: Annotated[str, typer.Option("--object", help="Object type, e.g. spoons.")],
+    profile: ProfileOpt = "sim",
+    dialect: DialectOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    items: Annotated[int, typer.Option(help="Items set out in the source bin.")] = 8,
+    seed: Annotated[int | None, typer.Option(help="Simulated cell seed.")] = None,
+    per_item_cap: Annotated[float, typer.Option(help="Time budget per item, s.")] = 30.0,
+    tote: Annotated[str, typer.Option(help="Target tote side: left or right.")] = "left",
+    camera: Annotated[str, typer.Option(help="Exterior camera side: left or right.")] = "right",
+    config: StationConfigOpt = None,
+    ground_truth_log: Annotated[
+        bool,
+        typer.Option(
+            "--ground-truth-log",
+            help="DEMO/TEST ONLY: close the episode with a log filled from the simulator's "
+            "ground truth (labelled as such) instead of waiting for an operator.",
+        ),
+    ] = False,
+) -> None:
+    """Run one episode headless and print where it was recorded."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from proctor.core.artifacts import open_store
+    from proctor.core.db.opening import open_sessions
+    from proctor.station.config import load_station_config, spool_root
+    from proctor.station.policy.spec import auth_headers
+    from proctor.station.profiles import build_cell
+    from proctor.station.runner import EpisodeRunner, RunnerState
+    from proctor.station.work import Work, new_run_code
+
+    if ground_truth_log and profile != "sim":
+        raise UsageError("--ground-truth-log: only the simulated cell has a ground truth")
+    chosen = _dialect_option(dialect)
+    if policy.startswith(("ws://", "wss://")):  # anything else: Work says what is wrong
+        policy = _policy_url("--policy", policy, chosen)
+    settings = _settings(ctx)
+    cfg = load_station_config(config)
+    work = Work(
+        run_code=new_run_code(),
+        object_name=object_name,
+        items=items,
+        per_item_cap_s=per_item_cap,
+        tote_side=tote,  # type: ignore[arg-type]
+        camera_side=camera,  # type: ignore[arg-type]
+        policy_url=policy,
+        sim_seed=seed if seed is not None else (0 if profile == "sim" else None),
+        dialect=chosen,
+        policy_headers=auth_headers(chosen, _api_key(api_key_env)),
+    )
+    if profile == "sim":
+        from proctor.station.sim.objects import object_spec
+
+        object_spec(object_name)  # a clear error before anything is built
+    sessions = open_sessions(settings)
+    store = open_store(settings.artifacts_location)
+    cell = build_cell(profile, cfg)
+    runner = EpisodeRunner(
+        cell,
+        config=cfg,
+        sessions=sessions,
+        store=store,
+        spool_root=spool_root(settings, cfg.name, cfg),
+    )
+    runner.open()
+    try:
+        uid = runner.arm(work)
+        typer.echo(
+            f"episode {uid}: run {work.run_code}, {items} {object_name}, "
+            f"budget {work.budget_s:g} s, seed {work.sim_seed}"
+        )
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[clock]}"),
+            TimeElapsedColumn(),
+            transient=True,
+        ) as progress:
+            task = progress.add_task("running", total=work.budget_s, clock="")
+            runner.start(background=True)
+            while runner.state in (RunnerState.running, RunnerState.finishing):
+                st = runner.status()
+                elapsed = st.get("elapsed_s", 0.0)
+                progress.update(
+                    task,
+                    completed=elapsed,
+                    clock=f"{elapsed:6.1f} s on the station clock",
+                    description=runner.state.value,
+                )
+                time.sleep(0.1)
+            runner.wait()
+        last = runner.last
+        if last is None or last.uid != uid:
+            raise ProctorError(f"episode {uid}: the runner stopped without a result")
+        typer.echo(f"ended: proposed outcome {last.proposed.value} — {last.reason}")
+        typer.echo(
+            f"recorded {last.duration_s:.1f} s: telemetry {last.telemetry_rows} rows at "
+            f"{last.telemetry_rate_hz:.1f} Hz; frames {last.frames}; "
+            f"dropped {last.dropped_frames}; policy calls {last.policy_calls}"
+            + (f" (latency p50 {last.latency_p50_s * 1000:.1f} ms)" if last.latency_p50_s else "")
+        )
+        for name, sha in sorted(last.artifacts.items()):
+            path = store.local_path(sha)
+            typer.echo(f"  {name:22s} {sha}  {path if path is not None else store.uri_for(sha)}")
+        for note in last.notes:
+            typer.echo(f"  note: {note}")
+        if ground_truth_log:
+            from proctor.station.demo_log import GROUND_TRUTH_LABEL, close_with_ground_truth
+
+            _, _, outcome = runner.close_with(
+                lambda s, u: close_with_ground_truth(s, store=store, uid=u)
+            )
+            typer.echo(f"closed with outcome {outcome.value} [{GROUND_TRUTH_LABEL}]")
+        else:
+            typer.echo(
+                f"awaiting the operator's log: proctor station log {uid} --placed N --lost N "
+                "--dropped N --outcome OUTCOME"
+            )
+    finally:
+        runner.close()
+
+
+@station_app.command("log")
+def log_cmd(
+    ctx: typer.Context,
+    episode_uid: Annotated[str, typer.Argument(help="The episode's id.")],
+    placed: Annotated[int, typer.Option(help="Items placed in the target bin.")],
+    lost: Annotated[int, typer.Option(help="Items lost outside the workspace.")],
+    dropped: Annotated[int, typer.Option(help="Items dropped in the workspace, uncollected.")],
+    outcome: Annotated[
+        str, typer.Option(help="success, ran_out_of_time, operator_stop, safety or system.")
+    ],
+    notes: Annotated[str, typer.Option(help="Free text.")] = "",
+) -> None:
+    """Save an episode's post-rollout log (the operator's counts and outcome)."""
+    from proctor.core.db import session_scope
+    from proctor.core.db.opening import open_sessions
+    from proctor.station import episodes
+
+    settings = _settings(ctx)
+    sessions = open_sessions(settings)
+    entry = episodes.OperatorLog.parse(
+        {"placed": placed, "lost": lost, "dropped": dropped, "outcome": outcome, "notes": notes}
+    )
+    with session_scope(sessions) as s:
+        ep = episodes.submit_log(s, uid=episode_uid, log=entry)
+        typer.echo(f"episode {ep.uid}: closed ({ep.outcome.value if ep.outcome else '?'})")
+
+
+@station_app.command()
+def recover(
+    ctx: typer.Context,
+    config: StationConfigOpt = None,
+) -> None:
+    """Finish episodes a killed daemon left behind (also done when the daemon starts)."""
+    from proctor.core.artifacts import open_store
+    from proctor.core.db.opening import open_sessions
+    from proctor.station.config import load_station_config, spool_root
+    from proctor.station.recovery import recover_interrupted
+
+    settings = _settings(ctx)
+    cfg = load_station_config(config)
+    found = recover_interrupted(
+        sessions=open_sessions(settings),
+        store=open_store(settings.artifacts_location),
+        station_name=cfg.name,
+        spool_root=spool_root(settings, cfg.name, cfg),
+    )
+    if not found:
+        typer.echo("nothing to recover")
+    for r in found:
+        typer.echo(
+            f"recovered {r.uid}: {r.telemetry_rows} telemetry rows, frames {r.frames}"
+            + (f" ({'; '.join(r.notes)})" if r.notes else "")
+        )
+
+
+@policy_app.command("serve-demo")
+def serve_demo(
+    profile: Annotated[
+        str, typer.Option(help="Demo profile (see `proctor policy demo-profiles`).")
+    ],
+    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    seed: Annotated[int, typer.Option(help="Seed of the controller's own randomness.")] = 0,
+    fault: Annotated[
+        str | None,
+        typer.Option(
+            help="DRILL: misbehave on purpose after N requests per connection — "
+            "hang[:N], disconnect[:N], bad-shape[:N] or error[:N].",
+        ),
+    ] = None,
+) -> None:
+    """Serve a scripted demo policy on the wire its profile names (openpi
+    WebSocket, its RoboArena dialect, or Positronic v1)."""
+    from proctor.station.policy.demo import DemoPolicy, demo_profile, demo_serve
+    from proctor.station.policy.server import Fault
+
+    try:
+        p = demo_profile(profile)
+        drill = Fault.parse(fault) if fault else None
+        server = demo_serve(DemoPolicy(p, seed=seed), host=host, port=port, fault=drill)
+    except ValueError as exc:
+        raise UsageError(f"--fault: {exc}" if fault else str(exc)) from None
+    logging.basicConfig(level=logging.WARNING)
+
+    def started() -> None:
+        wire = dialects.get(p.dialect).served_text(server)
+        typer.echo(f"serving demo policy '{p.name}' on {server.url}{wire}")
+        sys.stdout.flush()
+
+    try:
+        server.serve_forever(started)
+    except OSError as exc:
+        raise ProctorError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    except KeyboardInterrupt:
+        pass
+
+
+@policy_app.command("demo-profiles")
+def demo_profiles() -> None:
+    """List the demo policies and the reference agent."""
+    from proctor.station.policy.demo import DEMO_PROFILES
+
+    for p in DEMO_PROFILES.values():
+        tag = " (reference)" if p.reference else ""
+        typer.echo(f"{p.name:10s}{tag:12s} {p.description}")
+
+
+@policy_app.command("check")
+def check(
+    endpoint: Annotated[
+        str,
+        typer.Argument(
+            help="The policy server's WebSocket URL: ws://host:port or wss://… (for "
+            "positronic_v1, /api/v1/session is added to a URL with no path)."
+        ),
+    ],
+    dialect: DialectOpt = None,
+    action_space: Annotated[
+        str | None,
+        typer.Option(
+            "--action-space",
+            help="The action space you declare: joint_position, joint_velocity, "
+            "cartesian_position or cartesian_velocity.",
+        ),
+    ] = None,
+    chunk_length: Annotated[
+        int | None, typer.Option(min=1, help="The number of actions per reply you declare.")
+    ] = None,
+    deterministic: Annotated[
+        bool,
+        typer.Option(
+            "--deterministic", help="Declare that the same observations give the same actions."
+        ),
+    ] = False,
+    name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--name",
+            help="A name that must not appear in the metadata: your policy's, your team's "
+            "(repeatable).",
+        ),
+    ] = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds a reply may take (the station's limit).")
+    ] = 5.0,
+    sim_keys: Annotated[
+        bool,
+        typer.Option(
+            "--sim-keys/--no-sim-keys",
+            help="Send the simulated cell's privileged sim/… keys, as the sim profile does.",
+        ),
+    ] = True,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Also write the report as JSON to this file ('-': stdout)."),
+    ] = None,
+) -> None:
+    """Check that a policy server speaks the station's protocol as declared
+    (exit code 0 when it passes, 1 when it fails)."""
+    import json
+
+    from rich.console import Console
+
+    from proctor.station.policy.conformance import (
+        CheckOptions,
+        Expectations,
+        Status,
+        check_endpoint,
+        format_report,
+    )
+    from proctor.station.policy.spec import ActionSpace, auth_headers
+
+    if not endpoint.startswith(("ws://", "wss://")):
+        raise UsageError(f"ENDPOINT: '{endpoint}' is not a ws:// or wss:// URL")
+    chosen = _dialect_option(dialect)
+    endpoint = _policy_url("ENDPOINT", endpoint, chosen)
+    try:
+        space = ActionSpace(action_space) if action_space else None
+    except ValueError:
+        raise UsageError(
+            f"--action-space: '{action_space}' is not one of "
+            f"{', '.join(a.value for a in ActionSpace)}"
+        ) from None
+    headers = auth_headers(chosen, _api_key(api_key_env))
+    err = Console(stderr=True)
+    with err.status("checking…") as status:
+        report = check_endpoint(
+            endpoint,
+            expect=Expectations(
+                action_space=space,
+                chunk_length=chunk_length,
+                deterministic=deterministic,
+                identity_terms=tuple(name or ()),
+            ),
+            options=CheckOptions(
+                dialect=chosen, headers=headers, request_timeout_s=timeout, sim_keys=sim_keys
+            ),
+            progress=lambda msg: status.update(f"checking: {msg}…"),
+        )
+    colors = {"[ok  ]": "green", "[FAIL]": "red", "[warn]": "yellow"}
+    for line in format_report(report):
+        color = next((c for mark, c in colors.items() if mark in line[:10]), None)
+        typer.echo(typer.style(line, fg=color) if color else line)
+    if json_out is not None:
+        text = json.dumps(report.to_json(), indent=2)
+        if str(json_out) == "-":
+            typer.echo(text)
+        else:
+            json_out.write_text(text + "\n", encoding="utf-8")
+    if report.verdict != Status.passed:
+        raise typer.Exit(1)
+
+
+# -- hardware profiles: pre-flight and teleoperation ----------------------------
+from proctor.station.gripper_activation import gripper_activate as _gripper_activate  # noqa: E402
+from proctor.station.preflight import check as _preflight_check  # noqa: E402
+from proctor.station.teleop.cli import teleop as _teleop  # noqa: E402
+
+station_app.command("check")(_preflight_check)
+station_app.command("gripper-activate")(_gripper_activate)
+station_app.command("teleop")(_teleop)

@@ -1,0 +1,182 @@
+"""The station's config file (``proctor station run --config FILE``).
+
+One TOML file per station; every field has a default so a missing file means
+"the simulated cell with defaults". Profile sections (``[sim]``, ``[twin]``,
+``[real]``) are free-form here and validated by the profile that reads them.
+Serial numbers, hosts and calibration belong in a config under ``deploy/``,
+never in importable code.
+
+Example::
+
+    name = "cell-a"
+    control_hz = 15          # DROID policies are trained at 15 Hz
+    telemetry_hz = 100
+
+    [cameras.exterior]
+    width = 640
+    height = 480
+    fps = 30
+
+    [api]
+    port = 8100
+
+    [gripper]                # speed and force of the policy's gripper commands
+    force = 0.5
+    [gripper.objects.spoons] # an object type that needs its own
+    force = 0.3
+
+    [sim]
+    clock = "monotonic"      # real time, for a person at the console
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from proctor.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from proctor.core.settings import Settings
+
+
+class CameraSettings(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    width: int = Field(default=640, ge=16, le=4096)
+    height: int = Field(default=480, ge=16, le=4096)
+    fps: int = Field(default=30, ge=1, le=120)
+
+    @field_validator("width", "height")
+    @classmethod
+    def _even(cls, value: int) -> int:
+        # H.264 in yuv420p needs even dimensions
+        if value % 2:
+            raise ValueError(f"must be even for H.264 (yuv420p), got {value}")
+        return value
+
+
+class ApiSettings(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    # loopback only: the console runs on the same machine (or through a proxy)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8100, ge=0, le=65535)
+    preview_fps: float = Field(default=5.0, gt=0, le=30)  # live preview over the WebSocket
+    preview_jpeg_quality: int = Field(default=70, ge=10, le=95)
+
+
+class GripStrength(BaseModel):
+    """How hard and how fast the gripper closes on one object type (fractions
+    of the gripper's range; a 2F-85 spans 20–150 mm/s and, by Robotiq's spec
+    sheet, about 20–235 N). ``None``: the station's default."""
+
+    model_config = {"extra": "forbid"}
+
+    speed: float | None = Field(default=None, ge=0, le=1)
+    force: float | None = Field(default=None, ge=0, le=1)
+
+
+class GripSettings(BaseModel):
+    """The gripper's speed and force for policy commands, per object type
+    where the object needs its own (``[gripper.objects.<name>]``)."""
+
+    model_config = {"extra": "forbid"}
+
+    speed: float = Field(default=1.0, ge=0, le=1)
+    # half force (about 127 N on a 2F-85): firm on a tote item, not crushing
+    force: float = Field(default=0.5, ge=0, le=1)
+    objects: dict[str, GripStrength] = Field(default_factory=dict)
+
+    def for_object(self, name: str) -> tuple[float, float]:
+        """(speed, force) for object type ``name``."""
+        own = self.objects.get(name, GripStrength())
+        return (
+            self.speed if own.speed is None else own.speed,
+            self.force if own.force is None else own.force,
+        )
+
+
+class WorkSettings(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    # "adhoc" or "package.module:factory" (called with **options)
+    source: str = "adhoc"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class StationConfig(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    name: str = Field(default="station-1", min_length=1, max_length=64)
+    # policy action steps per second; DROID-trained policies expect 15 Hz
+    control_hz: float = Field(default=15.0, gt=0, le=1000)
+    # state samples per second; the annotator needs ≥ 100 Hz to time releases to 10 ms
+    telemetry_hz: float = Field(default=100.0, ge=100, le=1000)
+    # actions of each chunk executed open-loop before asking again (≤ the chunk length)
+    open_loop_steps: int = Field(default=8, ge=1, le=1000)
+    # wall-clock seconds one policy reply may take before the arm is stopped
+    policy_timeout_s: float = Field(default=5.0, gt=0, le=600)
+    policy_connect_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    # the largest WebSocket message a policy server may send (bytes). A reply is an
+    # action chunk (kilobytes) and metadata less; without a cap one frame from a
+    # broken or hostile server could take the station's memory. Larger = malformed.
+    policy_max_message_bytes: int = Field(default=64 * 2**20, ge=2**16, le=2**31)
+    # control steps between sending the next request and needing its reply, for
+    # velocity action spaces: the request goes out while the current chunk's last
+    # steps run, so the arm keeps moving (≥ the policy's latency in control
+    # periods; 0 = ask only after the chunk is done, the arm stopped meanwhile)
+    policy_lookahead_steps: int = Field(default=1, ge=0, le=100)
+    # image size sent to openpi-dialect servers (RoboArena servers declare theirs), (H, W)
+    policy_image_size: tuple[int, int] = (224, 224)
+    # telemetry and frame tables are flushed in segments of this much station time:
+    # a crash loses at most one segment
+    segment_s: float = Field(default=2.0, gt=0, le=60)
+    # per-camera overrides; the profile supplies the defaults
+    cameras: dict[str, CameraSettings] = Field(default_factory=dict)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    gripper: GripSettings = Field(default_factory=GripSettings)
+    work: WorkSettings = Field(default_factory=WorkSettings)
+    # where episodes are recorded before they reach the artifact store;
+    # default: <data dir>/station/<name>/spool
+    spool_dir: Path | None = None
+    sim: dict[str, Any] = Field(default_factory=dict)
+    twin: dict[str, Any] = Field(default_factory=dict)
+    real: dict[str, Any] = Field(default_factory=dict)
+
+    def profile_section(self, profile: str) -> dict[str, Any]:
+        return dict(getattr(self, profile, {}) or {})
+
+
+def load_station_config(path: Path | None = None, **overrides: Any) -> StationConfig:
+    """Parse and validate the station config; problems become one ConfigError
+    line naming each field."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"station config {path}: not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"station config {path}: invalid TOML: {exc}") from None
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return StationConfig(**data)
+    except ValidationError as exc:
+        where = f"station config {path}" if path else "station config"
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"{where}: {problems}") from None
+
+
+def spool_root(settings: Settings, station_name: str, config: StationConfig) -> Path:
+    """Where a station spools its recordings before they are stored: the
+    config's ``spool_dir``, else a folder of its own in the data folder."""
+    if config.spool_dir is not None:
+        return Path(config.spool_dir)
+    return Path(settings.data_dir) / "station" / station_name / "spool"

@@ -1,0 +1,20 @@
+"""The episode's control loop, in parts that each own one job.
+
+``loop.ControlLoop`` reads as pace → stop check → action step → deadline →
+sample; the state each step needs lives with the part that owns it:
+
+- ``schedule.Schedule``: the two tick grids (telemetry, action steps) on the
+  cell's clock, and how a late loop resumes on a real-time clock;
+- ``policy_calls.PolicyCalls``: the request in flight, its deadline on the
+  wall clock, waiting for it on a virtual clock, lookahead, and when a
+  velocity command must be halted;
+- ``playback.ChunkPlayer``: the action chunk being played, the row it starts
+  at, and the commands sent to the arm and gripper;
+- ``sampling.TelemetrySampler``: one telemetry row per sample, written
+  through the named column slices of ``proctor.station.keys``;
+- ``finishing``: what the end of an episode leaves in the database and the
+  artifact store (events, manifest, summary).
+
+Stopping the arm and homing belong to the runner (``EpisodeRunner._stop_arm_now``
+and ``EpisodeRunner._home_after``): one place each.
+"""

@@ -1,0 +1,195 @@
+"""The control loop: pace → stop check → action step → deadline → sample.
+
+Each step returns how the episode ends, or None to go on. The loop proposes
+an outcome; it never decides one (the operator's log does)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from proctor.core.domain import Outcome
+from proctor.station import keys
+from proctor.station.control.playback import ChunkPlayer
+from proctor.station.control.policy_calls import PolicyCalls, Waited
+from proctor.station.control.sampling import TelemetrySampler
+from proctor.station.control.schedule import Schedule, Tick
+from proctor.station.drivers.arm.base import ArmFault, ArmState
+from proctor.station.drivers.gripper.base import GripperFault, GripperState
+from proctor.station.recorder import Recorder
+
+if TYPE_CHECKING:
+    from proctor.station.runner import EpisodeRunner, _Active
+
+Ending = tuple[Outcome, str]
+
+# on a real-time clock a camera whose last frame is older than this has stalled
+CAMERA_STALL_S = 1.0
+
+
+class ControlLoop:
+    """One episode's control loop, from the runner's ``_run`` to its ending."""
+
+    def __init__(self, runner: EpisodeRunner, act: _Active, recorder: Recorder) -> None:
+        cfg, cell = runner.config, runner.cell
+        self.runner, self.act, self.cell = runner, act, cell
+        self.clock = cell.clock
+        self.real_time = not cell.is_virtual
+        self._periods = runner.camera_periods
+        self.schedule = Schedule(
+            act.t0, act.work.budget_s, cfg.telemetry_hz, cfg.control_hz, act.ticks
+        )
+        # None until a Positronic server's first reply names it; its commands are
+        # positions (cartesian_pos, joint_pos), never velocities
+        space = act.client.action_space
+        self.player = ChunkPlayer(
+            cell,
+            space=space,
+            open_loop_steps=cfg.open_loop_steps,
+            control_hz=cfg.control_hz,
+            real_time=self.real_time,
+            grip=cfg.gripper.for_object(act.work.object_name),
+        )
+        self.calls = PolicyCalls(
+            act.worker,
+            self._observe,
+            clock=self.clock,
+            wall=runner.wall,
+            real_time=self.real_time,
+            timeout_s=cfg.policy_timeout_s,
+            lookahead_steps=cfg.policy_lookahead_steps if self.player.halt_kind is not None else 0,
+            stop_requested=runner._stop_event.is_set,
+            stop_arm=runner._stop_arm_now,
+            latencies=act.latencies,
+        )
+        self.sampler = TelemetrySampler(recorder, prev_t=act.t0)
+
+    def run(self) -> Ending:
+        while True:
+            tick = self._pace()
+            if tick is None:
+                return self._out_of_time()
+            ending = self._tick(tick)
+            if ending is not None:
+                return ending
+
+    def _tick(self, tick: Tick) -> Ending | None:
+        ending = self.runner._requested_stop(self.act)
+        if ending is not None:
+            return ending
+        if tick.action_due:
+            step = self._action_step(tick.t_act)
+            if step is Waited.interrupted:
+                return None  # a stop was requested while the policy thought: the next tick ends it
+            if step is not None:
+                return step
+        ending = self.calls.check_deadline(self.act.t0, self.act.end_details)
+        if ending is not None:
+            return ending
+        return self._sample(tick) if tick.telemetry_due else None
+
+    # -- pace ---------------------------------------------------------------------
+    def _pace(self) -> Tick | None:
+        """Sleep until the next tick; None when it lies past the time budget."""
+        tick = self.schedule.next()
+        if self.schedule.past_end(tick):
+            self.clock.sleep_until(self.schedule.end)
+            return None
+        self.clock.sleep_until(tick.t)
+        if self.real_time:
+            self.schedule.resume_at(self.clock.now())
+        return tick
+
+    def _out_of_time(self) -> Ending:
+        work = self.act.work
+        return Outcome.ran_out_of_time, (
+            f"time budget of {work.budget_s:g} s "
+            f"({work.items} items × {work.per_item_cap_s:g} s) used up"
+        )
+
+    # -- an action step -----------------------------------------------------------
+    def _action_step(self, t: float) -> Ending | Waited | None:
+        self.schedule.action_taken()
+        player, calls = self.player, self.calls
+        if player.exhausted:
+            player.drop()
+            reply = calls.next_chunk(t, player.halt)
+            if reply is Waited.interrupted:
+                return reply
+            if reply is not None:
+                player.load(reply, t, calls.asked_at)
+                ahead = max(0, player.rows_left - calls.lookahead)
+                self.act.next_query_t = t + ahead * self.schedule.dt_act
+        if player.playing:
+            ending = self._play()
+            if ending is not None:
+                return ending
+            if calls.wants_ahead(player.rows_left):
+                calls.ask(t)  # the next chunk is asked for while this one's last rows run
+        scene = self.cell.scene
+        if scene is not None and scene.all_handled():
+            self.runner._stop_arm_now()
+            return Outcome.success, "all items handled (the simulated cell's operator ends it)"
+        return None
+
+    def _play(self) -> Ending | None:
+        try:
+            self.player.play_next()
+        except ArmFault as exc:
+            self.runner._stop_arm_now()
+            # the controller's own error text, when it has one, says more
+            error = self.runner._arm_error_text()
+            return Outcome.safety, f"arm fault: {error or exc}"
+        except GripperFault as exc:
+            self.runner._stop_arm_now()
+            return Outcome.safety, f"gripper fault: {exc}"
+        return None
+
+    def _observe(self, t: float) -> dict[str, Any]:
+        self.act.next_query_t = math.inf  # known again when the reply's chunk starts
+        return self.runner._observation(self.act, t, self._periods)
+
+    # -- a telemetry sample -------------------------------------------------------
+    def _sample(self, tick: Tick) -> Ending | None:
+        self.schedule.telemetry_taken()
+        ticks, sampler, player = self.act.ticks, self.sampler, self.player
+        a = self.cell.arm.read_state()
+        g = self.cell.gripper.read_state()
+        if sampler.is_stale(a):
+            ticks.stale += 1
+            return None
+        ending = self._cell_fault(a, g)
+        if ending is not None:
+            return ending
+        if sampler.sampled:
+            ticks.gap(a.t - sampler.prev_t)
+        if self.real_time:
+            ticks.lag(self.clock.now() - tick.t_tel)
+        sampler.sample(
+            a,
+            g,
+            keys.TelemetryPhase.running if player.playing else keys.TelemetryPhase.awaiting_policy,
+            requested=player.current,
+            sent=player.sent_arm,
+            step=player.step,
+            latency=self.calls.last_latency,
+            calls=self.calls.calls,
+        )
+        return self._camera_stall() if self.real_time else None
+
+    def _cell_fault(self, a: ArmState, g: GripperState) -> Ending | None:
+        """An arm reflex or a gripper fault the cell reports: a safety stop."""
+        if a.error is not None:
+            self.runner._stop_arm_now()
+            return Outcome.safety, f"arm fault: {a.error}"
+        if g.fault is not None:
+            self.runner._stop_arm_now()
+            return Outcome.safety, f"gripper fault: {g.fault}"
+        return None
+
+    def _camera_stall(self) -> Ending | None:
+        for name in self.cell.cameras:
+            if self.runner.hub.wall_age(name) > CAMERA_STALL_S:
+                self.runner._stop_arm_now()
+                return Outcome.system, f"camera {name} stopped delivering frames"
+        return None

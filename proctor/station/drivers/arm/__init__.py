@@ -1,0 +1,11 @@
+from proctor.station.drivers.arm.base import (
+    ARMS,
+    Arm,
+    ArmCommand,
+    ArmCommandKind,
+    ArmConfig,
+    ArmFault,
+    ArmState,
+)
+
+__all__ = ["ARMS", "Arm", "ArmCommand", "ArmCommandKind", "ArmConfig", "ArmFault", "ArmState"]

@@ -1,0 +1,718 @@
+"""Franka FR3 through franky-control (which bundles libfranka).
+
+Each station command becomes an asynchronous franky motion; a newer command
+preempts the one in progress (franky motion objects are single-use, so every
+command builds a fresh one). State is read straight from libfranka's latest
+1 kHz sample, fast enough for ≥ 100 Hz telemetry.
+
+Faults: an exception out of a motion (a reflex, a lost link) latches the
+arm as faulted, with libfranka's text; ``read_state`` reports it in
+``ArmState.error`` and ``send`` refuses to move until an operator calls
+``recover``. Nothing here recovers on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import franky
+import numpy as np
+
+from proctor.station.clock import Clock, MonotonicClock
+from proctor.station.drivers.arm.base import (
+    ARMS,
+    N_JOINTS,
+    Arm,
+    ArmCommand,
+    ArmCommandKind,
+    ArmConfig,
+    ArmFault,
+    ArmState,
+    ControllerReport,
+)
+
+log = logging.getLogger(__name__)
+
+# libfranka's text when a motion is cut short by ``stop()`` or replaced by a
+# newer ``move``: our own doing, never a fault
+PREEMPTED_TEXT = "preempted"
+# the franky exceptions that mean the link to the controller is gone or garbled
+COMMUNICATION_ERRORS: tuple[type[BaseException], ...] = (
+    franky.NetworkException,
+    franky.ProtocolException,
+    franky.IncompatibleVersionException,
+)
+# the ones raised when the controller refuses or aborts a motion
+CONTROL_ERRORS: tuple[type[BaseException], ...] = (
+    franky.ControlException,
+    franky.CommandException,
+    franky.InvalidOperationException,
+    franky.InvalidMotionTypeException,
+    franky.MotionReuseException,
+    franky.RealtimeException,
+)
+FRANKY_ERRORS = (*COMMUNICATION_ERRORS, *CONTROL_ERRORS)
+
+
+class Realtime(StrEnum):
+    enforce = "enforce"  # the real robot: refuse to run without a realtime kernel
+    ignore = "ignore"  # franky-sim on loopback, or a development machine
+
+
+@dataclass(frozen=True)
+class FrankyArmConfig(ArmConfig):
+    driver: ClassVar[str] = "franky"
+    # the FCI address of the controller (the shop-floor network's static IP);
+    # franky-sim binds a 127.x.y.z loopback address instead
+    host: str = "172.16.0.2"
+    # libfranka's 1 kHz loop misses deadlines on a stock kernel and the
+    # controller then aborts with communication_constraints_violation
+    realtime: Realtime = Realtime.enforce
+    # fraction of the FR3's velocity/acceleration/jerk limits for every
+    # motion (set once on the Robot, so it caps everything): evaluation runs
+    # beside bins and people, not at full speed
+    relative_dynamics_factor: float = 0.2
+    # homing crosses the whole workspace with no policy watching: slower still
+    # (never faster than relative_dynamics_factor, which caps every motion)
+    home_dynamics_factor: float = 0.1
+    # how long homing may take before it is a fault: the longest home move
+    # (~3 rad on joint 1) at 10 % dynamics takes about 10 s
+    home_timeout_s: float = 20.0
+    # homing succeeds within this joint error: the controller's impedance
+    # leaves a few mrad (franky-sim 5–15 mrad) short of the target
+    home_tolerance_rad: float = 0.03
+    # after the homing trajectory ends the joints still converge on the target
+    # for a moment (impedance control lags the trajectory)
+    settle_timeout_s: float = 1.0
+    # libfranka's connect blocks while the controller serves another client
+    # (Desk, a second station process); a controller that answers at all
+    # answers within a second
+    connect_timeout_s: float = 10.0
+    # collision reflex thresholds, the libfranka examples' values: low enough
+    # that brushing a bin wall trips a reflex, high enough that the arm's own
+    # acceleration with a 1 kg payload does not
+    collision_torque_nm: tuple[float, ...] = (20.0, 20.0, 18.0, 18.0, 16.0, 14.0, 12.0)
+    collision_force_n: tuple[float, ...] = (20.0, 20.0, 20.0, 25.0, 25.0, 25.0)
+    # joint targets are clipped this far inside q_min/q_max: the controller's
+    # joint-limit reflex trips *at* the limit, and tracking overshoots by mrad
+    joint_margin_rad: float = 0.05
+    # FR3 datasheet joint velocity limits (rad/s), scaled by the dynamics factor
+    max_joint_velocity: tuple[float, ...] = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
+    # FR3 datasheet end-effector limits: 3.0 m/s translation, 2.5 rad/s rotation
+    max_linear_velocity: float = 3.0
+    max_angular_velocity: float = 2.5
+    # a velocity command holds for this long and then ramps to zero, so a
+    # policy that stops sending (crash, hang) stops the arm: three periods of
+    # a 15 Hz control loop
+    velocity_hold_s: float = 0.2
+    # Cartesian targets are clipped to this box (m, robot base frame): above
+    # the table top and inside the cell's fence
+    workspace_min: tuple[float, float, float] = (0.15, -0.6, 0.02)
+    workspace_max: tuple[float, float, float] = (0.85, 0.6, 0.9)
+    # how long ``stop`` waits for the motion to wind down before it calls the
+    # arm unstoppable (libfranka's stop decelerates within ~100 ms)
+    stop_timeout_s: float = 1.0
+    # the commissioned TCP, flange → tool centre point [x, y, z, qx, qy, qz, qw]
+    # (the robot's F_T_EE), and the payload on the flange (mass kg, centre of
+    # mass m in the flange frame, inertia kg·m² column-major): configured
+    # through franky at connect and read back (see configure_end_effector).
+    # None leaves Desk's end-effector configuration as it is.
+    tcp: tuple[float, ...] | None = None
+    payload_mass: float | None = None
+    payload_com: tuple[float, ...] = (0.0, 0.0, 0.0)
+    payload_inertia: tuple[float, ...] = (0.001, 0.0, 0.0, 0.0, 0.001, 0.0, 0.0, 0.0, 0.001)
+    # how far the robot's own F_T_EE / m_total may differ from the commissioned
+    # values (float32 on the wire: libfranka's state is packed as floats)
+    tcp_tolerance_m: float = 0.002
+    tcp_tolerance_deg: float = 1.0
+    payload_tolerance_kg: float = 0.05
+    payload_com_tolerance_m: float = 0.01
+
+    def __post_init__(self) -> None:
+        # configs arrive from TOML as plain strings and lists
+        object.__setattr__(self, "realtime", Realtime(self.realtime))
+        for name, size in (
+            ("home_q", N_JOINTS),
+            ("q_min", N_JOINTS),
+            ("q_max", N_JOINTS),
+            ("collision_torque_nm", N_JOINTS),
+            ("collision_force_n", 6),
+            ("max_joint_velocity", N_JOINTS),
+            ("workspace_min", 3),
+            ("workspace_max", 3),
+        ):
+            value = tuple(float(v) for v in getattr(self, name))
+            if len(value) != size:
+                raise ValueError(f"franky arm config: {name} needs {size} values, got {len(value)}")
+            object.__setattr__(self, name, value)
+        self._check_end_effector()
+        lo, hi = np.asarray(self.workspace_min), np.asarray(self.workspace_max)
+        if not np.all(lo < hi):
+            raise ValueError(
+                f"franky arm config: workspace_min {list(self.workspace_min)} must be below "
+                f"workspace_max {list(self.workspace_max)} on every axis"
+            )
+        # home_q is never clipped into the limits (a clipped home is another
+        # pose than the one commissioned): outside them, the config is refused
+        m = self.joint_margin_rad
+        for i, (v, q_lo, q_hi) in enumerate(zip(self.home_q, self.q_min, self.q_max, strict=True)):
+            if not q_lo + m <= v <= q_hi - m:
+                raise ValueError(
+                    f"franky arm config: home_q joint {i + 1} at {v:.3f} rad is outside its "
+                    f"limits [{q_lo:.3f}, {q_hi:.3f}] less the {m:g} rad margin"
+                )
+        if not 0.0 < self.relative_dynamics_factor <= 1.0:
+            raise ValueError("franky arm config: relative_dynamics_factor must be in (0, 1]")
+        if not 0.0 < self.home_dynamics_factor <= 1.0:
+            raise ValueError("franky arm config: home_dynamics_factor must be in (0, 1]")
+
+    def _check_end_effector(self) -> None:
+        for name, size in (("payload_com", 3), ("payload_inertia", 9)):
+            value = tuple(float(v) for v in getattr(self, name))
+            if len(value) != size:
+                raise ValueError(f"franky arm config: {name} needs {size} values, got {len(value)}")
+            object.__setattr__(self, name, value)
+        if self.tcp is not None:
+            tcp = tuple(float(v) for v in self.tcp)
+            if len(tcp) != 7 or abs(float(np.linalg.norm(tcp[3:])) - 1.0) > 1e-3:
+                raise ValueError(
+                    "franky arm config: tcp needs [x, y, z, qx, qy, qz, qw] with a unit quaternion"
+                )
+            object.__setattr__(self, "tcp", tcp)
+        if self.payload_mass is not None and not self.payload_mass > 0:
+            raise ValueError("franky arm config: payload_mass must be positive (kg)")
+
+
+RobotFactory = Callable[[FrankyArmConfig], Any]
+
+
+def _connect_robot(config: FrankyArmConfig) -> franky.Robot:
+    realtime = (
+        franky.RealtimeConfig.Enforce
+        if config.realtime == Realtime.enforce
+        else franky.RealtimeConfig.Ignore
+    )
+    robot = franky.Robot(
+        config.host,
+        relative_dynamics_factor=config.relative_dynamics_factor,
+        realtime_config=realtime,
+    )
+    robot.set_collision_behavior(list(config.collision_torque_nm), list(config.collision_force_n))
+    configure_end_effector(robot, config)
+    return robot
+
+
+def _pose(affine: Any) -> np.ndarray:
+    """franky's state gives libfranka's transforms as ``franky.Affine``."""
+    return np.asarray(affine.matrix, dtype=np.float64).reshape(4, 4)
+
+
+def configure_end_effector(robot: Any, config: FrankyArmConfig) -> None:
+    """Set the commissioned TCP and payload through franky, then read them
+    back from the robot's own state; a mismatch is an ArmFault.
+
+    franky 2.0 (the installed wheel's ``Robot.set_ee``/``set_load``
+    docstrings) binds libfranka's ``setEE`` as ``Robot.set_ee(NE_T_EE)``:
+    the transform from the *nominal* end effector to the end effector; the
+    flange → nominal end effector ``F_T_NE`` "can only be set through the
+    administrator's interface" (FCI docs, frankaemika.github.io/docs/libfranka.html),
+    so ``F_T_EE = F_T_NE · NE_T_EE``; and
+    ``setLoad`` as ``Robot.set_load(mass, F_x_Cload, inertia)``: an *external*
+    load on top of Desk's end effector (``m_ee``, ``F_x_Cee``), the controller
+    reporting their sum as ``m_total`` and ``F_x_Ctotal``. The end effector's
+    own parameters can only be set in Desk (libfranka's note on setLoad), so
+    the commissioned payload is split: load = commissioned − Desk's end
+    effector, placed so that the combined centre of mass is the commissioned
+    one. The inertia is passed as measured (it is not composed with Desk's:
+    at the station's speeds the gravity term dominates; not verified on
+    hardware)."""
+    if config.tcp is None and config.payload_mass is None:
+        return
+    s = robot.state
+    if config.tcp is not None:
+        wanted = _tcp_matrix(config.tcp)
+        ne_t_ee = np.linalg.inv(_pose(s.F_T_NE)) @ wanted
+        robot.set_ee(list(ne_t_ee.flatten(order="F")))
+    if config.payload_mass is not None:
+        m_ee = float(s.m_ee)
+        m_load = config.payload_mass - m_ee
+        if m_load < -config.payload_tolerance_kg:
+            raise ArmFault(
+                f"the end effector configured in Desk weighs {m_ee:.3f} kg, more than the "
+                f"commissioned payload {config.payload_mass:.3f} kg: fix Desk's end-effector "
+                "configuration or commission again"
+            )
+        m_load = max(0.0, m_load)
+        com = np.asarray(config.payload_com)
+        c_load = (
+            (config.payload_mass * com - m_ee * np.asarray(s.F_x_Cee)) / m_load
+            if m_load > 1e-3
+            else np.zeros(3)
+        )
+        robot.set_load(m_load, list(c_load), list(config.payload_inertia))
+    # the next state sample carries the new values, not necessarily the one
+    # franky holds now: read back until they match or the time is up
+    deadline = threading.Event()
+    for _ in range(READBACK_TRIES):
+        problems = end_effector_mismatch(end_effector_report(robot.state), config)
+        if not problems:
+            return
+        deadline.wait(READBACK_PERIOD_S)
+    raise ArmFault("end effector not as configured after setting it: " + "; ".join(problems))
+
+
+# reading back the end effector after setting it: up to half a second
+READBACK_TRIES = 50
+READBACK_PERIOD_S = 0.01
+
+
+def _tcp_matrix(tcp: tuple[float, ...]) -> np.ndarray:
+    from proctor.station.geometry import quat_to_matrix
+
+    m = np.eye(4)
+    m[:3, :3] = quat_to_matrix(np.asarray(tcp[3:]))
+    m[:3, 3] = tcp[:3]
+    return m
+
+
+@dataclass(frozen=True)
+class EndEffectorReport:
+    """What the controller believes is on the flange (its own state)."""
+
+    F_T_EE: np.ndarray  # 4×4
+    m_ee: float  # Desk's end effector
+    m_load: float  # set through set_load
+    m_total: float
+    F_x_Ctotal: np.ndarray  # (3,)
+
+
+def end_effector_report(state: Any) -> EndEffectorReport:
+    return EndEffectorReport(
+        F_T_EE=_pose(state.F_T_EE),
+        m_ee=float(state.m_ee),
+        m_load=float(state.m_load),
+        m_total=float(state.m_total),
+        F_x_Ctotal=np.asarray(state.F_x_Ctotal, dtype=np.float64),
+    )
+
+
+def tcp_mismatch(report: EndEffectorReport, config: FrankyArmConfig) -> str | None:
+    if config.tcp is None:
+        return None
+    wanted = _tcp_matrix(config.tcp)
+    dx = float(np.linalg.norm(report.F_T_EE[:3, 3] - wanted[:3, 3]))
+    rel = wanted[:3, :3].T @ report.F_T_EE[:3, :3]
+    angle = math.degrees(math.acos(max(-1.0, min(1.0, (float(np.trace(rel)) - 1.0) / 2.0))))
+    if dx <= config.tcp_tolerance_m and angle <= config.tcp_tolerance_deg:
+        return None
+    have = ", ".join(f"{v:.4f}" for v in report.F_T_EE[:3, 3])
+    want = ", ".join(f"{v:.4f}" for v in wanted[:3, 3])
+    return (
+        f"TCP (F_T_EE) at [{have}] m, commissioned [{want}] m: off by {1000 * dx:.1f} mm "
+        f"and {angle:.1f}°"
+    )
+
+
+def payload_mismatch(report: EndEffectorReport, config: FrankyArmConfig) -> str | None:
+    if config.payload_mass is None:
+        return None
+    dm = abs(report.m_total - config.payload_mass)
+    dc = float(np.linalg.norm(report.F_x_Ctotal - np.asarray(config.payload_com)))
+    if dm <= config.payload_tolerance_kg and dc <= config.payload_com_tolerance_m:
+        return None
+    return (
+        f"payload m_total {report.m_total:.3f} kg (Desk's end effector {report.m_ee:.3f} + load "
+        f"{report.m_load:.3f}), commissioned {config.payload_mass:.3f} kg; centre of mass off "
+        f"by {1000 * dc:.0f} mm"
+    )
+
+
+def end_effector_mismatch(report: EndEffectorReport, config: FrankyArmConfig) -> list[str]:
+    return [p for p in (tcp_mismatch(report, config), payload_mismatch(report, config)) if p]
+
+
+def _error_names(errors: Any) -> str | None:
+    """libfranka's ``Errors`` print as a list of the active flags' names."""
+    text = repr(errors)
+    return None if text in ("[]", "") else text
+
+
+def _is_preemption(exc: BaseException) -> bool:
+    return isinstance(exc, franky.ControlException) and PREEMPTED_TEXT in str(exc)
+
+
+def describe(exc: BaseException) -> str:
+    """A fault's text: its kind and libfranka's own words."""
+    if isinstance(exc, COMMUNICATION_ERRORS):
+        kind = "communication"
+    elif isinstance(exc, franky.ControlException) and "reflex" in str(exc).lower():
+        kind = "reflex"
+    else:
+        kind = "control"
+    return f"{kind} error ({type(exc).__name__}): {exc}"
+
+
+def quaternion_normalised(q: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(q))
+    if norm < 1e-6:
+        raise ValueError("cartesian_pose quaternion has zero norm")
+    return q / norm
+
+
+@ARMS.register("franky")
+class FrankyArm(Arm[FrankyArmConfig]):
+    config_class: ClassVar[type[FrankyArmConfig]] = FrankyArmConfig
+
+    def __init__(
+        self,
+        config: FrankyArmConfig,
+        clock: Clock | None = None,
+        robot_factory: RobotFactory = _connect_robot,
+    ) -> None:
+        self.config = config
+        self.clock = clock or MonotonicClock()
+        self._robot_factory = robot_factory
+        self._robot: Any = None
+        self._lock = threading.RLock()
+        self._fault: str | None = None
+        # the control interface of the motion last started (franky runs one
+        # loop per interface; see _start_motion)
+        self._interface: str | None = None
+        self._q_lo = np.asarray(config.q_min) + config.joint_margin_rad
+        self._q_hi = np.asarray(config.q_max) - config.joint_margin_rad
+        self._dq_max = np.asarray(config.max_joint_velocity) * config.relative_dynamics_factor
+
+    # -- lifecycle ---------------------------------------------------------
+    def connect(self) -> None:
+        with self._lock:
+            if self._robot is not None:
+                return
+            self._robot = self._connect_within_timeout()
+
+    def _connect_within_timeout(self) -> Any:
+        """libfranka's connect, on a helper thread so that a controller that
+        never answers is a clear fault instead of a hung station."""
+        c = self.config
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def attempt() -> None:
+            # if this outlives the timeout, the late connection is dropped with
+            # ``outcome`` once the thread ends: nobody else holds it
+            try:
+                outcome["robot"] = self._robot_factory(c)
+            except BaseException as exc:
+                outcome["error"] = exc
+            done.set()
+
+        threading.Thread(target=attempt, name="franky-connect", daemon=True).start()
+        if not done.wait(c.connect_timeout_s):
+            raise ArmFault(
+                f"cannot connect to the arm at {c.host}: no answer within "
+                f"{c.connect_timeout_s} s (FCI off, or another client holds the robot)"
+            )
+        error = outcome.get("error")
+        if error is not None:
+            if isinstance(error, FRANKY_ERRORS):
+                raise ArmFault(
+                    f"cannot connect to the arm at {c.host}: {describe(error)}"
+                ) from None
+            raise error
+        return outcome.pop("robot")
+
+    def disconnect(self) -> None:
+        with self._lock:
+            self._robot = None  # libfranka closes the connection with the object
+
+    @property
+    def is_connected(self) -> bool:
+        return self._robot is not None
+
+    def _r(self) -> Any:
+        """The robot, looked up at each use. Never bind it to a local: a
+        traceback would keep the frame, and with it the libfranka connection,
+        alive after ``disconnect`` — and the controller takes one client."""
+        if self._robot is None:
+            raise ArmFault("arm is not connected")
+        return self._robot
+
+    # -- faults ------------------------------------------------------------
+    @property
+    def fault(self) -> str | None:
+        return self._fault
+
+    def _latch(self, exc: BaseException) -> ArmFault:
+        """Record a fault, make sure nothing keeps moving, and say so."""
+        text = describe(exc)
+        if self._fault is None:
+            self._fault = text
+            log.error("ARM FAULT: %s", text)
+            self._safety_stop()
+        return ArmFault(text)
+
+    def _safety_stop(self) -> None:
+        try:
+            self._robot.stop()
+        except Exception:
+            # after a reflex the controller has already stopped the arm; after
+            # a lost link nothing can reach it — either way somebody must look
+            log.critical("FAILED TO STOP THE ARM after a fault", exc_info=True)
+
+    @property
+    def moving(self) -> bool:
+        """Whether a motion is still executing (a fault ends it: see ``fault``)."""
+        with self._lock:
+            self._r()
+            self._poll()
+            # not poll_motion()'s return value: in franky 2.0 it is True once
+            # the motion has *finished*, the opposite of its docstring
+            return bool(self._r().is_in_control)
+
+    def _poll(self) -> None:
+        """Latch an exception out of the asynchronous motion, if any (the
+        callers look at ``self._fault``)."""
+        try:
+            self._robot.poll_motion()
+        except FRANKY_ERRORS as exc:
+            if not _is_preemption(exc):
+                self._latch(exc)
+
+    # -- the Arm role --------------------------------------------------------
+    def read_state(self) -> ArmState:
+        with self._lock:
+            self._r()
+            self._poll()  # a latched fault is reported in the state below
+            try:
+                s = self._r().state
+            except FRANKY_ERRORS as exc:
+                raise self._latch(exc) from exc
+            t = self.clock.now()
+            pose = s.O_T_EE
+            error = self._fault
+            if error is None:
+                controller = _error_names(s.current_errors)
+                if controller is not None:
+                    error = f"controller errors: {controller}"
+                elif s.robot_mode == franky.RobotMode.Reflex:
+                    error = (
+                        f"reflex: {_error_names(s.last_motion_errors) or 'robot in Reflex mode'}"
+                    )
+            return ArmState(
+                t=t,
+                q=np.array(s.q, dtype=np.float64),
+                dq=np.array(s.dq, dtype=np.float64),
+                ee_pose=np.concatenate([pose.translation, pose.quaternion]).astype(np.float64),
+                error=error,
+            )
+
+    def controller_report(self) -> ControllerReport:
+        with self._lock:
+            self._r()
+            try:
+                s = self._r().state
+            except FRANKY_ERRORS as exc:
+                raise self._latch(exc) from exc
+            report = end_effector_report(s)
+            return ControllerReport(
+                mode=s.robot_mode.name,
+                command_success_rate=float(s.control_command_success_rate),
+                tcp_problem=tcp_mismatch(report, self.config),
+                payload_problem=payload_mismatch(report, self.config),
+                tcp_configured=self.config.tcp is not None,
+                payload_configured=self.config.payload_mass is not None,
+                versions=library_versions(),
+            )
+
+    def clip(self, command: ArmCommand) -> ArmCommand:
+        """The command the arm will actually execute: inside the joint limits,
+        the velocity limits and the workspace box, with a unit quaternion."""
+        c = self.config
+        target = command.target
+        if command.kind == ArmCommandKind.joint_position:
+            target = np.clip(target, self._q_lo, self._q_hi)
+        elif command.kind == ArmCommandKind.joint_velocity:
+            target = np.clip(target, -self._dq_max, self._dq_max)
+        elif command.kind == ArmCommandKind.cartesian_pose:
+            xyz = np.clip(target[:3], c.workspace_min, c.workspace_max)
+            target = np.concatenate([xyz, quaternion_normalised(target[3:])])
+        else:
+            factor = c.relative_dynamics_factor
+            target = np.concatenate(
+                [
+                    _clip_norm(target[:3], c.max_linear_velocity * factor),
+                    _clip_norm(target[3:], c.max_angular_velocity * factor),
+                ]
+            )
+        return ArmCommand(command.kind, target)
+
+    def _motion(self, command: ArmCommand) -> Any:
+        # the Robot already scales every motion by relative_dynamics_factor
+        # (it was given at connect); a motion's own factor multiplies on top
+        factor = 1.0
+        hold = franky.Duration(round(self.config.velocity_hold_s * 1000))
+        t = command.target
+        if command.kind == ArmCommandKind.joint_position:
+            return franky.JointMotion(t, relative_dynamics_factor=factor)
+        if command.kind == ArmCommandKind.joint_velocity:
+            return franky.JointVelocityMotion(t, duration=hold, relative_dynamics_factor=factor)
+        if command.kind == ArmCommandKind.cartesian_pose:
+            return franky.CartesianMotion(
+                franky.Affine(t[:3], t[3:]), relative_dynamics_factor=factor
+            )
+        return franky.CartesianVelocityMotion(
+            franky.Twist(t[:3], t[3:]), duration=hold, relative_dynamics_factor=factor
+        )
+
+    def send(self, command: ArmCommand) -> ArmCommand:
+        sent = self.clip(command)
+        with self._lock:
+            self._r()
+            self._poll()
+            if self._fault is not None:
+                raise ArmFault(f"arm is faulted, refusing to move: {self._fault}")
+            try:
+                self._start_motion(lambda: self._motion(sent), sent.kind.value)
+            except FRANKY_ERRORS as exc:
+                raise self._latch(exc) from exc
+        return sent
+
+    def _start_motion(self, make: Callable[[], Any], interface: str) -> None:
+        """Start a motion asynchronously, preempting the running one. A motion
+        preempts only one of its own control interface (joint position,
+        joint velocity, Cartesian pose, Cartesian velocity); for another, the
+        running motion is stopped and allowed to end first — libfranka raises
+        ``InvalidMotionTypeException`` otherwise. Motions are single-use, so
+        ``make`` builds a fresh one for each attempt."""
+        robot = self._r()
+        if self._interface not in (None, interface) and robot.is_in_control:
+            self._end_motion()
+        try:
+            robot.move(make(), asynchronous=True)
+        except franky.InvalidMotionTypeException:
+            # the previous control loop was still winding down: let it end
+            self._end_motion()
+            self._r().move(make(), asynchronous=True)
+        self._interface = interface
+
+    def _end_motion(self) -> None:
+        robot = self._r()
+        try:
+            robot.stop()
+        except CONTROL_ERRORS:
+            log.debug("stop on an idle arm", exc_info=True)
+        try:
+            robot.join_motion(timeout=self.config.stop_timeout_s)
+        except FRANKY_ERRORS as exc:
+            if not _is_preemption(exc):
+                raise
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._robot is None:
+                return
+            try:
+                self._r().stop()
+            except COMMUNICATION_ERRORS as exc:
+                raise self._latch(exc) from exc
+            except CONTROL_ERRORS:
+                log.debug("stop on an idle arm", exc_info=True)
+            try:
+                finished = self._r().join_motion(timeout=self.config.stop_timeout_s)
+            except FRANKY_ERRORS as exc:
+                if not _is_preemption(exc):
+                    raise self._latch(exc) from exc
+                finished = True
+            if not finished:
+                log.critical("ARM DID NOT STOP within %.1f s", self.config.stop_timeout_s)
+                raise ArmFault(f"arm did not stop within {self.config.stop_timeout_s} s")
+
+    def recover(self) -> None:
+        """``recover_from_errors`` — only ever on an explicit operator action."""
+        with self._lock:
+            self._r()
+            log.warning("operator recovery of the arm (fault was: %s)", self._fault)
+            try:
+                ok = self._r().recover_from_errors()
+            except FRANKY_ERRORS as exc:
+                raise ArmFault(f"recovery failed: {describe(exc)}") from exc
+            if not ok or self._r().has_errors:
+                raise ArmFault("recovery failed: the controller still reports errors")
+            self._fault = None
+
+    def home(self) -> None:
+        c = self.config
+        with self._lock:
+            self._r()
+            self._poll()
+            if self._fault is not None:
+                raise ArmFault(f"arm is faulted, refusing to home: {self._fault}")
+            target = np.clip(np.asarray(c.home_q), self._q_lo, self._q_hi)
+            # relative to the Robot's global factor, which caps every motion
+            factor = min(1.0, c.home_dynamics_factor / c.relative_dynamics_factor)
+            try:
+                self._start_motion(
+                    lambda: franky.JointMotion(target, relative_dynamics_factor=factor),
+                    ArmCommandKind.joint_position.value,
+                )
+            except FRANKY_ERRORS as exc:
+                raise self._latch(exc) from exc
+        # wait outside the lock so telemetry keeps flowing and an operator
+        # stop can preempt the homing motion
+        try:
+            finished = self._r().join_motion(timeout=c.home_timeout_s)
+        except FRANKY_ERRORS as exc:
+            if _is_preemption(exc):
+                raise ArmFault("homing was interrupted by a stop") from exc
+            with self._lock:
+                raise self._latch(exc) from exc
+        if not finished:
+            self.stop()
+            raise ArmFault(f"arm did not reach home within {c.home_timeout_s} s")
+        # the trajectory has ended; the joints converge a little after it
+        settle_until = self.clock.now() + c.settle_timeout_s
+        while True:
+            error = float(np.max(np.abs(self.read_state().q - target)))
+            if error <= c.home_tolerance_rad:
+                return
+            if self.clock.now() >= settle_until:
+                raise ArmFault(
+                    f"arm stopped {error:.3f} rad from home (tolerance {c.home_tolerance_rad})"
+                )
+            self.clock.sleep_until(self.clock.now() + 0.01)
+
+
+def library_versions() -> dict[str, str]:
+    """franky's and its bundled libfranka's versions. The robot's server
+    version is not among them: franky 2.0 binds ``server_version`` only on
+    the Franka Hand's ``Gripper`` (``_franky.pyi``), not on ``Robot``
+    (libfranka's ``Robot::serverVersion`` is unbound); a server that does not
+    match the bundled libfranka refuses the connection with
+    ``IncompatibleVersionException``, which connect reports."""
+    from importlib import metadata
+
+    versions = {"robot server": "not exposed by franky (a mismatch refuses to connect)"}
+    try:
+        versions["franky-control"] = metadata.version("franky-control")
+        files = metadata.files("franky-control") or []
+    except metadata.PackageNotFoundError:
+        return versions
+    for f in files:
+        # the wheel bundles libfranka as franky_control.libs/libfranka-<hash>.so.<version>
+        name = f.name
+        if name.startswith("libfranka") and ".so." in name:
+            versions["libfranka"] = name.split(".so.", 1)[1]
+    return versions
+
+
+def _clip_norm(v: np.ndarray, limit: float) -> np.ndarray:
+    norm = float(np.linalg.norm(v))
+    return v if norm <= limit else v * (limit / norm)
+
+
+__all__ = ["N_JOINTS", "FrankyArm", "FrankyArmConfig", "Realtime", "describe"]

@@ -1,0 +1,109 @@
+"""The ``Gripper`` role. Positions are normalised: 0 = fully open, 1 = fully
+closed (the DROID/openpi convention); speed and force are fractions of the
+device's range."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from types import TracebackType
+from typing import ClassVar, Generic, Self, TypeVar
+
+from proctor.station.drivers.registry import Registry
+
+
+@dataclass(frozen=True)
+class GripperCommand:
+    position: float  # target in [0, 1]
+    speed: float = 1.0  # [0, 1]
+    force: float = 0.5  # [0, 1]
+
+    def __post_init__(self) -> None:
+        for name in ("position", "speed", "force"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"gripper {name} must be in [0, 1], got {value}")
+
+
+@dataclass(frozen=True)
+class GripperState:
+    t: float  # station clock time of the sample
+    target: float  # last commanded position, [0, 1]
+    position: float  # measured position, [0, 1]
+    object_detected: bool  # fingers stopped on an object
+    activated: bool
+    fault: str | None = None  # device fault text; None when healthy
+    current_ma: float | None = None
+
+
+@dataclass(frozen=True)
+class GripperConfig:
+    driver: ClassVar[str]
+
+
+class GripperFault(RuntimeError):
+    """The gripper reported a fault or stopped answering."""
+
+
+# each implementation narrows ``config`` to its own config class, so that its
+# fields type-check where the implementation reads them
+C = TypeVar("C", bound=GripperConfig)
+
+
+class Gripper(ABC, Generic[C]):
+    config: C
+
+    @abstractmethod
+    def connect(self) -> None: ...
+
+    @abstractmethod
+    def disconnect(self) -> None: ...
+
+    @property
+    @abstractmethod
+    def is_connected(self) -> bool: ...
+
+    @abstractmethod
+    def activate(self) -> None:
+        """Reset and activate; return once the device reports it is ready.
+        On a real gripper this moves the fingers: an operator's action."""
+
+    def needs_activation(self) -> bool:
+        """Whether the device must be (re)activated before it can move."""
+        return not self.read_state().activated
+
+    def ensure_activated(self) -> bool:
+        """Activate only a gripper that needs it (never one that is ready, which
+        may be holding something); True when it did activate."""
+        if not self.needs_activation():
+            return False
+        self.activate()
+        return True
+
+    @abstractmethod
+    def send(self, command: GripperCommand) -> GripperCommand:
+        """Start moving; return the command actually sent (after quantisation)."""
+
+    @abstractmethod
+    def read_state(self) -> GripperState: ...
+
+    def __enter__(self) -> Self:
+        self.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.disconnect()
+
+
+GRIPPERS: Registry[Gripper] = Registry(
+    "gripper",
+    {
+        "sim": "proctor.station.sim.gripper",
+        "robotiq_2f85": "proctor.station.drivers.gripper.robotiq",
+    },
+)

@@ -1,0 +1,185 @@
+"""Every name the station writes or sends, defined once.
+
+The recorder writes these columns; the annotator (release detector), the web
+run explorer and the ``.rrd`` exporter read exactly these. Change a name here
+and every reader follows; never spell one of them out elsewhere.
+
+Conventions: times are seconds on the station clock (the one clock every
+sample carries); joint vectors are 7 entries (rad, rad/s); the end-effector
+pose is ``[x, y, z, qx, qy, qz, qw]`` in metres in the robot base frame;
+gripper positions are normalised, 0 = open, 1 = closed. The layout of a
+recording (files, artifacts, manifest) is described in ``proctor/station/README.md``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+N_JOINTS = 7
+ACTION_WIDTH = (
+    7  # widest arm command (joint vectors, pose with quaternion); narrower ones NaN-padded
+)
+
+# ---------------------------------------------------------------------------
+# Telemetry: one row per sample at ``telemetry_hz`` (≥ 100 Hz)
+# ---------------------------------------------------------------------------
+
+T = "t"  # station clock time of the sample, s
+PHASE = "phase"  # TelemetryPhase value (dictionary-encoded string)
+JOINT_POSITION = tuple(f"q{i}" for i in range(N_JOINTS))  # measured, rad
+JOINT_VELOCITY = tuple(f"dq{i}" for i in range(N_JOINTS))  # measured, rad/s
+EE_POSE = ("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw")  # measured
+EE_X, EE_Y, EE_Z = EE_POSE[:3]
+# linear speed of the tool centre point, m/s: the finite difference of EE_X..EE_Z
+# between consecutive samples (their own times), 0 on the first sample
+EE_SPEED = "ee_speed"
+# the arm command in force at the sample (the latest action step's)
+ACTION_KIND = "action_kind"  # ArmCommandKind value, "" before the first action
+ACTION_STEP = "action_step"  # index of that action step in the episode, -1 before the first
+ACTION_REQUESTED = tuple(f"action_req{i}" for i in range(ACTION_WIDTH))  # as the policy asked
+ACTION_SENT = tuple(f"action_sent{i}" for i in range(ACTION_WIDTH))  # as the arm accepted it
+GRIPPER_TARGET_REQUESTED = "gripper_target_req"  # the policy's gripper value, clipped to [0, 1]
+GRIPPER_TARGET = "gripper_target"  # the target the gripper reports it is moving to
+GRIPPER_POSITION = "gripper_position"  # measured finger position
+GRIPPER_OBJECT = "gripper_object"  # bool: fingers stopped on an object
+POLICY_CALLS = "policy_calls"  # completed policy calls so far (cumulative)
+POLICY_LATENCY = "policy_latency_s"  # wall-clock latency of the latest completed call, NaN before
+# the safety envelope's verdict on the action step in force at the sample: "" when it was
+# sent as the policy asked, else the reason the envelope clamped or stopped it: one
+# intervention is one action step with a reason. Each is also logged as an episode event
+# of kind ENVELOPE_EVENT, its reason in ``details["reason"]`` (what the run explorer
+# marks and lists), and the manifest's ``envelope`` block counts them
+ENVELOPE_REASON = "envelope_reason"
+ENVELOPE_EVENT = "envelope"
+
+TELEMETRY_FLOAT_COLUMNS: tuple[str, ...] = (
+    *JOINT_POSITION,
+    *JOINT_VELOCITY,
+    *EE_POSE,
+    EE_SPEED,
+    *ACTION_REQUESTED,
+    *ACTION_SENT,
+    GRIPPER_TARGET_REQUESTED,
+    GRIPPER_TARGET,
+    GRIPPER_POSITION,
+    POLICY_LATENCY,
+)
+
+
+def _float_slice(names: tuple[str, ...]) -> slice:
+    start = TELEMETRY_FLOAT_COLUMNS.index(names[0])
+    span = slice(start, start + len(names))
+    if TELEMETRY_FLOAT_COLUMNS[span] != names:
+        raise ValueError(f"telemetry columns {names} are not contiguous in the float row")
+    return span
+
+
+# Where each column sits in a row of TELEMETRY_FLOAT_COLUMNS (the recorder's float
+# buffer): writers address a row through these, never through literal offsets
+SLICE_JOINT_POSITION = _float_slice(JOINT_POSITION)
+SLICE_JOINT_VELOCITY = _float_slice(JOINT_VELOCITY)
+SLICE_EE_POSE = _float_slice(EE_POSE)
+SLICE_ACTION_REQUESTED = _float_slice(ACTION_REQUESTED)
+SLICE_ACTION_SENT = _float_slice(ACTION_SENT)
+FLOAT_INDEX: dict[str, int] = {name: i for i, name in enumerate(TELEMETRY_FLOAT_COLUMNS)}
+
+TELEMETRY_COLUMNS: tuple[str, ...] = (
+    T,
+    PHASE,
+    ACTION_KIND,
+    ACTION_STEP,
+    *TELEMETRY_FLOAT_COLUMNS,
+    GRIPPER_OBJECT,
+    POLICY_CALLS,
+)
+
+
+class TelemetryPhase(StrEnum):
+    """What the control loop was doing when the sample was taken."""
+
+    running = "running"  # executing the policy's action chunk
+    awaiting_policy = "awaiting_policy"  # chunk exhausted, holding while the policy answers
+    stopped = "stopped"  # arm stopped (stop, safety, fault, time up); still recording
+
+
+# ---------------------------------------------------------------------------
+# Per-camera frame table: one row per frame written to the camera's MP4
+# ---------------------------------------------------------------------------
+
+FRAME = "frame"  # index of the frame in the MP4, 0-based, no gaps
+FRAME_T = "t"  # station clock time of capture, s
+FRAME_PTS = "pts_s"  # presentation time in the MP4 = t - episode clock start
+FRAME_DEVICE_INDEX = "device_index"  # the camera's own counter: gaps are frames it dropped
+FRAME_DEVICE_T = "device_t"  # the device's own timestamp, s (NaN when it has none)
+FRAME_COLUMNS = (FRAME, FRAME_T, FRAME_PTS, FRAME_DEVICE_INDEX, FRAME_DEVICE_T)
+
+# ---------------------------------------------------------------------------
+# Camera names
+# ---------------------------------------------------------------------------
+
+CAMERA_EXTERIOR = "exterior"
+CAMERA_WRIST = "wrist"
+CAMERAS = (CAMERA_EXTERIOR, CAMERA_WRIST)
+
+# ---------------------------------------------------------------------------
+# Policy wire protocol: observation keys (openpi DROID names, RoboArena dialect)
+# ---------------------------------------------------------------------------
+
+OBS_EXTERIOR_IMAGE = "observation/exterior_image_1_left"  # openpi DROID
+OBS_WRIST_IMAGE = "observation/wrist_image_left"
+OBS_JOINT_POSITION = "observation/joint_position"  # (7,)
+OBS_CARTESIAN_POSITION = "observation/cartesian_position"  # (6,) xyz + extrinsic xyz Euler
+OBS_GRIPPER_POSITION = "observation/gripper_position"  # (1,)
+OBS_PROMPT = "prompt"
+ROBOARENA_ENDPOINT = "endpoint"  # "infer" | "reset"
+ROBOARENA_SESSION_ID = "session_id"
+
+
+def roboarena_exterior_image(index: int, eye: str = "left") -> str:
+    """RoboArena numbers its exterior cameras from 0."""
+    return f"observation/exterior_image_{index}_{eye}"
+
+
+REPLY_ACTIONS = "actions"  # (H, D) action chunk in the reply
+
+# The Positronic v1 wire (Positronic-Robotics/positronic, ``positronic/offboard``):
+# its own observation names, and the channels of each action in a reply's ``result``
+POSITRONIC_JOINTS = "robot_state.q"  # (7,) rad
+POSITRONIC_JOINT_VELOCITY = "robot_state.dq"  # (7,) rad/s
+POSITRONIC_EE_POSE = "robot_state.ee_pose"  # (7,) [x, y, z, qw, qx, qy, qz]: scalar FIRST
+POSITRONIC_GRIP = "grip"  # (1,) gripper closure, 0 open … 1 closed
+POSITRONIC_TASK = "task"  # the language instruction
+POSITRONIC_EXTERIOR_IMAGE = "image.exterior"
+POSITRONIC_WRIST_IMAGE = "image.wrist"
+POSITRONIC_ROBOT_COMMAND = "robot_command"  # a command: cartesian_pos | joint_pos | …
+POSITRONIC_TARGET_GRIP = "target_grip"  # float in [0, 1]
+POSITRONIC_TIMESTAMP = "timestamp"  # s after the call the action is due
+
+# Privileged observation keys, sent ONLY by the simulated cell (profile ``sim``)
+# so that scripted demo policies know where things are. A real station never
+# sends them; a policy that needs them cannot run on hardware.
+SIM_PREFIX = "sim/"
+SIM_ITEMS = "sim/items"  # (N, 4) float: x, y, z, ItemState code per item
+SIM_SOURCE_BIN = "sim/source_bin"  # (4,) inner rectangle: centre x, centre y, half x, half y
+SIM_TARGET_BIN = "sim/target_bin"  # (4,) same for the target bin
+SIM_BIN_HEIGHT = "sim/bin_height"  # (1,) wall height, m
+SIM_SEED = "sim/seed"  # (1,) the episode's sim seed (lets a scripted policy be reproducible)
+SIM_TIME = "sim/t"  # (1,) seconds since the episode started, station clock
+
+
+class ItemState(StrEnum):
+    """Where a simulated item is; its code (index) is what ``sim/items`` carries."""
+
+    source = "source"  # in the source bin, pickable
+    held = "held"  # between the fingers
+    placed = "placed"  # in the target bin
+    dropped = "dropped"  # on the table inside the workspace, pickable again
+    lost = "lost"  # outside the workspace, unrecoverable
+
+    @property
+    def code(self) -> int:
+        return _ITEM_CODES[self]
+
+
+_ITEM_CODES = {s: i for i, s in enumerate(ItemState)}
+ITEM_STATE_BY_CODE = {i: s for s, i in _ITEM_CODES.items()}

@@ -1,0 +1,245 @@
+"""What a wire dialect is: the base every dialect module subclasses.
+
+A ``Dialect`` is stateless (one instance per name, in the registry); a
+``Session`` is one connection's dialect state, from the handshake to the
+close. The defaults are the openpi wire's where one is natural; a dialect
+overrides what differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+import numpy as np
+
+from proctor.core.domain import EndpointDialect
+from proctor.station.policy.spec import ActionSpace, ServerInfo
+
+if TYPE_CHECKING:
+    from websockets.sync.client import ClientConnection
+
+    from proctor.station.drivers.arm.base import ArmState
+    from proctor.station.drivers.gripper.base import GripperState
+    from proctor.station.policy.client import PolicyClient
+    from proctor.station.policy.conformance_base import CheckState
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A reply's action chunk, as the dialect decoded it."""
+
+    rows: np.ndarray  # (H, space.width) float64
+    space: ActionSpace
+    # True: row k is due k control steps after the request went out, so a
+    # real-time player skips the rows already past when the reply arrives
+    timed_from_call: bool = False
+
+
+class Session:
+    """One connection's dialect state: what is sent and how replies are read."""
+
+    def __init__(self, info: ServerInfo) -> None:
+        self.info = info
+
+    def reset_message(self, session_id: str) -> dict[str, Any] | None:
+        """The message that resets the server at an episode's start (None: none)."""
+        return None
+
+    def request(self, observation: dict[str, Any], session_id: str) -> dict[str, Any]:
+        """The frame an observation travels in."""
+        return observation
+
+    def decode(self, raw: Any, observation: dict[str, Any]) -> Decoded:
+        """A received frame → its chunk. Raises ``ProtocolError`` (the reply is
+        malformed) or ``ErrorReply`` (the server answered with an error text:
+        the connection is closed)."""
+        raise NotImplementedError
+
+    def end_message(self) -> dict[str, Any] | None:
+        """The frame that ends the session before the socket closes (None: none)."""
+        return None
+
+    def is_end_ack(self, frame: Any) -> bool:
+        """Whether a decoded frame acknowledges ``end_message``."""
+        return False
+
+    @property
+    def action_space(self) -> ActionSpace | None:
+        """The session's action space; None while the replies have not named it."""
+        return self.info.action_space
+
+
+class Dialect:
+    name: ClassVar[str]
+    # how a key is sent: "Authorization: <scheme> <key>"
+    auth_scheme: ClassVar[str] = "Api-Key"
+    # detectable from the metadata when no dialect is named: lower ranks are
+    # asked first, the highest is the fallback (None: must be named)
+    detect_rank: ClassVar[int | None] = None
+    # what ``dial_url`` adds to a URL, for the message when that makes it
+    # too long (None: the URL is used as given)
+    url_path_text: ClassVar[str | None] = None
+
+    @property
+    def ident(self) -> EndpointDialect:
+        """The name as ``ServerInfo.dialect`` and a submission carry it (a dialect
+        that is not in ``EndpointDialect``, such as a test's, by its bare name)."""
+        try:
+            return EndpointDialect(self.name)
+        except ValueError:
+            return cast(EndpointDialect, self.name)
+
+    # -- the endpoint -------------------------------------------------------------
+    def dial_url(self, url: str) -> str:
+        """The URL as stored and dialled; ``ValueError`` (its message names what
+        is wrong) when the dialect cannot use it."""
+        return url
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        if not api_key:
+            return {}
+        return {"Authorization": f"{self.auth_scheme} {api_key}"}
+
+    # -- the metadata ---------------------------------------------------------------
+    def claims(self, metadata: Mapping[Any, Any]) -> bool:
+        """Whether unnamed metadata is this dialect's (only asked of detectable ones)."""
+        return False
+
+    def parse_metadata(
+        self,
+        metadata: Mapping[Any, Any],
+        *,
+        default_image_size: tuple[int, int],
+        n_cameras_available: int,
+    ) -> ServerInfo:
+        raise NotImplementedError
+
+    def public(self, info: ServerInfo) -> dict[str, Any]:
+        """What ``ServerInfo.public`` adds for this dialect."""
+        return {}
+
+    # -- observations -----------------------------------------------------------------
+    def image_keys(self, info: ServerInfo) -> dict[str, str]:
+        """Observation key → the camera whose (fitted) frame it carries."""
+        raise NotImplementedError
+
+    def cameras(self, info: ServerInfo) -> tuple[str, ...]:
+        """The cameras a session needs, in the order they are named."""
+        return tuple(dict.fromkeys(self.image_keys(info).values()))
+
+    def encode(
+        self,
+        info: ServerInfo,
+        *,
+        arm: ArmState,
+        gripper: GripperState,
+        prompt: str,
+        images: dict[str, np.ndarray],
+    ) -> dict[str, Any]:
+        """The observation (without privileged keys); ``images``: camera → fitted frame."""
+        raise NotImplementedError
+
+    # -- the session --------------------------------------------------------------------
+    def open(self, client: PolicyClient, ws: ClientConnection) -> Session:
+        """Run the handshake on a fresh connection (``client`` gives the timeouts
+        and maps failures to ``PolicyError``s); closes ``ws`` when it fails."""
+        raise NotImplementedError
+
+    # -- serving (the demo policies and test servers) -------------------------------------
+    def served_metadata(self, declared: dict[str, Any], *, action_horizon: int) -> dict[str, Any]:
+        """The metadata a server of this dialect sends for a policy that declares
+        ``declared`` (RoboArena's keys)."""
+        return declared
+
+    def serve(
+        self,
+        policy: Any,
+        *,
+        host: str,
+        port: int,
+        fault: Any,
+        image_size: tuple[int, int] | None,
+        action_fps: float,
+    ) -> Any:
+        """A server (not started) for ``policy`` (a ``ServedPolicy``) on this wire.
+        ``fault`` drills the openpi server; ``image_size`` is (H, W)."""
+        from proctor.station.policy.server import PolicyServer
+
+        return PolicyServer(policy, host=host, port=port, fault=fault)
+
+    def served_text(self, server: Any) -> str:
+        """What ``proctor policy serve`` adds after the server's URL."""
+        return ""
+
+    def session(self, info: ServerInfo) -> Session:
+        """The session for a server whose metadata another dialect's handshake
+        read (a detectable dialect: detection runs after the openpi handshake)."""
+        raise NotImplementedError
+
+    # -- its conformance checks (``proctor/station/policy/conformance*.py`` ask these) -------------
+    # how the report names the wire ("the openpi dialect") and one handshake-to-close
+    # exchange on it ("connection")
+    wire_text: ClassVar[str] = "dialect"
+    session_text: ClassVar[str] = "connection"
+    # how the key is sent, for a server that refused the handshake with 401 or 403
+    auth_hint: ClassVar[str] = "'Authorization: Api-Key <key>'"
+    # what a 404 at the handshake suggests ("" : nothing)
+    not_found_hint: ClassVar[str] = ""
+    # the metadata keys the station reads, for the identity finding
+    metadata_keys_text: ClassVar[str] = "nothing"
+    # the message that resets a server mid-session, as findings name it (None: none)
+    reset_name: ClassVar[str | None] = None
+
+    def structural_metadata(self, path: str) -> bool:
+        """Whether a metadata path is protocol the dialect declares (never identity)."""
+        return False
+
+    def check_url(self, check: CheckState) -> bool:
+        """Whether the URL is one the dialect can dial (a failed finding if not)."""
+        return True
+
+    def check_handshake(self, check: CheckState, ws: ClientConnection) -> bool:
+        """The handshake on a raw connection, judged; True: the metadata was usable."""
+        raise NotImplementedError
+
+    def check_metadata(self, check: CheckState, metadata: dict[Any, Any], info: ServerInfo) -> None:
+        """The findings on usable metadata (what it says, identity, action space)."""
+        raise NotImplementedError
+
+    def check_extras(self, check: CheckState) -> None:
+        """Checks only this dialect has, after a successful handshake."""
+
+    def check_reset(self, check: CheckState, first: list[np.ndarray]) -> None:
+        """After the second run of the observations: the reset finding."""
+        from proctor.station.policy.conformance_base import Status
+
+        wire, what = self.wire_text, self.session_text
+        check.add(
+            "reset",
+            "Reset",
+            Status.passed,
+            f"The {wire} has no reset message: the station opens a new {what} "
+            f"for every episode, and your server served a second {what}.",
+        )
+
+    def check_error_convention(self, check: CheckState, ws: ClientConnection) -> None:
+        """A fresh raw connection (closed by the caller): how errors are reported."""
+        raise NotImplementedError
+
+    def reply_error_text(self, raw: Any) -> str | None:
+        """The server's own error text in a refused reply, for its submitter's report."""
+        return None
+
+    def explain_reply(self, check: CheckState, raw: Any, station_says: str, n: str) -> str:
+        """Advice for a reply the station's client refused."""
+        return f"The station's client refused your reply to observation {n}: {station_says}."
+
+    def reply_notes(self, reply: Any, str_keys: bool) -> dict[str, Any]:
+        """What ``judge_replies`` needs to know of one accepted reply."""
+        return {"str_keys": str_keys}
+
+    def judge_replies(self, check: CheckState, chunks: list[np.ndarray]) -> None:
+        """The findings on the replies of one run of the observations."""
+        raise NotImplementedError

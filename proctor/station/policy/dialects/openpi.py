@@ -1,0 +1,387 @@
+"""The openpi wire: msgpack metadata on connect, then ``infer(observation) →
+{"actions": (H, D)}`` with DROID's observation keys. A server with no
+RoboArena keys in its metadata is taken for one (the detection fallback)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+from websockets.exceptions import ConnectionClosed
+
+from proctor.station import keys
+from proctor.station.policy import codec
+from proctor.station.policy.conformance_base import COLUMNS, Status, excerpt, shape_text
+from proctor.station.policy.dialects import register
+from proctor.station.policy.dialects.base import Decoded, Dialect, Session
+from proctor.station.policy.spec import (
+    ErrorReply,
+    ProtocolError,
+    ServerInfo,
+    extract_chunk,
+    parse_action_space,
+    parse_metadata,
+)
+
+if TYPE_CHECKING:
+    from websockets.sync.client import ClientConnection
+
+    from proctor.station.drivers.arm.base import ArmState
+    from proctor.station.drivers.gripper.base import GripperState
+    from proctor.station.policy.client import PolicyClient
+    from proctor.station.policy.conformance_base import CheckState
+
+
+class OpenpiSession(Session):
+    def decode(self, raw: Any, observation: dict[str, Any]) -> Decoded:
+        if isinstance(raw, str):
+            # openpi servers send their traceback as text; it may name the
+            # policy, so it is not repeated here
+            raise ErrorReply(
+                f"policy server sent an error message ({len(raw)} characters) instead of actions"
+            )
+        space = self.info.action_space
+        assert space is not None
+        return Decoded(extract_chunk(codec.unpackb(raw), space), space)
+
+
+@register
+class Openpi(Dialect):
+    name = "openpi"
+    detect_rank = 100  # the fallback: any metadata without RoboArena's keys
+
+    def claims(self, metadata: Mapping[Any, Any]) -> bool:
+        return True
+
+    def parse_metadata(
+        self,
+        metadata: Mapping[Any, Any],
+        *,
+        default_image_size: tuple[int, int],
+        n_cameras_available: int,
+    ) -> ServerInfo:
+        space = parse_action_space(metadata)
+        return ServerInfo(self.ident, space, tuple(default_image_size), 1, True, False)  # type: ignore[arg-type]
+
+    def image_keys(self, info: ServerInfo) -> dict[str, str]:
+        return {
+            keys.OBS_EXTERIOR_IMAGE: keys.CAMERA_EXTERIOR,
+            keys.OBS_WRIST_IMAGE: keys.CAMERA_WRIST,
+        }
+
+    def encode(
+        self,
+        info: ServerInfo,
+        *,
+        arm: ArmState,
+        gripper: GripperState,
+        prompt: str,
+        images: dict[str, np.ndarray],
+    ) -> dict[str, Any]:
+        from proctor.station.policy.observation import cartesian_position
+
+        obs: dict[str, Any] = {
+            keys.OBS_JOINT_POSITION: arm.q.astype(np.float32),
+            keys.OBS_CARTESIAN_POSITION: cartesian_position(arm).astype(np.float32),
+            keys.OBS_GRIPPER_POSITION: np.array([gripper.position], dtype=np.float32),
+            keys.OBS_PROMPT: prompt,
+        }
+        for key, name in self.image_keys(info).items():
+            obs[key] = images[name]
+        return obs
+
+    def open(self, client: PolicyClient, ws: ClientConnection) -> Session:
+        from proctor.station.policy.client import PolicyProtocolError, PolicyUnavailable
+
+        try:
+            raw = ws.recv(timeout=client.connect_timeout_s)
+        except TimeoutError:
+            ws.close()
+            raise PolicyUnavailable(
+                f"policy server sent no metadata within {client.connect_timeout_s:g} s"
+            ) from None
+        except ConnectionClosed as exc:
+            raise client.closed_early(exc, "its metadata") from None
+        try:
+            if isinstance(raw, str):
+                raise ProtocolError("metadata arrived as text, not msgpack")
+            info = client.read_metadata(codec.unpackb(raw))
+        except (codec.CodecError, ProtocolError) as exc:
+            ws.close()
+            raise PolicyProtocolError(f"policy metadata rejected: {exc}") from None
+        return info.wire.session(info)
+
+    def served_metadata(self, declared: dict[str, Any], *, action_horizon: int) -> dict[str, Any]:
+        # free-form metadata: the action space is the one key the station reads
+        return {"action_space": declared["action_space"], "action_horizon": action_horizon}
+
+    def session(self, info: ServerInfo) -> Session:
+        """The session state for a server whose metadata ``info`` is."""
+        return OpenpiSession(info)
+
+    # -- its conformance checks ---------------------------------------------------------------
+    wire_text = "openpi dialect"
+    auth_hint = "'Authorization: Api-Key <key>', as openpi's client does"
+    metadata_keys_text = "action_space and, for RoboArena, its keys"
+    # a bare array as a reply draws a warning (openpi clients expect {'actions': …})
+    map_replies_only: ClassVar[bool] = True
+
+    def check_handshake(self, check: CheckState, ws: ClientConnection) -> bool:
+        """The metadata message comes first, a binary msgpack map."""
+        timeout = check.options.connect_timeout_s
+        title = "Metadata first"
+        try:
+            raw = ws.recv(timeout=timeout)
+        except TimeoutError:
+            check.add(
+                "metadata_first",
+                title,
+                Status.failed,
+                f"Your server sent nothing within {timeout:g} s of the connection. Like "
+                "openpi's WebsocketPolicyServer, it must send its metadata (a msgpack map, "
+                "possibly empty) as soon as a client connects, before any request.",
+            )
+            return False
+        except ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd is not None else None
+            check.add(
+                "metadata_first",
+                title,
+                Status.failed,
+                "Your server closed the connection before sending its metadata "
+                f"(close code {code}).",
+                close_code=code,
+            )
+            return False
+        if isinstance(raw, str):
+            check.add(
+                "metadata_first",
+                title,
+                Status.failed,
+                "Your server's first message was a text frame. The metadata must be a "
+                "binary frame holding a msgpack map (openpi's msgpack_numpy.packb).",
+                text=excerpt(raw),
+            )
+            return False
+        check.add(
+            "metadata_first",
+            title,
+            Status.passed,
+            "Your server sent its metadata first, as a binary frame.",
+            bytes=len(raw),
+        )
+        try:
+            metadata = codec.unpackb(raw)
+        except codec.CodecError as exc:
+            check.add(
+                "metadata_encoding",
+                "Metadata encoding",
+                Status.failed,
+                f"Your server's metadata is not msgpack-numpy: {exc}. Pack it with "
+                "openpi_client.msgpack_numpy.packb.",
+            )
+            return False
+        if not isinstance(metadata, dict):
+            check.add(
+                "metadata_encoding",
+                "Metadata encoding",
+                Status.failed,
+                f"Your server's metadata is a msgpack {type(metadata).__name__}; it must be a "
+                "map (a Python dict), even an empty one.",
+            )
+            return False
+        check.metadata = metadata
+        check.add(
+            "metadata_encoding",
+            "Metadata encoding",
+            Status.passed,
+            f"The metadata is a msgpack map with {len(metadata)} keys.",
+            keys=sorted(str(k) for k in metadata)[:50],
+        )
+        return check.judge_metadata(metadata)
+
+    def check_metadata(self, check: CheckState, metadata: dict[Any, Any], info: ServerInfo) -> None:
+        o = check.options
+        detected = parse_metadata(
+            metadata, dialect=None, default_image_size=o.default_image_size, n_cameras_available=9
+        ).dialect
+        if o.dialect is not None and detected != o.dialect:
+            check.add(
+                "metadata",
+                "Metadata contents",
+                Status.warning,
+                f"You registered the {o.dialect.value} dialect, but your metadata looks like "
+                f"{detected.value}'s. The station will speak {o.dialect.value}: check that "
+                "this is what your server expects.",
+                server=info.public(),
+            )
+        else:
+            check.add(
+                "metadata",
+                "Metadata contents",
+                Status.passed,
+                f"The station will speak the {info.dialect.value} dialect with your server: "
+                f"{info.action_space.value if info.action_space else 'undeclared'} actions, "
+                "images "
+                + (
+                    f"{info.image_size[0]}×{info.image_size[1]}"
+                    if info.image_size
+                    else "at the cameras' size"
+                )
+                + ".",
+                server=info.public(),
+            )
+        check.judge_identity(metadata)
+        check.judge_action_space(metadata, info)
+
+    def check_error_convention(self, check: CheckState, ws: ClientConnection) -> None:
+        title = "Errors reported as text"
+        try:
+            ws.recv(timeout=check.options.connect_timeout_s)  # the metadata
+        except Exception:
+            return
+        bad: dict[str, Any] = {"prompt": "conformance probe: an observation with no images"}
+        if check.info is not None:  # framed as the dialect frames a request
+            bad = check.info.wire.session(check.info).request(bad, "conformance-probe")
+        ws.send(codec.packb(bad))
+        try:
+            raw = ws.recv(timeout=check.options.request_timeout_s)
+        except TimeoutError:
+            check.add(
+                "error_convention",
+                title,
+                Status.warning,
+                "Sent an observation without images, your server neither answered nor "
+                f"reported an error within {check.options.request_timeout_s:g} s. openpi's "
+                "server sends the traceback as a text frame and closes (code 1011), so "
+                "clients fail fast instead of waiting out their timeout.",
+            )
+            return
+        except ConnectionClosed as exc:
+            code = exc.rcvd.code if exc.rcvd is not None else None
+            check.add(
+                "error_convention",
+                title,
+                Status.warning,
+                "Sent an observation without images, your server closed the connection "
+                f"(code {code}) without saying why. openpi's convention is to send the "
+                "error's text as a text frame first, then close with 1011.",
+                close_code=code,
+            )
+            return
+        if isinstance(raw, str):
+            check.add(
+                "error_convention",
+                title,
+                Status.passed,
+                "Sent an observation without images, your server reported the error as a "
+                "text frame, as openpi's server does.",
+                server_error=excerpt(raw),
+            )
+        else:
+            check.add(
+                "error_convention",
+                title,
+                Status.passed,
+                "Your server answered even an observation without images (it tolerates "
+                "missing keys).",
+            )
+
+    def explain_reply(self, check: CheckState, raw: Any, station_says: str, n: str) -> str:
+        space = check.info.action_space if check.info else None
+        try:
+            decoded = codec.unpackb(raw) if isinstance(raw, bytes | bytearray) else None
+        except codec.CodecError as exc:
+            return (
+                f"Your reply to observation {n} is not msgpack-numpy ({exc}). Pack replies "
+                "with openpi_client.msgpack_numpy.packb."
+            )
+        actions = decoded.get("actions") if isinstance(decoded, dict) else decoded
+        if isinstance(decoded, dict) and "actions" not in decoded:
+            got = ", ".join(sorted(str(k) for k in decoded)) or "none"
+            return (
+                f"Your reply to observation {n} has no 'actions' key (it has: {got}). Reply "
+                "with {'actions': array of shape (H, D)}."
+            )
+        if isinstance(actions, np.ndarray) and space is not None:
+            if actions.dtype.kind not in "fiu":
+                return (
+                    f"Your server returned actions of dtype {actions.dtype}; send numbers "
+                    "(float32 or float64)."
+                )
+            if actions.ndim not in (1, 2) or actions.shape[-1] != space.width:
+                return (
+                    f"Your server returned actions of shape {shape_text(actions)}; the "
+                    f"{space.value} action space needs {space.width} columns "
+                    f"({COLUMNS[space]}), so a chunk of shape (H, {space.width})."
+                )
+            if not np.all(np.isfinite(actions.astype(np.float64))):
+                return f"Your reply to observation {n} contains NaN or infinite actions."
+        return super().explain_reply(check, raw, station_says, n)
+
+    def reply_notes(self, reply: Any, str_keys: bool) -> dict[str, Any]:
+        actions = reply.get("actions") if isinstance(reply, dict) else reply
+        return {
+            "bare": not isinstance(reply, dict),
+            "str_keys": str_keys,
+            "dtype": str(actions.dtype) if isinstance(actions, np.ndarray) else None,
+            "ndim": int(actions.ndim) if isinstance(actions, np.ndarray) else None,
+        }
+
+    def judge_replies(self, check: CheckState, chunks: list[np.ndarray]) -> None:
+        space = check.info.action_space if check.info else None
+        replies = check.replies
+        shapes = sorted({c.shape for c in chunks})
+        shapes_seen = ", ".join(shape_text(np.empty(s)) for s in shapes)
+        notes: list[str] = []
+        status = Status.passed
+        if self.map_replies_only and any(r["bare"] for r in replies):
+            status = Status.warning
+            notes.append(
+                "your replies are bare arrays; openpi clients expect a map "
+                "{'actions': …} (RoboArena servers may reply with the array)"
+            )
+        if any(r["ndim"] == 1 for r in replies):
+            status = Status.warning
+            notes.append(
+                "some replies are a single action (1-D): the station runs it as a chunk of 1"
+            )
+        if any(r["str_keys"] for r in replies):
+            status = Status.warning
+            notes.append(
+                "your numpy arrays are tagged with text keys ('__ndarray__' as a str); openpi's "
+                "msgpack_numpy writes and reads them as binary keys, so openpi clients "
+                "would not decode your arrays (the station reads both)"
+            )
+        check.add(
+            "replies",
+            "Replies",
+            status,
+            f"All {len(chunks)} replies were msgpack-numpy with actions of shape {shapes_seen}"
+            + ("; but " + "; ".join(notes) + "." if notes else "."),
+            shapes=[list(s) for s in shapes],
+        )
+        dtypes = sorted({r["dtype"] for r in replies if r["dtype"]})
+        odd = [d for d in dtypes if d not in ("float32", "float64")]
+        if odd:
+            check.add(
+                "dtype",
+                "Action dtype",
+                Status.warning,
+                f"Your actions arrive as {', '.join(odd)}; the station converts them to "
+                "float64, but float32 or float64 is what it expects (float16 loses "
+                "millimetres at arm's length; integers are probably a bug).",
+                dtypes=dtypes,
+            )
+        else:
+            check.add(
+                "dtype",
+                "Action dtype",
+                Status.passed,
+                f"Actions arrive as {', '.join(dtypes)}.",
+                dtypes=dtypes,
+            )
+        check.judge_chunk_length(chunks)
+        if space is not None:
+            check.judge_values(chunks, space)

@@ -1,0 +1,75 @@
+"""Profile ``sim``: the kinematic simulated cell (``proctor/station/sim/``).
+
+Its ``[sim]`` section::
+
+    clock = "virtual"      # "virtual": faster than real time, deterministic by seed;
+                           # "monotonic": real time, for a person at the console
+    physics_hz = 100
+    v_max = 1.0            # m/s, Cartesian speed limit
+    reflex_speed = 0.35    # m/s: touching a wall or the floor faster is a safety stop
+
+Cameras default to 320×240 at 15 fps (cheap enough for a whole demo campaign
+on two cores); ``[cameras.exterior]`` / ``[cameras.wrist]`` override them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from proctor.core.errors import ConfigError
+from proctor.station import keys
+from proctor.station.cell import Cell
+from proctor.station.clock import Clock, MonotonicClock, VirtualClock
+from proctor.station.config import CameraSettings, StationConfig
+from proctor.station.drivers.camera.base import Camera
+from proctor.station.profiles import PROFILES, camera_settings
+from proctor.station.sim.arm import SimArm
+from proctor.station.sim.camera import SimCamera, SimCameraConfig
+from proctor.station.sim.gripper import SimGripper
+from proctor.station.sim.scene import SimScene
+from proctor.station.sim.world import SimParams, SimWorld
+
+DEFAULT_CAMERA = CameraSettings(width=320, height=240, fps=15)
+_PARAM_FIELDS = {f.name for f in dataclasses.fields(SimParams)}
+
+
+def sim_params(section: dict[str, Any]) -> tuple[str, SimParams]:
+    section = dict(section)
+    clock = section.pop("clock", "virtual")
+    if clock not in ("virtual", "monotonic"):
+        raise ConfigError(f"sim.clock: must be 'virtual' or 'monotonic', got {clock!r}")
+    unknown = set(section) - _PARAM_FIELDS
+    if unknown:
+        raise ConfigError(
+            f"sim: unknown setting(s) {', '.join(sorted(unknown))}; "
+            f"known: clock, {', '.join(sorted(_PARAM_FIELDS))}"
+        )
+    values: dict[str, float] = {}
+    for name, value in section.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"sim.{name}: must be a positive number, got {value!r}")
+        values[name] = float(value)
+    return clock, SimParams(**values)
+
+
+@PROFILES.register("sim")
+def build(config: StationConfig, clock: Clock | None = None) -> Cell:
+    clock_kind, params = sim_params(config.profile_section("sim"))
+    if clock is None:
+        clock = VirtualClock() if clock_kind == "virtual" else MonotonicClock()
+    world = SimWorld(clock, params)
+    cameras: dict[str, Camera] = {}
+    for name in keys.CAMERAS:
+        cs = camera_settings(config, name, DEFAULT_CAMERA)
+        cameras[name] = SimCamera(
+            world, SimCameraConfig(name=name, width=cs.width, height=cs.height, fps=cs.fps)
+        )
+    return Cell(
+        profile="sim",
+        clock=clock,
+        arm=SimArm(world),
+        gripper=SimGripper(world),
+        cameras=cameras,
+        scene=SimScene(world),
+    )

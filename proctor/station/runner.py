@@ -1,0 +1,603 @@
+"""The episode runner: arm → run → finish → await the operator's log → close.
+
+State machine (``RunnerState``): idle → armed → running → finishing →
+awaiting_log → (closed) idle. The runner never decides success: it stops on
+the time budget (``ran_out_of_time``), an operator stop, a safety stop (the
+button, an arm reflex or a gripper fault: ``safety``), a policy or station
+failure (``system``), or — on the simulated cell only — when the scene says
+every item is handled (standing in for the operator who ends a finished
+episode); it *proposes* that outcome and the operator's log decides.
+
+The control loop schedules two clocks' worth of work on the cell's clock:
+telemetry samples at ``telemetry_hz`` and action steps at ``control_hz``.
+An action chunk is executed open-loop for ``open_loop_steps`` steps, then
+the policy is asked again. On a real-time clock the request runs on the
+policy worker's thread and the loop keeps sampling (and can stop the arm)
+while it waits; on a virtual clock time stands still while the policy
+thinks. Either way a reply later than ``policy_timeout_s`` (wall clock)
+stops the arm at once and ends the episode ``system``. The loop and the
+finishing are in ``proctor.station.control``, a part for each job; stopping the arm
+(``_stop_arm_now``), the stop a request proposes (``_requested_stop``) and
+homing after an episode (``_home_after``) stay here, one place each.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import sessionmaker
+
+from proctor.core.artifacts import ArtifactStore
+from proctor.core.db import session_scope
+from proctor.core.db.engine import ProctorSession
+from proctor.core.domain import Outcome
+from proctor.core.errors import ProctorError
+from proctor.station import episodes, keys
+from proctor.station.camerahub import CameraHub
+from proctor.station.cell import Cell
+from proctor.station.clock import MonotonicClock
+from proctor.station.config import StationConfig
+from proctor.station.control.finishing import EpisodeFinish, EpisodeSummary
+from proctor.station.control.loop import ControlLoop
+from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
+from proctor.station.drivers.arm.base import ArmFault
+from proctor.station.drivers.camera.base import CameraStalled, Frame
+from proctor.station.drivers.gripper.base import GripperCommand, GripperFault
+from proctor.station.policy.client import (
+    PolicyClient,
+    PolicyError,
+    PolicyProtocolError,
+    PolicyWorker,
+)
+from proctor.station.policy.observation import ImageResizer, build_observation
+from proctor.station.recorder import Recorder, VideoSettings
+from proctor.station.work import Work
+
+log = logging.getLogger(__name__)
+
+
+class RunnerState(StrEnum):
+    idle = "idle"
+    armed = "armed"
+    running = "running"
+    finishing = "finishing"
+    awaiting_log = "awaiting_log"
+
+
+class StopKind(StrEnum):
+    operator = "operator"
+    safety = "safety"
+
+
+class RunnerBusy(ProctorError):
+    exit_code = 2
+    http_status = 409
+
+
+class PolicyUnreachable(ProctorError):
+    """The policy failed its pre-flight (connect + metadata): the work was not started."""
+
+    http_status = 503
+
+
+@dataclass
+class _Active:
+    work: Work
+    uid: str
+    episode_id: int
+    client: PolicyClient
+    worker: PolicyWorker
+    prompt: str
+    t0: float = math.nan
+    stop_kind: StopKind | None = None
+    stop_reason: str = ""
+    latencies: list[float] = field(default_factory=list)
+    end_details: dict[str, Any] = field(default_factory=dict)
+    resizer: ImageResizer = field(default_factory=lambda: ImageResizer(None))
+    cameras: frozenset[str] = frozenset()  # the cameras the policy is sent
+    # station time of the next query, when known: frames taken shortly before it are
+    # resized for the policy on the camera's thread as they arrive
+    next_query_t: float = math.inf
+    ticks: TelemetryTicks = field(default_factory=lambda: TelemetryTicks(0.0))
+    fault: str | None = None  # the class of a system ending, when it is known
+
+
+class EpisodeRunner:
+    def __init__(
+        self,
+        cell: Cell,
+        *,
+        config: StationConfig,
+        sessions: sessionmaker[ProctorSession],
+        store: ArtifactStore,
+        spool_root: Path,
+        hub: CameraHub | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.cell = cell
+        self.config = config
+        self.sessions = sessions
+        self.store = store
+        self.spool_root = Path(spool_root)
+        self.hub = hub or CameraHub(cell.cameras, cell.clock, cell.is_virtual)
+        self._own_hub = hub is None
+        self._on_change = on_change or (lambda: None)
+        self._lock = threading.RLock()
+        self.state = RunnerState.idle
+        self.active: _Active | None = None
+        self.last: EpisodeSummary | None = None
+        self.wall = MonotonicClock()
+        self._thread: threading.Thread | None = None
+        self._stop_event = threading.Event()
+        self.arm_error: str | None = None  # an arm left in error needs an operator's recover
+        with session_scope(sessions) as s:
+            self.station_id = episodes.ensure_station(s, name=config.name, profile=cell.profile).id
+
+    # -- lifecycle ------------------------------------------------------------
+    def open(self) -> None:
+        """Connect the cell and start the cameras (call once)."""
+        self.cell.connect()
+        if self._own_hub:
+            self.hub.start()
+
+    def close(self) -> None:
+        with self._lock:
+            if self.active is not None and self.state == RunnerState.running:
+                self.request_stop(StopKind.operator, "station shutting down")
+        if self._thread is not None:
+            self._thread.join(30)
+        with self._lock:
+            if self.state == RunnerState.armed and self.active is not None:
+                # never started: the row stays armed and recovery marks it interrupted
+                self.active.worker.close()
+        if self._own_hub:
+            self.hub.stop()
+        self.cell.close()
+
+    def _set_state(self, state: RunnerState) -> None:
+        with self._lock:
+            self.state = state
+        self._on_change()
+
+    @property
+    def camera_periods(self) -> dict[str, float]:
+        return {n: 1.0 / c.config.fps for n, c in self.cell.cameras.items()}
+
+    # -- arm --------------------------------------------------------------------
+    def arm(self, work: Work) -> str:
+        """Prepare the cell for ``work``, check the policy answers, create the episode.
+
+        Raises ``PolicyUnreachable`` (nothing created) when the policy's
+        endpoint fails its pre-flight, so the work source can reschedule it."""
+        with self._lock:
+            if self.state not in (RunnerState.idle,):
+                raise RunnerBusy(f"station is {self.state.value}; finish that first")
+            if self.arm_error is not None:
+                raise RunnerBusy(f"the arm is in error ({self.arm_error}); recover it first")
+        camera_problem = self.hub.arming_problem()
+        if camera_problem is not None:
+            raise RunnerBusy(camera_problem)
+        cfg = self.config
+        if self.cell.scene is not None:
+            self.cell.scene.prepare(work)
+        self._home()
+        client = PolicyClient(
+            work.policy_url,
+            dialect=work.dialect,
+            headers=work.policy_headers,
+            connect_timeout_s=cfg.policy_connect_timeout_s,
+            default_image_size=cfg.policy_image_size,
+            max_message_bytes=cfg.policy_max_message_bytes,
+            control_hz=cfg.control_hz,
+        )
+        try:
+            info = client.connect()
+        except PolicyError as exc:
+            raise PolicyUnreachable(f"run {work.run_code}: {exc}") from None
+        missing = [name for name in info.cameras if name not in self.cell.cameras]
+        if missing:
+            client.close()
+            raise PolicyUnreachable(
+                f"run {work.run_code}: the policy needs the {' and '.join(missing)} camera(s), "
+                "which this cell does not have"
+            )
+        try:
+            with session_scope(self.sessions) as s:
+                station = s.get(episodes.Station, self.station_id)
+                assert station is not None
+                obj = self._object_type(s, work)
+                episode = episodes.create_episode(s, work=work, station=station, object_type=obj)
+                episodes.add_event(
+                    s,
+                    episode=episode,
+                    kind="policy_connected",
+                    message=f"policy answered ({info.dialect.value}, {info.action_space_text})",
+                    details=info.public(),
+                )
+                prompt = work.prompt or obj.prompt or f"put the {obj.name} into the target bin"
+                uid, episode_id = episode.uid, episode.id
+        except BaseException:
+            client.close()
+            raise
+        with self._lock:
+            self.active = _Active(
+                work,
+                uid,
+                episode_id,
+                client,
+                PolicyWorker(client),
+                prompt,
+                resizer=ImageResizer(info.image_size, pad=info.pad_images),
+                cameras=frozenset(info.cameras),
+                ticks=TelemetryTicks(cfg.telemetry_hz),
+            )
+        self._set_state(RunnerState.armed)
+        return uid
+
+    def _object_type(self, s: ProctorSession, work: Work) -> Any:
+        spec = None
+        if self.cell.profile == "sim":
+            from proctor.station.sim.objects import OBJECTS
+
+            spec = OBJECTS.get(work.object_name)
+        return episodes.ensure_object_type(
+            s,
+            name=work.object_name,
+            display_name=spec.display_name if spec else "",
+            tags=list(spec.tags) if spec else [],
+            prompt=spec.prompt if spec else "",
+        )
+
+    def _home(self) -> None:
+        try:
+            self.cell.arm.home()
+            self.cell.gripper.send(GripperCommand(position=0.0))
+        except (ArmFault, GripperFault) as exc:
+            self.arm_error = str(exc)
+            raise RunnerBusy(f"homing failed: {exc}") from None
+
+    def recover(self) -> None:
+        """The operator's explicit recovery after a safety stop or fault. The
+        gripper is left as it is (activating it would sweep the fingers, maybe
+        holding an item, maybe at a hand): ``activate_gripper`` is its own action."""
+        with self._lock:
+            if self.state in (RunnerState.running, RunnerState.finishing):
+                raise RunnerBusy("cannot recover while an episode runs")
+        self.cell.arm.recover()
+        self.arm_error = None
+        self._home()
+        self._on_change()
+
+    def activate_gripper(self) -> None:
+        """The operator's explicit gripper (re)activation, hands clear: it resets
+        a major fault, and the fingers sweep fully open and closed."""
+        with self._lock:
+            if self.state in (RunnerState.armed, RunnerState.running, RunnerState.finishing):
+                raise RunnerBusy(f"cannot activate the gripper: station is {self.state.value}")
+        try:
+            self.cell.gripper.activate()
+        except GripperFault as exc:
+            raise RunnerBusy(f"gripper activation failed: {exc}") from None
+        self._on_change()
+
+    def disarm(self) -> None:
+        """Give up an armed episode before it started (closed as ``operator_stop``)."""
+        with self._lock:
+            act = self.active
+            if self.state != RunnerState.armed or act is None:
+                raise RunnerBusy(f"station is {self.state.value}, not armed")
+        act.worker.close()
+        with session_scope(self.sessions) as s:
+            ep = s.get(episodes.Episode, act.episode_id)
+            assert ep is not None
+            clock_now = self.cell.clock.now()
+            ep.clock_start_s = clock_now
+            episodes.mark_finishing(
+                s,
+                episode=ep,
+                clock_end_s=clock_now,
+                proposed=Outcome.operator_stop,
+                reason="disarmed before it started",
+            )
+            episodes.mark_awaiting_log(s, episode=ep)
+        self._set_state(RunnerState.awaiting_log)
+
+    # -- run ----------------------------------------------------------------------
+    def start(self, *, background: bool = True) -> None:
+        with self._lock:
+            if self.state != RunnerState.armed or self.active is None:
+                raise RunnerBusy(f"station is {self.state.value}, not armed")
+            self._stop_event.clear()
+            self.state = RunnerState.running
+        self._on_change()
+        if background:
+            self._thread = threading.Thread(target=self._run_safely, name="episode", daemon=True)
+            self._thread.start()
+        else:
+            self._run_safely()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run_headless(self, work: Work) -> EpisodeSummary:
+        """Arm, run to the end on this thread, and return the summary; the
+        episode is left awaiting its log (close it with ``submit_log`` or, in a
+        demo, ``close_with`` and the labelled ground-truth helper)."""
+        uid = self.arm(work)
+        self.start(background=False)
+        last = self.last
+        if last is None or last.uid != uid:
+            raise ProctorError(f"episode {uid}: the runner stopped without a result")
+        return last
+
+    def request_stop(self, kind: StopKind, reason: str = "") -> None:
+        """Operator stop or safety stop, from any thread. A safety stop halts the
+        arm here and now (the gripper keeps what it holds)."""
+        with self._lock:
+            act = self.active
+            if act is None or self.state not in (RunnerState.running, RunnerState.armed):
+                raise RunnerBusy(f"nothing to stop: station is {self.state.value}")
+            if act.stop_kind is None or kind == StopKind.safety:
+                act.stop_kind = kind
+                act.stop_reason = reason or (
+                    "safety stop pressed" if kind == StopKind.safety else "operator stop"
+                )
+        if kind == StopKind.safety:
+            self._stop_arm_now()
+        self._stop_event.set()
+
+    def _requested_stop(self, act: _Active) -> tuple[Outcome, str] | None:
+        """The ending a stop requested from another thread proposes (checked by
+        the control loop every tick): a safety stop has halted the arm already."""
+        if not self._stop_event.is_set():
+            return None
+        if act.stop_kind == StopKind.safety:
+            return Outcome.safety, act.stop_reason
+        self._stop_arm_now()
+        return Outcome.operator_stop, act.stop_reason
+
+    def _arm_error_text(self) -> str | None:
+        try:
+            return self.cell.arm.read_state().error
+        except ArmFault:
+            return None
+
+    def _stop_arm_now(self) -> None:
+        try:
+            self.cell.arm.stop()
+        except Exception:
+            log.critical("FAILED TO STOP THE ARM", exc_info=True)
+
+    def _run_safely(self) -> None:
+        act = self.active
+        assert act is not None
+        try:
+            self._run(act)
+        except BaseException:
+            log.critical("episode %s crashed", act.uid, exc_info=True)
+            self._stop_arm_now()
+            raise
+        finally:
+            act.worker.close()
+
+    def _run(self, act: _Active) -> None:
+        cfg, cell = self.config, self.cell
+        clock = cell.clock
+        spool = self.spool_root / act.uid
+        t0 = clock.now()
+        act.t0 = t0
+        act.next_query_t = t0  # the first query, at the start
+        if cell.scene is not None:
+            cell.scene.start_episode(t0)
+        videos = {
+            name: VideoSettings(c.config.width, c.config.height, c.config.fps)
+            for name, c in cell.cameras.items()
+        }
+        recorder = Recorder(
+            spool,
+            t0=t0,
+            cameras=videos,
+            telemetry_hz=cfg.telemetry_hz,
+            segment_s=cfg.segment_s,
+            virtual_clock=cell.is_virtual,
+            state={
+                "episode_uid": act.uid,
+                "run_code": act.work.run_code,
+                "profile": cell.profile,
+                "cameras": {n: vars(v) for n, v in videos.items()},
+                "telemetry_hz": cfg.telemetry_hz,
+            },
+        )
+        self.hub.set_sink(self._frame_sink(act, recorder))
+        with session_scope(self.sessions) as s:
+            ep = s.get(episodes.Episode, act.episode_id)
+            assert ep is not None
+            episodes.mark_running(s, episode=ep, clock_start_s=t0)
+        try:
+            act.client.reset(cfg.policy_timeout_s)
+            proposed, reason = self._control_loop(act, recorder)
+        except PolicyError as exc:
+            self._stop_arm_now()
+            proposed, reason = Outcome.system, str(exc)
+            if isinstance(exc, PolicyProtocolError):
+                # the policy's own doing, not the station's: the scheduler charges a
+                # policy for these once it has had its free ones (proctor.scheduler.claims)
+                act.fault = episodes.FAULT_POLICY_PROTOCOL
+        except Exception as exc:  # a station failure mid-episode: stop, record, report
+            log.error("episode %s: station failure", act.uid, exc_info=True)
+            self._stop_arm_now()
+            proposed, reason = Outcome.system, f"station failure: {type(exc).__name__}: {exc}"
+        t_end = clock.now()
+        self._set_state(RunnerState.finishing)
+        self._record_tail(act, recorder, t_end)
+        if cell.is_virtual:
+            # every frame the simulator has taken so far reaches the recorder
+            for name, period in self.camera_periods.items():
+                try:
+                    self.hub.frame_for(name, clock.now(), period, timeout_s=5.0)
+                except CameraStalled:
+                    log.warning("camera %s: last frames did not arrive", name)
+        self.hub.set_sink(None)
+        self._finish(act, recorder, proposed, reason, t_end)
+
+    def _frame_sink(self, act: _Active, recorder: Recorder) -> Callable[[str, Frame], None]:
+        """Every frame to the recorder; a frame the next query will likely use
+        is also resized for the policy, here on the camera's thread, so the
+        query finds it done. On a virtual clock that is exactly the last frame
+        taken at or before the query's time; on a real-time clock, any taken
+        within 1.5 frame periods before it (frames come late and jitter)."""
+        reach = 1.0 - 1e-9 if self.cell.is_virtual else 1.5
+        window = {name: reach * period for name, period in self.camera_periods.items()}
+        resizer = act.resizer
+
+        def sink(name: str, frame: Frame) -> None:
+            recorder.add_frame(name, frame)
+            if name in act.cameras and frame.t > act.next_query_t - window[name]:
+                try:
+                    resizer.prepare(name, (frame.index, frame.t), frame.image)
+                except Exception:  # the query resizes it itself; the camera keeps reading
+                    log.warning("camera %s: resizing ahead failed", name, exc_info=True)
+
+        return sink
+
+    # -- the control loop ---------------------------------------------------------
+    def _control_loop(self, act: _Active, recorder: Recorder) -> tuple[Outcome, str]:
+        return ControlLoop(self, act, recorder).run()
+
+    def _observation(self, act: _Active, t: float, periods: dict[str, float]) -> dict[str, Any]:
+        cell = self.cell
+        a = cell.arm.read_state()
+        g = cell.gripper.read_state()
+        images: dict[str, np.ndarray] = {}
+        frame_keys: dict[str, tuple[int, float]] = {}
+        # on a real clock a camera 2 s late is a fault; on a virtual clock time stands
+        # still while the simulator renders, and a loaded machine may take longer
+        wait_s = 15.0 if cell.is_virtual else 2.0
+        for name, period in periods.items():
+            try:
+                frame = self.hub.frame_for(name, t, period, timeout_s=wait_s)
+            except CameraStalled as exc:
+                raise RuntimeError(str(exc)) from None
+            images[name] = frame.image
+            frame_keys[name] = (frame.index, frame.t)
+        info = act.client.info
+        assert info is not None
+        return build_observation(
+            info,
+            arm=a,
+            gripper=g,
+            images=images,
+            prompt=act.prompt,
+            privileged=cell.scene.privileged_observation() if cell.scene is not None else None,
+            resizer=act.resizer,
+            frame_keys=frame_keys,
+        )
+
+    def _record_tail(self, act: _Active, recorder: Recorder, t_end: float) -> None:
+        """Half a second of the stopped cell, so the last release's settling is on record."""
+        cell = self.cell
+        clock = cell.clock
+        dt = 1.0 / self.config.telemetry_hz
+        sampler = TelemetrySampler(recorder, prev_t=t_end)
+        k = 1
+        last_t = recorder.telemetry.last_t if recorder.telemetry.last_t is not None else t_end
+        while True:
+            t = last_t + k * dt
+            if t > t_end + 0.5:
+                break
+            k += 1
+            clock.sleep_until(t)
+            try:
+                a = cell.arm.read_state()
+                g = cell.gripper.read_state()
+            except (ArmFault, GripperFault):
+                break
+            if a.t <= (recorder.telemetry.last_t or -math.inf):
+                continue
+            sampler.sample(
+                a,
+                g,
+                keys.TelemetryPhase.stopped,
+                latency=act.latencies[-1] if act.latencies else math.nan,
+                calls=len(act.latencies),
+            )
+
+    # -- finish -------------------------------------------------------------------
+    def _finish(
+        self, act: _Active, recorder: Recorder, proposed: Outcome, reason: str, t_end: float
+    ) -> None:
+        summary = EpisodeFinish(self.cell, self.config, self.sessions, self.store, act).run(
+            recorder, proposed, reason, t_end
+        )
+        self.last = summary
+        self._home_after(summary)
+        self._set_state(RunnerState.awaiting_log)
+
+    def _home_after(self, summary: EpisodeSummary) -> None:
+        """Home for the next episode unless a safety stop or fault needs the operator first."""
+        if summary.proposed not in (Outcome.safety,):
+            try:
+                self._home()
+            except RunnerBusy as exc:
+                summary.notes.append(str(exc))
+        else:
+            self.arm_error = summary.reason
+
+    # -- the operator's log ----------------------------------------------------------
+    def submit_log(
+        self, log_entry: episodes.OperatorLog, *, operator_id: int | None = None
+    ) -> tuple[Work, str, Outcome]:
+        return self.close_with(
+            lambda s, uid: episodes.submit_log(s, uid=uid, log=log_entry, operator_id=operator_id)
+        )
+
+    def close_with(
+        self, write_log: Callable[[ProctorSession, str], episodes.Episode]
+    ) -> tuple[Work, str, Outcome]:
+        """Close the episode awaiting its log with ``write_log(session, uid)``
+        (``episodes.submit_log``, or the labelled ground-truth helper in demos)."""
+        with self._lock:
+            act = self.active
+            if self.state != RunnerState.awaiting_log or act is None:
+                raise RunnerBusy(f"station is {self.state.value}, not awaiting a log")
+        with session_scope(self.sessions) as s:
+            episode = write_log(s, act.uid)
+            outcome = episode.outcome
+        assert outcome is not None
+        with self._lock:
+            self.active = None
+            self.state = RunnerState.idle
+        self._on_change()
+        return act.work, act.uid, outcome
+
+    # -- what the console may see -------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            act = self.active
+            out: dict[str, Any] = {
+                "state": self.state.value,
+                "station": self.config.name,
+                "profile": self.cell.profile,
+                "arm_error": self.arm_error,
+            }
+            if act is not None:
+                out["work"] = act.work.public_view()
+                out["episode"] = act.uid
+                if self.state == RunnerState.running and not math.isnan(act.t0):
+                    elapsed = self.cell.clock.now() - act.t0
+                    out["elapsed_s"] = round(elapsed, 3)
+                    out["remaining_s"] = round(max(0.0, act.work.budget_s - elapsed), 3)
+            last = self.last
+            if self.state == RunnerState.awaiting_log and last and act and last.uid == act.uid:
+                out["proposed_outcome"] = last.proposed.value
+                out["reason"] = last.reason
+        return out

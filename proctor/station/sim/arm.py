@@ -1,0 +1,140 @@
+"""The simulated cell's arm, behind the station's ``Arm`` interface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from proctor.station.drivers.arm.base import (
+    ARMS,
+    Arm,
+    ArmCommand,
+    ArmCommandKind,
+    ArmConfig,
+    ArmFault,
+    ArmState,
+)
+from proctor.station.sim import kinematics as kin
+from proctor.station.sim.world import SimWorld
+
+
+@dataclass(frozen=True)
+class SimArmConfig(ArmConfig):
+    driver: ClassVar[str] = "sim"
+    # homing gives up after this much clock time (the real arm would raise too)
+    home_timeout_s: float = 15.0
+    home_tolerance_rad: float = 0.005
+    # homing first lifts the fingertips this far above the bins' rims (m) …
+    home_clearance_m: float = 0.06
+    # … and moves at this fraction of the station's speed limits
+    home_speed_scale: float = 0.3
+
+
+@ARMS.register("sim")
+class SimArm(Arm[SimArmConfig]):
+    def __init__(self, world: SimWorld, config: SimArmConfig | None = None) -> None:
+        self.world = world
+        self.config = config or SimArmConfig()
+        self._connected = False
+
+    def connect(self) -> None:
+        self._connected = True
+
+    def disconnect(self) -> None:
+        self._connected = False
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    def _need(self) -> None:
+        if not self._connected:
+            raise ArmFault("simulated arm: not connected")
+
+    def read_state(self) -> ArmState:
+        self._need()
+        w = self.world
+        with w.lock:
+            w.sync()
+            return ArmState(t=w.t, q=w.q.copy(), dq=w.dq.copy(), ee_pose=w.ee_pose(), error=w.error)
+
+    def send(self, command: ArmCommand) -> ArmCommand:
+        self._need()
+        return self.world.command_arm(command)
+
+    def stop(self) -> None:
+        if self._connected:
+            self.world.stop_arm()
+
+    def recover(self) -> None:
+        self._need()
+        self.world.recover()
+
+    def home(self) -> None:
+        """Drive to ``home_q`` on the clock (a virtual clock is advanced by this call).
+
+        Homing may start anywhere a stop left the arm, the fingers down in a
+        tote among the items included, where a direct joint move would sweep
+        the fingers through a tote wall (a collision reflex). So it goes in
+        three slow moves: straight up until the fingertips clear the bins'
+        rims by ``home_clearance_m``, across in a straight line to the home
+        pose (every point of it above that height), then the joints to
+        ``home_q`` exactly."""
+        self._need()
+        w = self.world
+        cfg = self.config
+        deadline = w.clock.now() + cfg.home_timeout_s
+        with w.lock:
+            w.sync()
+            if w.error is not None:
+                raise ArmFault(f"arm in error, not homing: {w.error}")
+            pose = w.ee_pose()
+            clear = w.layout.rim_height + cfg.home_clearance_m
+        target_q = np.array(cfg.home_q)
+        if pose[2] < clear:
+            lift = pose.copy()
+            lift[2] = clear
+            self._move(ArmCommand(ArmCommandKind.cartesian_pose, lift), deadline)
+            z = self.read_state().ee_pose[2]
+            if z < w.layout.rim_height + 0.5 * cfg.home_clearance_m:
+                raise ArmFault(
+                    f"homing: could not lift the tool clear of the bins "
+                    f"(it stopped at z = {z:.3f} m)"
+                )
+        _, _, tool = kin.forward(target_q)
+        home_pose = np.concatenate([tool[:3, 3], kin.matrix_to_quat(tool[:3, :3])])
+        self._move(ArmCommand(ArmCommandKind.cartesian_pose, home_pose), deadline)
+        self._move(ArmCommand(ArmCommandKind.joint_position, target_q), deadline, joints=True)
+
+    def _move(self, command: ArmCommand, deadline: float, joints: bool = False) -> None:
+        """One homing move at ``home_speed_scale``; returns once the arm is there
+        and at rest, or (Cartesian moves) once it has come to rest short of it."""
+        w = self.world
+        cfg = self.config
+        w.command_arm(command, speed_scale=cfg.home_speed_scale)
+        clock = w.clock
+        still_since: float | None = None
+        while True:
+            with w.lock:
+                w.sync()
+                if w.error is not None:
+                    raise ArmFault(f"arm in error, not homing: {w.error}")
+                moving = bool(np.any(np.abs(w.dq) > 1e-3))
+                if joints:
+                    there = float(np.max(np.abs(w.q - command.target))) < cfg.home_tolerance_rad
+                else:
+                    there = float(np.linalg.norm(w.tcp - command.target[:3])) < 0.002
+                now = w.t
+            if not moving:
+                if there:
+                    return
+                still_since = now if still_since is None else still_since
+                if not joints and now - still_since > 0.2:
+                    return  # at rest short of the target (out of reach): the next move decides
+            else:
+                still_since = None
+            if clock.now() > deadline:
+                raise ArmFault(f"arm did not reach home within {cfg.home_timeout_s:g} s")
+            clock.sleep_until(clock.now() + w.dt)

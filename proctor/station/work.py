@@ -1,0 +1,184 @@
+"""Where the station's work comes from.
+
+The episode runner takes each rollout's work — run code, object, items,
+per-item cap, spatial configuration, the policy's WebSocket URL, sim seed —
+from a ``WorkSource``. This module provides the ad-hoc source behind
+``proctor station episode`` (and a daemon run with ``[work] source =
+"adhoc"``); the scheduler provides one backed by the campaign allocation.
+
+Blinding: in a campaign the policy URL is an opaque gateway URL
+(``ws://…/policy/<handle>``) that the server relays to the real policy. The
+station never needs, stores or shows a policy's name; ``Work.policy_url`` is
+kept out of ``repr`` and out of ``public_view()`` (what the local API and the
+operator console see), and the runner never writes it to the database, the
+manifest or a log line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import secrets
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
+
+from proctor.core.domain import EndpointDialect, Outcome, Side
+from proctor.core.errors import ConfigError, FieldError
+
+_RUN_CODE = re.compile(r"^[A-Z0-9][A-Z0-9-]{1,15}$")
+_OBJECT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Work:
+    """One rollout to run. Validated on construction (messages name the field)."""
+
+    run_code: str  # opaque, e.g. "R-7F3K": what the operator sees
+    object_name: str  # ObjectType.name, e.g. "spoons"
+    items: int  # items set out in the source bin
+    per_item_cap_s: float  # time budget per item; episode budget = items × cap
+    tote_side: Side  # where the target tote stands
+    camera_side: Side  # where the exterior camera stands
+    policy_url: str = field(repr=False)  # ws:// or wss://; opaque gateway URL in a campaign
+    sim_seed: int | None = None  # the simulated cell's layout and physics seed
+    prompt: str = ""  # language instruction sent to the policy ("" → derived from the object)
+    # None: detect from the server's metadata (RoboArena keys → roboarena, else openpi)
+    dialect: EndpointDialect | None = None
+    assignment_id: int | None = None  # set by the campaign source
+    campaign_id: int | None = None
+    # extra headers for the policy connection (e.g. a gateway token); never shown or stored
+    policy_headers: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not _RUN_CODE.match(self.run_code):
+            raise FieldError(
+                "run_code", f"'{self.run_code}' must be 2–16 characters of A–Z, 0–9 and '-'"
+            )
+        if not _OBJECT.match(self.object_name):
+            raise FieldError(
+                "object", f"'{self.object_name}' must be lowercase letters, digits, '-' or '_'"
+            )
+        if isinstance(self.items, bool) or not isinstance(self.items, int) or self.items < 1:
+            raise FieldError("items", f"must be a positive integer, got {self.items!r}")
+        if self.items > 100:
+            raise FieldError("items", f"{self.items} is more than a tote holds (at most 100)")
+        if not self.per_item_cap_s > 0:
+            raise FieldError("per_item_cap_s", f"must be positive, got {self.per_item_cap_s!r}")
+        object.__setattr__(self, "tote_side", _side("tote_side", self.tote_side))
+        object.__setattr__(self, "camera_side", _side("camera_side", self.camera_side))
+        if not re.match(r"^wss?://[^\s]+$", self.policy_url):
+            # never echo the URL itself: in a campaign it is a sealed handle
+            raise FieldError("policy", "the policy URL must start with ws:// or wss://")
+        if self.sim_seed is not None and (
+            isinstance(self.sim_seed, bool) or not isinstance(self.sim_seed, int)
+        ):
+            raise FieldError("sim_seed", f"must be an integer, got {self.sim_seed!r}")
+        if self.dialect is not None:
+            object.__setattr__(self, "dialect", EndpointDialect(self.dialect))
+
+    @property
+    def budget_s(self) -> float:
+        return self.items * self.per_item_cap_s
+
+    def public_view(self) -> dict[str, Any]:
+        """What the operator may see: never the policy URL, name, owner or checkpoint."""
+        return {
+            "run_code": self.run_code,
+            "object": self.object_name,
+            "items": self.items,
+            "per_item_cap_s": self.per_item_cap_s,
+            "budget_s": self.budget_s,
+            "tote_side": self.tote_side.value,
+            "camera_side": self.camera_side.value,
+        }
+
+    def with_seed(self, sim_seed: int | None) -> Work:
+        return replace(self, sim_seed=sim_seed)
+
+
+def _side(name: str, value: object) -> Side:
+    try:
+        return Side(value)
+    except ValueError:
+        raise FieldError(name, f"must be 'left' or 'right', got {value!r}") from None
+
+
+@runtime_checkable
+class WorkSource(Protocol):
+    """Hands the station its next rollout and hears how each one ended.
+
+    ``claim`` is called when the operator (or a headless loop) asks for the
+    next episode; it returns ``None`` when there is nothing to do now.
+    Exactly one of ``completed`` / ``abandoned`` follows each claimed work:
+    ``completed`` once the episode is closed (the operator's log saved) or
+    interrupted, ``abandoned`` when it never started (e.g. the policy
+    endpoint did not answer its pre-flight), so the source can reschedule it.
+    Implementations do their own transactions: the runner calls them outside
+    any session of its own.
+    """
+
+    def claim(self) -> Work | None: ...
+
+    def completed(self, work: Work, *, episode_uid: str, outcome: Outcome) -> None: ...
+
+    def abandoned(self, work: Work, *, reason: str) -> None: ...
+
+
+def new_run_code() -> str:
+    """An ad-hoc run code: ``X-`` and six random characters (no meaning)."""
+    alphabet = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no look-alikes (0/O, 1/I)
+    return "X-" + "".join(secrets.choice(alphabet) for _ in range(6))
+
+
+class AdHocWorkSource:
+    """The same work ``repeat`` times (seeds ``seed``, ``seed + 1``, …), then nothing.
+
+    Used by ``proctor station episode`` and by a daemon configured with
+    ``[work] source = "adhoc"``; each claim gets a fresh ad-hoc run code.
+    """
+
+    def __init__(self, template: Work, repeat: int = 1) -> None:
+        if repeat < 1:
+            raise FieldError("repeat", f"must be at least 1, got {repeat}")
+        self._template = template
+        self._left = repeat
+        self._seed = template.sim_seed
+        self.completed_runs: list[tuple[str, Outcome]] = []
+        self.abandoned_runs: list[str] = []
+
+    def claim(self) -> Work | None:
+        if self._left <= 0:
+            return None
+        self._left -= 1
+        work = replace(self._template, run_code=new_run_code(), sim_seed=self._seed)
+        if self._seed is not None:
+            self._seed += 1
+        return work
+
+    def completed(self, work: Work, *, episode_uid: str, outcome: Outcome) -> None:
+        self.completed_runs.append((episode_uid, outcome))
+
+    def abandoned(self, work: Work, *, reason: str) -> None:
+        self.abandoned_runs.append(reason)
+
+
+def load_work_source(spec: str, options: dict[str, Any]) -> WorkSource:
+    """Build a work source from ``module:factory`` (called with ``**options``).
+
+    The daemon's config names its source this way, so the scheduler's
+    campaign-backed source plugs in without the station importing it.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"work.source: '{spec}' must look like 'package.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"work.source: cannot import {module_name}: {exc}") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise ConfigError(f"work.source: {module_name} has no '{attr}'")
+    source = factory(**options)
+    if not isinstance(source, WorkSource):
+        raise ConfigError(f"work.source: {spec} did not return a WorkSource")
+    return source

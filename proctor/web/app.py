@@ -1,0 +1,224 @@
+"""The web app: ``create_app(settings)`` builds it; nothing happens at import.
+
+Domains are folders ``proctor/web/<domain>/`` whose ``routes.py`` defines
+``api_router`` (JSON, mounted under ``/api``, documented in OpenAPI) and/or
+``page_router`` (HTML pages, not in OpenAPI). They are listed explicitly in
+``DOMAINS`` below, in the order their routes are matched. A domain's
+templates live in ``proctor/web/<domain>/templates/`` (rendered as
+``"<domain>/<file>.html"``) and its static files in ``proctor/web/<domain>/static/``
+(served at ``/static/<domain>/...``). See ``proctor/web/README.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+from fastapi.routing import APIRoute, iter_route_contexts
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy.pool import NullPool, QueuePool
+
+from proctor import __version__
+from proctor.core import netguard
+from proctor.core.artifacts import open_store
+from proctor.core.db.engine import make_engine, make_session_factory
+from proctor.core.db.types import utcnow
+from proctor.core.settings import Settings
+from proctor.scheduler.gateway import GatewayConfig, gateway_router
+from proctor.web.accounts import routes as accounts
+from proctor.web.artifacts import routes as artifacts
+from proctor.web.auth.passwords import Passwords
+from proctor.web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
+from proctor.web.auth.throttle import ThrottlePolicy
+from proctor.web.campaigns import api as campaigns
+from proctor.web.campaigns import routes as campaign_pages
+from proctor.web.console import routes as console
+from proctor.web.errors import install_error_handlers
+from proctor.web.explorer import routes as explorer
+from proctor.web.home import routes as home
+from proctor.web.leaderboard import routes as leaderboard
+from proctor.web.limits import engine_options, install_limits, size_worker_threads
+from proctor.web.middleware import SecurityHeadersMiddleware
+from proctor.web.policies import routes as policies
+from proctor.web.review import routes as review
+from proctor.web.shared_cache import GenerationWatcher, SharedCacheMiddleware
+from proctor.web.snapshots import routes as snapshots
+from proctor.web.startup import recover
+from proctor.web.state import AppState, Clock
+from proctor.web.submissions import routes as submissions
+from proctor.web.system import routes as system
+from proctor.web.templating import SHARED_STATIC, make_templates, static_fingerprint
+
+log = logging.getLogger(__name__)
+
+# Every domain whose routes the app serves, in matching order. Add yours here.
+DOMAINS: tuple[ModuleType, ...] = (
+    system,
+    accounts,
+    home,
+    campaigns,
+    campaign_pages,
+    artifacts,
+    console,
+    leaderboard,
+    policies,
+    explorer,
+    review,
+    snapshots,
+    submissions,
+)
+
+OPENAPI_TAGS = [
+    {"name": "system", "description": "Health of the server and its database."},
+    {"name": "accounts", "description": "Users, roles, API tokens, the audit log."},
+    {"name": "campaigns", "description": "Campaigns, their sealed allocation, unblinding."},
+    {
+        "name": "recordings",
+        "description": "Episode recordings: artifact bytes (with Range), frame tables, "
+        "telemetry. Public once the campaign is released; staff only before.",
+    },
+    {
+        "name": "leaderboard",
+        "description": "Leaderboards read from stored snapshots: released campaigns are "
+        "public; unreleased ones are admin previews with blinded arm labels.",
+    },
+    {
+        "name": "snapshots",
+        "description": "Admin: recompute leaderboard snapshots now or in the background.",
+    },
+    {
+        "name": "review",
+        "description": "The review queue and the reviewer's decisions on detected placements "
+        "(reviewers; flagged counts: admins). Every decision is an append-only record.",
+    },
+    {
+        "name": "submissions",
+        "description": "The submitter portal: resumable checkpoint uploads, endpoint "
+        "registration, conformance reports, campaign progress and private results.",
+    },
+]
+
+
+def _domain_name(routes_module: ModuleType) -> str:
+    # web.<domain>.routes -> <domain>
+    return routes_module.__name__.split(".")[-2]
+
+
+def _domain_dir(routes_module: ModuleType) -> Path:
+    assert routes_module.__file__ is not None
+    return Path(routes_module.__file__).resolve().parent
+
+
+def api_routes(app: FastAPI) -> list[Any]:
+    """Every FastAPI route the app serves, with the path, methods and
+    dependency tree it is served with (included routers flattened:
+    FastAPI >= 0.16x keeps them nested in ``app.routes``)."""
+    return [rc for rc in iter_route_contexts(app.routes) if isinstance(rc.original_route, APIRoute)]
+
+
+def create_app(
+    settings: Settings,
+    *,
+    clock: Clock = utcnow,
+    throttle: ThrottlePolicy | None = None,
+) -> FastAPI:
+    """Build the app for ``settings``. ``clock`` is the time source for
+    sessions, tokens and throttling (tests pass a controllable one)."""
+    secret_key = resolve_secret_key(settings)
+    domains = {_domain_name(m): _domain_dir(m) for m in DOMAINS}
+    static_dirs = [SHARED_STATIC, *(d / "static" for d in domains.values())]
+    static_version = static_fingerprint([d for d in static_dirs if d.is_dir()])
+
+    engine = make_engine(settings.db_url, **engine_options(settings.web))
+    # /api/health's own way in: a connection opened for each check, so that it
+    # answers (and tells the truth about the database) when the pool is taken
+    health_engine = make_engine(settings.db_url, poolclass=NullPool)
+    # the shared cache's own way in, one connection: it reads one row twice a
+    # second and must not wait behind requests for the pool
+    watcher = GenerationWatcher(
+        make_engine(settings.db_url, poolclass=QueuePool, pool_size=1, max_overflow=0),
+        check_s=settings.web.cache_check_s,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        size_worker_threads(settings.web)
+        # repair what a crash left (proctor.web.startup) before the first request
+        await run_in_threadpool(recover, app.state.web)
+        yield
+        engine.dispose()
+        watcher.engine.dispose()
+
+    app = FastAPI(
+        title="Proctor",
+        version=__version__,
+        description="Blinded, statistically honest evaluation of robot policies. "
+        "Authenticate scripts with an API token (`Authorization: Bearer prt_…`); "
+        "create one on your account page or with `proctor user token create`.",
+        openapi_url="/api/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+        openapi_tags=OPENAPI_TAGS,
+        lifespan=lifespan,
+    )
+    app.state.web = AppState(
+        settings=settings,
+        engine=engine,
+        health_engine=health_engine,
+        session_factory=make_session_factory(engine),
+        store=open_store(settings.artifacts_location),
+        templates=make_templates(domains, static_version),
+        passwords=Passwords.for_settings(settings),
+        secret_key=secret_key,
+        clock=clock,
+        throttle=throttle or ThrottlePolicy(),
+        static_version=static_version,
+    )
+
+    for module in DOMAINS:
+        api_router = getattr(module, "api_router", None)
+        page_router = getattr(module, "page_router", None)
+        if api_router is None and page_router is None:
+            raise RuntimeError(f"{module.__name__} defines neither api_router nor page_router")
+        if api_router is not None:
+            app.include_router(api_router, prefix="/api")
+        if page_router is not None:
+            app.include_router(page_router, include_in_schema=False)
+    # the blinded policy gateway: ws://<server>/policy/<handle> (proctor/scheduler/gateway.py)
+    app.include_router(
+        gateway_router(
+            GatewayConfig(
+                session_factory=app.state.web.session_factory,
+                encryption_key=settings.encryption_key,
+                allow_private_endpoints=netguard.private_endpoints_allowed(settings),
+            )
+        )
+    )
+
+    # a domain's own static files first: the shared mount would swallow their paths
+    for name, directory in domains.items():
+        if (directory / "static").is_dir():
+            app.mount(f"/static/{name}", StaticFiles(directory=directory / "static"))
+    app.mount("/static", StaticFiles(directory=SHARED_STATIC), name="static")
+
+    install_error_handlers(app)
+    web = settings.web
+    # served over HTTPS: secure (and __Host- named) cookies, and HSTS
+    https = web.secure_cookies if web.secure_cookies is not None else settings.env == "prod"
+    app.add_middleware(
+        SessionCookieMiddleware,
+        secret_key=secret_key,
+        secure=https,
+        max_age_s=web.session_max_hours * 3600,
+    )
+    install_limits(app, web)
+    app.add_middleware(SecurityHeadersMiddleware, hsts=https)
+    # outermost: it answers from what the layers inside produced, headers included
+    app.add_middleware(SharedCacheMiddleware, seconds=web.shared_cache_s, watcher=watcher)
+    return app

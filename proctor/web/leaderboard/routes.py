@@ -1,0 +1,299 @@
+"""The leaderboard pages and their JSON API.
+
+Pages: ``/leaderboard`` (the newest released campaign, and the others),
+``/leaderboard/{id}`` and ``/leaderboard/{id}/episodes``. API:
+``/api/leaderboard``, ``/api/leaderboard/{id}``,
+``/api/leaderboard/{id}/snapshot`` (the analysis result as stored) and
+``/api/leaderboard/{id}/episodes``. Unreleased campaigns: 404 to everyone
+but admins, who get a blinded preview.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel
+
+from proctor.web.deps import DbId, OptionalUser, SessionDep
+from proctor.web.errors import error_responses
+from proctor.web.leaderboard import caching
+from proctor.web.leaderboard.board import (
+    Board,
+    board_version,
+    listed_campaigns,
+    open_board,
+    parse_stream,
+)
+from proctor.web.leaderboard.episodes import MAX_PAGE, EpisodeListOut, episode_list
+from proctor.web.leaderboard.format import FORMATS
+from proctor.web.leaderboard.public_pages import public_page
+from proctor.web.leaderboard.schemas import CampaignOut, LeaderboardOut, leaderboard_view
+from proctor.web.snapshots.service import RESULTS, db_key
+from proctor.web.templating import render
+
+api_router = APIRouter(tags=["leaderboard"], responses=error_responses(404, 422))
+page_router = APIRouter()
+
+StreamQuery = Annotated[
+    str | None,
+    Query(
+        description="label stream: auto_and_reviewed (default), reviewed_only or detector_only",
+        max_length=32,
+    ),
+]
+LabelQuery = Annotated[str | None, Query(max_length=200, description="a policy's label")]
+ObjectQuery = Annotated[str | None, Query(max_length=64, description="an object type's name")]
+
+
+class CampaignListItem(CampaignOut):
+    links: dict[str, str]
+
+
+def _listing(session: SessionDep, who: OptionalUser) -> list[CampaignListItem]:
+    return [
+        CampaignListItem(
+            **CampaignOut.of(c).model_dump(),
+            links={"page": f"/leaderboard/{c.id}", "api": f"/api/leaderboard/{c.id}"},
+        )
+        for c in listed_campaigns(session, who)
+    ]
+
+
+@api_router.get("/leaderboard", summary="Campaigns with a leaderboard (released; admins: all)")
+def list_leaderboards(session: SessionDep, who: OptionalUser) -> list[CampaignListItem]:
+    return _listing(session, who)
+
+
+def _view(
+    request: Request, session: SessionDep, who: OptionalUser, campaign_id: int, stream: str | None
+) -> tuple[Board, LeaderboardOut, str, bool]:
+    board = open_board(session, campaign_id, parse_stream(stream), who)
+    public = not board.blinded and who is None
+    etag = caching.etag_for(
+        "leaderboard",
+        board.meta.id,
+        board.meta.data_version,
+        board.cache_key(),
+        request.url.path,
+        request.url.query,
+    )
+    view = caching_view(board)
+    return board, view, etag, public
+
+
+def caching_view(board: Board) -> LeaderboardOut:
+    key = ("leaderboard-view", board.db, board.meta.id, board.cache_key(), board.stream)
+    view = RESULTS.get(key)
+    if view is None:
+        view = RESULTS.put(key, leaderboard_view(board))
+    return view
+
+
+@api_router.get(
+    "/leaderboard/{campaign_id}",
+    summary="A campaign's leaderboard, from its latest snapshot",
+    response_model=LeaderboardOut,
+    responses={304: {"description": "not modified (If-None-Match)"}},
+)
+def get_leaderboard(
+    campaign_id: DbId,
+    request: Request,
+    session: SessionDep,
+    who: OptionalUser,
+    stream: StreamQuery = None,
+) -> Response:
+    if who is None:  # the public's fast path: one query says which snapshot
+        version = board_version(session, campaign_id, parse_stream(stream))
+        if version is not None and version.released:
+            key = ("leaderboard-json-public", db_key(session), *version.key(), stream)
+            etag = caching.etag_for(*key)
+            hit = caching.conditional(request, etag, public=True)
+            if hit is not None:
+                return hit
+            cached = RESULTS.get(key)
+            if cached is not None:
+                return Response(
+                    cached,
+                    media_type="application/json",
+                    headers=caching.cache_headers(public=True, etag=etag),
+                )
+            _, view, _, _ = _view(request, session, who, campaign_id, stream)
+            body = RESULTS.put(key, view.model_dump_json().encode())
+            return Response(
+                body,
+                media_type="application/json",
+                headers=caching.cache_headers(public=True, etag=etag),
+            )
+    board, view, etag, public = _view(request, session, who, campaign_id, stream)
+    hit = caching.conditional(request, etag, public=public)
+    if hit is not None:
+        return hit
+    key = ("leaderboard-json", board.db, view.snapshot.id, board.cache_key())
+    body = RESULTS.get(key)
+    if body is None:
+        body = RESULTS.put(key, view.model_dump_json().encode())
+    return Response(
+        body, media_type="application/json", headers=caching.cache_headers(public=public, etag=etag)
+    )
+
+
+class SnapshotResult(BaseModel):
+    """The analysis result JSON as stored (schema ``proctor.analysis/1``: see
+    proctor/analysis/README.md), with arm labels in place of every name the public may
+    not see (all of them in a preview; after release, those not opted in)."""
+
+    model_config = {"extra": "allow"}
+
+
+@api_router.get(
+    "/leaderboard/{campaign_id}/snapshot",
+    summary="The stored analysis result behind a leaderboard (every curve and interval)",
+    response_model=SnapshotResult,
+)
+def get_snapshot_result(
+    campaign_id: DbId,
+    request: Request,
+    session: SessionDep,
+    who: OptionalUser,
+    stream: StreamQuery = None,
+) -> Response:
+    board = open_board(session, campaign_id, parse_stream(stream), who)
+    public = not board.blinded and who is None
+    etag = caching.etag_for(
+        "snapshot", board.meta.id, board.meta.data_version, board.blinded, board.naming_key
+    )
+    hit = caching.conditional(request, etag, public=public)
+    if hit is not None:
+        return hit
+    return JSONResponse(board.result, headers=caching.cache_headers(public=public, etag=etag))
+
+
+@api_router.get(
+    "/leaderboard/{campaign_id}/episodes",
+    summary="The episodes behind a leaderboard number (by policy label and object)",
+)
+def get_episodes(
+    campaign_id: DbId,
+    session: SessionDep,
+    who: OptionalUser,
+    response: Response,
+    stream: StreamQuery = None,
+    policy: LabelQuery = None,
+    object: ObjectQuery = None,
+    offset: Annotated[int, Query(ge=0, le=10**6)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 200,
+) -> EpisodeListOut:
+    board = open_board(session, campaign_id, parse_stream(stream), who)
+    response.headers["cache-control"] = "private, no-cache" if board.blinded else "no-cache"
+    return episode_list(session, board, policy=policy, obj=object, offset=offset, limit=limit)
+
+
+# ---------------------------------------------------------------------- pages
+
+
+def _page(
+    request: Request, name: str, context: dict[str, Any], *, etag: str | None, public: bool
+) -> Response:
+    if etag is not None:
+        hit = caching.conditional(request, etag, public=public)
+        if hit is not None:
+            return hit
+    headers = caching.cache_headers(public=public, etag=etag) if etag else None
+    return render(request, name, {**FORMATS, **context}, headers=headers)
+
+
+@page_router.get("/leaderboard", response_class=HTMLResponse)
+def leaderboard_home(
+    request: Request, session: SessionDep, who: OptionalUser, stream: StreamQuery = None
+) -> Response:
+    campaigns = listed_campaigns(session, who)
+    if not campaigns:
+        return render(request, "leaderboard/empty.html", {})
+    return leaderboard_page(campaigns[0].id, request, session, who, stream)
+
+
+@page_router.get("/leaderboard/{campaign_id}", response_class=HTMLResponse)
+def leaderboard_page(
+    campaign_id: DbId,
+    request: Request,
+    session: SessionDep,
+    who: OptionalUser,
+    stream: StreamQuery = None,
+) -> Response:
+    page = public_page("leaderboard-page", request, session, who, campaign_id, stream)
+    if page.hit is not None:
+        return page.hit
+    board, view, etag, public = _view(request, session, who, campaign_id, stream)
+    page_etag = caching.etag_for(etag, caching.audience(who), request.app.state.web.static_version)
+    hrt_max = max(
+        [r.hrt.hi or r.hrt.estimate or 0 for r in view.rows if r.hrt is not None] + [100.0]
+    )
+    chart = {
+        "hrt": [
+            {
+                "label": r.label,
+                "est": r.hrt.estimate,
+                "lo": r.hrt.lo,
+                "hi": r.hrt.hi,
+                "href": r.links.policy,
+                "reference": r.reference,
+            }
+            for r in view.rows
+            if r.hrt is not None
+        ],
+        "rmst": [
+            {
+                "label": r.label,
+                "est": r.rmst.estimate,
+                "lo": r.rmst.lo,
+                "hi": r.rmst.hi,
+                "href": r.links.policy,
+                "reference": r.reference,
+            }
+            for r in view.rows
+        ],
+    }
+    labels = [r.label for r in view.rows]
+    verdicts = {(p.a, p.b): p for p in view.pairs}
+    response = _page(
+        request,
+        "leaderboard/board.html",
+        {
+            "view": view,
+            "board": board,
+            "campaigns": listed_campaigns(session, who),
+            "hrt_max": hrt_max,
+            "chart": chart,
+            "labels": labels,
+            "verdicts": verdicts,
+        },
+        etag=page.etag or page_etag,
+        public=public,
+    )
+    return page.keep(response)
+
+
+@page_router.get("/leaderboard/{campaign_id}/episodes", response_class=HTMLResponse)
+def episodes_page(
+    campaign_id: DbId,
+    request: Request,
+    session: SessionDep,
+    who: OptionalUser,
+    stream: StreamQuery = None,
+    policy: LabelQuery = None,
+    object: ObjectQuery = None,
+    offset: Annotated[int, Query(ge=0, le=10**6)] = 0,
+) -> Response:
+    board = open_board(session, campaign_id, parse_stream(stream), who)
+    listing = episode_list(session, board, policy=policy, obj=object, offset=offset, limit=200)
+    cell = None
+    if policy is not None and object is not None:
+        p = board.policy(policy)
+        cell = next((o for o in p["per_object"] if o["object"] == object), None)
+    return render(
+        request,
+        "leaderboard/episodes.html",
+        {**FORMATS, "board": board, "listing": listing, "cell": cell},
+    )

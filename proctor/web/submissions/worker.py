@@ -1,0 +1,218 @@
+"""Running queued conformance checks — in a worker process, never in the web
+server (``proctor submission work`` / ``proctor submission worker``).
+
+A run is claimed in one short transaction, the check talks to the
+submitter's server with no transaction open, and the report is written in
+another: the submission's ``conformance_status`` becomes ``passed`` or
+``failed`` (only a passed endpoint can join a campaign; the scheduler
+enforces it) and the run ``done``. A checker that crashes leaves the run
+``error`` and the submission's status as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import sessionmaker
+
+from proctor.core import netguard
+from proctor.core.audit import Actor, record_audit
+from proctor.core.db.engine import ProctorSession, session_scope
+from proctor.core.db.models import ConformanceRun, Submission, User
+from proctor.core.db.types import utcnow
+from proctor.core.domain import ConformanceRunStatus, ConformanceStatus, SubmissionKind
+from proctor.core.settings import Settings
+from proctor.scheduler.endpoint_keys import decrypt_api_key
+from proctor.station.policy.conformance import (
+    CheckOptions,
+    Expectations,
+    Report,
+    Status,
+    check_endpoint,
+)
+from proctor.station.policy.spec import ActionSpace, auth_headers
+from proctor.web.submissions import endpoints, queue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Job:
+    run_id: int
+    submission_id: int
+    url: str
+    expect: Expectations
+    options: CheckOptions
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_id: int
+    submission_id: int
+    verdict: str  # passed | failed | error
+    summary: str
+
+
+def _job(session: ProctorSession, run: ConformanceRun, settings: Settings) -> Job:
+    sub = session.get(Submission, run.submission_id)
+    if sub is None or sub.kind != SubmissionKind.endpoint or not sub.endpoint_url:
+        raise RuntimeError(
+            "only endpoint submissions can be checked (no runner serves checkpoints)"
+        )
+    declared: dict[str, Any] = dict((sub.manifest or {}).get("policy") or {})
+    space = declared.get("action_space")
+    terms = [sub.policy.name]
+    owner = session.get(User, sub.policy.owner_id) if sub.policy.owner_id else None
+    if owner is not None:
+        terms += [owner.username, owner.display_name or ""]
+    key = None
+    if sub.endpoint_api_key_encrypted:
+        key = decrypt_api_key(
+            sub.endpoint_api_key_encrypted, encryption_key=settings.encryption_key
+        )
+    dialect = sub.endpoint_dialect
+    return Job(
+        run_id=run.id,
+        submission_id=sub.id,
+        # a Positronic URL is stored with its session path; normalising again is a no-op
+        url=endpoints.endpoint_url(sub.endpoint_url, dialect),
+        expect=Expectations(
+            action_space=ActionSpace(space) if space else None,
+            chunk_length=declared.get("chunk_length"),
+            deterministic=bool(declared.get("deterministic")),
+            identity_terms=tuple(t for t in terms if t),
+        ),
+        options=CheckOptions(
+            dialect=dialect,
+            # Api-Key (openpi, RoboArena) or Bearer (Positronic), as each dialect's client sends it
+            headers=auth_headers(dialect, key),
+            sim_keys=settings.submissions.conformance_sim_keys,
+        ),
+    )
+
+
+def _refused_report(message: str) -> dict[str, Any]:
+    return {
+        "format": "proctor.conformance/1",
+        "verdict": "failed",
+        "summary": f"Failed: {message}",
+        "findings": [
+            {
+                "check": "connect",
+                "title": "Endpoint address",
+                "status": "failed",
+                "message": message,
+                "details": {},
+            }
+        ],
+    }
+
+
+def run_one(
+    sessions: sessionmaker[ProctorSession],
+    settings: Settings,
+    run_id: int,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+    check: Callable[..., Report] = check_endpoint,
+) -> Outcome:
+    """Run a claimed (``running``) run to its end and record what it found."""
+    with session_scope(sessions) as session:
+        run = session.get(ConformanceRun, run_id)
+        if run is None:
+            raise RuntimeError(f"conformance run {run_id} does not exist")
+        try:
+            job = _job(session, run, settings)
+            error = None
+        except Exception as exc:
+            job, error = None, f"{type(exc).__name__}: {exc}"
+        submission_id = run.submission_id
+    report: dict[str, Any] | None = None
+    if job is not None:
+        allowed = endpoints.private_endpoints_allowed(settings)
+        try:
+            # resolved and judged once, here; every connection of the check goes to
+            # the judged address, so a name that changes meanwhile cannot move it
+            pinned = netguard.pin(job.url, allow_private=allowed)
+        except netguard.AddressRefused as exc:
+            report = _refused_report(f"The endpoint's url: {exc}.")
+        else:
+            options = dataclasses.replace(
+                job.options,
+                pinned=pinned,
+                # why a connection failed (refused, HTTP status, timed out) is said only
+                # about a public server on a site that allows private ones: in prod, and
+                # for any private address, it would map a network that is not the submitter's
+                connect_detail=allowed and pinned.public,
+            )
+            try:
+                report = check(job.url, expect=job.expect, options=options).to_json()
+            except Exception:
+                error = traceback.format_exc(limit=8)
+                log.exception("conformance run %s: the checker failed", run_id)
+    with session_scope(sessions) as session:
+        run = session.get(ConformanceRun, run_id)
+        assert run is not None
+        sub = session.get(Submission, submission_id)
+        now = clock()
+        run.finished_at = now
+        if report is None or sub is None:
+            run.status = ConformanceRunStatus.error
+            run.error = (error or "the submission vanished")[:4000]
+            return Outcome(run_id, submission_id, "error", run.error.splitlines()[-1])
+        run.status = ConformanceRunStatus.done
+        passed = report.get("verdict") == Status.passed.value
+        sub.conformance_status = ConformanceStatus.passed if passed else ConformanceStatus.failed
+        sub.conformance_report = {**report, "run_id": run_id}
+        record_audit(
+            session,
+            actor=Actor(label=f"worker {run.worker or ''}".strip()),
+            action="submission.conformance",
+            target_type="submission",
+            target_id=sub.id,
+            details={"run": run_id, "verdict": report.get("verdict")},
+            at=now,
+        )
+        return Outcome(run_id, sub.id, report.get("verdict", "failed"), str(report.get("summary")))
+
+
+def work(
+    sessions: sessionmaker[ProctorSession],
+    settings: Settings,
+    *,
+    run_id: int | None = None,
+    drain: bool = True,
+    clock: Callable[[], datetime] = utcnow,
+    check: Callable[..., Report] = check_endpoint,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Claim and run ``run_id`` (if still queued), then — with ``drain`` —
+    every other queued run; stale ones (a worker died) are queued again first."""
+    outcomes: list[Outcome] = []
+    with session_scope(sessions) as session:
+        queue.requeue_stale(session, now=clock())
+    first = run_id
+    while True:
+        with session_scope(sessions) as session:
+            claimed = queue.claim(session, now=clock(), run_id=first)
+        if claimed is None and first is not None:
+            first = None  # taken by someone else, or not queued: go on with the rest
+            if not drain:
+                break
+            continue
+        if claimed is None:
+            break
+        outcome = run_one(sessions, settings, claimed, clock=clock, check=check)
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+        first = None
+        if not drain:
+            break
+    return outcomes

@@ -1,3 +1,0 @@
-from station.drivers.camera.base import CAMERAS, Camera, CameraConfig, CameraStalled, Frame
-
-__all__ = ["CAMERAS", "Camera", "CameraConfig", "CameraStalled", "Frame"]

@@ -1,0 +1,251 @@
+"""The commissioned cell (``proctor.station.commissioning``): its file, its checks,
+the layout it gives the manifest, how the real profile applies it, and the
+host checks of pre-flight (on a fake sysfs tree)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from proctor.annotator.pipeline import parse_layout
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.domain import Side
+from proctor.core.errors import ConfigError
+from proctor.station.commissioning import (
+    CameraReference,
+    CommissionedCell,
+    Payload,
+    TablePlane,
+    Tcp,
+    Tote,
+    load_commissioned,
+)
+from proctor.station.config import load_station_config
+from proctor.station.drivers.arm.base import ArmConfig
+from proctor.station.framing import image_similarity, load_image, save_image
+from proctor.station.preflight import (
+    CheckStatus,
+    PreflightSettings,
+    check_commissioned,
+    check_cpu_governor,
+    check_realtime_kernel,
+)
+from proctor.station.profiles import build_cell
+from proctor.station.recording import load_recording
+from proctor.station.work import Work
+from tests.station.conftest import sim_config
+
+LIMITS = ArmConfig()
+# a table 2 cm below the robot base's origin, very slightly tilted
+TABLE_POINTS = [(0.3, -0.4, -0.02), (0.8, -0.4, -0.021), (0.8, 0.4, -0.021), (0.3, 0.4, -0.02)]
+
+
+def a_cell(**changes: object) -> CommissionedCell:
+    cell = CommissionedCell(
+        table=TablePlane.fit(TABLE_POINTS),
+        totes={
+            "left": Tote(0.5, 0.24, 0.15, 0.12, 0.08),
+            "right": Tote(0.5, -0.24, 0.15, 0.12, 0.08),
+        },
+        workspace_min=(0.3, -0.41, 0.0),
+        workspace_max=(0.7, 0.41, 0.5),
+        home_q=LIMITS.home_q,
+        tcp=Tcp((0.0, 0.0, 0.16)),
+        payload=Payload(1.1, (0.0, 0.0, 0.06)),
+        cameras={"exterior": CameraReference("123456789012", "cell.exterior.png")},
+        commissioned_at="2026-11-24T09:00:00+00:00",
+    )
+    return dataclasses.replace(cell, **changes)  # type: ignore[arg-type]
+
+
+def test_the_file_round_trips_and_gives_the_manifest_its_layout(tmp_path: Path) -> None:
+    path = tmp_path / "cell.json"
+    a_cell().save(path)
+    loaded = load_commissioned(path, LIMITS.q_min, LIMITS.q_max)
+    assert loaded == a_cell() and loaded.path == path
+    assert json.loads(path.read_text())["format"] == "proctor.commissioned_cell/1"
+    assert loaded.reference_image("exterior") == tmp_path / "cell.exterior.png"
+    # the target tote is the one on the episode's tote side (+y is the robot's left)
+    layout = loaded.layout(Side.left, Side.right)
+    assert layout["target_bin"] == [0.5, 0.24, 0.15, 0.12]
+    assert layout["source_bin"] == [0.5, -0.24, 0.15, 0.12]
+    assert layout["table_z"] == pytest.approx(-0.0205, abs=1e-3)
+    # the annotator reads it as it reads the simulated cell's
+    parsed = parse_layout(layout, tote_side="left")
+    assert parsed.target.cy == pytest.approx(0.24) and parsed.rim_height == pytest.approx(0.08)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"workspace_min": (0.7, -0.41, 0.0)}, "workspace_min must be below workspace_max"),
+        ({"workspace_min": (0.3, -0.41, -0.1)}, "below the table"),
+        (
+            {"home_q": (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 3.5)},
+            "home_q: joint 7 at 3.500 rad is outside its limits",
+        ),
+        (
+            {"totes": {"left": Tote(0.5, -0.24, 0.1, 0.1), "right": Tote(0.5, 0.24, 0.1, 0.1)}},
+            "left tote must be at larger y",
+        ),
+        ({"tcp": Tcp((0.0, 0.0, 0.16), (0.0, 0.0, 0.5, 0.5))}, "unit quaternion"),
+    ],
+)
+def test_a_cell_that_cannot_be_right_is_refused(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    path = tmp_path / "cell.json"
+    a_cell(**changes).save(path)
+    with pytest.raises(ConfigError, match=message):
+        load_commissioned(path, LIMITS.q_min, LIMITS.q_max)
+
+
+def test_the_table_fit_refuses_points_that_are_not_a_table() -> None:
+    with pytest.raises(ConfigError, match="on a line"):
+        TablePlane.fit([(0.3, 0.0, 0.0), (0.5, 0.0, 0.0), (0.7, 0.0, 0.0)])
+    with pytest.raises(ConfigError, match="tilts"):
+        TablePlane.fit([(0.3, 0.0, 0.0), (0.5, 0.0, 0.1), (0.5, 0.2, 0.1)])
+    with pytest.raises(ConfigError, match="off the fitted plane"):
+        TablePlane.fit([*TABLE_POINTS, (0.55, 0.0, 0.0)])
+
+
+def _real_config(tmp_path: Path, arm: dict[str, object], commissioned: Path | None = None):  # type: ignore[no-untyped-def]
+    return load_station_config(
+        None,
+        commissioned=commissioned,
+        real={
+            "arm": {"host": "172.16.0.2", **arm},
+            "gripper": {"port": "/dev/ttyUSB97"},
+            "cameras": {
+                "exterior": {"driver": "uvc", "device": "/dev/video98"},
+                "wrist": {"driver": "uvc", "device": "/dev/video97"},
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("arm", "message"),
+    [
+        # was clipped into the limits at homing; now refused at load
+        ({"home_q": [0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 3.0]}, "home_q joint 7"),
+        ({"workspace_min": [0.5, -0.6, 0.02], "workspace_max": [0.4, 0.6, 0.9]}, "workspace_min"),
+        # libfranka's realtime check stays on for the real arm (review #9)
+        ({"realtime": "ignore"}, r"real\.arm: realtime is set by the profile"),
+    ],
+)
+def test_the_real_profile_refuses_an_unsafe_arm_config(
+    tmp_path: Path, arm: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_cell("real", _real_config(tmp_path, arm))
+
+
+def test_the_real_profile_configures_the_arm_from_the_commissioned_cell(tmp_path: Path) -> None:
+    path = tmp_path / "cell.json"
+    a_cell().save(path)
+    cell = build_cell("real", _real_config(tmp_path, {}, path))
+    c = cell.arm.config
+    assert cell.commissioned == a_cell()
+    assert c.realtime == "enforce"  # type: ignore[attr-defined]
+    assert c.tcp == (0.0, 0.0, 0.16, 0.0, 0.0, 0.0, 1.0)  # type: ignore[attr-defined]
+    assert c.payload_mass == 1.1 and c.payload_com == (0.0, 0.0, 0.06)  # type: ignore[attr-defined]
+    assert c.workspace_min == (0.3, -0.41, 0.0) and c.home_q == LIMITS.home_q
+    # the measured values are not overridden by hand
+    with pytest.raises(ConfigError, match="home_q is set by the commissioned cell"):
+        build_cell("real", _real_config(tmp_path, {"home_q": list(LIMITS.home_q)}, path))
+    assert check_commissioned(cell, "real").status == CheckStatus.passed
+    bare = build_cell("real", _real_config(tmp_path, {}))
+    assert check_commissioned(bare, "real").status == CheckStatus.failed
+    assert check_commissioned(bare, "twin").status == CheckStatus.warning
+
+
+def test_framing_similarity_sees_a_moved_camera_not_the_light(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    # a scene with structure at the thumbnail's scale: blocks of random grey
+    scene = np.kron(rng.integers(0, 255, (12, 16)), np.ones((40, 40))).astype(np.uint8)
+    scene = np.repeat(scene[:, :, None], 3, axis=2)
+    save_image(tmp_path / "ref.png", scene)
+    reference = load_image(tmp_path / "ref.png")
+    assert np.array_equal(reference, scene)  # PNG: the reference stays exact
+    noisy = np.clip(scene + rng.normal(0, 12, scene.shape), 0, 255).astype(np.uint8)
+    darker = (scene * 0.6).astype(np.uint8)
+    turned = np.roll(scene, 120, axis=1)  # the camera panned by a quarter of the view
+    assert image_similarity(reference, noisy) > 0.9
+    assert image_similarity(reference, darker) > 0.9
+    assert image_similarity(reference, turned) < 0.3
+    assert image_similarity(reference, np.zeros_like(scene)) == 0.0  # a covered lens
+
+
+def _sysfs(root: Path, realtime: str | None, governors: list[str]) -> PreflightSettings:
+    if realtime is not None:
+        (root / "kernel").mkdir(parents=True)
+        (root / "kernel" / "realtime").write_text(realtime + "\n")
+    for i, g in enumerate(governors):
+        d = root / "devices" / "system" / "cpu" / f"cpu{i}" / "cpufreq"
+        d.mkdir(parents=True)
+        (d / "scaling_governor").write_text(g + "\n")
+    return PreflightSettings.for_profile("real", {"preflight": {"sysfs_root": str(root)}})
+
+
+def test_preflight_host_checks_on_a_fake_sysfs(tmp_path: Path) -> None:
+    rt = _sysfs(tmp_path / "rt", "1", ["performance", "performance"])
+    assert check_realtime_kernel(rt).status == CheckStatus.passed
+    assert check_cpu_governor(rt).status == CheckStatus.passed
+    stock = _sysfs(tmp_path / "stock", None, ["performance", "powersave"])
+    result = check_realtime_kernel(stock)
+    assert result.status == CheckStatus.failed and result.name == "realtime kernel"
+    assert "not a PREEMPT_RT kernel" in result.detail
+    result = check_cpu_governor(stock)
+    assert result.status == CheckStatus.failed and "cpu1=powersave" in result.detail
+    zero = _sysfs(tmp_path / "zero", "0", [])
+    assert check_realtime_kernel(zero).status == CheckStatus.failed
+    assert check_cpu_governor(zero).status == CheckStatus.warning  # no cpufreq at all (a VM)
+    # off the real cell a stock kernel is a warning (franky-sim keeps no deadlines)
+    twin = PreflightSettings.for_profile("twin", {"preflight": {"sysfs_root": str(tmp_path)}})
+    assert check_realtime_kernel(twin).status == CheckStatus.warning
+
+
+def test_a_commissioned_layout_goes_into_the_manifest(
+    station_db, serve_demo, tmp_path: Path
+) -> None:
+    """The runner writes the commissioned cell's layout, for the episode's
+    tote side, into the manifest (the simulated cell stands in for a
+    commissioned real one: the wiring is the same)."""
+    from proctor.station.runner import EpisodeRunner
+
+    _, sessions = station_db
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    url = serve_demo("reference")
+    cfg = sim_config()
+    cell = build_cell("sim", cfg)
+    cell.commissioned = a_cell()
+    runner = EpisodeRunner(
+        cell, config=cfg, sessions=sessions, store=store, spool_root=tmp_path / "spool"
+    )
+    runner.open()
+    try:
+        work = Work(
+            run_code="R-COMM1",
+            object_name="towels",
+            items=1,
+            per_item_cap_s=2.0,
+            tote_side=Side.left,
+            camera_side=Side.right,
+            policy_url=url,
+            sim_seed=1,
+        )
+        runner.arm(work)
+        runner.start(background=False)
+        summary = runner.last
+    finally:
+        runner.close()
+    assert summary is not None
+    with sessions() as s:
+        manifest = load_recording(s, store, summary.uid).manifest
+    assert manifest["layout"] == a_cell().layout(Side.left, Side.right)
+    assert manifest["layout"]["source"] == "commissioned"
