@@ -44,6 +44,17 @@ def test_env_example_names_only_settings_that_exist() -> None:
         assert name.removeprefix("PROCTOR_").lower().split("__")[0] in fields, name
 
 
+def test_the_serial_latency_rule_pre_flight_names_sets_one_ms_on_ftdi_adapters() -> None:
+    from proctor.station.preflight import LATENCY_UDEV_RULE
+
+    rule = DEPLOY.parent / LATENCY_UDEV_RULE
+    lines = [ln for ln in rule.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(lines) == 1
+    keys = dict(re.findall(r'([A-Z]+(?:\{[^}]+\})?)[=!]=?"([^"]*)"', lines[0]))
+    assert keys["SUBSYSTEM"] == "tty" and keys["DRIVERS"] == "ftdi_sio"
+    assert keys["ATTR{device/latency_timer}"] == "1"
+
+
 @pytest.mark.parametrize("name", ["station-real.toml", "station-twin.toml", "station-sim.toml"])
 def test_station_configs_load(name: str) -> None:
     config = load_station_config(DEPLOY / "station" / name)
@@ -219,9 +230,9 @@ def test_the_server_believes_forwarded_headers_only_from_its_proxy(
 
 GUIDE = DEPLOY / "README.md"
 ROOT = DEPLOY.parent
-# paths the guide names that another change adds (the serial adapter's udev rule);
-# an entry whose file exists fails the test below, so that it is taken out
-PENDING_PATHS = {"deploy/udev/99-proctor-robotiq.rules"}
+# paths the guide names that another change adds; an entry whose file exists
+# fails the test below, so that it is taken out
+PENDING_PATHS: set[str] = set()
 
 
 def _guide_text() -> str:

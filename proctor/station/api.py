@@ -7,7 +7,10 @@
 ``POST /api/start``          start the armed episode
 ``POST /api/stop``           operator stop
 ``POST /api/safety-stop``    safety stop: the arm halts now, the gripper holds
-``POST /api/recover``        clear an arm error after a safety stop (explicit)
+``POST /api/recover``        clear an arm error after a safety stop (explicit;
+                             the gripper is left as it is)
+``POST /api/gripper/activate`` reset and activate the gripper (explicit, hands
+                             clear: the fingers sweep open and closed)
 ``POST /api/disarm``         give up an armed, not yet started episode
 ``POST /api/log``            the post-rollout log: ``{placed, lost, dropped,
                              outcome, notes}`` and optionally ``operator_id``
@@ -88,6 +91,10 @@ def create_app(daemon: StationDaemon) -> FastAPI:
     @app.post("/api/recover")
     async def recover() -> dict[str, Any]:
         return await run_in_threadpool(daemon.recover_arm)
+
+    @app.post("/api/gripper/activate")
+    async def activate_gripper() -> dict[str, Any]:
+        return await run_in_threadpool(daemon.activate_gripper)
 
     @app.post("/api/disarm")
     async def disarm() -> dict[str, Any]:

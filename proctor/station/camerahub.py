@@ -1,11 +1,21 @@
 """One reader thread per camera: keeps the latest frame (for observations and
-the live preview) and forwards every frame to the recorder while one is set."""
+the live preview) and forwards every frame to the recorder while one is set.
+
+A camera that fails (the SDK raises) or, on a real-time clock, delivers
+nothing for ``reconnect_after_s`` is disconnected and connected again, with a
+backoff between attempts (``backoff_s`` doubling up to ``max_backoff_s``): a
+replugged USB cable comes back without a restart. Each camera's health
+(``health``) goes into the daemon's status, and ``arming_problem`` names a
+camera that is not delivering frames, so the runner refuses to arm instead of
+starting one episode after another that ends ``system`` on a silent camera.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from proctor.station.clock import Clock, MonotonicClock
 from proctor.station.drivers.camera.base import Camera, CameraStalled, Frame
@@ -14,12 +24,28 @@ log = logging.getLogger(__name__)
 
 FrameSink = Callable[[str, Frame], None]
 
+# a camera this long without a frame (wall seconds) is not fit to record: the
+# control loop ends an episode on a camera silent for 1 s (CAMERA_STALL_S)
+STALE_S = 1.0
+
 
 class CameraHub:
-    def __init__(self, cameras: dict[str, Camera], clock: Clock, virtual: bool) -> None:
+    def __init__(
+        self,
+        cameras: dict[str, Camera],
+        clock: Clock,
+        virtual: bool,
+        *,
+        reconnect_after_s: float = 2.0,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+    ) -> None:
         self.cameras = cameras
         self.clock = clock
         self.virtual = virtual
+        self.reconnect_after_s = reconnect_after_s
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
         self.wall = MonotonicClock()
         self._latest: dict[str, Frame] = {}
         self._latest_wall: dict[str, float] = {}
@@ -29,9 +55,14 @@ class CameraHub:
         self._threads: list[threading.Thread] = []
         self.errors: dict[str, str] = {}
         self.stalls: dict[str, int] = {name: 0 for name in cameras}
+        self.reconnects: dict[str, int] = {name: 0 for name in cameras}
+        # since when (wall) each camera has been connected and reading; None: it is not
+        self._up_since: dict[str, float | None] = {name: None for name in cameras}
 
     def start(self) -> None:
+        self._stop.clear()
         for name, camera in self.cameras.items():
+            self._up_since[name] = self.wall.now() if camera.is_connected else None
             t = threading.Thread(
                 target=self._read_loop, args=(name, camera), name=f"camera-{name}", daemon=True
             )
@@ -48,20 +79,60 @@ class CameraHub:
         with self._cond:
             self._sink = sink
 
+    def _silent_for(self, name: str) -> float:
+        """Wall seconds without a frame since the camera was last (re)connected."""
+        up = self._up_since[name]
+        if up is None:
+            return float("inf")
+        with self._cond:
+            last = self._latest_wall.get(name)
+        return self.wall.now() - (up if last is None or last < up else last)
+
+    def _drop(self, name: str, camera: Camera, why: str) -> None:
+        """Give the camera up until the next (re)connect attempt."""
+        self.errors[name] = why
+        self._up_since[name] = None
+        log.warning("camera %s: %s; reconnecting", name, why)
+        try:
+            camera.disconnect()
+        except Exception:
+            log.warning("camera %s: disconnect failed", name, exc_info=True)
+
+    def _reconnect(self, name: str, camera: Camera, backoff: float) -> float:
+        """One attempt, after ``backoff`` s; returns the next backoff."""
+        if self._stop.wait(backoff):
+            return backoff
+        try:
+            camera.connect()
+        except Exception as exc:
+            self.errors[name] = f"reconnecting: {type(exc).__name__}: {exc}"
+            return min(2 * backoff, self.max_backoff_s)
+        self.reconnects[name] += 1
+        self._up_since[name] = self.wall.now()
+        log.info("camera %s reconnected", name)
+        return self.backoff_s
+
     def _read_loop(self, name: str, camera: Camera) -> None:
+        backoff = self.backoff_s
         while not self._stop.is_set():
+            if self._up_since[name] is None:
+                backoff = self._reconnect(name, camera, backoff)
+                continue
             try:
                 frame = camera.read(timeout_s=0.5)
             except CameraStalled:
-                if not self.virtual:
-                    self.stalls[name] += 1
+                if self.virtual:
+                    continue  # time stands still between episodes: no frame is due
+                self.stalls[name] += 1
+                silent = self._silent_for(name)
+                if silent > self.reconnect_after_s:
+                    self._drop(name, camera, f"no frame for {silent:.1f} s")
                 continue
             except Exception as exc:
-                self.errors[name] = f"{type(exc).__name__}: {exc}"
                 log.error("camera %s failed", name, exc_info=True)
-                if self._stop.wait(0.5):
-                    return
+                self._drop(name, camera, f"{type(exc).__name__}: {exc}")
                 continue
+            self.errors.pop(name, None)
             with self._cond:
                 self._latest[name] = frame
                 self._latest_wall[name] = self.wall.now()
@@ -69,6 +140,40 @@ class CameraHub:
                 self._cond.notify_all()
             if sink is not None:
                 sink(name, frame)
+
+    # -- health ----------------------------------------------------------------
+    def health(self, name: str) -> dict[str, Any]:
+        """What the console shows for camera ``name``: ``ok``, ``stalled`` (no
+        frame for over a second) or ``reconnecting``, with the last error."""
+        up = self._up_since[name] is not None
+        age = self.wall_age(name)
+        if not self._threads:
+            state = "not started"  # nobody reads it: nothing to judge
+        elif not up:
+            state = "reconnecting"
+        elif not self.virtual and self._silent_for(name) > STALE_S:
+            state = "stalled"
+        else:
+            state = "ok"
+        return {
+            "state": state,
+            "error": self.errors.get(name),
+            "reconnects": self.reconnects[name],
+            "stalls": self.stalls[name],
+            "last_frame_age_s": None if age == float("inf") else round(age, 3),
+        }
+
+    def arming_problem(self) -> str | None:
+        """Why no episode may start now (a camera not delivering), or None."""
+        for name in self.cameras:
+            h = self.health(name)
+            if h["state"] not in ("ok", "not started"):
+                why = f" ({h['error']})" if h["error"] else ""
+                return (
+                    f"camera {name} is {h['state']}{why}: check its cable; "
+                    "the station reconnects it by itself"
+                )
+        return None
 
     def latest(self, name: str) -> Frame | None:
         with self._cond:

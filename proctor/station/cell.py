@@ -85,11 +85,14 @@ class Cell:
         return isinstance(self.clock, VirtualClock)
 
     def connect(self) -> None:
-        """Connect every device and activate the gripper; undo on failure."""
+        """Connect every device and activate the gripper if it needs it (a
+        gripper that is already active keeps its grip: activation sweeps the
+        fingers); undo on failure."""
         try:
             self.arm.connect()
             self.gripper.connect()
-            self.gripper.activate()
+            if self.gripper.ensure_activated():
+                log.info("gripper activated (it was not, or was in a major fault)")
             for camera in self.cameras.values():
                 camera.connect()
         except BaseException:

@@ -505,9 +505,11 @@ def check(
 
 # -- hardware profiles: pre-flight and teleoperation ----------------------------
 from proctor.station.commission import commission_command as _commission  # noqa: E402
+from proctor.station.gripper_activation import gripper_activate as _gripper_activate  # noqa: E402
 from proctor.station.preflight import check as _preflight_check  # noqa: E402
 from proctor.station.teleop.cli import teleop as _teleop  # noqa: E402
 
 station_app.command("check")(_preflight_check)
 station_app.command("commission")(_commission)
+station_app.command("gripper-activate")(_gripper_activate)
 station_app.command("teleop")(_teleop)

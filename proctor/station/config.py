@@ -20,6 +20,11 @@ Example::
     [api]
     port = 8100
 
+    [gripper]                # speed and force of the policy's gripper commands
+    force = 0.5
+    [gripper.objects.spoons] # an object type that needs its own
+    force = 0.3
+
     [sim]
     clock = "monotonic"      # real time, for a person at the console
 """
@@ -64,6 +69,37 @@ class ApiSettings(BaseModel):
     preview_jpeg_quality: int = Field(default=70, ge=10, le=95)
 
 
+class GripStrength(BaseModel):
+    """How hard and how fast the gripper closes on one object type (fractions
+    of the gripper's range; a 2F-85 spans 20–150 mm/s and, by Robotiq's spec
+    sheet, about 20–235 N). ``None``: the station's default."""
+
+    model_config = {"extra": "forbid"}
+
+    speed: float | None = Field(default=None, ge=0, le=1)
+    force: float | None = Field(default=None, ge=0, le=1)
+
+
+class GripSettings(BaseModel):
+    """The gripper's speed and force for policy commands, per object type
+    where the object needs its own (``[gripper.objects.<name>]``)."""
+
+    model_config = {"extra": "forbid"}
+
+    speed: float = Field(default=1.0, ge=0, le=1)
+    # half force (about 127 N on a 2F-85): firm on a tote item, not crushing
+    force: float = Field(default=0.5, ge=0, le=1)
+    objects: dict[str, GripStrength] = Field(default_factory=dict)
+
+    def for_object(self, name: str) -> tuple[float, float]:
+        """(speed, force) for object type ``name``."""
+        own = self.objects.get(name, GripStrength())
+        return (
+            self.speed if own.speed is None else own.speed,
+            self.force if own.force is None else own.force,
+        )
+
+
 class WorkSettings(BaseModel):
     model_config = {"extra": "forbid"}
 
@@ -102,6 +138,7 @@ class StationConfig(BaseModel):
     # per-camera overrides; the profile supplies the defaults
     cameras: dict[str, CameraSettings] = Field(default_factory=dict)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    gripper: GripSettings = Field(default_factory=GripSettings)
     work: WorkSettings = Field(default_factory=WorkSettings)
     # where episodes are recorded before they reach the artifact store;
     # default: <data dir>/station/<name>/spool

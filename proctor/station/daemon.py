@@ -227,6 +227,12 @@ class StationDaemon:
         self._bump()
         return self.status()
 
+    def activate_gripper(self) -> dict[str, Any]:
+        self.runner.activate_gripper()
+        self.notice = Notice("info", "gripper activated")
+        self._bump()
+        return self.status()
+
     def disarm(self) -> dict[str, Any]:
         self.runner.disarm()
         return self.status()
@@ -262,7 +268,12 @@ class StationDaemon:
     def status(self) -> dict[str, Any]:
         out = self.runner.status()
         out["cameras"] = {
-            name: {"width": c.config.width, "height": c.config.height, "fps": c.config.fps}
+            name: {
+                "width": c.config.width,
+                "height": c.config.height,
+                "fps": c.config.fps,
+                "health": self.runner.hub.health(name),
+            }
             for name, c in self.cell.cameras.items()
         }
         if self.notice is not None:

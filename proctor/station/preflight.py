@@ -3,8 +3,9 @@
 ``proctor station check --profile real|twin`` builds the profile's cell,
 then checks, one line each: disk space for the recordings, the kernel
 clock's synchronisation, the arm (reachable, no errors, joints inside their
-limits, state readable at the telemetry rate), the gripper (activates, no
-fault), and each camera (delivers frames at its rate and resolution). The
+limits, state readable at the telemetry rate), the gripper (status only, never
+activated here: activated and no fault; its serial line's latency timer and
+round trip), and each camera (delivers frames at its rate and resolution). The
 command exits non-zero when any check fails.
 
 Thresholds come from the profile section's ``preflight`` table, e.g.::
@@ -37,6 +38,7 @@ from proctor.station.clock import Clock
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmFault, ControllerReport
 from proctor.station.drivers.camera.base import Camera, CameraStalled, Frame
 from proctor.station.drivers.gripper.base import GripperFault
+from proctor.station.drivers.gripper.serial_line import latency_timer
 from proctor.station.framing import image_similarity, load_image
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,19 @@ class PreflightSettings:
     # today's frame against the commissioned reference image (correlation of
     # the downscaled grey images, 1 = identical): a moved camera scores low
     min_framing_similarity: float = 0.6
+    # an FTDI adapter's latency timer, ms (its default 16 ms makes every Modbus
+    # answer up to 16 ms late; deploy's udev rule sets 1)
+    max_serial_latency_timer_ms: float = 1.0
+    # gripper status exchanges timed, and the median round trip allowed: 19 +
+    # 11 bytes at 115200 baud take ~2.6 ms, plus ~1 ms of latency timer and
+    # the gripper's own answer time
+    gripper_round_trips: int = 20
+    max_gripper_round_trip_ms: float = 10.0
+    # camera frames stamped by the camera's clock (RealSense hardware_clock or
+    # global_time), not on arrival (system_time: about a frame late)
+    require_device_timestamps: bool = True
+    # a camera on a USB 2 link (a long wrist cable, a hub) fails pre-flight
+    require_usb3: bool = True
 
     @classmethod
     def for_profile(cls, profile: str, section: dict[str, Any]) -> PreflightSettings:
@@ -102,8 +117,14 @@ class PreflightSettings:
         defaults: dict[str, Any] = {}
         if profile != "real":
             # simulated peers share this host's clock; nothing is compared across
-            # hosts; franky-sim keeps no deadlines, so no realtime kernel is needed
-            defaults.update(require_ntp=False, min_free_gb=1.0, require_realtime=False)
+            # hosts; franky-sim keeps no deadlines, so no realtime kernel is needed;
+            # a pty to a simulator answers from a process that shares the CPU
+            defaults.update(
+                require_ntp=False,
+                min_free_gb=1.0,
+                require_realtime=False,
+                max_gripper_round_trip_ms=100.0,
+            )
         table = section.get("preflight", {})
         if not isinstance(table, dict):
             raise ConfigError(f"{profile}.preflight: must be a table")
@@ -269,30 +290,83 @@ def check_arm(cell: Cell, settings: PreflightSettings) -> CheckResult:
 
 
 def check_gripper(cell: Cell) -> CheckResult:
+    """Status only: pre-flight never activates (activation sweeps the fingers,
+    and pre-flight runs before every daemon start)."""
     gripper = cell.gripper
     where = getattr(gripper.config, "port", type(gripper).__name__)
     try:
         if not gripper.is_connected:
             gripper.connect()
-        # a fault is looked at, not reset away: activation (a rising edge on
-        # rACT) clears a major fault (Robotiq manual §4.7.4, robotiq_registers.GFlt),
-        # so read the status first
-        before = gripper.read_state()
-        if before.fault is not None:
-            return CheckResult("gripper", CheckStatus.failed, f"{where}: {before.fault}")
-        gripper.activate()
+        needs = gripper.needs_activation()
         state = gripper.read_state()
     except GripperFault as exc:
         return CheckResult("gripper", CheckStatus.failed, f"{where}: {exc}")
+    if state.fault is not None and needs:
+        return CheckResult(
+            "gripper",
+            CheckStatus.failed,
+            f"{where}: {state.fault} (hands clear, then `proctor station gripper-activate`)",
+        )
     if state.fault is not None:
-        return CheckResult("gripper", CheckStatus.failed, f"{where}: {state.fault}")
-    if not state.activated:
-        return CheckResult("gripper", CheckStatus.failed, f"{where}: not activated")
+        return CheckResult("gripper", CheckStatus.warning, f"{where}: {state.fault}")
+    if needs:
+        return CheckResult(
+            "gripper",
+            CheckStatus.warning,
+            f"{where}: not activated; the station activates it when it starts "
+            "(the fingers sweep fully open and closed)",
+        )
     return CheckResult(
         "gripper",
         CheckStatus.passed,
         f"{where}: activated, no fault, fingers at {state.position:.2f}",
     )
+
+
+# the udev rule that sets the adapter's latency timer (deploy/README.md)
+LATENCY_UDEV_RULE = "deploy/udev/99-proctor-robotiq.rules"
+
+
+def check_gripper_line(cell: Cell, settings: PreflightSettings) -> CheckResult:
+    """The serial adapter's latency timer (udev sets it to 1 ms) and the
+    measured status round trip; a driver without a bus is skipped."""
+    gripper = cell.gripper
+    port = getattr(gripper.config, "port", None)
+    measure = getattr(gripper, "measure_round_trip", None)
+    if port is None or measure is None:
+        return CheckResult("gripper line", CheckStatus.passed, "no serial line (simulated)")
+    timer = latency_timer(port)
+    problems = []
+    if timer.ms is None:
+        detail = f"latency timer: skipped ({timer.why_none})"
+    else:
+        detail = f"{timer.tty} latency timer {timer.ms} ms"
+        if timer.ms > settings.max_serial_latency_timer_ms:
+            problems.append(
+                f"{timer.tty} latency timer is {timer.ms} ms "
+                f"(need <= {settings.max_serial_latency_timer_ms:g}; install "
+                f"{LATENCY_UDEV_RULE} and replug the adapter)"
+            )
+    if not gripper.is_connected:
+        # the gripper check has said why: nothing to time
+        if problems:
+            return CheckResult("gripper line", CheckStatus.failed, "; ".join(problems))
+        return CheckResult("gripper line", CheckStatus.warning, detail + "; round trip not timed")
+    try:
+        rtts = sorted(measure(settings.gripper_round_trips))
+    except GripperFault as exc:
+        return CheckResult("gripper line", CheckStatus.failed, f"{port}: {exc}")
+    if rtts:
+        median_ms, worst_ms = 1000 * rtts[len(rtts) // 2], 1000 * rtts[-1]
+        detail += f", status round trip {median_ms:.1f} ms median, {worst_ms:.1f} ms max"
+        if median_ms > settings.max_gripper_round_trip_ms:
+            problems.append(
+                f"status round trip {median_ms:.1f} ms median "
+                f"(limit {settings.max_gripper_round_trip_ms:g} ms)"
+            )
+    if problems:
+        return CheckResult("gripper line", CheckStatus.failed, "; ".join(problems))
+    return CheckResult("gripper line", CheckStatus.passed, detail)
 
 
 def check_camera(
@@ -324,6 +398,40 @@ def check_camera(
     spread = _device_clock_spread(frames)
     if spread is not None:
         detail += f", device clock steady to {1000 * spread:.1f} ms"
+    if problems:
+        return CheckResult(label, CheckStatus.failed, "; ".join(problems))
+    return CheckResult(label, CheckStatus.passed, detail)
+
+
+def check_camera_link(name: str, camera: Camera, settings: PreflightSettings) -> CheckResult:
+    """The timestamp domain of the camera's frames and its USB link, as the
+    driver reports them (RealSense: ``get_frame_timestamp_domain``,
+    ``camera_info.usb_type_descriptor``). A driver that reports neither passes,
+    saying so."""
+    label = f"link {name}"  # within the 16 columns of a check line
+    if not camera.is_connected:
+        return CheckResult(label, CheckStatus.warning, "not checked: the camera did not connect")
+    try:
+        described = camera.describe()
+        if described and described.get("timestamp_domain") is None:
+            camera.read(timeout_s=1.0)  # the domain is a property of frames
+            described = camera.describe()
+    except Exception as exc:
+        return CheckResult(label, CheckStatus.failed, f"{type(exc).__name__}: {exc}")
+    if not described:
+        return CheckResult(label, CheckStatus.passed, "the driver reports no link facts")
+    domain, usb = described.get("timestamp_domain"), str(described.get("usb_type"))
+    problems = []
+    if domain == "system_time" and settings.require_device_timestamps:
+        problems.append(
+            "frames carry the host's arrival time (system_time), not the camera's clock: "
+            "no frame metadata (librealsense's kernel patch or its RSUSB backend provides it)"
+        )
+    if usb.startswith("2") and settings.require_usb3:
+        problems.append(
+            f"USB {usb} link: two colour streams need USB 3 (a USB 3 port and cable, no USB 2 hub)"
+        )
+    detail = f"timestamps {domain}, USB {usb}"
     if problems:
         return CheckResult(label, CheckStatus.failed, "; ".join(problems))
     return CheckResult(label, CheckStatus.passed, detail)
@@ -703,10 +811,12 @@ def run_checks(
     yield check_test_motion(cell, settings)
     yield check_enabling_device(cell, settings, operator)
     yield check_gripper(cell)
+    yield check_gripper_line(cell, settings)
     for name, camera in cell.cameras.items():
         yield check_camera(name, camera, cell.clock, settings)
         yield check_camera_serial(name, camera, cell)
         yield check_framing(name, camera, cell, settings)
+        yield check_camera_link(name, camera, settings)
 
 
 def preflight(

@@ -188,6 +188,9 @@ class EpisodeRunner:
                 raise RunnerBusy(f"station is {self.state.value}; finish that first")
             if self.arm_error is not None:
                 raise RunnerBusy(f"the arm is in error ({self.arm_error}); recover it first")
+        camera_problem = self.hub.arming_problem()
+        if camera_problem is not None:
+            raise RunnerBusy(camera_problem)
         cfg = self.config
         if self.cell.scene is not None:
             self.cell.scene.prepare(work)
@@ -268,14 +271,27 @@ class EpisodeRunner:
             raise RunnerBusy(f"homing failed: {exc}") from None
 
     def recover(self) -> None:
-        """The operator's explicit recovery after a safety stop or fault."""
+        """The operator's explicit recovery after a safety stop or fault. The
+        gripper is left as it is (activating it would sweep the fingers, maybe
+        holding an item, maybe at a hand): ``activate_gripper`` is its own action."""
         with self._lock:
             if self.state in (RunnerState.running, RunnerState.finishing):
                 raise RunnerBusy("cannot recover while an episode runs")
         self.cell.arm.recover()
-        self.cell.gripper.activate()
         self.arm_error = None
         self._home()
+        self._on_change()
+
+    def activate_gripper(self) -> None:
+        """The operator's explicit gripper (re)activation, hands clear: it resets
+        a major fault, and the fingers sweep fully open and closed."""
+        with self._lock:
+            if self.state in (RunnerState.armed, RunnerState.running, RunnerState.finishing):
+                raise RunnerBusy(f"cannot activate the gripper: station is {self.state.value}")
+        try:
+            self.cell.gripper.activate()
+        except GripperFault as exc:
+            raise RunnerBusy(f"gripper activation failed: {exc}") from None
         self._on_change()
 
     def disarm(self) -> None:

@@ -144,3 +144,35 @@ def test_where_playback_starts(timed_from_call: bool, real_time: bool, first: in
     player.load(reply, t=5.2, asked_at=5.0)
     assert (player.row, player.span, player.rows_left) == (first, first + 4, 4)
     assert player.playing and not player.exhausted
+
+
+def test_gripper_commands_carry_the_objects_speed_and_force() -> None:
+    """Policies send a gripper position only: speed and force come from the
+    station config, per object type where one has its own."""
+    cfg = sim_config(gripper={"force": 0.4, "objects": {"spoons": {"force": 0.2, "speed": 0.5}}})
+    assert cfg.gripper.for_object("spoons") == (0.5, 0.2)
+    assert cfg.gripper.for_object("cubes") == (1.0, 0.4)
+    cell = build_cell("sim", cfg)
+    with cell:
+        q = cell.arm.read_state().q
+        player = ChunkPlayer(
+            cell,
+            space=ActionSpace.joint_position,
+            open_loop_steps=1,
+            control_hz=15.0,
+            real_time=False,
+            grip=cfg.gripper.for_object("spoons"),
+        )
+        row = np.append(q, 1.0)[None, :]
+        player.load(Reply(row, 0.0, 0.0, ActionSpace.joint_position), t=0.0, asked_at=0.0)
+        player.play_next()
+        world = cell.arm.world  # type: ignore[attr-defined]
+        assert world.grip_speed == pytest.approx(0.5, abs=1 / 255)
+        assert world.grip_force == pytest.approx(0.2, abs=1 / 255)
+
+
+def test_gripper_settings_are_validated_by_field() -> None:
+    from proctor.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"gripper\.objects\.spoons\.force"):
+        sim_config(gripper={"objects": {"spoons": {"force": 1.5}}})

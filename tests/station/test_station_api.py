@@ -78,7 +78,13 @@ def _until(client: TestClient, state: str, timeout: float = 60.0) -> dict[str, A
 
 def test_a_whole_rollout_through_the_api(console) -> None:
     client, server, seen = console
-    assert client.get("/api/status").json()["state"] == "idle"
+    idle = client.get("/api/status").json()
+    assert idle["state"] == "idle"
+    # each camera's health is in the status (the simulated cell's are read on a virtual clock)
+    assert {n: c["health"]["state"] for n, c in idle["cameras"].items()} == {
+        "exterior": "ok",
+        "wrist": "ok",
+    }
     assert client.post("/api/start").status_code == 409
     assert client.post("/api/log", json={}).status_code == 409
 
@@ -146,5 +152,11 @@ def test_safety_stop_halts_the_arm_and_needs_a_recovery(console) -> None:
     refused = client.post("/api/next")
     assert refused.status_code == 409 and "recover it first" in refused.json()["detail"]
     assert client.post("/api/recover").json()["arm_error"] is None
+    # the gripper is activated on its own, explicit request (recover leaves it alone)
+    activated = client.post("/api/gripper/activate")
+    assert activated.status_code == 200
+    assert activated.json()["notice"]["message"] == "gripper activated"
     assert client.post("/api/next").json()["state"] == "armed"
+    refused = client.post("/api/gripper/activate")
+    assert refused.status_code == 409 and "station is armed" in refused.json()["detail"]
     assert client.post("/api/disarm").json()["state"] == "awaiting_log"

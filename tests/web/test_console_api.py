@@ -312,8 +312,11 @@ def test_a_rollout_and_the_server_side_checks_of_its_log(web: Web, station: Stat
     assert {m for r in console_routes for m in r.methods or ()} <= {"GET", "POST", "HEAD"}
     assert {r.path for r in console_routes if "POST" in (r.methods or ())} == {
         f"/api/console/{a}"
-        for a in ("next", "start", "stop", "safety-stop", "recover", "disarm", "log")
-    }
+        for a in (
+            "next", "start", "stop", "safety-stop", "recover", "gripper/activate", "disarm",
+            "log",
+        )
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("station_clock", ["monotonic"])
@@ -347,7 +350,14 @@ def test_stop_safety_stop_and_recovery(web: Web, station: StationDaemon) -> None
     assert refused.status_code == 409 and "recover" in refused.json()["detail"]
     recovered = op.post("/api/console/recover")
     assert recovered.status_code == 200 and recovered.json()["arm_error"] is None
+    # the gripper: its own explicit action, relayed; each camera's health is shown
+    activated = op.post("/api/console/gripper/activate")
+    assert activated.status_code == 200 and activated.json()["notice"]["message"] == (
+        "gripper activated"
+    )
+    assert activated.json()["cameras"]["wrist"]["health"]["state"] == "ok"
     assert op.post("/api/console/next").json()["state"] == "armed"
+    assert op.post("/api/console/gripper/activate").status_code == 409
     disarmed = op.post("/api/console/disarm")
     assert disarmed.json()["state"] == "awaiting_log"
 
@@ -472,12 +482,19 @@ def test_the_status_whitelist_drops_what_it_does_not_name() -> None:
             "policy": "secret-vla",
         },
         "notice": {"level": "info", "message": "ok", "owner": "someone"},
-        "cameras": {"exterior": {"width": 640, "height": 480, "fps": 30, "serial": "123"}},
-    }
+        "cameras": {
+            "exterior": {
+                "width": 640, "height": 480, "fps": 30, "serial": "123",
+                "health": {"state": "reconnecting", "error": "USB gone", "stalls": 3},
+            }
+        },
+    }  # fmt: skip
     text = public_status(raw).model_dump_json()
     for word in ("secret", "policy", "owner", "serial", "123"):
         assert word not in text, word
     assert "R-7F3K" in text
+    health = public_status(raw).cameras["exterior"].health
+    assert health is not None and (health.state, health.error) == ("reconnecting", "USB gone")
     with pytest.raises(ValueError, match="did not validate"):
         public_status({"state": "exploded"})
 

@@ -117,6 +117,7 @@ def test_start_stop_safety_stop_and_the_post_rollout_form(
     # N: the next run, and the scene to set out
     page.keyboard.press("n")
     _wait_state(page, "armed")
+    assert not page.is_visible("#btn-gripper")  # never while a run is armed or running
     run_code = page.locator("#run-code").inner_text()
     assert run_code.startswith("X-")
     assert page.locator("#run-items").inner_text() == "3"
@@ -246,5 +247,12 @@ def test_start_stop_safety_stop_and_the_post_rollout_form(
     _until(page, "document.getElementById('arm-error').hidden")
     assert not page.is_disabled("#btn-next")
     assert station.runner.arm_error is None
+    # recover left the gripper alone; activating it is the operator's own, confirmed step
+    activations = station.cell.gripper.activations  # type: ignore[attr-defined]
+    assert page.is_visible("#btn-gripper") and not page.is_visible("#camera-health")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#btn-gripper")
+    _until(page, "document.getElementById('notice').textContent === 'gripper activated'")
+    assert station.cell.gripper.activations == activations + 1  # type: ignore[attr-defined]
 
     assert page.page_errors == []

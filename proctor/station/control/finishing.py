@@ -116,7 +116,12 @@ class EpisodeFinish:
             spool=result.folder,
             cameras=list(self.cell.cameras),
             camera_settings={
-                n: {"width": c.config.width, "height": c.config.height, "fps": c.config.fps}
+                n: {
+                    "width": c.config.width,
+                    "height": c.config.height,
+                    "fps": c.config.fps,
+                    **c.describe(),
+                }
                 for n, c in self.cell.cameras.items()
             },
             recording=result,

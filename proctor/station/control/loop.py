@@ -48,6 +48,7 @@ class ControlLoop:
             open_loop_steps=cfg.open_loop_steps,
             control_hz=cfg.control_hz,
             real_time=self.real_time,
+            grip=cfg.gripper.for_object(act.work.object_name),
         )
         self.calls = PolicyCalls(
             act.worker,

@@ -24,8 +24,10 @@ class ChunkPlayer:
         open_loop_steps: int,
         control_hz: float,
         real_time: bool,
+        grip: tuple[float, float] = (1.0, 0.5),
     ) -> None:
         self.arm, self.gripper = cell.arm, cell.gripper
+        self.grip_speed, self.grip_force = grip  # the object's, from the station config
         self.open_loop_steps = open_loop_steps
         self.control_hz = control_hz
         self.real_time = real_time
@@ -70,7 +72,9 @@ class ChunkPlayer:
     def play_next(self) -> None:
         """Send the next row to the arm and the gripper (raises their faults)."""
         assert self.chunk is not None and self.space is not None
-        self.current = to_commands(self.chunk[self.row], self.space)
+        self.current = to_commands(
+            self.chunk[self.row], self.space, grip_speed=self.grip_speed, grip_force=self.grip_force
+        )
         self.row += 1
         self.step += 1
         self.sent_arm = self.arm.send(self.current.arm)

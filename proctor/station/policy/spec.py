@@ -192,12 +192,11 @@ class StepCommands:
     gripper_requested: float
 
 
-_GRIP_SPEED = 1.0
-_GRIP_FORCE = 0.5
-
-
-def to_commands(row: np.ndarray, space: ActionSpace) -> StepCommands:
-    """One action row → the arm command and the gripper command it asks for."""
+def to_commands(
+    row: np.ndarray, space: ActionSpace, *, grip_speed: float = 1.0, grip_force: float = 0.5
+) -> StepCommands:
+    """One action row → the arm command and the gripper command it asks for
+    (policies send a position only; speed and force are the station's)."""
     arm_part = np.asarray(row[:-1], dtype=np.float64)
     grip = float(min(1.0, max(0.0, row[-1])))
     if space == ActionSpace.cartesian_position:
@@ -207,7 +206,7 @@ def to_commands(row: np.ndarray, space: ActionSpace) -> StepCommands:
         target = arm_part
     return StepCommands(
         arm=ArmCommand(space.arm_kind, target),
-        gripper=GripperCommand(position=grip, speed=_GRIP_SPEED, force=_GRIP_FORCE),
+        gripper=GripperCommand(position=grip, speed=grip_speed, force=grip_force),
         requested=target,
         gripper_requested=grip,
     )

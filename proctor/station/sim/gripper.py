@@ -77,6 +77,8 @@ class SimGripper(Gripper[SimGripperConfig]):
         self._nominal: float | None = None  # the poller's schedule: one period apart
         self._next_request = 0.0  # … and when the thread actually sends (a little late)
         self._next_latency = 0.0
+        # activations so far: on a real 2F-85 each one sweeps the fingers
+        self.activations = 0
         world.on_reset.append(self._reseed)
 
     def _reseed(self) -> None:
@@ -107,6 +109,12 @@ class SimGripper(Gripper[SimGripperConfig]):
         with self.world.lock:
             self.world.grip_activated = True
             self.world.grip_fault = None
+        self.activations += 1
+
+    def needs_activation(self) -> bool:
+        # every simulated fault stands for a major one: only activation clears it
+        with self.world.lock:
+            return not self.world.grip_activated or bool(self.world.grip_fault)
 
     def inject_fault(self, text: str) -> None:
         """Make the gripper report a fault (tests and fault drills)."""

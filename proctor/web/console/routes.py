@@ -8,6 +8,7 @@
 ``POST /api/console/stop``          operator stop
 ``POST /api/console/safety-stop``   safety stop: the arm halts at once
 ``POST /api/console/recover``       clear the arm's error after a safety stop
+``POST /api/console/gripper/activate`` reset and activate the gripper (hands clear)
 ``POST /api/console/disarm``        give up an armed run before it starts
 ``POST /api/console/log``           the post-rollout form; closes the episode
 ``GET  /api/console/reference/{c}`` the reference photo of the initial scene
@@ -148,6 +149,15 @@ async def safety_stop(who: Operator, settings: SettingsDep) -> ConsoleStatus:
 )
 async def recover(who: Operator, settings: SettingsDep) -> ConsoleStatus:
     return await _action(settings, "/api/recover", SLOW_S)
+
+
+@api_router.post(
+    "/gripper/activate",
+    summary="Reset and activate the gripper (its fingers sweep open and closed)",
+    responses=_ACTION_ERRORS,
+)
+async def activate_gripper(who: Operator, settings: SettingsDep) -> ConsoleStatus:
+    return await _action(settings, "/api/gripper/activate", SLOW_S)
 
 
 @api_router.post(

@@ -42,10 +42,17 @@ class RunView(_View):
     camera_side: Side
 
 
+class CameraHealthView(_View):
+    state: Literal["ok", "stalled", "reconnecting", "not started"]
+    error: Text | None = None
+    reconnects: int = 0
+
+
 class CameraView(_View):
     width: int
     height: int
     fps: float
+    health: CameraHealthView | None = None
 
 
 class NoticeView(_View):

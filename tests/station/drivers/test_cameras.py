@@ -116,6 +116,79 @@ def test_realsense_playback_delivers_every_frame_with_device_timestamps(
     assert np.all(np.diff(ts) > 0)
 
 
+def _owner(array: np.ndarray) -> object:
+    """The object that owns ``array``'s memory (itself, when it owns it)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array if array.base is None else array.base
+
+
+def test_realsense_frames_are_copied_out_of_the_sdk_buffers(recording: Path) -> None:
+    """pyrealsense2 ties each get_data() array to its frame: an image that is
+    a view of it keeps the SDK frame alive in the recorder's queues, and the
+    frame pool runs dry. Every image owns its memory, and holding many does
+    not hold the SDK's frames."""
+    with RealSenseCamera(rs_config(recording)) as cam:
+        frames = [cam.read(timeout_s=2.0) for _ in range(30)]
+    for i, f in enumerate(frames):
+        owner = _owner(f.image)
+        assert owner is f.image or isinstance(owner, bytes | bytearray), type(owner)
+        assert not type(owner).__module__.startswith("pyrealsense2")
+        assert f.image.flags.c_contiguous and f.image.flags.writeable
+        assert pattern_index(f.image) == i  # the copy is the frame, byte for byte
+
+
+def test_realsense_playback_reports_its_settings_honestly(recording: Path) -> None:
+    """A recording has no settable colour options: each is "not supported",
+    never a made-up value; the timestamp domain is the frames' own."""
+    cam = RealSenseCamera(rs_config(recording, exposure=150.0, power_line_hz=50))
+    with cam:
+        cam.read(timeout_s=2.0)
+        described = cam.describe()
+    assert described["serial"] == SERIAL and described["source"] == "playback"
+    assert described["timestamp_domain"] == "hardware_clock"
+    assert described["usb_type"] == "not supported"
+    assert set(described["options"]) == {
+        "auto_exposure_priority", "enable_auto_exposure", "exposure",
+        "enable_auto_white_balance", "power_line_frequency",
+    }  # fmt: skip
+    assert set(described["options"].values()) == {"not supported"}
+
+
+def test_colour_options_are_set_in_order_and_read_back() -> None:
+    """On a sensor that has the options (pyrealsense2's software sensor, with
+    the D4xx colour sensor's option names): auto modes off before the manual
+    values, each read back; a value the device refuses names the option."""
+    import pyrealsense2 as rs
+
+    from proctor.station.drivers.camera.realsense import apply_color_options, color_options
+
+    device = rs.software_device()
+    sensor = device.add_sensor("Color")
+    for name, lo, hi, default in [
+        ("auto_exposure_priority", 0, 1, 1), ("enable_auto_exposure", 0, 1, 1),
+        ("exposure", 1, 10000, 156), ("enable_auto_white_balance", 0, 1, 1),
+        ("white_balance", 2800, 6500, 4600), ("power_line_frequency", 0, 3, 3),
+    ]:  # fmt: skip
+        # option_range(min, max, default, step), as pyrealsense2 takes it
+        sensor.add_option(getattr(rs.option, name), rs.option_range(lo, hi, default, 1), True)
+    config = RealSenseCameraConfig(
+        name="wrist", exposure=300.0, white_balance=4000.0, power_line_hz=60
+    )
+    names = [n for n, _ in color_options(config)]
+    assert names.index("enable_auto_exposure") < names.index("exposure")
+    assert names.index("enable_auto_white_balance") < names.index("white_balance")
+    applied = apply_color_options(sensor, config)
+    assert applied == {
+        "auto_exposure_priority": 0.0, "enable_auto_exposure": 0.0, "exposure": 300.0,
+        "enable_auto_white_balance": 0.0, "white_balance": 4000.0, "power_line_frequency": 2.0,
+    }  # fmt: skip
+    with pytest.raises(CameraUnavailable, match="exposure = 20000 refused"):
+        apply_color_options(sensor, RealSenseCameraConfig(name="wrist", exposure=20000.0))
+    with pytest.raises(ValueError, match="power_line_hz must be one of"):
+        RealSenseCameraConfig(name="wrist", power_line_hz=55)
+
+
 def test_realsense_stall_is_reported_within_the_timeout(recording: Path) -> None:
     """The recording ends: from then on the pipeline delivers nothing, as a
     camera that stopped streaming would."""

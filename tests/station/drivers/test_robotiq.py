@@ -6,6 +6,7 @@ with a CRC, through a real serial line discipline."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -140,6 +141,11 @@ def settle(gripper: RobotiqGripper, timeout_s: float = 30.0) -> None:
     wait_for(stopped, timeout_s, "the fingers to stop")
 
 
+def delivered(gripper: RobotiqGripper) -> None:
+    """Wait until the poller has put the posted command on the wire."""
+    wait_for(lambda: not gripper.command_pending, 30.0, "the command to reach the wire")
+
+
 def test_activation_waits_for_gsta_3(gripper: RobotiqGripper, sim: SimulatedGripper) -> None:
     assert not gripper.read_state().activated
     with pytest.raises(GripperFault, match="not activated"):
@@ -160,6 +166,7 @@ def test_close_and_open(gripper: RobotiqGripper, sim: SimulatedGripper) -> None:
     gripper.activate()
     sent = gripper.send(GripperCommand(position=1.0, speed=1.0, force=1.0))
     assert sent == GripperCommand(position=1.0, speed=1.0, force=1.0)
+    delivered(gripper)
     assert MANUAL_CLOSE_FULL_SPEED_FORCE in bytes(sim.noise.heard)
     settle(gripper)
     closed = gripper.read_state()
@@ -270,6 +277,7 @@ def test_dropped_answers_are_retried_a_bounded_number_of_times(
     sim.noise.drop_next(retries)  # every retry is needed, and enough
     quiet_gripper.read_status_now()
     assert quiet_gripper.stats.frames_sent - before == retries + 1
+    assert quiet_gripper.stats.retries == retries  # every resend is counted
 
     before = quiet_gripper.stats.frames_sent
     sim.noise.drop_next(retries + 1)  # one more than the driver may try
@@ -277,6 +285,7 @@ def test_dropped_answers_are_retried_a_bounded_number_of_times(
         quiet_gripper.read_status_now()
     assert quiet_gripper.stats.frames_sent - before == retries + 1
     assert sim.noise.dropped == 2 * retries + 1
+    assert quiet_gripper.stats.retries == 2 * retries  # a failed request's resends too
 
 
 def test_a_corrupted_answer_fails_its_crc_and_is_retried(
@@ -287,6 +296,7 @@ def test_a_corrupted_answer_fails_its_crc_and_is_retried(
     status = quiet_gripper.read_status_now()
     assert sim.noise.corrupted == 1
     assert quiet_gripper.stats.frames_sent - before == 2
+    assert quiet_gripper.stats.retries == 1
     assert status.gsta == GSta.reset  # the good second answer, decoded
 
 
@@ -323,3 +333,166 @@ def test_rtu_framing_over_tcp() -> None:
             assert driver.read_state().position == 1.0
     finally:
         sim.stop()
+
+
+# -- activation only when needed (hardware review #7) -------------------------
+
+ACTIVATION_FRAME = MANUAL_ACTIVATION_REQUEST  # rACT = 1 written: the fingers sweep
+
+
+def test_a_ready_gripper_is_not_activated_again(
+    gripper: RobotiqGripper, sim: SimulatedGripper
+) -> None:
+    assert gripper.needs_activation()  # a gripper just powered: gSTA = 0
+    assert gripper.ensure_activated() is True
+    assert gripper.read_state().activated
+    gripper.send(GripperCommand(position=0.6))
+    delivered(gripper)
+    settle(gripper)
+    heard = len(sim.noise.heard)
+    written = gripper.stats.commands_written
+    # a reconnect (a daemon restart) finds it ready: nothing is written, the fingers stay
+    assert gripper.ensure_activated() is False
+    assert gripper.stats.commands_written == written
+    assert bytes(sim.noise.heard[heard:]).find(bytes.fromhex("091003E8")) == -1
+    assert gripper.read_state().position == pytest.approx(round(0.6 * 255) / 255)
+
+
+def test_a_major_fault_is_the_one_reason_to_reactivate_a_ready_gripper(
+    gripper: RobotiqGripper, sim: SimulatedGripper
+) -> None:
+    gripper.activate()
+    sim.model.inject_fault(GFlt.no_communication)  # minor: clears itself, no reset needed
+    assert not gripper.needs_activation()
+    sim.model.inject_fault(GFlt.overcurrent)  # major: only a reset and activation clear it
+    assert gripper.needs_activation()
+    heard = len(sim.noise.heard)
+    assert gripper.ensure_activated() is True
+    assert ACTIVATION_FRAME in bytes(sim.noise.heard[heard:])
+    assert gripper.read_state().fault is None
+
+
+# -- commands through the poller: the control thread never waits on the bus (#12)
+
+
+def test_send_returns_while_another_exchange_holds_the_bus(
+    gripper: RobotiqGripper, sim: SimulatedGripper
+) -> None:
+    gripper.activate()
+    returned: list[GripperCommand] = []
+    with gripper._bus:  # an exchange in flight, as the poller's on a slow line
+        caller = threading.Thread(
+            target=lambda: returned.append(gripper.send(GripperCommand(position=1.0))),
+            daemon=True,
+        )
+        caller.start()
+        caller.join(10.0)
+        blocked = caller.is_alive()
+        assert gripper.command_pending or blocked
+    caller.join(10.0)
+    assert not blocked, "send() waited for the bus"
+    assert returned and returned[0].position == 1.0
+    delivered(gripper)  # the poller wrote it once the line was free
+    settle(gripper)
+    assert gripper.read_state().position == 1.0
+
+
+def test_on_a_slow_line_send_does_not_wait_and_the_latest_command_wins(
+    sim: SimulatedGripper, pty_pair: PtyPair
+) -> None:
+    """Each answer held back 0.25 s (a slow line): a send takes far less than
+    one exchange, and commands posted while one is on the wire replace each
+    other; only the newest reaches the gripper."""
+    driver = make_driver(pty_pair, timeout_s=3.0)
+    driver.connect()
+    try:
+        driver.activate()
+        sim.noise.delay_s = 0.25
+        took = []
+        targets = [0.2, 0.4, 0.6, 0.8, 0.5, 0.7]
+        for target in targets:
+            t0 = time.monotonic()
+            driver.send(GripperCommand(position=target))
+            took.append(time.monotonic() - t0)
+        assert max(took) < sim.noise.delay_s, took
+        delivered(driver)
+        assert sim.model.command.position == round(targets[-1] * 255)
+        assert driver.stats.commands_replaced >= 1
+        assert driver.stats.commands_written < 2 + len(targets)  # reset + activate + fewer moves
+    finally:
+        sim.noise.delay_s = 0.0
+        driver.disconnect()
+
+
+def test_status_is_stamped_at_the_middle_of_its_exchange(
+    quiet_gripper: RobotiqGripper, sim: SimulatedGripper
+) -> None:
+    """With every answer held back 0.2 s the exchange lasts at least that; the
+    status is stamped half a round trip after the request went out, so at
+    least 0.1 s before the answer was in (not when it was decoded)."""
+    sim.noise.delay_s = 0.2
+    try:
+        t0 = quiet_gripper.clock.now()
+        quiet_gripper.read_status_now()
+        t1 = quiet_gripper.clock.now()
+    finally:
+        sim.noise.delay_s = 0.0
+    rtt = quiet_gripper.stats.last_round_trip_s
+    assert rtt is not None and rtt >= 0.2
+    t = quiet_gripper.read_state().t
+    assert t0 <= t <= t1 - 0.1
+    assert t1 - t >= rtt / 2 - 1e-9
+
+
+def test_closed_reads_one_with_the_commissioned_counts(pty_pair: PtyPair) -> None:
+    """A 2F-85 closed on nothing stops short of gPO 255; with its closed count
+    commissioned, the measured position of empty closed fingers is 1.0 (and the
+    command still asks for 255, so a grasp pushes to the end)."""
+    sim = SimulatedGripper(SimulatedGripperConfig(activation_s=0.05, closed_counts=0xE4))
+    sim.start_serial(str(pty_pair.device_end))
+    driver = make_driver(pty_pair, closed_counts=0xE4)
+    try:
+        driver.connect()
+        driver.activate()
+        driver.send(GripperCommand(position=1.0))
+        delivered(driver)
+        wait_for(lambda: driver.status_registers().gpo == 0xE4, 30.0, "the fingers to close")
+        assert driver.read_state().position == 1.0
+        assert sim.model.command.position == 255
+    finally:
+        driver.disconnect()
+        sim.stop()
+
+
+def test_calibration_counts_are_validated() -> None:
+    with pytest.raises(ValueError, match="open_counts/closed_counts"):
+        RobotiqGripperConfig(open_counts=200, closed_counts=100)
+
+
+def test_a_command_the_line_does_not_take_is_a_fault_once_stale(
+    sim: SimulatedGripper, pty_pair: PtyPair
+) -> None:
+    """Status reads answered, command writes not: send() keeps returning at
+    once, and once a command has waited longer than ``stale_after_s`` (on the
+    driver's clock, which the test moves) send() reports it; when the line
+    takes commands again, the newest one goes through."""
+    clock = VirtualClock()
+    gripper = make_driver(
+        pty_pair, clock, timeout_s=0.2, stale_after_s=RobotiqGripperConfig.stale_after_s
+    )
+    gripper.connect()
+    try:
+        gripper.activate()
+        sim.noise.deaf_to_writes = True
+        gripper.send(GripperCommand(position=1.0))
+        wait_for(lambda: gripper.stats.failures > 0, 30.0, "a failed command write")
+        clock.advance(gripper.config.stale_after_s + 0.01)
+        gripper.read_status_now()  # the status itself is fresh
+        with pytest.raises(GripperFault, match=r"took no command for 0\.21 s"):
+            gripper.send(GripperCommand(position=0.8))
+        sim.noise.deaf_to_writes = False
+        delivered(gripper)
+        assert sim.model.command.position == 255  # the command posted, now on the wire
+        assert gripper.send(GripperCommand(position=0.5)).position == pytest.approx(128 / 255)
+    finally:
+        gripper.disconnect()

@@ -25,7 +25,8 @@ from proctor.station import keys
 from proctor.station.cell import Cell
 from proctor.station.config import StationConfig, load_station_config
 from proctor.station.drivers.arm.franky import FrankyArm
-from proctor.station.drivers.camera.realsense import RealSenseCamera
+from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
+from proctor.station.drivers.camera.realsense_record import record_pattern
 from proctor.station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
 from proctor.station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
 from proctor.station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
@@ -36,9 +37,11 @@ from proctor.station.preflight import (
     PreflightSettings,
     check_arm,
     check_camera,
+    check_camera_link,
     check_clock,
     check_disk,
     check_gripper,
+    check_gripper_line,
     preflight,
     read_kernel_clock,
 )
@@ -118,12 +121,24 @@ def test_preflight_passes_on_the_twin(twin_cell: Cell, tmp_path: Path) -> None:
     by_name = {r.name: r for r in results}
     # the checks that need a commissioned cell, a realtime host or an operator
     # are in test_twin_commissioning.py; this cell is not commissioned
-    for name in ("disk", "arm", "gripper", "camera exterior", "camera wrist", "test motion"):
+    for name in (
+        "disk", "arm", "gripper line", "camera exterior", "link exterior", "camera wrist",
+        "link wrist", "test motion",
+    ):  # fmt: skip
         assert by_name[name].status == CheckStatus.passed, by_name[name].line()
     assert by_name["commissioning"].status == CheckStatus.warning
+    # playback: the frames' own domain; a recording reports no USB link
+    assert by_name["link wrist"].detail == "timestamps hardware_clock, USB not supported"
     # this host's clock may or may not be NTP-disciplined; the twin never fails on it
     assert by_name["clock"].status in (CheckStatus.passed, CheckStatus.warning)
-    assert twin_cell.gripper.read_state().activated
+    # the simulated 2F-85 starts as a powered, never activated gripper: pre-flight
+    # says so and leaves it alone (activation would sweep the fingers)
+    assert by_name["gripper"].status == CheckStatus.warning
+    assert "not activated" in by_name["gripper"].detail
+    assert not twin_cell.gripper.read_state().activated
+    # a pty has no latency timer; the round trip is measured all the same
+    line = by_name["gripper line"].detail
+    assert "latency timer: skipped" in line and "status round trip" in line
 
 
 def test_preflight_fails_an_arm_outside_its_joint_limits(twin_cell: Cell) -> None:
@@ -187,7 +202,17 @@ def test_preflight_gripper_and_camera_failures(pty_pair: PtyPair, tmp_path: Path
     gripper = RobotiqGripper(RobotiqGripperConfig(port=str(pty_pair.driver_end)))
     try:
         cell = types.SimpleNamespace(gripper=gripper)
+        result = check_gripper(cell)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.warning and "not activated" in result.detail
+        # status only: pre-flight wrote nothing to the command registers
+        assert bytes.fromhex("091003E8") not in bytes(sim.noise.heard)
+        assert gripper.stats.commands_written == 0
+        gripper.activate()
         assert check_gripper(cell).status == CheckStatus.passed  # type: ignore[arg-type]
+        sim.model.inject_fault(0x0E)  # overcurrent: a major fault
+        result = check_gripper(cell)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.failed and "overcurrent" in result.detail
+        assert gripper.read_state().fault is not None  # and it was left in fault
         sim.noise.silent = True  # the gripper stops answering
         result = check_gripper(cell)  # type: ignore[arg-type]
         assert result.status == CheckStatus.failed and "No response" in result.detail
@@ -197,6 +222,81 @@ def test_preflight_gripper_and_camera_failures(pty_pair: PtyPair, tmp_path: Path
     missing = UvcCamera(UvcCameraConfig(name="wrist", device="/dev/video97"))
     result = check_camera("wrist", missing, None, PreflightSettings())  # type: ignore[arg-type]
     assert result.status == CheckStatus.failed and "does not exist" in result.detail
+
+
+def test_preflight_gripper_line_reads_the_adapters_latency_timer(
+    pty_pair: PtyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The line reached through a /dev/serial/by-id style link: its tty's
+    ``latency_timer`` (a stand-in sysfs tree here, since a pty has none) must
+    be 1 ms; the FTDI default of 16 fails the check, naming the rule to install."""
+    sim = SimulatedGripper(SimulatedGripperConfig(activation_s=0.05))
+    sim.start_serial(str(pty_pair.device_end))
+    by_id = tmp_path / "usb-FTDI_FT232R_USB_UART_A1B2C3-if00-port0"
+    by_id.symlink_to(pty_pair.driver_end)
+    tty = by_id.resolve().name
+    sysfs = tmp_path / "sys-bus-usb-serial-devices"
+    (sysfs / tty).mkdir(parents=True)
+    (sysfs / tty / "latency_timer").write_text("16\n")
+    monkeypatch.setattr("proctor.station.drivers.gripper.serial_line.USB_SERIAL_DEVICES", sysfs)
+    gripper = RobotiqGripper(RobotiqGripperConfig(port=str(by_id), timeout_s=1.0))
+    cell = types.SimpleNamespace(gripper=gripper)
+    settings = PreflightSettings.for_profile("twin", {})
+    try:
+        # not connected (its own check failed): the timer is still read, and fails
+        result = check_gripper_line(cell, settings)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.failed and "16 ms" in result.detail
+        gripper.connect()
+        result = check_gripper_line(cell, settings)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.failed, result.line()
+        assert f"{tty} latency timer is 16 ms" in result.detail
+        assert "deploy/udev/99-proctor-robotiq.rules" in result.detail
+        (sysfs / tty / "latency_timer").write_text("1\n")
+        result = check_gripper_line(cell, settings)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.passed, result.line()
+        assert f"{tty} latency timer 1 ms" in result.detail and "round trip" in result.detail
+        # a line slower than the limit fails on its measured round trip
+        sim.noise.delay_s = 0.05
+        slow = dataclasses.replace(settings, gripper_round_trips=3, max_gripper_round_trip_ms=20)
+        result = check_gripper_line(cell, slow)  # type: ignore[arg-type]
+        assert result.status == CheckStatus.failed and "status round trip" in result.detail
+    finally:
+        sim.noise.delay_s = 0.0
+        gripper.disconnect()
+        sim.stop()
+
+
+def test_preflight_camera_link_fails_arrival_timestamps_and_usb2(tmp_path: Path) -> None:
+    """A recording whose frames carry system_time (what a D4xx without frame
+    metadata delivers) fails on its timestamps; a USB 2 link fails too, shown
+    by a STAND-IN camera (a playback reports no USB link, and this machine has
+    no camera) that reports what a D4xx on a USB 2 port reports."""
+    path = record_pattern(
+        tmp_path / "arrival.db3", width=64, height=48, fps=30, frames=10, domain="system_time"
+    )
+    cam = RealSenseCamera(
+        RealSenseCameraConfig(
+            name="wrist", width=64, height=48, fps=30, playback_file=str(path),
+            playback_real_time=False,
+        )
+    )  # fmt: skip
+    with cam:
+        result = check_camera_link("wrist", cam, PreflightSettings())
+    assert result.status == CheckStatus.failed and "system_time" in result.detail
+
+    class Usb2Camera(RealSenseCamera):  # stand-in: the link a real device would report
+        def describe(self) -> dict[str, object]:
+            return {**super().describe(), "usb_type": "2.1"}
+
+    cam = Usb2Camera(cam.config)
+    with cam:
+        result = check_camera_link("wrist", cam, PreflightSettings())
+        lenient = check_camera_link(
+            "wrist", cam, PreflightSettings(require_usb3=False, require_device_timestamps=False)
+        )
+    assert result.status == CheckStatus.failed and "USB 2.1 link" in result.detail
+    assert lenient.status == CheckStatus.passed
+    assert lenient.detail == "timestamps system_time, USB 2.1"
 
 
 def test_preflight_settings_are_validated() -> None:
@@ -262,6 +362,28 @@ recording_s = 1.0
     return config
 
 
+def test_gripper_activate_cli_asks_then_activates(tmp_path: Path) -> None:
+    """`proctor station gripper-activate`: for a gripper that pre-flight fails
+    while no daemon runs. It shows the state, asks before the fingers sweep
+    (declined: nothing moves), and with --yes activates."""
+    config = station_toml(tmp_path, "twin-grip", "")
+    env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
+    command = [*PROCTOR, "station", "gripper-activate", "--profile", "twin", "--config"]
+    declined = subprocess.run(
+        [*command, str(config)], input="n\n", capture_output=True, text=True, env=env,
+        timeout=240,
+    )  # fmt: skip
+    assert declined.returncode == 1, declined.stdout + declined.stderr
+    assert "gripper: not activated, no fault" in declined.stdout
+    assert "sweeps the fingers" in declined.stdout and "gripper activated" not in declined.stdout
+    done = subprocess.run(
+        [*command, str(config), "--yes"], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gripper activated: no fault" in done.stdout
+    assert peer_processes(str(tmp_path / "work")) == []
+
+
 def test_check_cli_on_the_twin(tmp_path: Path) -> None:
     """`proctor station check --profile twin`: one line per check, exit 0."""
     config = station_toml(
@@ -286,7 +408,8 @@ camera_rate_tolerance = 0.5
     assert out.returncode == 0, out.stdout + out.stderr
     names = [ln[6:22].strip() for ln in lines]
     assert names[:3] == ["disk", "clock", "realtime kernel"]
-    assert names[-3:] == ["camera wrist", "serial wrist", "framing wrist"]
+    assert names[-4:] == ["camera wrist", "serial wrist", "framing wrist", "link wrist"]
+    assert "gripper line" in names
     # uncommissioned, on a host that may not be realtime: warnings, no failure
     assert not [ln for ln in lines if ln.startswith("FAIL")], out.stdout
     assert "pre-flight passed" in out.stdout
@@ -415,7 +538,15 @@ def test_an_episode_on_the_twin_cell(twin_cell: Cell, tmp_path: Path) -> None:
         kinds = set(rec.column(keys.ACTION_KIND).tolist())
         videos = {name: rec.video_path(name) for name in keys.CAMERAS}
         frames = {name: rec.frames[name] for name in keys.CAMERAS}
+        manifest_cameras = rec.manifest["cameras"]
     engine.dispose()
+    for name in keys.CAMERAS:
+        # the camera's settings and timestamps as the driver reported them; a
+        # recording played back has no settable options and says so
+        entry = manifest_cameras[name]
+        assert entry["timestamp_domain"] == "hardware_clock" and entry["source"] == "playback"
+        assert entry["options"]["auto_exposure_priority"] == "not supported"
+        assert entry["usb_type"] == "not supported"
     running = t <= t[0] + 3.0
     rate = (running.sum() - 1) / (t[running][-1] - t[0])
     print(f"twin episode telemetry: {rate:.1f} Hz")

@@ -158,12 +158,15 @@ def test_preflight_passes_on_a_commissioned_twin(twin_cell: Cell, tmp_path: Path
         "test motion",
         "enabling device",
         "gripper",
+        "gripper line",
         "camera exterior",
         "serial exterior",
         "framing exterior",
+        "link exterior",
         "camera wrist",
         "serial wrist",
         "framing wrist",
+        "link wrist",
     ]
     soft = {"clock", "enabling device"}  # this host's NTP; no operator here
     for name, r in results.items():
@@ -438,5 +441,5 @@ sysfs_root = "{sysfs}"
     )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = [ln for ln in out.stdout.splitlines() if ln[:4] in ("PASS", "WARN", "FAIL")]
-    assert len(lines) == 20 and not [ln for ln in lines if ln.startswith("FAIL")], out.stdout
+    assert len(lines) == 23 and not [ln for ln in lines if ln.startswith("FAIL")], out.stdout
     assert "pre-flight passed" in out.stdout

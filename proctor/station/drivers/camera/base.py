@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 import numpy as np
 
@@ -54,6 +54,11 @@ class Camera(ABC, Generic[C]):
     @abstractmethod
     def read(self, timeout_s: float = 1.0) -> Frame:
         """The next frame; raises ``CameraStalled`` if none arrives in time."""
+
+    def describe(self) -> dict[str, Any]:
+        """The device's settings in force (exposure, white balance, timestamp
+        domain, USB link…), as the episode's manifest records them."""
+        return {}
 
     def __enter__(self) -> Self:
         self.connect()

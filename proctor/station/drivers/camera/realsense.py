@@ -9,6 +9,18 @@ Every frame carries the device's timestamp (``device_t``, seconds) and the
 station-clock time of its capture, mapped from it (``DeviceClockMapper``). A
 camera that delivers nothing within ``read``'s timeout raises
 ``CameraStalled``.
+
+Images are copied out of the SDK's frame buffers: pyrealsense2 ties each
+``get_data`` array to its frame (``keep_alive``), and frames still held by
+the recorder's queues would otherwise exhaust librealsense's frame pool, so
+the camera would drop frames at the source.
+
+The colour sensor's exposure, white balance, power-line frequency and
+``auto_exposure_priority`` are fixed at connect from the config (an
+uncontrolled variable otherwise: images drift with the daylight between
+episodes) and read back; ``describe()`` reports them, the timestamp domain of
+the frames and the USB link, for the manifest and pre-flight. A recording
+played back has no settable options: they are reported "not supported".
 """
 
 from __future__ import annotations
@@ -54,6 +66,71 @@ class RealSenseCameraConfig(CameraConfig):
     # long enough to catch a low-latency frame, short enough that clock drift
     # (tens of ppm) stays far below a millisecond
     clock_window_s: float = 2.0
+    # colour sensor settings (pyrealsense2 rs.option names), fixed at connect.
+    # exposure: manual exposure, in the device's units (the number
+    # realsense-viewer shows and rs.option.exposure's range; commission it
+    # under the cell's lights); None keeps auto exposure on
+    exposure: float | None = None
+    # white balance in kelvin; None keeps auto white balance on
+    white_balance: float | None = None
+    # the mains frequency the lights flicker at: 50, 60, or 0 (no filter)
+    power_line_hz: int | None = None
+    # auto_exposure_priority 1 lets the sensor lower its frame rate in dim light
+    # to expose longer; 0 holds the configured rate
+    auto_exposure_priority: bool = False
+
+    def __post_init__(self) -> None:
+        if self.power_line_hz is not None and self.power_line_hz not in POWER_LINE:
+            raise ValueError(
+                f"camera {self.name}: power_line_hz must be one of "
+                f"{', '.join(map(str, POWER_LINE))}, got {self.power_line_hz}"
+            )
+
+
+# rs.option.power_line_frequency's values as librealsense registers them for
+# the D4xx colour sensor (src/ds/ds-color.cpp: 0 "Disabled", 1 "50Hz", 2 "60Hz",
+# 3 "Auto"), which are the UVC power line frequency control's
+POWER_LINE = {0: 0.0, 50: 1.0, 60: 2.0}
+NOT_SUPPORTED = "not supported"
+
+
+def color_options(config: RealSenseCameraConfig) -> list[tuple[str, float]]:
+    """The (rs.option name, value) pairs ``config`` asks for, in the order they
+    must be set: an auto mode is turned off before its manual value is set."""
+    out: list[tuple[str, float]] = [
+        ("auto_exposure_priority", 1.0 if config.auto_exposure_priority else 0.0)
+    ]
+    if config.exposure is None:
+        out.append(("enable_auto_exposure", 1.0))
+    else:
+        out += [("enable_auto_exposure", 0.0), ("exposure", float(config.exposure))]
+    if config.white_balance is None:
+        out.append(("enable_auto_white_balance", 1.0))
+    else:
+        out += [("enable_auto_white_balance", 0.0), ("white_balance", float(config.white_balance))]
+    if config.power_line_hz is not None:
+        out.append(("power_line_frequency", POWER_LINE[config.power_line_hz]))
+    return out
+
+
+def apply_color_options(sensor: Any, config: RealSenseCameraConfig) -> dict[str, Any]:
+    """Set the colour options ``config`` asks for on ``sensor``; return each
+    one as the sensor reads it back, or "not supported" (a playback device, an
+    older model). A device that refuses a supported value is an error."""
+    applied: dict[str, Any] = {}
+    for name, value in color_options(config):
+        option = getattr(rs.option, name)
+        if not sensor.supports(option) or sensor.is_option_read_only(option):
+            applied[name] = NOT_SUPPORTED
+            continue
+        try:
+            sensor.set_option(option, value)
+        except RuntimeError as exc:
+            raise CameraUnavailable(
+                f"camera {config.name}: {name} = {value:g} refused by the device: {exc}"
+            ) from exc
+        applied[name] = sensor.get_option(option)
+    return applied
 
 
 @CAMERAS.register("realsense")
@@ -70,6 +147,9 @@ class RealSenseCamera(Camera[RealSenseCameraConfig]):
         self.device_name: str | None = None
         self.stream_size: tuple[int, int] | None = None  # (width, height) actually streamed
         self.stream_fps: int | None = None
+        self.usb_type: str | None = None  # the USB link the device reports ("3.2", "2.1")
+        self.options: dict[str, Any] = {}  # colour options as read back after connect
+        self.timestamp_domain: str | None = None  # of the last frame read
 
     @property
     def source(self) -> str:
@@ -126,6 +206,7 @@ class RealSenseCamera(Camera[RealSenseCameraConfig]):
                 self._playback.set_real_time(c.playback_real_time)
             self.device_serial = _info(device, rs.camera_info.serial_number)
             self.device_name = _info(device, rs.camera_info.name)
+            self.usb_type = _info(device, rs.camera_info.usb_type_descriptor)
             video = profile.get_stream(COLOR).as_video_stream_profile()
             self.stream_size = (video.width(), video.height())
             self.stream_fps = video.fps()
@@ -143,6 +224,7 @@ class RealSenseCamera(Camera[RealSenseCameraConfig]):
                     f"camera {c.name}: {self.source} streams "
                     f"{self.stream_size[0]}x{self.stream_size[1]}, configured {c.width}x{c.height}"
                 )
+            self.options = apply_color_options(_color_sensor(device), c)
         except BaseException:
             pipeline.stop()
             raise
@@ -180,9 +262,12 @@ class RealSenseCamera(Camera[RealSenseCameraConfig]):
         if not color:
             raise CameraStalled(f"camera {self.config.name}: frameset without a colour frame")
         fmt = color.get_profile().format()
-        # copy: the SDK recycles the frame's buffer once the frame is released
-        image = np.ascontiguousarray(_TO_RGB[fmt](np.asanyarray(color.get_data())))
+        # a copy that owns its memory (for rgb8 the conversion is the SDK's own
+        # buffer, and ascontiguousarray of a contiguous array is no copy): the
+        # SDK frame is released as soon as this function returns
+        image = np.array(_TO_RGB[fmt](np.asanyarray(color.get_data())), copy=True, order="C")
         device_t = color.get_timestamp() / 1000.0
+        self.timestamp_domain = _domain_name(color.get_frame_timestamp_domain())
         return Frame(
             t=self._mapper.map(device_t, arrival),
             index=int(color.get_frame_number()),
@@ -195,6 +280,31 @@ class RealSenseCamera(Camera[RealSenseCameraConfig]):
         """Device → station clock offset currently in use, s."""
         return self._mapper.offset
 
+    def describe(self) -> dict[str, Any]:
+        """The settings in force, for the manifest and pre-flight."""
+        return {
+            "driver": "realsense",
+            "serial": self.device_serial,
+            "device": self.device_name,
+            "source": "playback" if self.config.playback_file else "device",
+            "usb_type": self.usb_type or NOT_SUPPORTED,
+            "timestamp_domain": self.timestamp_domain,
+            "options": dict(self.options),
+        }
+
 
 def _info(device: Any, field: Any) -> str | None:
     return device.get_info(field) if device.supports(field) else None
+
+
+def _color_sensor(device: Any) -> Any:
+    try:
+        return device.first_color_sensor()
+    except RuntimeError:
+        # no sensor called colour (some playback files): the one streaming it
+        return device.query_sensors()[0]
+
+
+def _domain_name(domain: Any) -> str:
+    # rs.timestamp_domain.hardware_clock → "hardware_clock"
+    return str(domain).rpartition(".")[2]

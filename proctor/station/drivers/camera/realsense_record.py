@@ -63,6 +63,7 @@ def record_pattern(
     start_ms: float = DEFAULT_START_MS,
     real_time: bool = True,
     clock: Clock | None = None,
+    domain: str = "hardware_clock",
 ) -> Path:
     """Write ``frames`` frames of the test pattern to ``path`` (.db3).
 
@@ -71,7 +72,8 @@ def record_pattern(
     on ``clock`` and the recording takes as long as it lasts. A burst
     (``real_time=False``) is instant to make, but its playback starts with
     every frame already due: the pipeline drops some before a non-real-time
-    playback setting takes effect."""
+    playback setting takes effect. ``domain`` names the frames'
+    ``rs.timestamp_domain`` (a camera without metadata stamps ``system_time``)."""
     pace = (clock or MonotonicClock()) if real_time else None
     path = Path(path)
     if path.suffix != ".db3":
@@ -106,7 +108,7 @@ def record_pattern(
             frame.pixels = pattern(i, width, height)
             frame.bpp, frame.stride = 3, width * 3
             frame.timestamp = start_ms + i * 1000.0 / fps
-            frame.domain = rs.timestamp_domain.hardware_clock
+            frame.domain = getattr(rs.timestamp_domain, domain)
             frame.frame_number = i
             frame.profile = profile
             sensor.on_video_frame(frame)

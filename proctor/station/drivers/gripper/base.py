@@ -65,7 +65,20 @@ class Gripper(ABC, Generic[C]):
 
     @abstractmethod
     def activate(self) -> None:
-        """Reset and activate; return once the device reports it is ready."""
+        """Reset and activate; return once the device reports it is ready.
+        On a real gripper this moves the fingers: an operator's action."""
+
+    def needs_activation(self) -> bool:
+        """Whether the device must be (re)activated before it can move."""
+        return not self.read_state().activated
+
+    def ensure_activated(self) -> bool:
+        """Activate only a gripper that needs it (never one that is ready, which
+        may be holding something); True when it did activate."""
+        if not self.needs_activation():
+            return False
+        self.activate()
+        return True
 
     @abstractmethod
     def send(self, command: GripperCommand) -> GripperCommand:

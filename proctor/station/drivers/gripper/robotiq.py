@@ -1,9 +1,20 @@
 """Robotiq 2F-85 over Modbus RTU (pymodbus).
 
-One bus master, two users: a poller thread reads the status registers at a
-steady rate (so ``read_state`` never blocks the control loop and the gripper
-never sees a silent line), and ``send``/``activate`` write the command
-registers from the caller's thread. A lock serialises the two on the wire.
+One bus master, one thread on the wire: the poller thread reads the status
+registers at a steady rate (so ``read_state`` never blocks the control loop
+and the gripper never sees a silent line) and writes the commands ``send``
+leaves in a single-slot mailbox (the latest command wins; one not yet on the
+wire is simply replaced). ``send`` only validates and posts, so the control
+thread never waits on the bus, however slow the line. ``activate`` is an
+operator's action and writes from the caller's thread; a lock serialises it
+with the poller. ``ensure_activated`` activates only a gripper that needs it
+(gSTA ≠ 3, or a major fault): activation sweeps the fingers fully open and
+closed, which must never happen to a gripper that may be holding something
+with a hand nearby.
+
+Every status is stamped at the middle of its exchange (the last request
+frame's send time plus half the round trip), not when the answer was decoded:
+a USB-serial adapter holds the answer for up to its latency timer.
 
 A line that stops answering is a fault: after ``stale_after_s`` without a
 good status frame ``read_state`` and ``send`` raise ``GripperFault`` with the
@@ -15,9 +26,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pymodbus import FramerType, ModbusException
 from pymodbus.client import ModbusSerialClient, ModbusTcpClient
@@ -68,6 +80,21 @@ class RobotiqGripperConfig(GripperConfig):
     # the manual's activation sweeps the fingers fully open and closed, which
     # takes a few seconds on the real gripper; twice that before giving up
     activation_timeout_s: float = 10.0
+    # gPO counts of the fingers fully open and fully closed (nothing between
+    # them), so that the measured position reads 0.0 open and 1.0 closed. A
+    # 2F-85 typically stops short of 255 when closed on nothing (about
+    # 0xE0–0xE6: hardware review, from experience, not verifiable here):
+    # commission it by closing the empty gripper and reading gPO. Commands
+    # keep the full 0–255 scale, so "close" always pushes to the end.
+    open_counts: int = 0
+    closed_counts: int = regs.POSITION_MAX
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.open_counts < self.closed_counts <= regs.POSITION_MAX:
+            raise ValueError(
+                f"gripper open_counts/closed_counts must satisfy 0 <= open < closed <= 255, "
+                f"got {self.open_counts}/{self.closed_counts}"
+            )
 
 
 @dataclass
@@ -78,7 +105,10 @@ class BusStats:
     frames_received: int = 0
     requests: int = 0
     failures: int = 0
-    retries: int = 0
+    retries: int = 0  # request frames resent (frames sent beyond one per request)
+    commands_written: int = 0
+    commands_replaced: int = 0  # posted, then replaced by a newer one before the wire
+    last_round_trip_s: float | None = None  # the last good exchange, send → answer
     last_error: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -114,17 +144,31 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
         self.clock = clock or MonotonicClock()
         self.stats = BusStats()
         self._client: ModbusSerialClient | ModbusTcpClient | None = None
-        self._bus = threading.Lock()  # one master on the line: poller and writer take turns
+        self._bus = threading.Lock()  # one exchange on the line at a time
+        # the command registers' one writer at a time: the poller (mailbox) or activate()
+        self._writer = threading.Lock()
         self._state_lock = threading.Lock()
         self._status: StatusRegisters | None = None
         self._status_t: float | None = None
+        self._frame_sent_t = 0.0  # when the last request frame went on the wire
         self._connected_t = 0.0
         self._target = 0.0
         self._last_written: CommandRegisters | None = None
+        # the single-slot mailbox: the latest command not yet on the wire, and
+        # since when a command has been waiting (a line that takes none is a fault)
+        self._mailbox: CommandRegisters | None = None
+        self._posted: CommandRegisters | None = None  # what will be in force
+        self._waiting_since: float | None = None
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------
+    def _trace(self, sending: bool, data: bytes) -> bytes:
+        if sending:
+            self._frame_sent_t = self.clock.now()
+        return self.stats.trace(sending, data)
+
     def _make_client(self) -> ModbusSerialClient | ModbusTcpClient:
         c = self.config
         if c.port.startswith(TCP_PREFIX):
@@ -137,7 +181,7 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
                 framer=FramerType.RTU,
                 timeout=c.timeout_s,
                 retries=c.retries,
-                trace_packet=self.stats.trace,
+                trace_packet=self._trace,
             )
         return ModbusSerialClient(
             c.port,
@@ -148,7 +192,7 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
             stopbits=1,
             timeout=c.timeout_s,
             retries=c.retries,
-            trace_packet=self.stats.trace,
+            trace_packet=self._trace,
         )
 
     def connect(self) -> None:
@@ -166,20 +210,23 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
             raise GripperFault(f"cannot open the gripper line {self.config.port}")
         self._client = client
         try:
-            status = self._read_status()  # the device must answer before we claim a link
+            status, t = self._read_status()  # the device must answer before we claim a link
         except GripperFault:
             self._client = None
             client.close()
             raise
         self._connected_t = self.clock.now()
-        self._publish(status)
+        self._publish(status, t)
         self._target = status.gpr / regs.POSITION_MAX
+        # what the gripper holds now is in force: an equal command needs no write
+        self._posted = self._last_written = None
         self._stop.clear()
         self._poller = threading.Thread(target=self._poll_loop, name="robotiq-poll", daemon=True)
         self._poller.start()
 
     def disconnect(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._poller is not None:
             self._poller.join(timeout=2.0)
             if self._poller.is_alive():
@@ -189,7 +236,9 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
             with self._bus:
                 self._client.close()
             self._client = None
-        self._last_written = None
+        with self._state_lock:
+            self._last_written = self._posted = self._mailbox = None
+            self._waiting_since = None
 
     @property
     def is_connected(self) -> bool:
@@ -211,47 +260,92 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
             self.stats.last_error = text
         return GripperFault(text)
 
-    def _read_status(self) -> StatusRegisters:
-        client = self._require_client()
+    def _exchange(self, what: str, request: Callable[[], Any]) -> tuple[Any, float]:
+        """One request on the wire (pymodbus resends it up to ``retries``
+        times); returns the answer and its station time: the last request
+        frame's send time plus half the round trip."""
         with self._bus:
             self.stats.requests += 1
+            sent_before = self.stats.frames_sent
             try:
-                rr = client.read_input_registers(
-                    regs.REG_STATUS, count=regs.N_REGISTERS, device_id=self.config.device_id
-                )
+                try:
+                    rr = request()
+                finally:
+                    resent = self.stats.frames_sent - sent_before - 1
+                    if resent > 0:
+                        with self.stats._lock:
+                            self.stats.retries += resent
             except ModbusException as exc:
-                raise self._failed("status read", str(exc)) from exc
+                raise self._failed(what, str(exc)) from exc
+            answered = self.clock.now()
+            sent = min(self._frame_sent_t, answered)
         if rr.isError():
-            raise self._failed("status read", f"exception response {rr}")
-        self.stats.retries += getattr(rr, "retries", 0)
-        return StatusRegisters.decode(list(rr.registers))
+            raise self._failed(what, f"exception response {rr}")
+        self.stats.last_round_trip_s = answered - sent
+        return rr, sent + (answered - sent) / 2
+
+    def _read_status(self) -> tuple[StatusRegisters, float]:
+        client = self._require_client()
+        rr, t = self._exchange(
+            "status read",
+            lambda: client.read_input_registers(
+                regs.REG_STATUS, count=regs.N_REGISTERS, device_id=self.config.device_id
+            ),
+        )
+        return StatusRegisters.decode(list(rr.registers)), t
 
     def _write(self, command: CommandRegisters) -> None:
         client = self._require_client()
-        with self._bus:
-            self.stats.requests += 1
-            try:
-                rr = client.write_registers(
-                    regs.REG_COMMAND, command.encode(), device_id=self.config.device_id
-                )
-            except ModbusException as exc:
-                raise self._failed("command write", str(exc)) from exc
-        if rr.isError():
-            raise self._failed("command write", f"exception response {rr}")
-        self.stats.retries += getattr(rr, "retries", 0)
+        self._exchange(
+            "command write",
+            lambda: client.write_registers(
+                regs.REG_COMMAND, command.encode(), device_id=self.config.device_id
+            ),
+        )
         self._last_written = command
+        self.stats.commands_written += 1
 
-    def _publish(self, status: StatusRegisters) -> None:
+    def _publish(self, status: StatusRegisters, t: float) -> None:
         with self._state_lock:
-            self._status = status
-            self._status_t = self.clock.now()
+            if self._status_t is None or t >= self._status_t:
+                self._status, self._status_t = status, t
+
+    def _deliver(self) -> None:
+        """Put the mailbox's command on the wire (the poller's thread). A
+        failed write leaves it there for the next turn, unless a newer one
+        replaced it meanwhile."""
+        with self._writer:
+            with self._state_lock:
+                command = self._mailbox
+            if command is None or self._client is None:
+                return
+            try:
+                self._write(command)
+            except GripperFault as exc:
+                log.debug("%s", exc)
+                return
+            with self._state_lock:
+                if self._mailbox is command:
+                    self._mailbox = None
+                    self._waiting_since = None
+                else:
+                    # a newer one came meanwhile: the line takes commands, so its
+                    # wait starts now (not at the first of a run of replacements)
+                    self._waiting_since = self.clock.now()
 
     def _poll_loop(self) -> None:
         period = 1.0 / self.config.poll_hz
         next_t = self.clock.now() + period  # connect() has just read the status
-        while not self._stop.wait(max(0.0, next_t - self.clock.now())):
+        while not self._stop.is_set():
+            self._wake.wait(max(0.0, next_t - self.clock.now()))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
-                self._publish(self._read_status())
+                self._deliver()
+                if self.clock.now() < next_t:
+                    continue  # woken for a command: the status poll keeps its pace
+                self._publish(*self._read_status())
             except GripperFault as exc:
                 # read_state reports it once the picture is stale; logging every
                 # miss at 50 Hz would drown the log
@@ -260,34 +354,50 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
                 log.exception("gripper poller: unexpected error")
             next_t += period
             now = self.clock.now()
-            if next_t < now:  # fell behind (a long write): skip, don't burst
+            if next_t < now:  # fell behind (a slow line): skip, don't burst
                 next_t = now
 
     # -- the Gripper role ----------------------------------------------------
     def _fresh_status(self) -> tuple[StatusRegisters, float]:
         with self._state_lock:
-            status, t = self._status, self._status_t
+            status, t, waiting = self._status, self._status_t, self._waiting_since
         if status is None or t is None:
             raise GripperFault("gripper is not connected")
-        age = self.clock.now() - t
+        now = self.clock.now()
+        age = now - t
         if age > self.config.stale_after_s:
             raise GripperFault(
                 f"gripper on {self.config.port} silent for {age:.2f} s "
                 f"(limit {self.config.stale_after_s} s): {self.stats.last_error or 'no answer'}"
             )
+        if waiting is not None and now - waiting > self.config.stale_after_s:
+            raise GripperFault(
+                f"gripper on {self.config.port} took no command for {now - waiting:.2f} s "
+                f"(limit {self.config.stale_after_s} s): {self.stats.last_error or 'no answer'}"
+            )
         return status, t
+
+    def _position(self, gpo: int) -> float:
+        c = self.config
+        return min(1.0, max(0.0, (gpo - c.open_counts) / (c.closed_counts - c.open_counts)))
 
     def read_state(self) -> GripperState:
         status, t = self._fresh_status()
         return GripperState(
             t=t,
             target=self._target,
-            position=status.gpo / regs.POSITION_MAX,
+            position=self._position(status.gpo),
             object_detected=status.object_detected,
             activated=status.ready,
             fault=status.fault,
             current_ma=status.current_ma,
         )
+
+    @property
+    def command_pending(self) -> bool:
+        """A posted command has not reached the wire yet."""
+        with self._state_lock:
+            return self._mailbox is not None
 
     def status_registers(self) -> StatusRegisters:
         """The raw status as last polled (pre-flight and diagnostics)."""
@@ -295,17 +405,40 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
 
     def read_status_now(self) -> StatusRegisters:
         """One status exchange on the wire, now, bypassing the poller."""
-        status = self._read_status()
-        self._publish(status)
+        status, t = self._read_status()
+        self._publish(status, t)
         return status
 
+    def measure_round_trip(self, n: int = 20) -> list[float]:
+        """``n`` status exchanges, now; their round trips (s). For pre-flight:
+        a USB-serial adapter's latency timer shows here (16 ms by default)."""
+        out = []
+        for _ in range(n):
+            self.read_status_now()
+            rtt = self.stats.last_round_trip_s
+            if rtt is not None:
+                out.append(rtt)
+        return out
+
+    def needs_activation(self) -> bool:
+        """gSTA is not 3 (activation completed), or a major fault that only a
+        reset and activation clear (manual §4.7: gSTA, gFLT), read now."""
+        status = self.read_status_now()
+        return not status.ready or status.gflt in regs.MAJOR_FAULTS
+
     def activate(self) -> None:
-        """Reset, then activate, then wait for gSTA = 3 (manual §4.5)."""
-        self._write(regs.RESET)
-        self._write(regs.ACTIVATE)
+        """Reset, then activate, then wait for gSTA = 3 (manual §4.5). The
+        fingers sweep fully open and closed: an operator's action only."""
+        with self._writer:
+            with self._state_lock:
+                # nothing posted before the activation may move the fingers after it
+                self._mailbox = self._posted = None
+                self._waiting_since = None
+            self._write(regs.RESET)
+            self._write(regs.ACTIVATE)
         deadline = self.clock.now() + self.config.activation_timeout_s
         period = 1.0 / self.config.poll_hz
-        status = self._read_status()
+        status, t = self._read_status()
         while not status.ready:
             if status.gflt in regs.MAJOR_FAULTS:
                 raise GripperFault(f"gripper activation failed: {status.fault}")
@@ -316,20 +449,28 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
                     f"gFLT=0x{status.gflt:02X})"
                 )
             self._stop.wait(period)
-            status = self._read_status()
-        self._publish(status)
+            status, t = self._read_status()
+        self._publish(status, t)
         self._target = 0.0
-        self._last_written = None
 
     def send(self, command: GripperCommand) -> GripperCommand:
+        """Validate and post ``command`` for the poller to write; never waits
+        on the bus. Raises ``GripperFault`` for a gripper in fault, not
+        activated, silent, or not taking commands."""
         status, _ = self._fresh_status()
         if status.gflt in regs.MAJOR_FAULTS:
             raise GripperFault(f"gripper refuses to move: {status.fault}; reset and activate")
         if not status.ready:
             raise GripperFault("gripper is not activated")
         registers, sent = quantise(command)
-        # the bus is shared with the poller: an unchanged command is already in force
-        if registers != self._last_written:
-            self._write(registers)
+        with self._state_lock:
+            # an unchanged command is already in force (or on its way)
+            if registers != (self._posted or self._last_written):
+                if self._mailbox is not None:
+                    self.stats.commands_replaced += 1
+                self._mailbox = self._posted = registers
+                if self._waiting_since is None:
+                    self._waiting_since = self.clock.now()
+                self._wake.set()
         self._target = sent.position
         return sent

@@ -66,6 +66,9 @@ class SimulatedGripperConfig:
     moving_current_ma: float = 300.0
     max_holding_current_ma: float = 600.0
     device_id: int = regs.DEVICE_ID
+    # gPO where the empty fingers meet: a real 2F-85 stops short of 255
+    # (about 0xE0–0xE6, hardware review, from experience)
+    closed_counts: int = regs.POSITION_MAX
 
 
 class GripperModel:
@@ -187,7 +190,7 @@ class GripperModel:
         )
         if not moving:
             return
-        target = float(cmd.position)
+        target = float(min(cmd.position, self.config.closed_counts))
         step = self._speed_counts_s() * dt
         if target > self.position:
             stop = target
@@ -204,11 +207,17 @@ class GripperModel:
 
 class LineNoise:
     """What the wire does to the gripper's answers (a server-side hook on
-    every frame it sends): drop some, corrupt some, or drop them all."""
+    every frame it sends): drop some, corrupt some, drop them all, or hold
+    each one back (``delay_s``: a slow line or a USB adapter's latency timer;
+    the server answers nothing else meanwhile, as a real half-duplex line)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self._lock = threading.Lock()
+        self._clock = clock or MonotonicClock()
         self.silent = False
+        self.delay_s = 0.0
+        # drop the answers to command writes only (FC16): status reads still work
+        self.deaf_to_writes = False
         self._drop = 0
         self._corrupt = 0
         self.dropped = 0
@@ -225,11 +234,17 @@ class LineNoise:
             self._corrupt = n
 
     def trace_packet(self, sending: bool, data: bytes) -> bytes:
+        if sending and self.delay_s > 0:
+            # on the server's loop: it blocks, as the line would
+            self._clock.sleep_until(self._clock.now() + self.delay_s)
         with self._lock:
             if not sending:
                 if len(self.heard) < 1 << 20:
                     self.heard += data
                 return data
+            if self.deaf_to_writes and len(data) > 1 and data[1] == FC_WRITE_MULTIPLE:
+                self.dropped += 1
+                return b""
             if self.silent or self._drop > 0:
                 self._drop = max(0, self._drop - 1)
                 self.dropped += 1
@@ -250,8 +265,9 @@ class SimulatedGripper:
         self, config: SimulatedGripperConfig | None = None, clock: Clock | None = None
     ) -> None:
         self.config = config or SimulatedGripperConfig()
-        self.model = GripperModel(self.config, clock or MonotonicClock())
-        self.noise = LineNoise()
+        clock = clock or MonotonicClock()
+        self.model = GripperModel(self.config, clock)
+        self.noise = LineNoise(clock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: ModbusSerialServer | ModbusTcpServer | None = None
         self._thread: threading.Thread | None = None

@@ -127,6 +127,14 @@
     armError.textContent = next.arm_error ? `The arm needs recovery: ${next.arm_error}` : "";
     show(armError, Boolean(next.arm_error));
 
+    // a camera not delivering frames blocks the next run until the station reconnects it
+    const cameraHealth = $("camera-health");
+    const unwell = Object.entries(next.cameras || {})
+      .filter(([, c]) => c.health && c.health.state !== "ok" && c.health.state !== "not started")
+      .map(([name, c]) => `camera ${name}: ${c.health.state}${c.health.error ? ` (${c.health.error})` : ""}`);
+    cameraHealth.textContent = unwell.join("; ");
+    show(cameraHealth, unwell.length > 0);
+
     showRun(next.work || null);
     showControls(next);
     showLogForm(next);
@@ -199,6 +207,7 @@
     $("btn-stop").disabled = st !== "running";
     $("btn-disarm").disabled = st !== "armed";
     show($("btn-recover"), Boolean(s.arm_error) && st !== "running" && st !== "finishing");
+    show($("btn-gripper"), st === "idle" || st === "awaiting_log");
   }
 
   // -- the countdown ----------------------------------------------------------------------------
