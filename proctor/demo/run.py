@@ -420,13 +420,13 @@ def _post_process(ctx: _Context, *, campaign_id: int, console: Console) -> None:
 
 
 def _headline(ctx: _Context, campaign_id: int) -> dict[str, Any] | None:
-    from proctor.web.snapshots.service import latest_row, snapshot_result
+    from proctor.web.snapshots.service import latest_row, read_result
 
     with session_scope(ctx.sessions) as s:
         row = latest_row(s, campaign_id=campaign_id, stream=LabelStream.auto_and_reviewed)
         if row is None:
             return None
-        return snapshot_result(s, row.id)
+        return read_result(s, row.id)
 
 
 def _hint(console: Console, demo: DemoResult) -> None:

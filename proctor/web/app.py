@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute, iter_route_contexts
@@ -33,6 +34,7 @@ from proctor.core.settings import Settings
 from proctor.scheduler.gateway import GatewayConfig, gateway_router
 from proctor.web.accounts import routes as accounts
 from proctor.web.artifacts import routes as artifacts
+from proctor.web.artifacts.service import ArtifactCache
 from proctor.web.auth.passwords import Passwords
 from proctor.web.auth.sessions import SessionCookieMiddleware, resolve_secret_key
 from proctor.web.auth.throttle import ThrottlePolicy
@@ -41,17 +43,21 @@ from proctor.web.campaigns import routes as campaign_pages
 from proctor.web.console import routes as console
 from proctor.web.errors import install_error_handlers
 from proctor.web.explorer import routes as explorer
+from proctor.web.explorer.export import EpisodeLocks
 from proctor.web.home import routes as home
 from proctor.web.leaderboard import routes as leaderboard
 from proctor.web.limits import engine_options, install_limits, size_worker_threads
 from proctor.web.middleware import SecurityHeadersMiddleware
 from proctor.web.policies import routes as policies
 from proctor.web.review import routes as review
-from proctor.web.shared_cache import GenerationWatcher, SharedCacheMiddleware
+from proctor.web.shared_cache import GenerationWatcher, LocalCommits, SharedCacheMiddleware
 from proctor.web.snapshots import routes as snapshots
+from proctor.web.snapshots.service import ResultCache
+from proctor.web.snapshots.worker import WORKER_KEY, SnapshotWorker
 from proctor.web.startup import recover
 from proctor.web.state import AppState, Clock
 from proctor.web.submissions import routes as submissions
+from proctor.web.submissions.queue import WORKERS_KEY, ConformanceWorkers
 from proctor.web.system import routes as system
 from proctor.web.templating import SHARED_STATIC, make_templates, static_fingerprint
 
@@ -139,11 +145,21 @@ def create_app(
     # /api/health's own way in: a connection opened for each check, so that it
     # answers (and tells the truth about the database) when the pool is taken
     health_engine = make_engine(settings.db_url, poolclass=NullPool)
+    # what this app keeps in memory is its own (proctor.web.state): the after-commit
+    # hooks of its sessions find its worker and its child processes in the
+    # sessions' info, and its writing commits are counted for its shared cache
+    session_factory = make_session_factory(engine)
+    snapshot_worker = SnapshotWorker(session_factory)
+    conformance_workers = ConformanceWorkers()
+    session_factory.configure(info={WORKER_KEY: snapshot_worker, WORKERS_KEY: conformance_workers})
+    local_commits = LocalCommits()
+    local_commits.count_commits_of(session_factory)
     # the shared cache's own way in, one connection: it reads one row twice a
     # second and must not wait behind requests for the pool
     watcher = GenerationWatcher(
         make_engine(settings.db_url, poolclass=QueuePool, pool_size=1, max_overflow=0),
         check_s=settings.web.cache_check_s,
+        commits=local_commits,
     )
 
     @asynccontextmanager
@@ -152,6 +168,8 @@ def create_app(
         # repair what a crash left (proctor.web.startup) before the first request
         await run_in_threadpool(recover, app.state.web)
         yield
+        # this app's worker only; its conformance checks run on (proctor.web.submissions.queue)
+        snapshot_worker.close()
         engine.dispose()
         watcher.engine.dispose()
 
@@ -171,7 +189,7 @@ def create_app(
         settings=settings,
         engine=engine,
         health_engine=health_engine,
-        session_factory=make_session_factory(engine),
+        session_factory=session_factory,
         store=open_store(settings.artifacts_location),
         templates=make_templates(domains, static_version),
         passwords=Passwords.for_settings(settings),
@@ -179,6 +197,14 @@ def create_app(
         clock=clock,
         throttle=throttle or ThrottlePolicy(),
         static_version=static_version,
+        results=ResultCache(),
+        artifact_cache=ArtifactCache(),
+        rrd_locks=EpisodeLocks(),
+        snapshot_worker=snapshot_worker,
+        local_commits=local_commits,
+        conformance_workers=conformance_workers,
+        # health's two threads of its own (proctor.web.system.routes)
+        health_threads=anyio.CapacityLimiter(2),
     )
 
     for module in DOMAINS:

@@ -19,6 +19,7 @@
   when they resolve the user.
 * ``SettingsDep``, ``StoreDep`` (artifact store), ``NowDep`` (the app clock's
   time for this request: use it instead of reading the wall clock).
+* ``ResultsDep``, ``ArtifactCacheDep``: the app's own caches (``proctor.web.state``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from proctor.core.db.models import ApiToken
 from proctor.core.domain import Role
 from proctor.core.errors import Forbidden
 from proctor.core.settings import Settings
+from proctor.web.artifacts.service import ArtifactCache
 from proctor.web.auth.identity import (
     SAFE_METHODS,
     NotSignedIn,
@@ -47,6 +49,7 @@ from proctor.web.auth.identity import (
     token_needs_touch,
 )
 from proctor.web.auth.sessions import SCOPE_KEY, SESSION_COOKIE, SessionState
+from proctor.web.snapshots.service import ResultCache
 from proctor.web.state import AppState
 
 CSRF_FIELD = "csrf_token"
@@ -75,6 +78,15 @@ def request_time(request: Request, state: AppStateDep) -> datetime:
     return request.state.now
 
 
+# async: handing back an attribute needs no worker thread
+async def get_results(request: Request) -> ResultCache:
+    return request.app.state.web.results
+
+
+async def get_artifact_cache(request: Request) -> ArtifactCache:
+    return request.app.state.web.artifact_cache
+
+
 def get_db_session(state: AppStateDep) -> Iterator[ProctorSession]:
     session = state.session_factory()
     try:
@@ -90,6 +102,8 @@ def get_db_session(state: AppStateDep) -> Iterator[ProctorSession]:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[ArtifactStore, Depends(get_store)]
 NowDep = Annotated[datetime, Depends(request_time)]
+ResultsDep = Annotated[ResultCache, Depends(get_results)]
+ArtifactCacheDep = Annotated[ArtifactCache, Depends(get_artifact_cache)]
 # scope="function": the commit runs when the route returns, before the
 # response goes out (FastAPI's default would commit after sending it)
 SessionDep = Annotated[ProctorSession, Depends(get_db_session, scope="function")]

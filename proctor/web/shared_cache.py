@@ -12,11 +12,12 @@ the same path and query, without routing, middleware or a database query
 It keeps a response for ``min(max-age, web.shared_cache_s)`` seconds, and
 forgets it as soon as the database's cache generation moves
 (``proctor.core.db.generation``: every write through a ``ProctorSession``, in
-any process, bumps it in the write's own transaction). Each process reads
-that row at most every ``web.cache_check_s`` (0.5 s), and at once after a
-commit of its own that wrote: a write in this process shows at the next
-request, a write in any other process (another ``proctor serve`` worker,
-the CLI, a station) within ``cache_check_s`` plus the time of one read.
+any process, bumps it in the write's own transaction). Each app reads that
+row at most every ``web.cache_check_s`` (0.5 s), and at once after a
+writing commit through its own sessions (``LocalCommits``): a write through
+the app shows at the next request, any other write (another ``proctor
+serve`` worker, the CLI, a station, another app in this process) within
+``cache_check_s`` plus the time of one read.
 Only 200 responses with a length and no ``set-cookie`` are kept.
 """
 
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proctor.core.db import generation
@@ -52,9 +53,13 @@ FILL_WAIT_S = 10.0
 _MAX_AGE = re.compile(r"max-age=(\d+)")
 
 
-class _LocalCommits:
-    """Commits in this process that bumped the generation: a reason to read
-    the row again now rather than at the next interval."""
+class LocalCommits:
+    """Commits through one app's sessions that bumped the generation: a
+    reason for that app's watcher to read the row again now rather than at
+    the next interval. Each app owns one (``AppState.local_commits``), fed by
+    a listener on the app's own session factory: a commit through another
+    app's or the CLI's sessions in the same process counts as a write from
+    another process."""
 
     def __init__(self) -> None:
         self.value = 0
@@ -64,32 +69,33 @@ class _LocalCommits:
         with self._lock:
             self.value += 1
 
+    def count_commits_of(self, session_factory: sessionmaker[ProctorSession]) -> None:
+        """Count the writing commits of the sessions ``session_factory`` makes
+        (an event on the factory reaches its sessions only)."""
 
-LOCAL_COMMITS = _LocalCommits()
+        def after_commit(session: Session) -> None:
+            if session.info.get(generation.BUMPED, False):
+                self.bump()
+
+        event.listen(session_factory, "after_commit", after_commit)
 
 
-def _after_commit(session: Session) -> None:
-    if session.info.pop(generation.BUMPED, False):
-        LOCAL_COMMITS.bump()
-
-
-event.listen(ProctorSession, "after_commit", _after_commit)
-
-# what a cache entry was filled at: the database's generation and this
-# process's own count of writing commits (which also covers a database the
+# what a cache entry was filled at: the database's generation and the app's
+# own count of writing commits (which also covers a database the
 # watcher cannot see, e.g. SQLite in memory)
 Generation = tuple[int, int]
 
 
 class GenerationWatcher:
-    """This process's view of the database's cache generation, read through
+    """One app's view of the database's cache generation, read through
     its own one-connection engine (a request never waits behind the app's
     pool for it) at most every ``check_s`` seconds, off the event loop, by
     one request at a time while the others wait for that read."""
 
-    def __init__(self, engine: Engine, *, check_s: float) -> None:
+    def __init__(self, engine: Engine, *, check_s: float, commits: LocalCommits) -> None:
         self.engine = engine
         self.check_s = check_s
+        self.commits = commits
         self.reads = 0
         self._value: Generation | None = None
         self._checked = -math.inf
@@ -99,7 +105,7 @@ class GenerationWatcher:
     def _fresh(self) -> bool:
         return (
             self._value is not None
-            and self._value[1] == LOCAL_COMMITS.value
+            and self._value[1] == self.commits.value
             and time.monotonic() - self._checked < self.check_s
         )
 
@@ -118,7 +124,7 @@ class GenerationWatcher:
         async with self._lock[1]:
             if self._fresh():
                 return self._value
-            local = LOCAL_COMMITS.value  # before the read: a commit during it reads again
+            local = self.commits.value  # before the read: a commit during it reads again
             started = time.monotonic()
             try:
                 value = await loop.run_in_executor(None, self._read)

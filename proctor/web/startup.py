@@ -4,7 +4,7 @@ A process that dies mid-work leaves state behind that nothing else would
 repair. Run once by the app's lifespan, before the first request:
 
 * **stale boards**: the snapshot recomputation a review queued lives in
-  memory (``proctor.web.snapshots.worker``) and dies with the process, so campaigns
+  memory (the app's ``snapshot_worker``) and dies with the process, so campaigns
   whose latest snapshot no longer matches their data are queued again;
 * **artifact store leftovers**: temporary files of writes that never
   finished (``artifacts/tmp``), once untouched for ``TEMP_SAFE_AGE_S`` (a
@@ -24,7 +24,6 @@ from collections.abc import Callable
 
 from proctor.analysis.store import stale_campaigns
 from proctor.core.db.engine import session_scope
-from proctor.web.snapshots.worker import worker_for
 from proctor.web.state import AppState
 from proctor.web.submissions.uploads import expire_uploads
 
@@ -38,9 +37,8 @@ TEMP_SAFE_AGE_S = 3600.0
 def requeue_stale_snapshots(state: AppState) -> int:
     with session_scope(state.session_factory) as session:
         stale = stale_campaigns(session)
-    worker = worker_for(state.engine)
     for campaign_id in stale:
-        worker.request(campaign_id)
+        state.snapshot_worker.request(campaign_id)
     if stale:
         log.info("start-up: recomputing the stale snapshots of campaigns %s", stale)
     return len(stale)

@@ -42,7 +42,7 @@ def test_rolled_back_hooks_do_nothing_and_raise_nothing(web: Web, tmp_path: Path
             s.info
         )
     assert staged.read_bytes() == b"partial"
-    worker = snapshot_worker.worker_for(web.app.state.web.engine)
+    worker = web.app.state.web.snapshot_worker
     assert worker.wait_idle(30) and worker.status().recent == []
 
 

@@ -587,7 +587,7 @@ def test_names_that_look_like_parts_of_the_result_are_relabelled_only_where_name
     on a key, an object or a word — where it would tell which name it hides
     (such names are refused at registration now; these rows predate that)."""
     from proctor.analysis.synthetic import PolicyModel
-    from proctor.web.snapshots.service import snapshot_result
+    from proctor.web.snapshots.service import read_result
 
     tag = "c" + secrets.token_hex(3)
     ref, steady = f"human-ref-{tag}", f"steady-act-{tag}"
@@ -616,7 +616,7 @@ def test_names_that_look_like_parts_of_the_result_are_relabelled_only_where_name
                 AnalysisSnapshot.campaign_id == seeded.campaign_id
             )
         )
-        raw = snapshot_result(s, meta_id)
+        raw = read_result(s, meta_id)
     cid = seeded.campaign_id
     assert any(
         n.endswith(" were run on no common object: not compared") and "policy" in n

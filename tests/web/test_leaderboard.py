@@ -17,7 +17,7 @@ from proctor.core.db.models import AnalysisSnapshot, Episode
 from proctor.core.domain import LabelStream, Outcome, Role
 from proctor.web.leaderboard.format import num, pct
 from proctor.web.snapshots import service
-from proctor.web.snapshots.worker import recompute_after_commit, worker_for
+from proctor.web.snapshots.worker import recompute_after_commit
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import ALL_STREAMS, TEST_ANALYSIS, SeededCampaign, seed_campaign
@@ -305,7 +305,7 @@ def test_recompute_after_a_reviewed_episode_runs_in_the_background(
 ) -> None:
     cid = released.campaign_id
     before = latest(web, cid)
-    worker = worker_for(web.app.state.web.engine)
+    worker = web.app.state.web.snapshot_worker
     # a rolled-back change queues nothing
     with pytest.raises(RuntimeError), web.db() as s:
         recompute_after_commit(s, campaign_id=cid)
@@ -362,7 +362,7 @@ def test_admins_recompute_on_demand(web: Web, released: SeededCampaign) -> None:
     assert r.status_code == 422  # unknown field named
     r = c.post("/api/snapshots", json={"campaign_id": cid}, headers=admin)
     assert r.status_code == 202 and r.json()["queued"] is True
-    assert worker_for(web.app.state.web.engine).wait_idle(120)
+    assert web.app.state.web.snapshot_worker.wait_idle(120)
     listed = c.get(f"/api/snapshots?campaign_id={cid}", headers=admin).json()
     assert listed[0]["id"] == latest(web, cid, listed[0]["label_stream"]).id
     assert c.get("/api/snapshots/worker", headers=admin).json()["pending"] == []
@@ -372,7 +372,7 @@ def test_admins_recompute_on_demand(web: Web, released: SeededCampaign) -> None:
     r = c.post(f"/leaderboard/{cid}/recompute", data={"csrf_token": csrf})
     assert r.status_code == 303 and r.headers["location"] == f"/leaderboard/{cid}"
     assert "Recomputing the leaderboard in the background" in c.get(f"/leaderboard/{cid}").text
-    assert worker_for(web.app.state.web.engine).wait_idle(120)
+    assert web.app.state.web.snapshot_worker.wait_idle(120)
     assert urlsplit(r.headers["location"]).path == f"/leaderboard/{cid}"
 
 

@@ -15,7 +15,7 @@ from proctor.annotator import review as svc
 from proctor.core.db.models import AnalysisSnapshot, Episode, PlacementEvent
 from proctor.core.domain import LabelStatus, LabelStream, PlacementSource, PlacementStatus, Role
 from proctor.web.review.routes import after_decision
-from proctor.web.snapshots.worker import SnapshotWorker, worker_for
+from proctor.web.snapshots.worker import SnapshotWorker
 from tests.web.conftest import Web
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign
 
@@ -27,7 +27,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def _worker(web: Web) -> SnapshotWorker:
-    return worker_for(web.app.state.web.engine)
+    return web.app.state.web.snapshot_worker
 
 
 def _back_to_review(web: Web, seeded: SeededCampaign, *, min_placed: int) -> str:

@@ -853,12 +853,12 @@ def test_the_check_runs_in_a_worker_process_the_app_spawns(
         url = demo_server("reference")
         r = web.client().post("/api/submissions/endpoints", json=endpoint_body(url), headers=h)
         assert r.status_code == 201
-        children = queue.running_children()
+        children = web.app.state.web.conformance_workers.running()
         assert children, "no worker process was started"
         for child in children:
             child.wait(120)
         deadline = time.monotonic() + 10
-        while queue.running_children() and time.monotonic() < deadline:
+        while web.app.state.web.conformance_workers.running() and time.monotonic() < deadline:
             time.sleep(0.05)
         with web.db() as s:
             run = s.scalars(sa.select(ConformanceRun)).one()

@@ -20,9 +20,9 @@ from proctor.station import keys
 from proctor.web.artifacts import redaction
 from proctor.web.artifacts import telemetry as tel
 from proctor.web.artifacts.access import EpisodeAccess, cache_control, visible_episode
-from proctor.web.artifacts.service import JSON_CACHE, TABLES, latest_artifact, visible_artifact
+from proctor.web.artifacts.service import latest_artifact, visible_artifact
 from proctor.web.artifacts.serving import serve_artifact, serve_copy
-from proctor.web.deps import OptionalUser, SessionDep, StoreDep
+from proctor.web.deps import ArtifactCacheDep, OptionalUser, SessionDep, StoreDep
 from proctor.web.errors import error_responses
 
 api_router = APIRouter(tags=["recordings"], responses=error_responses(404))
@@ -64,6 +64,7 @@ def artifact_bytes(
     session: SessionDep,
     store: StoreDep,
     who: OptionalUser,
+    cache: ArtifactCacheDep,
     download: Annotated[
         bool, Query(description="send as an attachment (a file download) rather than inline")
     ] = False,
@@ -72,10 +73,10 @@ def artifact_bytes(
     if found.access.redacted and found.row.kind in redaction.REDACTED_KINDS:
         # operators and reviewers, before release: a copy without what describes the policy
         key = ("redacted", found.row.sha256)
-        body = JSON_CACHE.get(key)
+        body = cache.json.get(key)
         if body is None:
             raw = store.read_bytes(found.row.sha256)
-            body = JSON_CACHE.put(key, redaction.artifact_bytes(found.row.kind, raw))
+            body = cache.json.put(key, redaction.artifact_bytes(found.row.kind, raw))
         return serve_copy(request, found, body, download=download)
     return serve_artifact(request, store, found, download=download)
 
@@ -109,6 +110,7 @@ def frame_table(
     session: SessionDep,
     store: StoreDep,
     who: OptionalUser,
+    cache: ArtifactCacheDep,
 ) -> Response:
     episode, access = visible_episode(session, uid, who)
     row = latest_artifact(session, episode, ArtifactKind.frame_index, camera)
@@ -117,15 +119,15 @@ def frame_table(
     video = latest_artifact(session, episode, ArtifactKind.video, camera)
     # stored tables never change: the JSON of one is cached by its sha256
     key = ("frames", row.sha256, episode.uid, camera, video.sha256 if video else None)
-    body = JSON_CACHE.get(key)
+    body = cache.json.get(key)
     if body is None:
         out = FrameTableOut(
             episode=episode.uid,
             camera=camera,
             video_sha256=video.sha256 if video else None,
-            **tel.frame_columns(TABLES.get(store, row.sha256)),
+            **tel.frame_columns(cache.tables.get(store, row.sha256)),
         )
-        body = JSON_CACHE.put(key, out.model_dump_json().encode())
+        body = cache.json.put(key, out.model_dump_json().encode())
     return _json(body, access)
 
 
@@ -153,6 +155,7 @@ def episode_telemetry(
     session: SessionDep,
     store: StoreDep,
     who: OptionalUser,
+    cache: ArtifactCacheDep,
     columns: Annotated[
         str | None,
         Query(description="comma-separated column names (default: what the explorer plots)"),
@@ -169,10 +172,10 @@ def episode_telemetry(
     if row is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "this episode has no telemetry")
     key = ("telemetry", row.sha256, episode.clock_start_s, names, start, end, max_points)
-    cached = JSON_CACHE.get(key)
+    cached = cache.json.get(key)
     if cached is not None:
         return _json(cached, access)
-    table = TABLES.get(store, row.sha256)
+    table = cache.tables.get(store, row.sha256)
     t0 = episode.clock_start_s
     if t0 is None:
         t0 = float(table.column(keys.T)[0].as_py()) if table.num_rows else 0.0
@@ -189,4 +192,4 @@ def episode_telemetry(
     }
     # the shape is TelemetryOut's; plain json is 10× faster for these long float lists
     body = json.dumps(out, separators=(",", ":"), allow_nan=False).encode()
-    return _json(JSON_CACHE.put(key, body), access)
+    return _json(cache.json.put(key, body), access)

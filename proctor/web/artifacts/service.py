@@ -1,8 +1,11 @@
 """Finding artifacts the caller may read, and reading recorded tables.
 
 Stored objects are immutable (content addressed), so parsed Parquet tables
-are cached by sha256 in a small in-process LRU: the explorer and the review
-UI ask for the same telemetry many times while someone scrubs through it.
+are cached by sha256 in a small LRU, and the JSON made of them by a key
+naming the artifact and the view: the explorer and the review UI ask for
+the same telemetry many times while someone scrubs through it. Each app
+owns its caches (``ArtifactCache``, ``AppState.artifact_cache``), so an
+object is only ever read from that app's own store.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import io
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -130,9 +133,6 @@ def read_table(store: ArtifactStore, sha256: str) -> pa.Table:
     return pq.read_table(io.BytesIO(store.read_bytes(sha256)))
 
 
-TABLES = TableCache()
-
-
 class BytesCache:
     """Serialized JSON of immutable artifacts, by a key naming the artifact
     and the view of it (bounded by total size)."""
@@ -163,4 +163,10 @@ class BytesCache:
         return body
 
 
-JSON_CACHE = BytesCache()
+@dataclass(frozen=True)
+class ArtifactCache:
+    """One app's caches of immutable artifacts: parsed tables, and the JSON
+    served from them."""
+
+    tables: TableCache = field(default_factory=TableCache)
+    json: BytesCache = field(default_factory=BytesCache)

@@ -1,15 +1,17 @@
 """The ``.rrd`` of an episode, built from its stored recording on first
 request and kept in the artifact store (kind ``rrd``) for the next one.
 
-``episode_rrd(session, store, episode)`` is also what ``proctor export``
-calls per episode.
+``episode_rrd(session, store, episode, locks=…, tables=…)`` builds it; the
+explorer's route passes its app's ``EpisodeLocks`` and parsed-table cache
+(``AppState.rrd_locks``, ``AppState.artifact_cache.tables``).
 """
 
 from __future__ import annotations
 
 import tempfile
 import threading
-from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -28,17 +30,42 @@ from proctor.core.domain import ArtifactKind, PlacementStatus
 from proctor.core.errors import ProctorError
 from proctor.station import keys
 from proctor.web.artifacts import redaction
-from proctor.web.artifacts.service import TABLES
+from proctor.web.artifacts.service import TableCache
 from proctor.web.explorer.rrd import RRD_FORMAT, Marker, RrdInput, build_rrd
 
 RRD_MEDIA_TYPE = "application/x-rerun"
-_LOCKS: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
-_LOCKS_GUARD = threading.Lock()
 
 
-def _lock(uid: str) -> threading.Lock:
-    with _LOCKS_GUARD:
-        return _LOCKS[uid]
+class EpisodeLocks:
+    """One lock per episode uid, for one app: two requests for the same
+    episode's ``.rrd`` build it once (the second waits, then finds it
+    stored). A uid's lock lives while someone holds or waits for it, so the
+    table does not grow with every episode ever asked for."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}  # uid -> lock, holders + waiters
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def hold(self, uid: str) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._locks.get(uid, (threading.Lock(), 0))
+            self._locks[uid] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._locks[uid]
+                if users == 1:
+                    del self._locks[uid]
+                else:
+                    self._locks[uid] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        """How many uids are held or waited for now."""
+        with self._guard:
+            return len(self._locks)
 
 
 def cached_rrd(
@@ -74,6 +101,7 @@ def rrd_input(
     episode: Episode,
     scratch: Path,
     *,
+    tables: TableCache,
     redacted: bool = False,
 ) -> RrdInput:
     arts = list(
@@ -82,11 +110,11 @@ def rrd_input(
         )
     )
     videos = {a.camera: a for a in arts if a.kind == ArtifactKind.video and a.camera}
-    tables = {a.camera: a for a in arts if a.kind == ArtifactKind.frame_index and a.camera}
+    frame_tables = {a.camera: a for a in arts if a.kind == ArtifactKind.frame_index and a.camera}
     telemetry = [a for a in arts if a.kind == ArtifactKind.telemetry]
     if not videos and not telemetry:
         raise ProctorError(f"episode {episode.uid}: nothing was recorded")
-    tel = TABLES.get(store, telemetry[-1].sha256) if telemetry else None
+    tel = tables.get(store, telemetry[-1].sha256) if telemetry else None
     if tel is not None:
         tel = redaction.telemetry_table(tel, redacted=redacted)
     t0 = episode.clock_start_s
@@ -137,8 +165,8 @@ def rrd_input(
         clock_start_s=float(t0),
         videos={cam: _local(store, a.sha256, scratch, f"{cam}.mp4") for cam, a in videos.items()},
         frame_pts={
-            cam: TABLES.get(store, a.sha256).column(keys.FRAME_PTS).to_numpy(zero_copy_only=False)
-            for cam, a in tables.items()
+            cam: tables.get(store, a.sha256).column(keys.FRAME_PTS).to_numpy(zero_copy_only=False)
+            for cam, a in frame_tables.items()
             if cam in videos
         },
         telemetry=tel,
@@ -149,18 +177,26 @@ def rrd_input(
 
 
 def episode_rrd(
-    session: ProctorSession, store: ArtifactStore, episode: Episode, *, redacted: bool = False
+    session: ProctorSession,
+    store: ArtifactStore,
+    episode: Episode,
+    *,
+    locks: EpisodeLocks,
+    tables: TableCache,
+    redacted: bool = False,
 ) -> Artifact:
     """The episode's ``.rrd`` artifact, built now if it is not stored yet
     (added to the caller's transaction); ``redacted``: the copy for operators
-    and reviewers before release (``cached_rrd``)."""
-    with _lock(episode.uid):
+    and reviewers before release (``cached_rrd``). ``locks`` keep two builds
+    of one episode from running at once; ``tables`` is the parsed-table cache
+    to read the recording through."""
+    with locks.hold(episode.uid):
         row = cached_rrd(session, episode, redacted=redacted)
         if row is not None and store.exists(row.sha256):
             return row
         with tempfile.TemporaryDirectory(prefix="proctor-rrd-") as tmp:
             scratch = Path(tmp)
-            data = rrd_input(session, store, episode, scratch, redacted=redacted)
+            data = rrd_input(session, store, episode, scratch, tables=tables, redacted=redacted)
             summary = build_rrd(data, scratch / f"{episode.uid}.rrd")
             stored = store.put_file(summary.path)
         row = Artifact(

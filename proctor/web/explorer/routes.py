@@ -15,7 +15,7 @@ from proctor.web.artifacts.access import visible_episode
 from proctor.web.artifacts.service import VisibleArtifact
 from proctor.web.artifacts.serving import serve_artifact
 from proctor.web.auth.identity import NotSignedIn
-from proctor.web.deps import OptionalUser, SessionDep, StoreDep
+from proctor.web.deps import AppStateDep, OptionalUser, SessionDep, StoreDep
 from proctor.web.errors import error_responses
 from proctor.web.explorer.export import cached_rrd, episode_rrd
 from proctor.web.explorer.service import EpisodeOut, episode_bundle
@@ -59,7 +59,12 @@ def get_episode(
     responses={200: {"content": {"application/x-rerun": {}}, "description": "the .rrd file"}},
 )
 def get_rrd(
-    uid: EpisodeUid, request: Request, session: SessionDep, store: StoreDep, who: OptionalUser
+    uid: EpisodeUid,
+    request: Request,
+    session: SessionDep,
+    store: StoreDep,
+    who: OptionalUser,
+    app: AppStateDep,
 ) -> Response:
     episode, access = visible_episode(session, uid, who)
     if who is None:
@@ -73,7 +78,14 @@ def get_rrd(
                 "(once built, it is served to everyone who may see the episode)"
             )
     # a sync route: runs in the thread pool
-    row = episode_rrd(session, store, episode, redacted=access.redacted)
+    row = episode_rrd(
+        session,
+        store,
+        episode,
+        locks=app.rrd_locks,
+        tables=app.artifact_cache.tables,
+        redacted=access.redacted,
+    )
     return serve_artifact(request, store, VisibleArtifact(row, episode, access), download=True)
 
 

@@ -78,7 +78,6 @@ class Board:
     streams: list[LabelStream]
     # label → policy id (the route from a page's label back to rows)
     policy_ids: dict[str, int]
-    db: str  # which database (cache keys)
     # labels of released policies whose identity is withheld from the public
     withheld: frozenset[str] = frozenset()
     # label → name of the withheld policies this caller may see named (owner, admins)
@@ -150,8 +149,15 @@ def parse_stream(raw: str | None) -> LabelStream:
 
 
 def open_board(
-    session: ProctorSession, campaign_id: int, stream: LabelStream, who: Principal | None
+    session: ProctorSession,
+    campaign_id: int,
+    stream: LabelStream,
+    who: Principal | None,
+    *,
+    results: snapshots.ResultCache,
 ) -> Board:
+    """The caller's view of a campaign's latest leaderboard; its labelled
+    result is kept in the app's ``results`` cache."""
     campaign = visible_campaign(session, campaign_id, who)
     meta = snapshots.latest_meta(session, campaign_id=campaign.id, stream=stream)
     if meta is None:
@@ -160,12 +166,11 @@ def open_board(
             f"no leaderboard has been computed for this campaign under {stream.value} yet",
         )
     naming = campaign_naming(session, campaign)
-    db = snapshots.db_key(session)
-    key = ("labelled", db, meta.id, naming.key())
-    result = snapshots.RESULTS.get(key)
+    key = ("labelled", meta.id, naming.key())
+    result = results.get(key)
     if result is None:
-        raw = snapshots.snapshot_result(session, meta.id)
-        result = snapshots.RESULTS.put(key, blind_result(raw, naming.labels()))
+        raw = snapshots.snapshot_result(session, meta.id, results=results)
+        result = results.put(key, blind_result(raw, naming.labels()))
     return Board(
         campaign=CampaignInfo.of(campaign),
         stream=stream,
@@ -174,7 +179,6 @@ def open_board(
         blinded=not naming.released,
         streams=snapshots.streams_available(session, campaign_id=campaign.id),
         policy_ids=naming.ids(),
-        db=db,
         withheld=frozenset(a.arm for a in naming.withheld()),
         known=naming.known_to(viewer(who)),
         naming_key=naming.key(),

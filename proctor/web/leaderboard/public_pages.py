@@ -2,7 +2,7 @@
 released campaign gets the page rendered once per snapshot.
 
 One query says which snapshot is current; the page is then answered from
-the ETag (304) or from the in-process result cache, and only rendered when
+the ETag (304) or from the app's result cache, and only rendered when
 neither has it. Signed-in visitors never share a page: what they see
 depends on who they are.
 """
@@ -19,7 +19,7 @@ from proctor.web.auth.identity import Principal
 from proctor.web.auth.sessions import SESSION_COOKIE_NAMES
 from proctor.web.leaderboard import caching
 from proctor.web.leaderboard.board import board_version, parse_stream
-from proctor.web.snapshots.service import RESULTS, db_key
+from proctor.web.snapshots.service import ResultCache
 
 
 def anonymous(request: Request, who: Principal | None) -> bool:
@@ -36,14 +36,15 @@ class PublicPage:
     key: tuple[object, ...] | None = None
     etag: str | None = None
     hit: Response | None = None
+    cache: ResultCache | None = None  # the app's, where a kept page goes
 
     def headers(self) -> dict[str, str] | None:
         return caching.cache_headers(public=True, etag=self.etag) if self.etag else None
 
     def keep(self, response: Response) -> Response:
         """Remember a freshly rendered page for the next anonymous visitor."""
-        if self.key is not None and response.status_code == 200:
-            RESULTS.put(self.key, response.body)
+        if self.key is not None and self.cache is not None and response.status_code == 200:
+            self.cache.put(self.key, response.body)
         return response
 
 
@@ -60,18 +61,12 @@ def public_page(
     version = board_version(session, campaign_id, parse_stream(stream))
     if version is None or not version.released:
         return PublicPage()
-    key = (
-        kind,
-        db_key(session),
-        *version.key(),
-        request.url.path,
-        request.url.query,
-        request.app.state.web.static_version,
-    )
+    app = request.app.state.web
+    key = (kind, *version.key(), request.url.path, request.url.query, app.static_version)
     etag = caching.etag_for(*key)
     hit = caching.conditional(request, etag, public=True)
     if hit is None:
-        cached = RESULTS.get(key)
+        cached = app.results.get(key)
         if cached is not None:
             hit = HTMLResponse(cached, headers=caching.cache_headers(public=True, etag=etag))
-    return PublicPage(key, etag, hit)
+    return PublicPage(key, etag, hit, app.results)

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
-from proctor.web.deps import DbId, OptionalUser, SessionDep
+from proctor.web.deps import DbId, OptionalUser, ResultsDep, SessionDep
 from proctor.web.errors import error_responses
 from proctor.web.leaderboard import caching
 from proctor.web.leaderboard.board import (
@@ -30,7 +30,7 @@ from proctor.web.leaderboard.episodes import MAX_PAGE, EpisodeListOut, episode_l
 from proctor.web.leaderboard.format import FORMATS
 from proctor.web.leaderboard.public_pages import public_page
 from proctor.web.leaderboard.schemas import CampaignOut, LeaderboardOut, leaderboard_view
-from proctor.web.snapshots.service import RESULTS, db_key
+from proctor.web.snapshots.service import ResultCache
 from proctor.web.templating import render
 
 api_router = APIRouter(tags=["leaderboard"], responses=error_responses(404, 422))
@@ -67,9 +67,14 @@ def list_leaderboards(session: SessionDep, who: OptionalUser) -> list[CampaignLi
 
 
 def _view(
-    request: Request, session: SessionDep, who: OptionalUser, campaign_id: int, stream: str | None
+    request: Request,
+    session: SessionDep,
+    who: OptionalUser,
+    campaign_id: int,
+    stream: str | None,
+    results: ResultCache,
 ) -> tuple[Board, LeaderboardOut, str, bool]:
-    board = open_board(session, campaign_id, parse_stream(stream), who)
+    board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     public = not board.blinded and who is None
     etag = caching.etag_for(
         "leaderboard",
@@ -79,15 +84,15 @@ def _view(
         request.url.path,
         request.url.query,
     )
-    view = caching_view(board)
+    view = caching_view(board, results)
     return board, view, etag, public
 
 
-def caching_view(board: Board) -> LeaderboardOut:
-    key = ("leaderboard-view", board.db, board.meta.id, board.cache_key(), board.stream)
-    view = RESULTS.get(key)
+def caching_view(board: Board, results: ResultCache) -> LeaderboardOut:
+    key = ("leaderboard-view", board.meta.id, board.cache_key(), board.stream)
+    view = results.get(key)
     if view is None:
-        view = RESULTS.put(key, leaderboard_view(board))
+        view = results.put(key, leaderboard_view(board))
     return view
 
 
@@ -102,38 +107,39 @@ def get_leaderboard(
     request: Request,
     session: SessionDep,
     who: OptionalUser,
+    results: ResultsDep,
     stream: StreamQuery = None,
 ) -> Response:
     if who is None:  # the public's fast path: one query says which snapshot
         version = board_version(session, campaign_id, parse_stream(stream))
         if version is not None and version.released:
-            key = ("leaderboard-json-public", db_key(session), *version.key(), stream)
+            key = ("leaderboard-json-public", *version.key(), stream)
             etag = caching.etag_for(*key)
             hit = caching.conditional(request, etag, public=True)
             if hit is not None:
                 return hit
-            cached = RESULTS.get(key)
+            cached = results.get(key)
             if cached is not None:
                 return Response(
                     cached,
                     media_type="application/json",
                     headers=caching.cache_headers(public=True, etag=etag),
                 )
-            _, view, _, _ = _view(request, session, who, campaign_id, stream)
-            body = RESULTS.put(key, view.model_dump_json().encode())
+            _, view, _, _ = _view(request, session, who, campaign_id, stream, results)
+            body = results.put(key, view.model_dump_json().encode())
             return Response(
                 body,
                 media_type="application/json",
                 headers=caching.cache_headers(public=True, etag=etag),
             )
-    board, view, etag, public = _view(request, session, who, campaign_id, stream)
+    board, view, etag, public = _view(request, session, who, campaign_id, stream, results)
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit
-    key = ("leaderboard-json", board.db, view.snapshot.id, board.cache_key())
-    body = RESULTS.get(key)
+    key = ("leaderboard-json", view.snapshot.id, board.cache_key())
+    body = results.get(key)
     if body is None:
-        body = RESULTS.put(key, view.model_dump_json().encode())
+        body = results.put(key, view.model_dump_json().encode())
     return Response(
         body, media_type="application/json", headers=caching.cache_headers(public=public, etag=etag)
     )
@@ -157,9 +163,10 @@ def get_snapshot_result(
     request: Request,
     session: SessionDep,
     who: OptionalUser,
+    results: ResultsDep,
     stream: StreamQuery = None,
 ) -> Response:
-    board = open_board(session, campaign_id, parse_stream(stream), who)
+    board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     public = not board.blinded and who is None
     etag = caching.etag_for(
         "snapshot", board.meta.id, board.meta.data_version, board.blinded, board.naming_key
@@ -179,13 +186,14 @@ def get_episodes(
     session: SessionDep,
     who: OptionalUser,
     response: Response,
+    results: ResultsDep,
     stream: StreamQuery = None,
     policy: LabelQuery = None,
     object: ObjectQuery = None,
     offset: Annotated[int, Query(ge=0, le=10**6)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 200,
 ) -> EpisodeListOut:
-    board = open_board(session, campaign_id, parse_stream(stream), who)
+    board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     response.headers["cache-control"] = "private, no-cache" if board.blinded else "no-cache"
     return episode_list(session, board, policy=policy, obj=object, offset=offset, limit=limit)
 
@@ -206,12 +214,16 @@ def _page(
 
 @page_router.get("/leaderboard", response_class=HTMLResponse)
 def leaderboard_home(
-    request: Request, session: SessionDep, who: OptionalUser, stream: StreamQuery = None
+    request: Request,
+    session: SessionDep,
+    who: OptionalUser,
+    results: ResultsDep,
+    stream: StreamQuery = None,
 ) -> Response:
     campaigns = listed_campaigns(session, who)
     if not campaigns:
         return render(request, "leaderboard/empty.html", {})
-    return leaderboard_page(campaigns[0].id, request, session, who, stream)
+    return leaderboard_page(campaigns[0].id, request, session, who, results, stream)
 
 
 @page_router.get("/leaderboard/{campaign_id}", response_class=HTMLResponse)
@@ -220,12 +232,13 @@ def leaderboard_page(
     request: Request,
     session: SessionDep,
     who: OptionalUser,
+    results: ResultsDep,
     stream: StreamQuery = None,
 ) -> Response:
     page = public_page("leaderboard-page", request, session, who, campaign_id, stream)
     if page.hit is not None:
         return page.hit
-    board, view, etag, public = _view(request, session, who, campaign_id, stream)
+    board, view, etag, public = _view(request, session, who, campaign_id, stream, results)
     page_etag = caching.etag_for(etag, caching.audience(who), request.app.state.web.static_version)
     hrt_max = max(
         [r.hrt.hi or r.hrt.estimate or 0 for r in view.rows if r.hrt is not None] + [100.0]
@@ -281,12 +294,13 @@ def episodes_page(
     request: Request,
     session: SessionDep,
     who: OptionalUser,
+    results: ResultsDep,
     stream: StreamQuery = None,
     policy: LabelQuery = None,
     object: ObjectQuery = None,
     offset: Annotated[int, Query(ge=0, le=10**6)] = 0,
 ) -> Response:
-    board = open_board(session, campaign_id, parse_stream(stream), who)
+    board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     listing = episode_list(session, board, policy=policy, obj=object, offset=offset, limit=200)
     cell = None
     if policy is not None and object is not None:

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
-from proctor.web.deps import DbId, OptionalUser, SessionDep
+from proctor.web.deps import DbId, OptionalUser, ResultsDep, SessionDep
 from proctor.web.errors import error_responses
 from proctor.web.leaderboard import caching
 from proctor.web.leaderboard.board import open_board, parse_stream
@@ -20,7 +20,6 @@ from proctor.web.leaderboard.format import FORMATS
 from proctor.web.leaderboard.public_pages import public_page
 from proctor.web.leaderboard.routes import StreamQuery
 from proctor.web.policies.view import PolicyOut, policy_view
-from proctor.web.snapshots.service import RESULTS
 from proctor.web.templating import render
 
 api_router = APIRouter(tags=["leaderboard"], responses=error_responses(404, 422))
@@ -43,10 +42,11 @@ def get_policy(
     request: Request,
     session: SessionDep,
     who: OptionalUser,
+    results: ResultsDep,
     stream: StreamQuery = None,
     vs: VsQuery = None,
 ) -> Response:
-    board = open_board(session, campaign_id, parse_stream(stream), who)
+    board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     public = not board.blinded and who is None
     etag = caching.etag_for(
         "policy", board.meta.id, board.meta.data_version, board.cache_key(), label, vs
@@ -54,10 +54,10 @@ def get_policy(
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit
-    key = ("policy-json", board.db, board.meta.id, board.cache_key(), label, vs)
-    body = RESULTS.get(key)
+    key = ("policy-json", board.meta.id, board.cache_key(), label, vs)
+    body = results.get(key)
     if body is None:
-        body = RESULTS.put(key, policy_view(session, board, label, vs).model_dump_json().encode())
+        body = results.put(key, policy_view(session, board, label, vs).model_dump_json().encode())
     return Response(
         body, media_type="application/json", headers=caching.cache_headers(public=public, etag=etag)
     )
@@ -70,13 +70,14 @@ def policy_page(
     request: Request,
     session: SessionDep,
     who: OptionalUser,
+    results: ResultsDep,
     stream: StreamQuery = None,
     vs: VsQuery = None,
 ) -> Response:
     page = public_page("policy-page", request, session, who, campaign_id, stream)
     if page.hit is not None:
         return page.hit
-    board = open_board(session, campaign_id, parse_stream(stream), who)
+    board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     view = policy_view(session, board, label, vs)
     episodes = episode_list(session, board, policy=label, obj=None, offset=0, limit=50)
     chart = {

@@ -8,7 +8,9 @@ read by the public pages.
   transaction (skips a stream whose data, code and protocol are unchanged
   since its latest snapshot).
 * ``worker.recompute_after_commit(session, campaign_id=…)`` — the hook for
-  the review flow: once the caller's transaction commits, an in-process
-  background worker recomputes that campaign (coalescing repeated requests).
-* ``worker.worker_for(engine).request(campaign_id)`` — queue one directly.
+  the review flow: once the caller's transaction commits, the background
+  worker of the app the session belongs to recomputes that campaign
+  (coalescing repeated requests).
+* ``AppState.snapshot_worker.request(campaign_id)`` — queue one directly on
+  the app's worker (each app has its own; ``proctor.web.state``).
 """

@@ -24,7 +24,7 @@ from proctor.web.auth.identity import Principal
 from proctor.web.deps import AppStateDep, DbId, SessionDep, SessionStateDep, require_role
 from proctor.web.errors import error_responses
 from proctor.web.snapshots import service
-from proctor.web.snapshots.worker import SnapshotWorker, worker_for
+from proctor.web.snapshots.worker import SnapshotWorker
 
 api_router = APIRouter(tags=["snapshots"], responses=error_responses(401, 403, 422))
 page_router = APIRouter()
@@ -130,7 +130,7 @@ def recompute(
         return RecomputeOut(queued=False, outcomes=[_outcome(o) for o in outcomes])
     if session.get(Campaign, body.campaign_id) is None:
         raise FieldError("campaign_id", f"no campaign {body.campaign_id}")
-    worker = worker_for(app.engine)
+    worker = app.snapshot_worker
     worker.request(body.campaign_id)
     response.status_code = status.HTTP_202_ACCEPTED
     return RecomputeOut(queued=True, worker=_worker(worker))
@@ -159,7 +159,7 @@ def list_snapshots(
     "/snapshots/worker", summary="The background recompute worker's queue and recent runs"
 )
 def worker_status(app: AppStateDep, who: AdminUser) -> WorkerOut:
-    return _worker(worker_for(app.engine))
+    return _worker(app.snapshot_worker)
 
 
 @page_router.post("/leaderboard/{campaign_id}/recompute", include_in_schema=False)
@@ -173,6 +173,6 @@ def recompute_page(
     """The admin's button on the leaderboard page: queue and come back."""
     if session.get(Campaign, campaign_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "campaign not found")
-    worker_for(app.engine).request(campaign_id)
+    app.snapshot_worker.request(campaign_id)
     state.flash("Recomputing the leaderboard in the background: reload in a moment.")
     return RedirectResponse(f"/leaderboard/{campaign_id}", status_code=303)

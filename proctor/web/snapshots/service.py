@@ -5,7 +5,8 @@ Computing them (deciding a board is stale, scoring it, storing the row) is
 
 A page never runs the analysis: it reads the latest stored snapshot of a
 (campaign, label stream). Reads cost one indexed query for the latest id;
-the parsed result is cached in-process by snapshot id (rows are never
+the parsed result is cached by snapshot id in the app's ``ResultCache``
+(``AppState.results``: one per app, so one per database; rows are never
 updated, so a cached result is never stale).
 
 The analysis protocol of a campaign is τ from the campaign and the defaults
@@ -99,7 +100,9 @@ def streams_available(session: ProctorSession, *, campaign_id: int) -> list[Labe
 
 
 class ResultCache:
-    """Parsed snapshot results (and views derived from them) by key."""
+    """Parsed snapshot results (and views and pages derived from them) by
+    key, least recently used first out. Each app owns one
+    (``AppState.results``): keys need not name the database."""
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
@@ -122,29 +125,28 @@ class ResultCache:
         return value
 
 
-RESULTS = ResultCache()
-
-
-def db_key(session: ProctorSession) -> str:
-    """Which database a session reads: part of every cache key (one process
-    may serve several databases, e.g. in tests and benchmarks)."""
-    bind: Any = session.get_bind()
-    engine = getattr(bind, "engine", bind)
-    return engine.url.render_as_string(hide_password=True)
-
-
-def snapshot_result(session: ProctorSession, snapshot_id: int) -> dict[str, Any]:
-    """A snapshot's result JSON (cached: snapshot rows never change)."""
-    key = ("result", db_key(session), snapshot_id)
-    cached = RESULTS.get(key)
-    if cached is not None:
-        return cached
+def read_result(session: ProctorSession, snapshot_id: int) -> dict[str, Any]:
+    """A snapshot's result JSON, read now (no cache: for one-off readers such
+    as the demo's closing summary)."""
     result = session.scalar(
         sa.select(AnalysisSnapshot.result).where(AnalysisSnapshot.id == snapshot_id)
     )
     if result is None:
         raise UsageError(f"snapshot {snapshot_id}: no such snapshot")
-    return RESULTS.put(key, json_safe(result))
+    return json_safe(result)
+
+
+def snapshot_result(
+    session: ProctorSession, snapshot_id: int, *, results: ResultCache
+) -> dict[str, Any]:
+    """A snapshot's result JSON, through the app's ``results`` cache
+    (snapshot rows never change). The cache belongs to one app and so to one
+    database: a snapshot id alone names the row."""
+    key = ("result", snapshot_id)
+    cached = results.get(key)
+    if cached is not None:
+        return cached
+    return results.put(key, read_result(session, snapshot_id))
 
 
 def json_safe(value: Any) -> Any:

@@ -1,6 +1,7 @@
 """Recomputing snapshots in the background, in-process (no broker).
 
-One worker per database engine. ``request(campaign_id)`` queues a campaign
+One worker per app (``AppState.snapshot_worker``), working through the
+app's session factory. ``request(campaign_id)`` queues a campaign
 (a campaign already waiting is not queued twice: ten reviews in a row cost
 one or two recomputations, not ten) and starts the worker's thread if it is
 idle; the thread drains the queue and ends, so nothing lingers after the
@@ -9,7 +10,10 @@ last request. Each recomputation runs in its own transaction.
 The review flow calls ``recompute_after_commit(session, campaign_id=…)``
 inside its request: the campaign is queued only when that transaction
 commits (a rolled-back review queues nothing, and the worker never reads
-data that is not committed yet). The queue lives in this process: a crash
+data that is not committed yet), on the worker of the app whose session it
+is (the app's session factory puts its worker in every session's ``info``).
+When the app shuts down its worker takes no more work (``close``): what was
+queued is dropped, as a crash drops it. The queue lives in this process: a crash
 loses it, so the server's start-up (``proctor.web.startup``) queues every campaign
 whose latest snapshot no longer matches its data.
 
@@ -30,7 +34,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,11 +46,14 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from proctor.analysis.store import StreamOutcome, recompute
-from proctor.core.db.engine import ProctorSession, make_session_factory, session_scope
+from proctor.core.db.engine import ProctorSession, session_scope
 
 log = logging.getLogger(__name__)
 
 _PENDING_KEY = "proctor.snapshot_campaigns"
+# where a session of the app finds the app's worker (proctor.web.app puts it in the
+# session factory's ``info``, which every session it makes starts from)
+WORKER_KEY = "proctor.snapshot_worker"
 # the advisory lock class of a campaign's recomputation (PostgreSQL's two-key form;
 # proctor.web.auth.throttle uses 0x50524F31 and 0x50524F32)
 _LOCK_RECOMPUTE = 0x50524F33
@@ -109,17 +115,35 @@ class SnapshotWorker:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self._closed = False
         self.recent: deque[Run] = deque(maxlen=50)
 
     def request(self, campaign_id: int) -> None:
-        """Queue a recomputation of this campaign (all label streams)."""
+        """Queue a recomputation of this campaign (all label streams); nothing
+        once the worker is closed (its app has shut down)."""
         with self._lock:
+            if self._closed:
+                log.info("snapshot worker closed: campaign %s not queued", campaign_id)
+                return
             self._pending[int(campaign_id)] = None
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._drain, name="snapshot-worker", daemon=True
                 )
                 self._thread.start()
+
+    def close(self) -> None:
+        """Take no more work and drop what is queued (the app is shutting
+        down; its next start-up queues every stale campaign again). A
+        recomputation already running finishes in its own transaction."""
+        with self._lock:
+            self._closed = True
+            self._pending.clear()
+
+    @property
+    def closed(self) -> bool:
+        with self._lock:
+            return self._closed
 
     def status(self) -> WorkerStatus:
         with self._lock:
@@ -168,27 +192,21 @@ class SnapshotWorker:
                 self.recent.append(run)
 
 
-_WORKERS: weakref.WeakKeyDictionary[Engine, SnapshotWorker] = weakref.WeakKeyDictionary()
-_WORKERS_LOCK = threading.Lock()
-
-
-def worker_for(engine: Engine) -> SnapshotWorker:
-    """The background worker of this database (created on first use)."""
-    with _WORKERS_LOCK:
-        worker = _WORKERS.get(engine)
-        if worker is None:
-            worker = SnapshotWorker(make_session_factory(engine))
-            _WORKERS[engine] = worker
-        return worker
+def worker_of(session: Session) -> SnapshotWorker:
+    """The snapshot worker of the app that opened ``session``."""
+    worker = session.info.get(WORKER_KEY)
+    if not isinstance(worker, SnapshotWorker):
+        raise RuntimeError(
+            "this session was not opened by the web app: it has no snapshot worker to queue on"
+        )
+    return worker
 
 
 def _after_commit(session: Session) -> None:
     pending: set[int] = session.info.pop(_PENDING_KEY, set())
     if not pending:
         return
-    bind: Any = session.get_bind()
-    engine = bind if isinstance(bind, Engine) else bind.engine
-    worker = worker_for(engine)
+    worker = worker_of(session)
     for campaign_id in sorted(pending):
         worker.request(campaign_id)
 
@@ -202,9 +220,11 @@ def _after_rollback(session: Session, previous_transaction: Any) -> None:
 
 def recompute_after_commit(session: Session, *, campaign_id: int | None) -> None:
     """Recompute this campaign's snapshots in the background once ``session``
-    commits. ``None`` (an episode outside any campaign) does nothing."""
+    commits, on the worker of the app the session belongs to. ``None`` (an
+    episode outside any campaign) does nothing."""
     if campaign_id is None:
         return
+    worker_of(session)  # a session of no app fails here, not silently after the commit
     pending = session.info.setdefault(_PENDING_KEY, set())
     pending.add(int(campaign_id))
     if not event.contains(session, "after_commit", _after_commit):

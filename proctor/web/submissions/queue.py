@@ -9,6 +9,12 @@ as a detached subprocess (``submissions.conformance_dispatch =
 submission worker`` (``"worker"``). Workers claim runs atomically
 (``queued → running``), so any number may run side by side; a run that
 stays ``running`` past ``STALE_AFTER`` (its worker died) is queued again.
+
+The processes an app spawned are its own (``ConformanceWorkers``,
+``AppState.conformance_workers``; the app's session factory puts it in
+every session's ``info``, where the after-commit hook finds it). They run
+in sessions of their own and outlive the app on purpose: a check under way
+finishes, and records its result, across a restart of the web server.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ log = logging.getLogger(__name__)
 
 STALE_AFTER = timedelta(minutes=20)
 _PENDING_KEY = "proctor.conformance_runs"
+# where a session of the app finds the app's ConformanceWorkers (proctor.web.app)
+WORKERS_KEY = "proctor.conformance_workers"
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -123,6 +131,7 @@ def dispatch_after_commit(session: ProctorSession, *, settings: Settings, run_id
     rolls back): a subprocess, or nothing for a separately run worker."""
     if settings.submissions.conformance_dispatch != "subprocess":
         return
+    workers_of(session)  # a session of no app fails here, not silently after the commit
     pending: dict[int, Settings] = session.info.setdefault(_PENDING_KEY, {})
     pending[run_id] = settings
     if not event.contains(session, "after_commit", _after_commit):
@@ -130,11 +139,24 @@ def dispatch_after_commit(session: ProctorSession, *, settings: Settings, run_id
         event.listen(session, "after_soft_rollback", _after_rollback)
 
 
+def workers_of(session: Session) -> ConformanceWorkers:
+    """The conformance worker processes of the app that opened ``session``."""
+    workers = session.info.get(WORKERS_KEY)
+    if not isinstance(workers, ConformanceWorkers):
+        raise RuntimeError(
+            "this session was not opened by the web app: it cannot start a conformance worker"
+        )
+    return workers
+
+
 def _after_commit(session: Session) -> None:
     pending: dict[int, Settings] = session.info.pop(_PENDING_KEY, {})
+    if not pending:
+        return
+    workers = workers_of(session)
     for run_id, settings in sorted(pending.items()):
         try:
-            spawn_worker(settings, run_id)
+            workers.start(settings, run_id)
         except OSError:
             # the run stays queued: the next worker (or `proctor submission worker`) takes it
             log.exception("could not start the conformance worker for run %s", run_id)
@@ -169,19 +191,16 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-_children: set[subprocess.Popen[bytes]] = set()
-_children_lock = threading.Lock()
-
-
 def spawn_worker(settings: Settings, run_id: int) -> subprocess.Popen[bytes]:
     """``proctor submission work RUN_ID`` in its own session (it outlives a
-    restarting web server); a thread reaps it so no zombie is left."""
+    restarting web server). The caller waits for it (or ``ConformanceWorkers``
+    reaps it), so that no zombie is left."""
     log_dir = Path(settings.data_dir) / "logs"
     log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     # the log holds submitters' endpoint URLs and error replies: owner only
     log_fd = os.open(log_dir / "conformance.log", os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
     with os.fdopen(log_fd, "ab") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "proctor", "submission", "work", str(run_id)],
             env=worker_env(settings),
             cwd=_ROOT,
@@ -190,19 +209,31 @@ def spawn_worker(settings: Settings, run_id: int) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    with _children_lock:
-        _children.add(proc)
-
-    def reap() -> None:
-        proc.wait()
-        with _children_lock:
-            _children.discard(proc)
-
-    threading.Thread(target=reap, name=f"conformance-reaper-{proc.pid}", daemon=True).start()
-    return proc
 
 
-def running_children() -> list[subprocess.Popen[bytes]]:
-    """Workers this process started that are still running (tests wait on them)."""
-    with _children_lock:
-        return [p for p in _children if p.poll() is None]
+class ConformanceWorkers:
+    """The conformance worker processes one app started: each is reaped by a
+    thread of its own when it ends, and ``running()`` lists those still
+    running (tests wait on them)."""
+
+    def __init__(self) -> None:
+        self._children: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+
+    def start(self, settings: Settings, run_id: int) -> subprocess.Popen[bytes]:
+        proc = spawn_worker(settings, run_id)
+        with self._lock:
+            self._children.add(proc)
+
+        def reap() -> None:
+            proc.wait()
+            with self._lock:
+                self._children.discard(proc)
+
+        threading.Thread(target=reap, name=f"conformance-reaper-{proc.pid}", daemon=True).start()
+        return proc
+
+    def running(self) -> list[subprocess.Popen[bytes]]:
+        """Workers this app started that are still running."""
+        with self._lock:
+            return [p for p in self._children if p.poll() is None]

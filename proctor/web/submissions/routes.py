@@ -25,6 +25,7 @@ from proctor.web.deps import (
     DbId,
     FormDep,
     NowDep,
+    ResultsDep,
     SessionDep,
     SessionStateDep,
     SettingsDep,
@@ -317,8 +318,11 @@ def list_policies(session: SessionDep, who: OwnerOrAdmin) -> list[PolicyOut]:
     summary="A policy: its submissions, campaign progress and private results",
     response_model=PolicyDetailOut,
 )
-def get_policy(policy_id: DbId, session: SessionDep, who: OwnerOrAdmin) -> PolicyDetailOut:
-    return service.policy_detail(session, service.get_policy(session, who, policy_id), who)
+def get_policy(
+    policy_id: DbId, session: SessionDep, who: OwnerOrAdmin, results: ResultsDep
+) -> PolicyDetailOut:
+    policy = service.get_policy(session, who, policy_id)
+    return service.policy_detail(session, policy, who, results=results)
 
 
 @api_router.patch(
@@ -486,14 +490,11 @@ def register_endpoint_form(
 
 @page_router.get("/submit/policies/{policy_id}")
 def policy_page(
-    policy_id: DbId, request: Request, session: SessionDep, who: OwnerOrAdmin
+    policy_id: DbId, request: Request, session: SessionDep, who: OwnerOrAdmin, results: ResultsDep
 ) -> Response:
     policy = service.get_policy(session, who, policy_id)
-    return render(
-        request,
-        "submissions/policy.html",
-        {"policy": service.policy_detail(session, policy, who), "Visibility": Visibility},
-    )
+    detail = service.policy_detail(session, policy, who, results=results)
+    return render(request, "submissions/policy.html", {"policy": detail, "Visibility": Visibility})
 
 
 @page_router.post("/submit/policies/{policy_id}/visibility")

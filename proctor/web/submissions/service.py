@@ -174,10 +174,14 @@ def policy_out(session: ProctorSession, policy: Policy) -> PolicyOut:
     )
 
 
-def policy_detail(session: ProctorSession, policy: Policy, viewer: Principal) -> PolicyDetailOut:
+def policy_detail(
+    session: ProctorSession, policy: Policy, viewer: Principal, *, results: snapshots.ResultCache
+) -> PolicyDetailOut:
+    """A policy with its campaigns; their results read through the app's
+    ``results`` cache."""
     return PolicyDetailOut(
         **policy_out(session, policy).model_dump(),
-        campaigns=campaign_progress(session, policy, viewer),
+        campaigns=campaign_progress(session, policy, viewer, results=results),
     )
 
 
@@ -358,11 +362,13 @@ def _interval(x: Any) -> IntervalOut | None:
     return IntervalOut(estimate=x.get("estimate"), lo=x.get("lo"), hi=x.get("hi"))
 
 
-def _results(session: ProctorSession, campaign: Campaign, policy: Policy) -> ResultOut | None:
+def _results(
+    session: ProctorSession, campaign: Campaign, policy: Policy, results: snapshots.ResultCache
+) -> ResultOut | None:
     meta = snapshots.latest_meta(session, campaign_id=campaign.id, stream=snapshots.DEFAULT_STREAM)
     if meta is None:
         return None
-    result = snapshots.snapshot_result(session, meta.id)
+    result = snapshots.snapshot_result(session, meta.id, results=results)
     rows = result.get("policies") or []
     mine = next((p for p in rows if p.get("policy") == policy.name), None)
     if mine is None:
@@ -380,7 +386,7 @@ def _results(session: ProctorSession, campaign: Campaign, policy: Policy) -> Res
 
 
 def campaign_progress(
-    session: ProctorSession, policy: Policy, viewer: Principal
+    session: ProctorSession, policy: Policy, viewer: Principal, *, results: snapshots.ResultCache
 ) -> list[CampaignProgressOut]:
     """Every campaign this policy is in. While a campaign runs, only its
     overall progress is shown: a count of this policy's episodes that ticks
@@ -428,7 +434,7 @@ def campaign_progress(
             if finished
             else None
         )
-        results = _results(session, campaign, policy) if finished else None
+        scores = _results(session, campaign, policy, results) if finished else None
         label: str | None = None
         if sealed:
             note = (
@@ -448,7 +454,7 @@ def campaign_progress(
             note = (
                 "Closed. Your results below are private to you (and the admins) until the "
                 "campaign is released."
-                if results
+                if scores
                 else "Closed. Results appear here once the leaderboard has been computed."
             )
         else:
@@ -474,7 +480,7 @@ def campaign_progress(
                 slots_done=int(done),
                 slots_total=int(total),
                 my_episodes=int(mine) if mine is not None else None,
-                results=results,
+                results=scores,
                 leaderboard=(
                     f"/leaderboard/{campaign.id}/policies/{quote(label, safe='')}"
                     if released and label is not None

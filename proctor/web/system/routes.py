@@ -43,8 +43,11 @@ async def health(request: Request) -> Response:
     app: AppState = request.app.state.web
     head = schema_head()
     try:
+        # threads and a connection of its own (not the pool): it must answer while
+        # the requests have every pooled connection and every worker thread
+        # (proctor/web/limits.py)
         revision = await anyio.to_thread.run_sync(
-            _schema_revision, app.health_engine, limiter=_HEALTH_THREADS
+            _schema_revision, app.health_engine, limiter=app.health_threads
         )
     except sa.exc.SQLAlchemyError as exc:
         body = Health(
@@ -68,12 +71,6 @@ async def health(request: Request) -> Response:
         else "the database schema is not at this code's revision: run `proctor db upgrade`",
     )
     return JSONResponse(body.model_dump())
-
-
-# health runs on threads of its own and a connection of its own (not the pool):
-# it must answer while the requests have every pooled connection and every
-# worker thread (proctor/web/limits.py)
-_HEALTH_THREADS = anyio.CapacityLimiter(2)
 
 
 def _schema_revision(engine: sa.Engine) -> str | None:
