@@ -240,8 +240,8 @@ def simulate(
         with _demo_servers({s.profile for s in plan}, blind=not cameras) as urls:
             for i, spec in enumerate(plan):
                 if runner.arm_error is not None:
-                    # the operator's recovery after a safety stop (homing lifts the
-                    # tool clear of the totes first, so it succeeds from anywhere)
+                    # the operator's recovery after a safety stop; the homing below
+                    # lifts the tool clear of the totes first, so it succeeds from anywhere
                     runner.recover()
                 campaign_id, assignment_id, run_code = links.get(i, (None, None, None))
                 work = Work(
@@ -256,6 +256,8 @@ def simulate(
                     assignment_id=assignment_id,
                     campaign_id=campaign_id,
                 )
+                # the stand-in operator homes explicitly (nothing homes on its own)
+                runner.home(cell_clear=True, open_gripper=True)
                 runner.arm(work)
                 runner.start(background=False)
                 last = runner.last

@@ -87,6 +87,9 @@ def _serve_campaign(job: StationJob, stop: Event) -> tuple[int, int]:
         while not stop.is_set():
             if daemon.runner.arm_error is not None:
                 daemon.recover_arm()  # the stand-in operator's explicit recovery
+            # and their explicit homing (nothing homes on its own): the simulated
+            # cell has nobody in it, and the gripper is opened for the next run
+            daemon.home_arm(cell_clear=True, open_gripper=True)
             try:
                 daemon.next_run()
             except NoWork:

@@ -3,12 +3,18 @@
 ==========================  ===============================================
 ``GET  /api/status``         state, run code, object, items, configuration,
                              countdown, proposed outcome, notices
-``POST /api/next``           claim the next run and arm it (homes the arm)
-``POST /api/start``          start the armed episode
+``POST /api/next``           claim the next run and arm it (the arm must be
+                             at home: 409 says to home it first)
+``POST /api/start``          start the armed episode (watched by the
+                             console-link deadman: ``/api/heartbeat``)
 ``POST /api/stop``           operator stop
-``POST /api/safety-stop``    safety stop: the arm halts now, the gripper holds
+``POST /api/safety-stop``    safety stop, in every state (homing included):
+                             the arm halts now and stays latched, the gripper holds
 ``POST /api/recover``        clear an arm error after a safety stop (explicit;
-                             the gripper is left as it is)
+                             moves nothing; the gripper is left as it is)
+``POST /api/home``           home the arm: ``{cell_clear: true, open_gripper}``
+                             (the operator's confirmation; 422 without it)
+``POST /api/heartbeat``      the console is there (every 0.5 s while open)
 ``POST /api/gripper/activate`` reset and activate the gripper (explicit, hands
                              clear: the fingers sweep open and closed)
 ``POST /api/disarm``         give up an armed, not yet started episode
@@ -40,7 +46,7 @@ from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from proctor.core.errors import ProctorError, UsageError, http_answer
+from proctor.core.errors import FieldError, ProctorError, UsageError, http_answer
 from proctor.station import episodes
 from proctor.station.daemon import NoWork, StationDaemon
 
@@ -69,7 +75,9 @@ def create_app(daemon: StationDaemon) -> FastAPI:
 
     @app.get("/api/status")
     async def status() -> dict[str, Any]:
-        return daemon.status()
+        # off the event loop: the status reads the robot's mode, and the arm's
+        # lock can be held for a moment by a stop (the safety stop must not wait)
+        return await run_in_threadpool(daemon.status)
 
     @app.post("/api/next")
     async def next_run() -> dict[str, Any]:
@@ -77,7 +85,29 @@ def create_app(daemon: StationDaemon) -> FastAPI:
 
     @app.post("/api/start")
     async def start() -> dict[str, Any]:
-        return await run_in_threadpool(daemon.start)
+        return await run_in_threadpool(lambda: daemon.start(from_console=True))
+
+    @app.post("/api/heartbeat")
+    async def heartbeat() -> dict[str, Any]:
+        # on the event loop, never queued behind a slow action
+        return daemon.heartbeat()
+
+    @app.post("/api/home")
+    async def home(request: Request) -> dict[str, Any]:
+        try:
+            data = await request.json()
+        except ValueError:
+            raise FieldError("body", "expected a JSON object") from None
+        if not isinstance(data, dict):
+            raise FieldError("body", "expected a JSON object")
+        clear, grip = data.get("cell_clear"), data.get("open_gripper", False)
+        if clear is not True:
+            raise FieldError(
+                "cell_clear", "homing moves the arm across the cell: confirm the cell is clear"
+            )
+        if not isinstance(grip, bool):
+            raise FieldError("open_gripper", "must be true or false")
+        return await run_in_threadpool(lambda: daemon.home_arm(cell_clear=True, open_gripper=grip))
 
     @app.post("/api/stop")
     async def stop() -> dict[str, Any]:
@@ -132,7 +162,7 @@ def create_app(daemon: StationDaemon) -> FastAPI:
         try:
             while True:
                 version = daemon.version
-                await ws.send_json(daemon.status())
+                await ws.send_json(await run_in_threadpool(daemon.status))
                 await run_in_threadpool(daemon.wait_change, version, 1.0)
         except (WebSocketDisconnect, RuntimeError):
             return

@@ -186,6 +186,22 @@ def episode(
             "ground truth (labelled as such) instead of waiting for an operator.",
         ),
     ] = False,
+    home_first: Annotated[
+        bool,
+        typer.Option(
+            "--home-first",
+            help="Home the arm before the episode (it lifts straight up, then moves across "
+            "the cell). Passing this confirms that the cell is clear: nobody inside, nothing "
+            "in the arm's way. Without it the arm must already stand at home.",
+        ),
+    ] = False,
+    open_gripper: Annotated[
+        bool,
+        typer.Option(
+            "--open-gripper",
+            help="With --home-first: also open the gripper at home (whatever it holds drops).",
+        ),
+    ] = False,
 ) -> None:
     """Run one episode headless and print where it was recorded."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -200,6 +216,8 @@ def episode(
 
     if ground_truth_log and profile != "sim":
         raise UsageError("--ground-truth-log: only the simulated cell has a ground truth")
+    if open_gripper and not home_first:
+        raise UsageError("--open-gripper: only with --home-first")
     chosen = _dialect_option(dialect)
     if policy.startswith(("ws://", "wss://")):  # anything else: Work says what is wrong
         policy = _policy_url("--policy", policy, chosen)
@@ -233,6 +251,9 @@ def episode(
     )
     runner.open()
     try:
+        if home_first:
+            typer.echo("homing the arm (you confirmed the cell is clear)")
+            runner.home(cell_clear=True, open_gripper=open_gripper)
         uid = runner.arm(work)
         typer.echo(
             f"episode {uid}: run {work.run_code}, {items} {object_name}, "

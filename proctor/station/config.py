@@ -130,6 +130,10 @@ class StationConfig(BaseModel):
     # steps run, so the arm keeps moving (≥ the policy's latency in control
     # periods; 0 = ask only after the chunk is done, the arm stopped meanwhile)
     policy_lookahead_steps: int = Field(default=1, ge=0, le=100)
+    # the console-link deadman (proctor.station.deadman): an episode started from the
+    # operator console stops (operator stop) once the console has sent no
+    # heartbeat for this long (s; the page beats every 0.5 s); 0 = off
+    console_deadman_s: float = Field(default=2.0, ge=0, le=60)
     # image size sent to openpi-dialect servers (RoboArena servers declare theirs), (H, W)
     policy_image_size: tuple[int, int] = (224, 224)
     # telemetry and frame tables are flushed in segments of this much station time:

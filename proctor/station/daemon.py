@@ -27,11 +27,18 @@ from proctor.core.domain import EndpointDialect, Outcome
 from proctor.core.errors import FieldError, ProctorError
 from proctor.station import episodes
 from proctor.station.config import StationConfig
+from proctor.station.deadman import ConsoleDeadman
 from proctor.station.policy import dialects
 from proctor.station.policy.spec import auth_headers
 from proctor.station.profiles import build_cell
 from proctor.station.recovery import Recovered, recover_interrupted
-from proctor.station.runner import EpisodeRunner, PolicyUnreachable, RunnerState, StopKind
+from proctor.station.runner import (
+    EpisodeRunner,
+    PolicyUnreachable,
+    RunnerBusy,
+    RunnerState,
+    StopKind,
+)
 from proctor.station.work import AdHocWorkSource, Work, WorkSource, load_work_source
 
 log = logging.getLogger(__name__)
@@ -141,6 +148,9 @@ class StationDaemon:
             on_change=self._bump,
         )
         self._lock = threading.Lock()
+        self.deadman: ConsoleDeadman | None = None
+        if config.console_deadman_s > 0:
+            self.deadman = ConsoleDeadman(config.console_deadman_s, self._console_lost)
 
     def _source_from_config(self) -> WorkSource:
         w = self.config.work
@@ -152,11 +162,20 @@ class StationDaemon:
     # -- lifecycle --------------------------------------------------------------------
     def open(self) -> None:
         self.runner.open()
+        if self.deadman is not None:
+            self.deadman.start()
 
     def close(self) -> None:
+        if self.deadman is not None:
+            self.deadman.close()
         self.runner.close()
 
     def _bump(self) -> None:
+        if self.deadman is not None and self.runner.state not in (
+            RunnerState.armed,  # being started
+            RunnerState.running,
+        ):
+            self.deadman.release()  # the watched episode is over
         with self._changed:
             self._version += 1
             self._changed.notify_all()
@@ -178,6 +197,7 @@ class StationDaemon:
         with self._lock:
             if self.runner.state != RunnerState.idle:
                 raise episodes.WrongState(f"station is {self.runner.state.value}")
+            self.runner.check_ready()  # before a claim: a refusal takes no work
             work = self.source.claim()
             if work is None:
                 raise NoWork("no work: nothing is scheduled for this station right now")
@@ -212,8 +232,46 @@ class StationDaemon:
             log.error("rendering the reference photo failed", exc_info=True)
             return None
 
-    def start(self) -> dict[str, Any]:
-        self.runner.start(background=True)
+    def start(self, *, from_console: bool = False) -> dict[str, Any]:
+        """Start the armed episode; one started from the console (the station
+        API) is watched by the console-link deadman."""
+        watched = from_console and self.deadman is not None
+        if watched:
+            assert self.deadman is not None
+            self.deadman.watch()
+        try:
+            self.runner.start(background=True)
+        except BaseException:
+            if watched:
+                assert self.deadman is not None
+                self.deadman.release()
+            raise
+        return self.status()
+
+    def heartbeat(self) -> dict[str, Any]:
+        """The console is there (its page beats every half second)."""
+        if self.deadman is not None:
+            self.deadman.beat()
+        return {"ok": True, "deadman_s": self.config.console_deadman_s}
+
+    def _console_lost(self, silent_s: float) -> None:
+        reason = (
+            f"console link lost: no heartbeat from the operator console for {silent_s:.1f} s "
+            f"(deadman {self.config.console_deadman_s:g} s)"
+        )
+        try:
+            self.runner.request_stop(StopKind.operator, reason)
+        except RunnerBusy:
+            return  # the episode had ended already
+        self.notice = Notice("error", reason + ": the episode was stopped")
+        self._bump()
+
+    def home_arm(self, *, cell_clear: bool, open_gripper: bool = False) -> dict[str, Any]:
+        """The operator's homing, with the cell confirmed clear (see ``EpisodeRunner.home``)."""
+        self.runner.home(cell_clear=cell_clear, open_gripper=open_gripper)
+        gripper = "gripper opened" if open_gripper else "gripper left as it was"
+        self.notice = Notice("info", f"arm homed, {gripper}")
+        self._bump()
         return self.status()
 
     def stop(self, safety: bool = False) -> dict[str, Any]:
@@ -223,7 +281,11 @@ class StationDaemon:
 
     def recover_arm(self) -> dict[str, Any]:
         self.runner.recover()
-        self.notice = Notice("info", "arm recovered and homed")
+        self.notice = Notice(
+            "info",
+            "arm recovered: it stays where it stopped and the gripper as it is; "
+            "home it when the cell is clear",
+        )
         self._bump()
         return self.status()
 

@@ -1,12 +1,14 @@
 """The episode runner: arm → run → finish → await the operator's log → close.
 
 State machine (``RunnerState``): idle → armed → running → finishing →
-awaiting_log → (closed) idle. The runner never decides success: it stops on
-the time budget (``ran_out_of_time``), an operator stop, a safety stop (the
-button, an arm reflex or a gripper fault: ``safety``), a policy or station
-failure (``system``), or — on the simulated cell only — when the scene says
-every item is handled (standing in for the operator who ends a finished
-episode); it *proposes* that outcome and the operator's log decides.
+awaiting_log → (closed) idle, and homing (from idle or awaiting_log, back to
+where it came from) when the operator homes the arm. The runner never
+decides success: it stops on the time budget (``ran_out_of_time``), an
+operator stop, a safety stop (the button, an arm reflex or a gripper fault:
+``safety``), a policy or station failure (``system``), or — on the simulated
+cell only — when the scene says every item is handled (standing in for the
+operator who ends a finished episode); it *proposes* that outcome and the
+operator's log decides.
 
 The control loop schedules two clocks' worth of work on the cell's clock:
 telemetry samples at ``telemetry_hz`` and action steps at ``control_hz``.
@@ -18,7 +20,16 @@ thinks. Either way a reply later than ``policy_timeout_s`` (wall clock)
 stops the arm at once and ends the episode ``system``. The loop and the
 finishing are in ``proctor.station.control``, a part for each job; stopping the arm
 (``_stop_arm_now``), the stop a request proposes (``_requested_stop``) and
-homing after an episode (``_home_after``) stay here, one place each.
+homing (``home``) stay here, one place each.
+
+Stops and homing: a safety stop acts in every state, homing included,
+before any bookkeeping — it counts itself, sets the stop event and
+stops the arm, whose driver latches ``halted`` (``send``/``home`` refuse until
+``resume``). Only the operator's start, recover and home resume the arm, each
+re-checking afterwards that no safety stop came in meanwhile. Homing is never
+automatic: not after an episode, not on recover, not on shutdown; the operator
+homes with the cell confirmed clear, the gripper opened only if they say so,
+and a run is armed only with the arm at home.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ from proctor.core.artifacts import ArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.engine import ProctorSession
 from proctor.core.domain import Outcome
-from proctor.core.errors import ProctorError
+from proctor.core.errors import FieldError, ProctorError
 from proctor.station import episodes, keys
 from proctor.station.camerahub import CameraHub
 from proctor.station.cell import Cell
@@ -48,7 +59,7 @@ from proctor.station.config import StationConfig
 from proctor.station.control.finishing import EpisodeFinish, EpisodeSummary
 from proctor.station.control.loop import ControlLoop
 from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
-from proctor.station.drivers.arm.base import ArmFault
+from proctor.station.drivers.arm.base import ArmFault, ArmHalted
 from proctor.station.drivers.camera.base import CameraStalled, Frame
 from proctor.station.drivers.gripper.base import GripperCommand, GripperFault
 from proctor.station.policy.client import (
@@ -70,6 +81,7 @@ class RunnerState(StrEnum):
     running = "running"
     finishing = "finishing"
     awaiting_log = "awaiting_log"
+    homing = "homing"  # the operator's homing, from idle or awaiting_log
 
 
 class StopKind(StrEnum):
@@ -144,6 +156,9 @@ class EpisodeRunner:
         self._thread: threading.Thread | None = None
         self._stop_event = threading.Event()
         self.arm_error: str | None = None  # an arm left in error needs an operator's recover
+        # safety stops so far: start, recover and home resume the arm only if no
+        # safety stop came in between their check and their resume
+        self._safety_stops = 0
         with session_scope(sessions) as s:
             self.station_id = episodes.ensure_station(s, name=config.name, profile=cell.profile).id
 
@@ -183,18 +198,10 @@ class EpisodeRunner:
 
         Raises ``PolicyUnreachable`` (nothing created) when the policy's
         endpoint fails its pre-flight, so the work source can reschedule it."""
-        with self._lock:
-            if self.state not in (RunnerState.idle,):
-                raise RunnerBusy(f"station is {self.state.value}; finish that first")
-            if self.arm_error is not None:
-                raise RunnerBusy(f"the arm is in error ({self.arm_error}); recover it first")
-        camera_problem = self.hub.arming_problem()
-        if camera_problem is not None:
-            raise RunnerBusy(camera_problem)
+        self.check_ready()
         cfg = self.config
         if self.cell.scene is not None:
             self.cell.scene.prepare(work)
-        self._home()
         client = PolicyClient(
             work.policy_url,
             dialect=work.dialect,
@@ -234,6 +241,9 @@ class EpisodeRunner:
             client.close()
             raise
         with self._lock:
+            # a new episode: no stop requested for it yet (a stop pressed while it
+            # is armed stays set, and start refuses it)
+            self._stop_event.clear()
             self.active = _Active(
                 work,
                 uid,
@@ -262,24 +272,96 @@ class EpisodeRunner:
             prompt=spec.prompt if spec else "",
         )
 
-    def _home(self) -> None:
+    def check_ready(self) -> None:
+        """Raise ``RunnerBusy`` unless a run may be armed now: the station idle,
+        the arm out of error and standing at home (a run starts from a known pose)."""
+        with self._lock:
+            if self.state not in (RunnerState.idle,):
+                raise RunnerBusy(f"station is {self.state.value}; finish that first")
+            if self.arm_error is not None:
+                raise RunnerBusy(f"the arm is in error ({self.arm_error}); recover it first")
+        camera_problem = self.hub.arming_problem()
+        if camera_problem is not None:
+            raise RunnerBusy(camera_problem)
         try:
+            there = self.cell.arm.at_home()
+        except ArmFault as exc:
+            raise RunnerBusy(f"cannot read the arm: {exc}") from None
+        if not there:
+            raise RunnerBusy(
+                "the arm is not at home: home it first (Home, confirming the cell is clear)"
+            )
+
+    def _resume_arm(self, stops_seen: int) -> bool:
+        """Clear the arm's halt latch for an operator's action, unless a safety
+        stop came in since ``stops_seen`` was read (then the arm is stopped
+        again: the stop may have landed before the resume erased it)."""
+        self.cell.arm.resume()
+        if self._safety_stops != stops_seen:
+            self._stop_arm_now()
+            return False
+        return True
+
+    def home(self, *, cell_clear: bool, open_gripper: bool = False) -> None:
+        """The operator's homing, with their confirmation that the cell is clear
+        (nobody inside, nothing in the arm's way): lift, traverse, joints (the
+        arm driver's ``home``); the gripper opens only if ``open_gripper``."""
+        if not cell_clear:
+            raise FieldError(
+                "cell_clear", "homing moves the arm across the cell: confirm the cell is clear"
+            )
+        with self._lock:
+            if self.state not in (RunnerState.idle, RunnerState.awaiting_log):
+                raise RunnerBusy(f"station is {self.state.value}; cannot home now")
+            if self.arm_error is not None:
+                raise RunnerBusy(f"the arm is in error ({self.arm_error}); recover it first")
+            back_to = self.state
+            seen = self._safety_stops
+            self.state = RunnerState.homing
+        self._on_change()
+        try:
+            if not self._resume_arm(seen):
+                raise RunnerBusy("a safety stop came in: not homing")
+            log.info("homing the arm (operator confirmed the cell clear)")
             self.cell.arm.home()
-            self.cell.gripper.send(GripperCommand(position=0.0))
-        except (ArmFault, GripperFault) as exc:
-            self.arm_error = str(exc)
+            log.info("homed")
+            if open_gripper:
+                self._open_gripper()
+        except ArmHalted:
+            raise RunnerBusy("homing was stopped by a safety stop") from None
+        except ArmFault as exc:
+            self.arm_error = f"homing failed: {exc}"
             raise RunnerBusy(f"homing failed: {exc}") from None
+        except GripperFault as exc:
+            raise RunnerBusy(f"homed, but the gripper did not open: {exc}") from None
+        finally:
+            self._set_state(back_to)
+
+    def _open_gripper(self) -> None:
+        """Open the gripper, on the operator's word. A gripper in fault (or never
+        activated) is activated first — its fingers sweep — which recover no
+        longer does: the operator's confirmation to open it covers that."""
+        gripper = self.cell.gripper
+        g = gripper.read_state()
+        if g.fault is not None or not g.activated:
+            log.info("activating the gripper before opening it (%s)", g.fault or "not activated")
+            gripper.activate()
+        gripper.send(GripperCommand(position=0.0))
 
     def recover(self) -> None:
-        """The operator's explicit recovery after a safety stop or fault. The
-        gripper is left as it is (activating it would sweep the fingers, maybe
-        holding an item, maybe at a hand): ``activate_gripper`` is its own action."""
+        """The operator's explicit recovery after a safety stop or fault: it
+        clears the controller's error and the halt latch, and moves nothing —
+        the arm stays where it stopped, the gripper as it is (the operator
+        homes the arm, and opens or activates the gripper, deliberately:
+        ``activate_gripper`` is its own action)."""
         with self._lock:
-            if self.state in (RunnerState.running, RunnerState.finishing):
-                raise RunnerBusy("cannot recover while an episode runs")
+            if self.state in (RunnerState.running, RunnerState.finishing, RunnerState.homing):
+                raise RunnerBusy(f"cannot recover while the station is {self.state.value}")
+            seen = self._safety_stops
         self.cell.arm.recover()
+        if not self._resume_arm(seen):
+            raise RunnerBusy("a safety stop came in during the recovery: recover again")
         self.arm_error = None
-        self._home()
         self._on_change()
 
     def activate_gripper(self) -> None:
@@ -319,10 +401,22 @@ class EpisodeRunner:
     # -- run ----------------------------------------------------------------------
     def start(self, *, background: bool = True) -> None:
         with self._lock:
-            if self.state != RunnerState.armed or self.active is None:
+            act = self.active
+            if self.state != RunnerState.armed or act is None:
                 raise RunnerBusy(f"station is {self.state.value}, not armed")
-            self._stop_event.clear()
+            if act.stop_kind is not None:
+                raise RunnerBusy(
+                    f"this run was stopped while armed ({act.stop_reason}): give it up "
+                    "(Give up this run) and log it"
+                )
+            if self.arm_error is not None:
+                raise RunnerBusy(f"the arm is in error ({self.arm_error}); recover it first")
+            seen = self._safety_stops
             self.state = RunnerState.running
+        if not self._resume_arm(seen):
+            with self._lock:
+                self.state = RunnerState.armed
+            raise RunnerBusy("a safety stop came in while starting: not started")
         self._on_change()
         if background:
             self._thread = threading.Thread(target=self._run_safely, name="episode", daemon=True)
@@ -346,29 +440,46 @@ class EpisodeRunner:
         return last
 
     def request_stop(self, kind: StopKind, reason: str = "") -> None:
-        """Operator stop or safety stop, from any thread. A safety stop halts the
-        arm here and now (the gripper keeps what it holds)."""
+        """Operator stop or safety stop, from any thread. A safety stop acts in
+        every state, homing included, before any bookkeeping: it is counted
+        (for start/recover/home, see ``_resume_arm``), the control loop's stop
+        event is set, and the arm is halted here and now (its driver latches;
+        the gripper keeps what it holds). Only then is it recorded: on the
+        episode when one is armed or running, and as the arm's error, which
+        an operator's recover clears. An operator stop ends an armed or
+        running episode, and is refused otherwise."""
+        safety = kind == StopKind.safety
+        if safety:
+            self._safety_stops += 1
+            self._stop_event.set()
+            self._stop_arm_now()
+        text = reason or ("safety stop pressed" if safety else "operator stop")
         with self._lock:
             act = self.active
-            if act is None or self.state not in (RunnerState.running, RunnerState.armed):
+            episode = act is not None and self.state in (RunnerState.running, RunnerState.armed)
+            if safety:
+                where = "" if episode else f" while {self.state.value}"
+                self.arm_error = self.arm_error or f"{text}{where}"
+            elif not episode:
                 raise RunnerBusy(f"nothing to stop: station is {self.state.value}")
-            if act.stop_kind is None or kind == StopKind.safety:
+            if act is not None and episode and (act.stop_kind is None or safety):
                 act.stop_kind = kind
-                act.stop_reason = reason or (
-                    "safety stop pressed" if kind == StopKind.safety else "operator stop"
-                )
-        if kind == StopKind.safety:
-            self._stop_arm_now()
-        self._stop_event.set()
+                act.stop_reason = text
+        if episode:
+            self._stop_event.set()
 
     def _requested_stop(self, act: _Active) -> tuple[Outcome, str] | None:
         """The ending a stop requested from another thread proposes (checked by
         the control loop every tick): a safety stop has halted the arm already."""
         if not self._stop_event.is_set():
             return None
+        # stopped again here: a command this loop sent while the stop came in
+        # must not outlive it (the driver's latch refuses any later one)
+        self._stop_arm_now()
         if act.stop_kind == StopKind.safety:
             return Outcome.safety, act.stop_reason
-        self._stop_arm_now()
+        if act.stop_kind is None:  # set before its kind was recorded: a safety stop
+            return Outcome.safety, "safety stop pressed"
         return Outcome.operator_stop, act.stop_reason
 
     def _arm_error_text(self) -> str | None:
@@ -547,18 +658,11 @@ class EpisodeRunner:
             recorder, proposed, reason, t_end
         )
         self.last = summary
-        self._home_after(summary)
-        self._set_state(RunnerState.awaiting_log)
-
-    def _home_after(self, summary: EpisodeSummary) -> None:
-        """Home for the next episode unless a safety stop or fault needs the operator first."""
-        if summary.proposed not in (Outcome.safety,):
-            try:
-                self._home()
-            except RunnerBusy as exc:
-                summary.notes.append(str(exc))
-        else:
+        if summary.proposed == Outcome.safety:
+            # a safety stop or fault needs the operator's recover; nothing homes
+            # on its own (the operator homes with the cell confirmed clear)
             self.arm_error = summary.reason
+        self._set_state(RunnerState.awaiting_log)
 
     # -- the operator's log ----------------------------------------------------------
     def submit_log(
@@ -588,7 +692,19 @@ class EpisodeRunner:
         return act.work, act.uid, outcome
 
     # -- what the console may see -------------------------------------------------------
+    def _robot(self) -> tuple[str | None, bool | None]:
+        """The robot's own mode (user stop engaged, reflex, guiding, idle…) and
+        whether it stands at home; None when the arm cannot be read (not
+        connected, link lost)."""
+        arm = self.cell.arm
+        try:
+            state = arm.read_state()
+        except ArmFault:
+            return None, None
+        return (None if state.mode is None else state.mode.value), arm.at_home(state)
+
     def status(self) -> dict[str, Any]:
+        mode, at_home = self._robot()  # read outside the runner's lock: the arm has its own
         with self._lock:
             act = self.active
             out: dict[str, Any] = {
@@ -596,6 +712,8 @@ class EpisodeRunner:
                 "station": self.config.name,
                 "profile": self.cell.profile,
                 "arm_error": self.arm_error,
+                "robot_mode": mode,
+                "at_home": at_home,
             }
             if act is not None:
                 out["work"] = act.work.public_view()

@@ -126,6 +126,8 @@ def test_a_campaign_on_the_simulated_cell_follows_its_allocation(
         daemon.open()
         try:
             while True:
+                # the stand-in operator homes before each run (nothing homes on its own)
+                daemon.home_arm(cell_clear=True, open_gripper=True)
                 try:
                     daemon.next_run()
                 except NoWork:

@@ -162,6 +162,8 @@ def _run_campaign(gateway: Gateway, tmp_path: Path, tag: str) -> tuple[int, dict
         daemon.open()
         try:
             while True:
+                # the stand-in operator homes before each run (nothing homes on its own)
+                daemon.home_arm(cell_clear=True, open_gripper=True)
                 try:
                     daemon.next_run()
                 except NoWork:

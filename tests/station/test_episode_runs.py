@@ -179,6 +179,8 @@ def test_the_cli_runs_one_episode_headless(serve_demo, tmp_path: Path) -> None:
             "--config",
             str(cfg),
             "--ground-truth-log",
+            "--home-first",  # the simulated cell starts at home; homing from there is quick
+            "--open-gripper",
         ],
         env=env,
         capture_output=True,
@@ -187,6 +189,7 @@ def test_the_cli_runs_one_episode_headless(serve_demo, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr + result.stdout
     out = result.stdout
+    assert out.startswith("homing the arm (you confirmed the cell is clear)")
     assert "ended: proposed outcome success" in out
     assert "telemetry" in out and "100.0 Hz" in out
     assert "video:exterior" in out and "video:wrist" in out

@@ -19,6 +19,7 @@ from proctor.core.db import session_scope
 from proctor.core.db.models import Episode, EpisodeEvent
 from proctor.core.domain import ArtifactKind, EpisodeState, Outcome, Side
 from proctor.station import keys
+from proctor.station.demo_log import close_with_ground_truth
 from proctor.station.recording import load_recording
 from proctor.station.work import Work
 from tests.backends import cases_on_backends, once
@@ -150,7 +151,10 @@ def test_a_killed_daemon_leaves_a_recoverable_episode(
         deadline = time.monotonic() + 30
         while len(list((spool / "telemetry").glob("seg-*.parquet"))) < 3:
             assert time.monotonic() < deadline, daemon.output()
+            # the console is there: its heartbeats keep the deadman from stopping the run
+            http.post("/api/heartbeat")
             time.sleep(0.05)
+        http.post("/api/heartbeat")
         time.sleep(0.3)
     daemon.kill(signal.SIGKILL)
     assert daemon.popen.returncode == -signal.SIGKILL
@@ -225,3 +229,12 @@ def test_a_device_fault_mid_episode_is_a_safety_stop(
         assert summary.reason.startswith(expected)
         # a fault leaves the station needing the operator's explicit recovery
         assert runner.arm_error == summary.reason
+        runner.close_with(lambda s, uid: close_with_ground_truth(s, store=store, uid=uid))
+        runner.recover()
+        # recover leaves the gripper as it is (no activation sweep by surprise) …
+        assert (runner.cell.gripper.read_state().fault is not None) == (device == "gripper")
+        # … and the operator's homing, the gripper confirmed to open, activates it
+        runner.home(cell_clear=True, open_gripper=True)
+        g = runner.cell.gripper.read_state()
+        assert g.fault is None and g.activated and g.target == 0.0
+        runner.check_ready()

@@ -7,6 +7,10 @@ later recovery used to fail the same way. Homing now lifts the tool straight
 up clear of the rims first. Checked on the cell directly (a spread of poses,
 reflexes included), through the episode runner (operator and safety stops at
 three moments of a pick and place) and through the daemon's local API.
+
+Homing is the operator's explicit action (the cell confirmed clear): nothing
+homes after an episode or on recover (issue 15), so these tests home
+explicitly where the runner used to home by itself.
 """
 
 from __future__ import annotations
@@ -93,7 +97,8 @@ def test_homing_lifts_the_tool_clear_before_it_moves_across(
     world.params = SimParams()
     arm.stop()
     clock.advance(0.1)
-    arm.recover()
+    arm.recover()  # the operator's recover: the controller's error, then the stop's latch
+    arm.resume()
 
     # a 200 fps "camera" sees the tool's path through the homing
     path = CameraSink("path", fps=200, virtual=True, capacity=10_000)
@@ -217,7 +222,7 @@ STOPS = [(moment, kind) for moment in MOMENTS for kind in (StopKind.operator, St
     cases_on_backends(STOPS, everywhere=[(MOMENTS[0], StopKind.safety)]),
     indirect=["backend"],
 )
-def test_a_stop_at_any_moment_then_recover_always_homes(
+def test_a_stop_at_any_moment_then_the_operators_homing_always_gets_home(
     moment: str, kind: StopKind, station_db, stop_at, tmp_path: Path, backend: str
 ) -> None:
     _, sessions = station_db
@@ -236,16 +241,19 @@ def test_a_stop_at_any_moment_then_recover_always_homes(
         expected = Outcome.safety if kind == StopKind.safety else Outcome.operator_stop
         assert summary.proposed == expected
         assert not any("homing" in n for n in summary.notes), summary.notes
+        # the arm stayed where the stop caught it: nothing homes after an episode
+        assert np.linalg.norm(world.tcp - policy.tcp) < 0.05
+        assert not runner.cell.arm.at_home()
         if kind == StopKind.safety:
-            # the arm stayed where the stop caught it, until the operator recovers
-            assert np.linalg.norm(world.tcp - policy.tcp) < 0.05
-            assert runner.arm_error == "safety stop pressed"
+            assert runner.arm_error == "safety stop pressed"  # until the operator recovers
         else:
-            assert runner.arm_error is None  # homed straight after the episode
+            assert runner.arm_error is None
         runner.close_with(lambda s, uid: close_with_ground_truth(s, store=store, uid=uid))
         if kind == StopKind.safety:
             runner.recover()
+            assert np.linalg.norm(world.tcp - policy.tcp) < 0.05  # recover moves nothing
         assert runner.arm_error is None
+        runner.home(cell_clear=True, open_gripper=True)
         np.testing.assert_allclose(world.q, HOME_Q, atol=0.005)
         assert not [e for e in world.events if e.kind == "contact"]
         # and the station runs the next episode to its end
@@ -266,6 +274,7 @@ def test_safety_stop_and_recover_through_the_local_api(
     policy, url = stop_at(moment)
     cfg = sim_config(
         name="cell-homing",
+        console_deadman_s=0,  # no console page here (the deadman: tests/station/test_stop.py)
         work={
             "source": "adhoc",
             "options": {"policy": url, "object": "towels", "items": 2, "seed": 4, "repeat": 3},
@@ -299,6 +308,9 @@ def test_safety_stop_and_recover_through_the_local_api(
             recovered = client.post("/api/recover")
             assert recovered.status_code == 200, recovered.text
             assert recovered.json()["arm_error"] is None
+            assert np.linalg.norm(world.tcp - policy.tcp) < 0.05  # recover moves nothing
+            homed = client.post("/api/home", json={"cell_clear": True, "open_gripper": True})
+            assert homed.status_code == 200, homed.text
             np.testing.assert_allclose(world.q, HOME_Q, atol=0.005)
             assert not [e for e in world.events if e.kind == "contact"]
             assert client.post("/api/next").json()["state"] == "armed"

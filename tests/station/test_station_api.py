@@ -1,6 +1,9 @@
 """The daemon's local API, as the operator console uses it: a whole rollout,
-the post-rollout form's validation, a safety stop and the explicit recovery,
-and nothing that names the policy in any response."""
+the post-rollout form's validation, a safety stop, the explicit recovery and
+the explicit homing, and nothing that names the policy in any response.
+
+No console page is open here, so the console-link deadman is off in these
+configs (it has its own tests in tests/station/test_stop.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ def console(
     cfg = sim_config(
         name="cell-api",
         sim={"clock": "monotonic"} if realtime else {},
+        console_deadman_s=0,
         work={
             "source": "adhoc",
             "options": {
@@ -151,12 +155,39 @@ def test_safety_stop_halts_the_arm_and_needs_a_recovery(console) -> None:
     client.post("/api/log", json={"placed": 0, "lost": 0, "dropped": 0, "outcome": "safety"})
     refused = client.post("/api/next")
     assert refused.status_code == 409 and "recover it first" in refused.json()["detail"]
-    assert client.post("/api/recover").json()["arm_error"] is None
+    recovered = client.post("/api/recover").json()
+    assert recovered["arm_error"] is None and recovered["at_home"] is False
+    # nothing homes on its own: not after the episode, not on recover
+    not_home = client.post("/api/next")
+    assert not_home.status_code == 409 and "home it first" in not_home.json()["detail"]
+    unconfirmed = client.post("/api/home", json={"cell_clear": False, "open_gripper": True})
+    assert unconfirmed.status_code == 422 and unconfirmed.json()["field"] == "cell_clear"
+    homed = client.post("/api/home", json={"cell_clear": True})
+    assert homed.status_code == 200, homed.text
+    assert homed.json()["state"] == "idle" and homed.json()["robot_mode"] == "idle"
+    assert homed.json()["at_home"] is True
     # the gripper is activated on its own, explicit request (recover leaves it alone)
     activated = client.post("/api/gripper/activate")
     assert activated.status_code == 200
     assert activated.json()["notice"]["message"] == "gripper activated"
-    assert client.post("/api/next").json()["state"] == "armed"
+    armed = client.post("/api/next")
+    assert armed.status_code == 200, armed.text
+    assert armed.json()["state"] == "armed"
     refused = client.post("/api/gripper/activate")
     assert refused.status_code == 409 and "station is armed" in refused.json()["detail"]
     assert client.post("/api/disarm").json()["state"] == "awaiting_log"
+
+
+def test_a_safety_stop_while_idle_halts_and_latches(console) -> None:
+    """The safety stop acts in every state: while idle it is not refused, the
+    arm is latched (homing refuses) until the operator recovers."""
+    client, _, _ = console
+    assert client.get("/api/status").json()["robot_mode"] == "idle"
+    stopped = client.post("/api/safety-stop")
+    assert stopped.status_code == 200, stopped.text
+    assert stopped.json()["arm_error"] == "safety stop pressed while idle"
+    refused = client.post("/api/home", json={"cell_clear": True})
+    assert refused.status_code == 409 and "recover it first" in refused.json()["detail"]
+    assert client.post("/api/recover").json()["arm_error"] is None
+    assert client.post("/api/home", json={"cell_clear": True}).status_code == 200
+    assert client.post("/api/next").json()["state"] == "armed"

@@ -37,6 +37,10 @@ def test_bad_arguments_get_one_line_errors(tmp_path: Path) -> None:
             "policy: the policy URL must start with ws://",
         ),
         (
+            ["station", "episode", "--policy", "ws://x", "--object", "spoons", "--open-gripper"],
+            "--open-gripper: only with --home-first",
+        ),
+        (
             [
                 "station",
                 "log",

@@ -313,10 +313,18 @@ def test_a_rollout_and_the_server_side_checks_of_its_log(web: Web, station: Stat
     assert {r.path for r in console_routes if "POST" in (r.methods or ())} == {
         f"/api/console/{a}"
         for a in (
-            "next", "start", "stop", "safety-stop", "recover", "gripper/activate", "disarm",
+            "next",
+            "start",
+            "stop",
+            "safety-stop",
+            "recover",
+            "gripper/activate",
+            "disarm",
             "log",
+            "home",
+            "heartbeat",
         )
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("station_clock", ["monotonic"])
@@ -336,6 +344,8 @@ def test_stop_safety_stop_and_recovery(web: Web, station: StationDaemon) -> None
     assert op.post("/api/console/next").status_code == 409
     log = {"placed": 0, "lost": 0, "dropped": 0, "outcome": "operator_stop"}
     assert op.post("/api/console/log", log).status_code == 200
+    # nothing homed after the episode: the operator homes, the cell confirmed clear
+    assert op.post("/api/console/home", {"cell_clear": True}).json()["state"] == "idle"
 
     op.post("/api/console/next")
     assert op.post("/api/console/start").json()["state"] == "running"
@@ -350,6 +360,13 @@ def test_stop_safety_stop_and_recovery(web: Web, station: StationDaemon) -> None
     assert refused.status_code == 409 and "recover" in refused.json()["detail"]
     recovered = op.post("/api/console/recover")
     assert recovered.status_code == 200 and recovered.json()["arm_error"] is None
+    # recover moves nothing: a run waits for the operator's homing (the stop came
+    # early, so the arm may still stand within the home tolerance)
+    if recovered.json()["at_home"] is False:
+        refused = op.post("/api/console/next")
+        assert refused.status_code == 409 and "home it first" in refused.json()["detail"]
+    homed = op.post("/api/console/home", {"cell_clear": True, "open_gripper": True})
+    assert homed.status_code == 200 and homed.json()["robot_mode"] == "idle"
     # the gripper: its own explicit action, relayed; each camera's health is shown
     activated = op.post("/api/console/gripper/activate")
     assert activated.status_code == 200 and activated.json()["notice"]["message"] == (

@@ -446,6 +446,13 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
             )
             assert ok.status_code == 200, ok.text
             first_uid = s["episode"]
+            # nothing homes on its own: the operator homes, the cell confirmed clear
+            unconfirmed = console.post("/api/console/home", {"cell_clear": False})
+            assert unconfirmed.status_code == 422, unconfirmed.text
+            homed = console.post("/api/console/home", {"cell_clear": True, "open_gripper": True})
+            assert homed.status_code == 200, homed.text
+            assert homed.json()["robot_mode"] == "idle"
+            assert console.post("/api/console/heartbeat").json() == {"ok": True}
 
             # 2. straight through the station API, with a safety stop and the recovery
             assert station_api.post("/api/start").status_code == 409
@@ -465,6 +472,7 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
             )
             assert done.status_code == 200, done.text
             assert station_api.post("/api/recover").status_code == 200
+            assert station_api.post("/api/home", {"cell_clear": True}).status_code == 200
 
             # 3. through the console again: a run given up before it starts
             _arm_next(lambda: console.post("/api/console/next"), skipped)

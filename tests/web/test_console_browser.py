@@ -183,19 +183,38 @@ def test_start_stop_safety_stop_and_the_post_rollout_form(
     assert (ep.placed, ep.lost, ep.dropped, ep.outcome) == (1, 0, 1, Outcome.operator_stop)
     assert ep.operator_notes == "one spoon slid under the tote"
 
-    # a stop mid-motion can leave the simulated arm unable to home (its path meets
-    # a tote wall): then the console holds the next run until the arm is recovered
-    if station.runner.arm_error is not None:
-        assert page.is_visible("#arm-error") and page.is_disabled("#btn-next")
-        page.once("dialog", lambda dialog: dialog.accept())
-        page.click("#btn-recover")
-        _until(page, "document.getElementById('arm-error').hidden")
+    # the page beats all along (the station's console-link deadman), and shows
+    # the robot's own mode
+    _until(page, "Number(document.body.dataset.heartbeats || 0) >= 3")
+    assert page.locator("#robot-mode").inner_text() == "robot: idle"
 
-    # Space when nothing runs: the station says so, plainly
+    # Space when nothing runs: still a safety stop — the arm is latched until
+    # the operator recovers it (nothing moves on recover)
     page.keyboard.press("Space")
-    _until(
-        page, "document.getElementById('action-message').textContent.includes('nothing to stop')"
-    )
+    _until(page, "!document.getElementById('arm-error').hidden")
+    assert "safety stop pressed while idle" in page.locator("#arm-error").inner_text()
+    assert page.is_disabled("#btn-next") and page.is_disabled("#btn-home")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#btn-recover")
+    _until(page, "document.getElementById('arm-error').hidden")
+
+    # nothing homed after the episode (Next run stays off until the arm is home):
+    # the operator homes, confirming the cell clear in a dialog that names the
+    # station and the gripper
+    if not station.runner.cell.arm.at_home():
+        assert page.is_disabled("#btn-next")
+    page.click("#btn-home")
+    assert page.is_visible("#home-dialog")
+    assert "cell-console" in page.locator("#home-station").inner_text()
+    assert "gripper" in page.locator("#home-dialog").inner_text()
+    page.click("#home-confirm")  # not confirmed: the dialog stays, nothing is sent
+    assert page.is_visible("#home-dialog")
+    assert not any(u.endswith("/api/console/home") for u in posts)
+    page.check("#home-cell-clear")
+    page.click("#home-confirm")
+    _until(page, "document.getElementById('notice').textContent.includes('arm homed')")
+    assert any(u.endswith("/api/console/home") for u in posts)
+    assert station.runner.cell.arm.at_home()
 
     # next run (click), start (S), then Space with a button focused: the safety
     # stop, not a click on that button
@@ -245,7 +264,6 @@ def test_start_stop_safety_stop_and_the_post_rollout_form(
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("#btn-recover")
     _until(page, "document.getElementById('arm-error').hidden")
-    assert not page.is_disabled("#btn-next")
     assert station.runner.arm_error is None
     # recover left the gripper alone; activating it is the operator's own, confirmed step
     activations = station.cell.gripper.activations  # type: ignore[attr-defined]
@@ -254,5 +272,22 @@ def test_start_stop_safety_stop_and_the_post_rollout_form(
     page.click("#btn-gripper")
     _until(page, "document.getElementById('notice').textContent === 'gripper activated'")
     assert station.cell.gripper.activations == activations + 1  # type: ignore[attr-defined]
+
+    page.click("#btn-home")
+    page.check("#home-cell-clear")
+    page.click("#home-confirm")
+    _until(page, "document.getElementById('notice').textContent.includes('arm homed')")
+    assert not page.is_disabled("#btn-next")
+
+    # the console's link drops mid-episode (its heartbeats stop arriving): the
+    # station stops the episode by itself, naming the lost console
+    page.click("#btn-next")
+    _wait_state(page, "armed")
+    page.click("#btn-start")
+    _wait_state(page, "running")
+    page.route("**/api/console/heartbeat", lambda route: route.abort())
+    _wait_state(page, "awaiting_log", timeout_ms=20_000)
+    assert page.locator("#log-proposed").inner_text() == "operator stop"
+    assert "console link lost" in page.locator("#log-reason").inner_text()
 
     assert page.page_errors == []

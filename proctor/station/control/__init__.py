@@ -16,5 +16,5 @@ sample; the state each step needs lives with the part that owns it:
   artifact store (events, manifest, summary).
 
 Stopping the arm and homing belong to the runner (``EpisodeRunner._stop_arm_now``
-and ``EpisodeRunner._home_after``): one place each.
+and the operator's ``EpisodeRunner.home``): one place each.
 """

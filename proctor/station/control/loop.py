@@ -14,7 +14,7 @@ from proctor.station.control.playback import ChunkPlayer
 from proctor.station.control.policy_calls import PolicyCalls, Waited
 from proctor.station.control.sampling import TelemetrySampler
 from proctor.station.control.schedule import Schedule, Tick
-from proctor.station.drivers.arm.base import ArmFault, ArmState
+from proctor.station.drivers.arm.base import ArmFault, ArmHalted, ArmState
 from proctor.station.drivers.gripper.base import GripperFault, GripperState
 from proctor.station.recorder import Recorder
 
@@ -135,6 +135,13 @@ class ControlLoop:
     def _play(self) -> Ending | None:
         try:
             self.player.play_next()
+        except ArmHalted:
+            # a stop landed while this step was sent: the stop's own ending
+            requested = self.runner._requested_stop(self.act)
+            if requested is not None:
+                return requested
+            self.runner._stop_arm_now()
+            return Outcome.safety, "arm halted by a stop"
         except ArmFault as exc:
             self.runner._stop_arm_now()
             # the controller's own error text, when it has one, says more

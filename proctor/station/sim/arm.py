@@ -14,7 +14,9 @@ from proctor.station.drivers.arm.base import (
     ArmCommandKind,
     ArmConfig,
     ArmFault,
+    ArmHalted,
     ArmState,
+    RobotMode,
 )
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.world import SimWorld
@@ -38,6 +40,9 @@ class SimArm(Arm[SimArmConfig]):
         self.world = world
         self.config = config or SimArmConfig()
         self._connected = False
+        # the halt latch (see Arm): set by stop() under the world's lock, which
+        # every command takes too
+        self._halted = False
 
     def connect(self) -> None:
         self._connected = True
@@ -58,15 +63,49 @@ class SimArm(Arm[SimArmConfig]):
         w = self.world
         with w.lock:
             w.sync()
-            return ArmState(t=w.t, q=w.q.copy(), dq=w.dq.copy(), ee_pose=w.ee_pose(), error=w.error)
+            return ArmState(
+                t=w.t,
+                q=w.q.copy(),
+                dq=w.dq.copy(),
+                ee_pose=w.ee_pose(),
+                error=w.error,
+                mode=self._mode(),
+            )
+
+    def _mode(self) -> RobotMode:
+        """The simulated controller's equivalent of the robot's mode (it has no
+        enabling device and no hand guiding)."""
+        w = self.world
+        if w.error is not None:
+            return RobotMode.reflex
+        # at rest by the same measure homing uses (the last mrad/s of convergence is rest)
+        moving = bool(np.any(np.abs(w.dq) > 1e-3))
+        return RobotMode.move if moving else RobotMode.idle
 
     def send(self, command: ArmCommand) -> ArmCommand:
         self._need()
-        return self.world.command_arm(command)
+        return self._command(command, "move")
+
+    def _command(self, command: ArmCommand, what: str, speed_scale: float = 1.0) -> ArmCommand:
+        # the latch is checked under the same lock stop() takes to set it
+        with self.world.lock:
+            if self._halted:
+                raise ArmHalted(what)
+            return self.world.command_arm(command, speed_scale=speed_scale)
 
     def stop(self) -> None:
         if self._connected:
-            self.world.stop_arm()
+            with self.world.lock:
+                self._halted = True
+                self.world.stop_arm()
+
+    @property
+    def halted(self) -> bool:
+        return self._halted
+
+    def resume(self) -> None:
+        with self.world.lock:
+            self._halted = False
 
     def recover(self) -> None:
         self._need()
@@ -88,6 +127,8 @@ class SimArm(Arm[SimArmConfig]):
         deadline = w.clock.now() + cfg.home_timeout_s
         with w.lock:
             w.sync()
+            if self._halted:
+                raise ArmHalted("home")
             if w.error is not None:
                 raise ArmFault(f"arm in error, not homing: {w.error}")
             pose = w.ee_pose()
@@ -113,12 +154,14 @@ class SimArm(Arm[SimArmConfig]):
         and at rest, or (Cartesian moves) once it has come to rest short of it."""
         w = self.world
         cfg = self.config
-        w.command_arm(command, speed_scale=cfg.home_speed_scale)
+        self._command(command, "home", speed_scale=cfg.home_speed_scale)
         clock = w.clock
         still_since: float | None = None
         while True:
             with w.lock:
                 w.sync()
+                if self._halted:  # a stop during homing ends it here
+                    raise ArmHalted("home")
                 if w.error is not None:
                     raise ArmFault(f"arm in error, not homing: {w.error}")
                 moving = bool(np.any(np.abs(w.dq) > 1e-3))

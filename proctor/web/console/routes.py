@@ -9,6 +9,8 @@
 ``POST /api/console/safety-stop``   safety stop: the arm halts at once
 ``POST /api/console/recover``       clear the arm's error after a safety stop
 ``POST /api/console/gripper/activate`` reset and activate the gripper (hands clear)
+``POST /api/console/home``          home the arm: ``{cell_clear, open_gripper}``
+``POST /api/console/heartbeat``     the page is open (the station's console deadman)
 ``POST /api/console/disarm``        give up an armed run before it starts
 ``POST /api/console/log``           the post-rollout form; closes the episode
 ``GET  /api/console/reference/{c}`` the reference photo of the initial scene
@@ -56,6 +58,7 @@ from proctor.web.console.view import (
     CAMERA_NAME,
     OUTCOME_LABELS,
     ConsoleStatus,
+    HomeIn,
     LogIn,
     StationReplyInvalid,
     offline_status,
@@ -158,6 +161,23 @@ async def recover(who: Operator, settings: SettingsDep) -> ConsoleStatus:
 )
 async def activate_gripper(who: Operator, settings: SettingsDep) -> ConsoleStatus:
     return await _action(settings, "/api/gripper/activate", SLOW_S)
+
+
+@api_router.post(
+    "/home",
+    summary="Home the arm, the cell confirmed clear",
+    responses=error_responses(409, 422),
+)
+async def home(body: HomeIn, who: Operator, settings: SettingsDep) -> ConsoleStatus:
+    link = station_link(settings)
+    payload = body.model_dump(mode="json")
+    return _view(await link.json("POST", "/api/home", json=payload, timeout=SLOW_S))
+
+
+@api_router.post("/heartbeat", summary="The console page is open (the station's deadman)")
+async def heartbeat(who: Operator, settings: SettingsDep) -> dict[str, bool]:
+    await station_link(settings).call("POST", "/api/heartbeat", timeout=SAFETY_S)
+    return {"ok": True}
 
 
 @api_router.post(

@@ -18,7 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from proctor.core.domain import Outcome, Side
 
 # the station's runner states, plus "offline" when the console cannot reach it
-StationState = Literal["idle", "armed", "running", "finishing", "awaiting_log", "offline"]
+StationState = Literal["idle", "armed", "running", "finishing", "awaiting_log", "homing", "offline"]
+# the robot's own mode (proctor.station.drivers.arm.base.RobotMode: libfranka's RobotMode)
+RobotModeName = Literal[
+    "idle", "move", "guiding", "reflex", "user_stopped", "automatic_error_recovery", "other"
+]
 CameraName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
 CAMERA_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 # free text from the station (notices, reasons): bounded, never structure
@@ -73,6 +77,8 @@ class ConsoleStatus(_View):
     station: str | None = None
     profile: str | None = None
     arm_error: Text | None = None
+    robot_mode: RobotModeName | None = None
+    at_home: bool | None = None  # the arm stands at its home pose (arming needs it)
     work: RunView | None = None
     episode: str | None = None  # the episode's uid (opaque)
     elapsed_s: float | None = None
@@ -104,6 +110,17 @@ def public_status(raw: Any) -> ConsoleStatus:
 
 def offline_status(detail: str) -> ConsoleStatus:
     return ConsoleStatus(state="offline", detail=detail)
+
+
+class HomeIn(BaseModel):
+    """The operator's homing: the cell confirmed clear, and whether to open the gripper."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cell_clear: bool = Field(description="the operator confirms nobody and nothing is in the way")
+    open_gripper: bool = Field(
+        default=False, description="also open the gripper at home (whatever it holds drops)"
+    )
 
 
 class LogIn(BaseModel):

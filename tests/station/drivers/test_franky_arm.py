@@ -25,6 +25,7 @@ import pytest
 
 from proctor.station.clock import MonotonicClock
 from proctor.station.drivers.arm import ARMS, ArmCommand, ArmCommandKind, ArmFault
+from proctor.station.drivers.arm.base import ArmHalted, RobotMode
 from proctor.station.drivers.arm.franky import FrankyArm, FrankyArmConfig, _connect_robot
 from tests.station.drivers.conftest import HOME_Q, wait_for
 
@@ -162,8 +163,17 @@ def test_stop_halts_a_motion_and_the_arm_moves_again(arm: FrankyArm) -> None:
     assert q[0] < target[0] - 0.3  # stopped well short
     assert arm.read_state().error is None
     arm.stop()  # stopping a stopped arm is fine
+    # latched: nothing moves until an explicit resume (an operator's start or recover)
+    assert arm.halted
+    with pytest.raises(ArmHalted, match="refusing to move"):
+        arm.send(ArmCommand(ArmCommandKind.joint_position, home))
+    with pytest.raises(ArmHalted, match="refusing to home"):
+        arm.home()
+    np.testing.assert_allclose(settle(arm), q, atol=JOINT_TOL)
+    arm.resume()
     arm.send(ArmCommand(ArmCommandKind.joint_position, home))
     assert np.max(np.abs(settle(arm) - home)) < JOINT_TOL
+    assert arm.at_home()
 
 
 def test_velocity_commands_move_then_expire(arm: FrankyArm) -> None:
@@ -242,8 +252,117 @@ def test_home_from_elsewhere(arm: FrankyArm) -> None:
     away = np.asarray(HOME_Q) + np.array([-0.4, 0.2, 0.3, 0.3, 0.2, -0.2, 0.5])
     arm.send(ArmCommand(ArmCommandKind.joint_position, away))
     settle(arm)
+    assert not arm.at_home()
     arm.home()
     assert np.max(np.abs(arm.read_state().q - np.asarray(HOME_Q))) < arm.config.home_tolerance_rad
+    assert arm.at_home()
+    assert arm.read_state().mode == RobotMode.idle  # franky.RobotMode.Idle, at rest
+
+
+def _path_while(
+    arm: FrankyArm, action: Callable[[], None]
+) -> tuple[np.ndarray, BaseException | None]:
+    """The tool's positions sampled every ~5 ms while ``action`` runs on another
+    thread, and what it raised (None if nothing)."""
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            action()
+            raised.append(None)
+        except BaseException as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    path = []
+    while worker.is_alive():
+        path.append(arm.read_state().ee_pose[:3])
+        time.sleep(0.005)
+    worker.join()
+    return np.array(path), raised[0]
+
+
+def test_homing_from_low_lifts_the_tool_before_it_moves_across(arm: FrankyArm) -> None:
+    """As on the simulated cell: from down in a tote (here a pose 30 cm below the
+    home pose and off to the side) the tool goes straight up to the clearance
+    height first; nothing moves sideways below it."""
+    clear = arm.config.home_clearance_z_m
+    low = arm.read_state().ee_pose.copy()
+    low[:3] += [0.1, 0.15, -0.3]
+    arm.send(ArmCommand(ArmCommandKind.cartesian_pose, low))
+    settle(arm)
+    start = arm.read_state().ee_pose[:3]
+    assert start[2] < clear - 0.05
+    path, raised = _path_while(arm, arm.home)
+    assert raised is None, raised
+    assert arm.at_home()
+    below = path[:, 2] < clear - arm.config.home_lift_tolerance_m
+    sideways = np.hypot(path[below, 0] - start[0], path[below, 1] - start[1])
+    assert below.sum() > 5 and sideways.max() < 0.01, sideways.max()
+    assert path[:, 2].min() > start[2] - 0.01  # never lower than where it started
+
+
+def test_a_stop_during_homing_ends_it_and_the_arm_stays_halted(arm: FrankyArm) -> None:
+    away = np.asarray(HOME_Q) + np.array([-0.8, 0.2, 0.3, 0.3, 0.2, -0.2, 0.5])
+    arm.send(ArmCommand(ArmCommandKind.joint_position, away))
+    settle(arm)
+    stopped_at: list[np.ndarray] = []
+
+    def stop_when_under_way() -> None:
+        wait_for(
+            lambda: np.max(np.abs(arm.read_state().q - away)) > 0.1, DEADLINE_S, "homing to move"
+        )
+        arm.stop()  # returns once libfranka has ended the motion
+        stopped_at.append(arm.read_state().ee_pose[:3])
+
+    stopper = threading.Thread(target=stop_when_under_way)
+    stopper.start()
+    _, raised = _path_while(arm, arm.home)
+    stopper.join()
+    assert isinstance(raised, ArmHalted), raised
+    q = settle(arm)
+    assert np.max(np.abs(q - np.asarray(HOME_Q))) > 0.3  # stopped well short of home
+    # the tool is where the stop left it (franky-sim ends the motion within a few
+    # ms of the stop: measured < 1 mm of travel after stop() returned)
+    assert np.linalg.norm(arm.read_state().ee_pose[:3] - stopped_at[0]) < 0.005
+    assert arm.halted and arm.read_state().error is None
+    with pytest.raises(ArmHalted):
+        arm.home()
+    time.sleep(0.5)
+    np.testing.assert_allclose(arm.read_state().q, q, atol=2e-3)  # and stays put
+    arm.resume()
+
+
+def test_a_send_waiting_on_the_lock_during_a_stop_cannot_move_the_arm(
+    faulty: tuple[FrankyArm, FaultInjectingRobot],
+) -> None:
+    """The race of the review's finding #2: ``stop`` holds the driver's lock
+    while libfranka winds the motion down; a ``send`` from the control loop
+    waits for that lock, and without the latch would start a fresh motion the
+    moment the stop lets go. Here the stop is made slow (the wrapper sleeps in
+    ``stop`` while the driver holds its lock) so that the send surely waits."""
+    arm, robot = faulty
+    entered = threading.Event()
+
+    def slow_stop() -> None:
+        entered.set()
+        time.sleep(0.5)
+
+    robot.before("stop", slow_stop)
+    q0 = arm.read_state().q
+    stopper = threading.Thread(target=arm.stop)
+    stopper.start()
+    assert entered.wait(DEADLINE_S)
+    target = q0 + np.array([0.5, 0, 0, 0, 0, 0, 0])
+    t0 = time.monotonic()
+    with pytest.raises(ArmHalted):
+        arm.send(ArmCommand(ArmCommandKind.joint_position, target))
+    assert time.monotonic() - t0 > 0.2  # it did wait for the stop's lock
+    stopper.join()
+    time.sleep(1.0)
+    np.testing.assert_allclose(settle(arm), q0, atol=JOINT_TOL)  # it never moved
+    arm.resume()
 
 
 def test_telemetry_at_100_hz_while_moving(arm: FrankyArm) -> None:
@@ -313,7 +432,13 @@ class FaultInjectingRobot:
         self._armed: dict[str, Callable[[], BaseException]] = {}
         self._sticky: dict[str, Callable[[], BaseException]] = {}
         self.calls: dict[str, int] = {}
+        self._before: dict[str, Callable[[], None]] = {}
         self._lock = threading.Lock()
+
+    def before(self, method: str, action: Callable[[], None]) -> None:
+        """Run ``action`` at each call of ``method``, before it goes through."""
+        with self._lock:
+            self._before[method] = action
 
     def inject(self, method: str, exc: Callable[[], BaseException], sticky: bool = False) -> None:
         with self._lock:
@@ -323,11 +448,15 @@ class FaultInjectingRobot:
         with self._lock:
             self._armed.clear()
             self._sticky.clear()
+            self._before.clear()
 
     def _maybe_raise(self, method: str) -> None:
         with self._lock:
             self.calls[method] = self.calls.get(method, 0) + 1
             make = self._armed.pop(method, None) or self._sticky.get(method)
+            action = self._before.get(method)
+        if action is not None:
+            action()
         if make is not None:
             raise make()
 
@@ -359,6 +488,10 @@ class FaultInjectingRobot:
     @property
     def has_errors(self) -> bool:
         return self._robot.has_errors
+
+    @property
+    def model(self) -> Any:
+        return self._robot.model
 
     @property
     def is_in_control(self) -> bool:

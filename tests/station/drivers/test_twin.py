@@ -525,7 +525,12 @@ def test_an_episode_on_the_twin_cell(twin_cell: Cell, tmp_path: Path) -> None:
                 camera_side=Side.left,
                 policy_url=server.url,
             )
+            # the operator's homing (lift, traverse, joints on franky-sim): nothing
+            # homes on its own, and a run is armed only at home
+            runner.home(cell_clear=True, open_gripper=True)
+            assert twin_cell.arm.at_home()
             summary = runner.run_headless(work)
+            assert not twin_cell.arm.at_home()  # and nothing homed after it
         finally:
             runner.close()
     assert summary.proposed.value == "ran_out_of_time", summary.reason
@@ -604,6 +609,7 @@ def test_the_daemon_runs_the_twin_profile(tmp_path: Path) -> None:
             status = json.loads(r.read())
         assert status["profile"] == "twin" and status["state"] == "idle"
         assert status["arm_error"] is None
+        assert status["robot_mode"] == "idle"  # franky.RobotMode.Idle, through the driver
         with urllib.request.urlopen(f"{url}/api/preview/wrist", timeout=10) as r:
             assert r.status == 200 and r.read(3) == b"\xff\xd8\xff"  # a JPEG of the playback
     finally:

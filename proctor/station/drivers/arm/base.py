@@ -53,6 +53,22 @@ class ArmCommand:
         object.__setattr__(self, "target", target)
 
 
+class RobotMode(StrEnum):
+    """The robot's own operating mode, as its controller reports it (libfranka's
+    ``franka::RobotMode``, bound by franky as ``franky.RobotMode`` with the
+    members Other, Idle, Move, Guiding, Reflex, UserStopped and
+    AutomaticErrorRecovery: franky ``python/bind_enums.cpp``). The console shows
+    it, so that an engaged user stop or a hand-guided arm is seen as such."""
+
+    idle = "idle"  # ready for commands, nothing moving
+    move = "move"  # executing a motion
+    guiding = "guiding"  # someone is hand-guiding the arm
+    reflex = "reflex"  # stopped by a reflex: needs an operator's recover
+    user_stopped = "user_stopped"  # the external enabling / user-stop device is engaged
+    automatic_error_recovery = "automatic_error_recovery"
+    other = "other"  # brakes locked, FCI off, or anything else the controller says
+
+
 @dataclass(frozen=True)
 class ArmState:
     t: float  # station clock time of the sample
@@ -61,6 +77,8 @@ class ArmState:
     ee_pose: np.ndarray  # (7,) [x, y, z, qx, qy, qz, qw]
     # the controller's error text (reflex, communication…); None when healthy
     error: str | None = None
+    # the robot's own mode (see RobotMode); None where a driver cannot tell
+    mode: RobotMode | None = None
 
 
 @dataclass(frozen=True)
@@ -68,8 +86,10 @@ class ArmConfig:
     """Base of each implementation's config; ``driver`` names the registry entry."""
 
     driver: ClassVar[str]
-    # a neutral pose above the bins, reached between episodes
+    # a neutral pose above the bins, reached between episodes (when the operator homes)
     home_q: tuple[float, ...] = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
+    # the arm counts as at home within this joint error (rad); arming a run needs it
+    home_tolerance_rad: float = 0.03
     # FR3 joint limits (Franka datasheet), rad
     q_min: tuple[float, ...] = (-2.74, -1.78, -2.90, -3.04, -2.81, 0.54, -3.02)
     q_max: tuple[float, ...] = (2.74, 1.78, 2.90, -0.15, 2.81, 4.52, 3.02)
@@ -101,6 +121,16 @@ class ArmFault(RuntimeError):
     """The arm refused or aborted a motion (reflex, limits, lost link)."""
 
 
+class ArmHalted(ArmFault):
+    """The arm is halted by a stop: no motion starts until ``resume()``."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"arm halted by a stop, refusing to {what}: "
+            "an operator must start a run or recover the arm first"
+        )
+
+
 # each implementation narrows ``config`` to its own config class, so that its
 # fields type-check where the implementation reads them
 C = TypeVar("C", bound=ArmConfig)
@@ -108,7 +138,14 @@ C = TypeVar("C", bound=ArmConfig)
 
 class Arm(ABC, Generic[C]):
     """Lifecycle: ``connect`` → (``read_state`` / ``send``)* → ``disconnect``;
-    usable as a context manager, which stops the arm on the way out."""
+    usable as a context manager, which stops the arm on the way out.
+
+    The halt latch: ``stop()`` sets ``halted`` (inside the driver's own lock,
+    before it waits for the motion to end), and while it is set ``send()`` and
+    ``home()`` raise ``ArmHalted`` instead of starting a motion. Only an
+    explicit ``resume()`` clears it (the runner calls it when the operator
+    starts a run or recovers the arm). So a command that was already waiting
+    for the driver's lock when the stop came can never move the arm after it."""
 
     config: C
 
@@ -133,7 +170,17 @@ class Arm(ABC, Generic[C]):
 
     @abstractmethod
     def stop(self) -> None:
-        """Stop motion now. Must not raise on an already-stopped arm."""
+        """Stop motion now and set the halt latch. Must not raise on an
+        already-stopped arm."""
+
+    @property
+    @abstractmethod
+    def halted(self) -> bool:
+        """Whether a stop has latched the arm (``send``/``home`` refuse)."""
+
+    @abstractmethod
+    def resume(self) -> None:
+        """Clear the halt latch. Only on an explicit operator action."""
 
     @abstractmethod
     def recover(self) -> None:
@@ -141,7 +188,16 @@ class Arm(ABC, Generic[C]):
 
     @abstractmethod
     def home(self) -> None:
-        """Move to ``config.home_q`` and wait until there."""
+        """Move to ``config.home_q`` and wait until there: first straight up to a
+        clearance height, then across, then the joints. Only ever on an
+        explicit operator action (the cell confirmed clear)."""
+
+    def at_home(self, state: ArmState | None = None) -> bool:
+        """Whether the arm stands at ``config.home_q`` (within ``home_tolerance_rad``),
+        judged on ``state`` or on a fresh reading."""
+        q = (state or self.read_state()).q
+        error = float(np.max(np.abs(q - np.asarray(self.config.home_q))))
+        return error <= self.config.home_tolerance_rad
 
     def controller_report(self) -> ControllerReport | None:
         """The controller's own view for pre-flight (mode, end effector,

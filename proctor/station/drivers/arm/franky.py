@@ -9,6 +9,16 @@ Faults: an exception out of a motion (a reflex, a lost link) latches the
 arm as faulted, with libfranka's text; ``read_state`` reports it in
 ``ArmState.error`` and ``send`` refuses to move until an operator calls
 ``recover``. Nothing here recovers on its own.
+
+Stops: ``stop()`` sets the halt latch under the driver's lock before it stops
+the motion, and ``send``/``home`` check it under the same lock, so a command
+that was waiting for the lock while the stop ran cannot start a motion after
+it; only ``resume()`` (an operator's start or recover) clears it.
+
+Homing goes as on the simulated cell (``proctor.station.sim.arm``): straight up to
+``home_clearance_z_m``, a check that the tool got there, across to the home
+pose (computed with franky's model: ``Model.pose(Frame.EndEffector, q, F_T_EE,
+EE_T_K)``), then the joints to ``home_q``, each move slow and ended by a stop.
 """
 
 from __future__ import annotations
@@ -33,8 +43,10 @@ from proctor.station.drivers.arm.base import (
     ArmCommandKind,
     ArmConfig,
     ArmFault,
+    ArmHalted,
     ArmState,
     ControllerReport,
+    RobotMode,
 )
 
 log = logging.getLogger(__name__)
@@ -58,6 +70,18 @@ CONTROL_ERRORS: tuple[type[BaseException], ...] = (
     franky.RealtimeException,
 )
 FRANKY_ERRORS = (*COMMUNICATION_ERRORS, *CONTROL_ERRORS)
+
+# franky binds libfranka's RobotMode as Other, Idle, Move, Guiding, Reflex,
+# UserStopped, AutomaticErrorRecovery (franky python/bind_enums.cpp)
+ROBOT_MODES: dict[Any, RobotMode] = {
+    franky.RobotMode.Idle: RobotMode.idle,
+    franky.RobotMode.Move: RobotMode.move,
+    franky.RobotMode.Guiding: RobotMode.guiding,
+    franky.RobotMode.Reflex: RobotMode.reflex,
+    franky.RobotMode.UserStopped: RobotMode.user_stopped,
+    franky.RobotMode.AutomaticErrorRecovery: RobotMode.automatic_error_recovery,
+    franky.RobotMode.Other: RobotMode.other,
+}
 
 
 class Realtime(StrEnum):
@@ -87,6 +111,14 @@ class FrankyArmConfig(ArmConfig):
     # homing succeeds within this joint error: the controller's impedance
     # leaves a few mrad (franky-sim 5–15 mrad) short of the target
     home_tolerance_rad: float = 0.03
+    # homing first lifts the tool (O_T_EE, robot base frame) straight up to this
+    # height, so that nothing sweeps sideways through a tote wall or the items:
+    # the commissioned totes' rims plus a margin (UNVERIFIED default: measure
+    # the cell; franky-sim's home pose stands at z ≈ 0.49 m)
+    home_clearance_z_m: float = 0.30
+    # the lift counts as done this close below the clearance (m); short of it
+    # (blocked, out of reach) homing stops with a fault instead of moving across
+    home_lift_tolerance_m: float = 0.02
     # after the homing trajectory ends the joints still converge on the target
     # for a moment (impedance control lags the trajectory)
     settle_timeout_s: float = 1.0
@@ -381,6 +413,8 @@ class FrankyArm(Arm[FrankyArmConfig]):
         self._robot: Any = None
         self._lock = threading.RLock()
         self._fault: str | None = None
+        # the halt latch (see the module's docstring): set by stop(), cleared by resume()
+        self._halted = False
         # the control interface of the motion last started (franky runs one
         # loop per interface; see _start_motion)
         self._interface: str | None = None
@@ -495,6 +529,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
             t = self.clock.now()
             pose = s.O_T_EE
             error = self._fault
+            mode = ROBOT_MODES.get(s.robot_mode, RobotMode.other)
             if error is None:
                 controller = _error_names(s.current_errors)
                 if controller is not None:
@@ -509,6 +544,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 dq=np.array(s.dq, dtype=np.float64),
                 ee_pose=np.concatenate([pose.translation, pose.quaternion]).astype(np.float64),
                 error=error,
+                mode=mode,
             )
 
     def controller_report(self) -> ControllerReport:
@@ -569,13 +605,19 @@ class FrankyArm(Arm[FrankyArmConfig]):
             franky.Twist(t[:3], t[3:]), duration=hold, relative_dynamics_factor=factor
         )
 
+    def _ready_to_move(self, what: str) -> None:
+        """Refuse to start a motion on a faulted or halted arm (under the lock)."""
+        self._r()
+        self._poll()
+        if self._fault is not None:
+            raise ArmFault(f"arm is faulted, refusing to {what}: {self._fault}")
+        if self._halted:
+            raise ArmHalted(what)
+
     def send(self, command: ArmCommand) -> ArmCommand:
         sent = self.clip(command)
         with self._lock:
-            self._r()
-            self._poll()
-            if self._fault is not None:
-                raise ArmFault(f"arm is faulted, refusing to move: {self._fault}")
+            self._ready_to_move("move")
             try:
                 self._start_motion(lambda: self._motion(sent), sent.kind.value)
             except FRANKY_ERRORS as exc:
@@ -614,6 +656,8 @@ class FrankyArm(Arm[FrankyArmConfig]):
 
     def stop(self) -> None:
         with self._lock:
+            # latched first: whatever waits for this lock finds the arm halted
+            self._halted = True
             if self._robot is None:
                 return
             try:
@@ -645,36 +689,83 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 raise ArmFault("recovery failed: the controller still reports errors")
             self._fault = None
 
-    def home(self) -> None:
-        c = self.config
+    @property
+    def halted(self) -> bool:
+        return self._halted
+
+    def resume(self) -> None:
         with self._lock:
-            self._r()
-            self._poll()
-            if self._fault is not None:
-                raise ArmFault(f"arm is faulted, refusing to home: {self._fault}")
-            target = np.clip(np.asarray(c.home_q), self._q_lo, self._q_hi)
-            # relative to the Robot's global factor, which caps every motion
-            factor = min(1.0, c.home_dynamics_factor / c.relative_dynamics_factor)
+            self._halted = False
+
+    def home(self) -> None:
+        """Lift, check, traverse, set the joints (see the module's docstring)."""
+        c = self.config
+        target = np.clip(np.asarray(c.home_q), self._q_lo, self._q_hi)
+        deadline = self.clock.now() + c.home_timeout_s
+        with self._lock:
+            self._ready_to_move("home")
             try:
-                self._start_motion(
-                    lambda: franky.JointMotion(target, relative_dynamics_factor=factor),
-                    ArmCommandKind.joint_position.value,
-                )
+                s = self._r().state
+                home = self._r().model.pose(franky.Frame.EndEffector, target, s.F_T_EE, s.EE_T_K)
             except FRANKY_ERRORS as exc:
                 raise self._latch(exc) from exc
-        # wait outside the lock so telemetry keeps flowing and an operator
-        # stop can preempt the homing motion
+            xyz = np.array(s.O_T_EE.translation, dtype=np.float64)
+            quat = np.array(s.O_T_EE.quaternion, dtype=np.float64)
+        clear = c.home_clearance_z_m
+        # relative to the Robot's global factor, which caps every motion
+        factor = min(1.0, c.home_dynamics_factor / c.relative_dynamics_factor)
+
+        def to_pose(xyz: np.ndarray, quat: np.ndarray) -> Callable[[], Any]:
+            return lambda: franky.CartesianMotion(
+                franky.Affine(xyz, quat), relative_dynamics_factor=factor
+            )
+
+        cartesian = ArmCommandKind.cartesian_pose.value
+        if xyz[2] < clear:
+            self._home_move(to_pose(np.array([xyz[0], xyz[1], clear]), quat), cartesian, deadline)
+            z = float(self.read_state().ee_pose[2])
+            if z < clear - c.home_lift_tolerance_m:
+                raise ArmFault(
+                    f"homing: could not lift the tool to z = {clear:.3f} m "
+                    f"(it stopped at z = {z:.3f} m); not moving across"
+                )
+        across = np.array(home.translation, dtype=np.float64)
+        across[2] = max(across[2], clear)
+        home_quat = np.array(home.quaternion, dtype=np.float64)
+        self._home_move(to_pose(across, home_quat), cartesian, deadline)
+        self._home_move(
+            lambda: franky.JointMotion(target, relative_dynamics_factor=factor),
+            ArmCommandKind.joint_position.value,
+            deadline,
+        )
+        self._settle(target)
+
+    def _home_move(self, make: Callable[[], Any], interface: str, deadline: float) -> None:
+        """One slow homing move, started under the lock after the halt check and
+        waited for outside it, so that telemetry keeps flowing and a stop ends
+        it (``ArmHalted``)."""
+        with self._lock:
+            self._ready_to_move("home")
+            try:
+                self._start_motion(make, interface)
+            except FRANKY_ERRORS as exc:
+                raise self._latch(exc) from exc
         try:
-            finished = self._r().join_motion(timeout=c.home_timeout_s)
+            finished = self._r().join_motion(timeout=max(0.0, deadline - self.clock.now()))
         except FRANKY_ERRORS as exc:
             if _is_preemption(exc):
-                raise ArmFault("homing was interrupted by a stop") from exc
+                raise ArmHalted("home") from exc
             with self._lock:
                 raise self._latch(exc) from exc
+        if self._halted:
+            raise ArmHalted("home")
         if not finished:
             self.stop()
-            raise ArmFault(f"arm did not reach home within {c.home_timeout_s} s")
-        # the trajectory has ended; the joints converge a little after it
+            raise ArmFault(f"arm did not reach home within {self.config.home_timeout_s} s")
+
+    def _settle(self, target: np.ndarray) -> None:
+        """The trajectory has ended; the joints converge a little after it."""
+        c = self.config
         settle_until = self.clock.now() + c.settle_timeout_s
         while True:
             error = float(np.max(np.abs(self.read_state().q - target)))

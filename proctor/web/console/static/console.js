@@ -2,11 +2,25 @@
 // shortcuts, live cameras, the countdown and the post-rollout form.
 // Everything goes through this server's /api/console/… (the station's own
 // API answers loopback only). Space is the safety stop, whatever has focus.
+// While the page is open it sends a heartbeat every HEARTBEAT_MS: the station
+// stops a running episode when they stop coming (its console-link deadman).
 "use strict";
 
 (() => {
   const API = "/api/console";
-  const MOVING = new Set(["armed", "running", "finishing"]);
+  const MOVING = new Set(["armed", "running", "finishing", "homing"]);
+  const HEARTBEAT_MS = 500;
+  // the robot's own mode, in the operator's words; the alert ones stand out
+  const MODE_WORDS = {
+    idle: "idle",
+    move: "moving",
+    guiding: "hand guiding",
+    reflex: "REFLEX",
+    user_stopped: "USER STOP ENGAGED",
+    automatic_error_recovery: "error recovery",
+    other: "not ready (brakes locked or FCI off?)",
+  };
+  const MODE_ALERT = new Set(["reflex", "user_stopped", "guiding", "other"]);
   const OUTCOME_WORDS = {
     success: "success",
     ran_out_of_time: "ran out of time",
@@ -60,6 +74,38 @@
     $("btn-safety").classList.add("pressed");
     setTimeout(() => $("btn-safety").classList.remove("pressed"), 400);
     return act("safety-stop");
+  }
+
+  // the console-link deadman's heartbeat: fire and forget (a missed one is what
+  // the station watches for; the link badge shows the events stream)
+  function heartbeat() {
+    window.Proctor.api(`${API}/heartbeat`, { method: "POST" }).then(
+      () => { document.body.dataset.heartbeats = String(Number(document.body.dataset.heartbeats || 0) + 1); },
+      () => { /* the station or this server is away: the deadman will act */ },
+    );
+  }
+
+  // homing: a confirmation naming the cell and the gripper, the cell-clear box required
+  function askHome() {
+    const dialog = $("home-dialog");
+    $("home-station").textContent = status.station || "this station";
+    $("home-cell-clear").checked = false;
+    $("home-open-gripper").checked = false;
+    dialog.returnValue = "";
+    dialog.showModal();
+  }
+
+  async function homeConfirmed() {
+    const dialog = $("home-dialog");
+    if (dialog.returnValue !== "home" || !$("home-cell-clear").checked) return;
+    const body = { cell_clear: true, open_gripper: $("home-open-gripper").checked };
+    message("Homing the arm…", "info");
+    try {
+      apply(await window.Proctor.api(`${API}/home`, { method: "POST", body }));
+      message("", "info");
+    } catch (err) {
+      message(err.message || String(err), err.status === 409 ? "warning" : "error");
+    }
   }
 
   function connectEvents() {
@@ -122,6 +168,12 @@
     } else {
       show(notice, false);
     }
+
+    const mode = $("robot-mode");
+    const modeName = next.robot_mode || null;
+    mode.textContent = `robot: ${modeName ? (MODE_WORDS[modeName] || modeName) : "–"}`;
+    mode.dataset.mode = modeName || "";
+    mode.classList.toggle("alert", MODE_ALERT.has(modeName));
 
     const armError = $("arm-error");
     armError.textContent = next.arm_error ? `The arm needs recovery: ${next.arm_error}` : "";
@@ -202,10 +254,12 @@
 
   function showControls(s) {
     const st = s.state;
-    $("btn-next").disabled = st !== "idle" || Boolean(s.arm_error);
+    $("btn-next").disabled = st !== "idle" || Boolean(s.arm_error) || s.at_home === false;
+    $("btn-home").classList.toggle("primary", s.at_home === false && !s.arm_error);
     $("btn-start").disabled = st !== "armed";
     $("btn-stop").disabled = st !== "running";
     $("btn-disarm").disabled = st !== "armed";
+    $("btn-home").disabled = !(st === "idle" || st === "awaiting_log") || Boolean(s.arm_error);
     show($("btn-recover"), Boolean(s.arm_error) && st !== "running" && st !== "finishing");
     show($("btn-gripper"), st === "idle" || st === "awaiting_log");
   }
@@ -374,6 +428,10 @@
       });
     }
     $("log-form").addEventListener("submit", saveLog);
+    $("btn-home").addEventListener("click", askHome);
+    $("home-dialog").addEventListener("close", homeConfirmed);
+    heartbeat();
+    setInterval(heartbeat, HEARTBEAT_MS);
     window.addEventListener("keydown", onKeyDown, true);
     window.addEventListener("keyup", onKeyUp, true);
     setInterval(tick, 100);
