@@ -181,6 +181,8 @@ def _work_the_campaign(daemon: StationDaemon) -> list[str]:
     """Every run the station can claim now; why it skipped the ones it skipped."""
     skipped = []
     while True:
+        # the stand-in operator homes before each run (nothing homes on its own)
+        daemon.home_arm(cell_clear=True, open_gripper=True)
         try:
             status = daemon.next_run()
         except NoWork:
