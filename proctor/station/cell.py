@@ -78,10 +78,13 @@ class Cell:
         """Connect every device and activate the gripper; undo on failure."""
         try:
             self.arm.connect()
+            log.info("arm connected (%s)", type(self.arm).__name__)
             self.gripper.connect()
             self.gripper.activate()
-            for camera in self.cameras.values():
+            log.info("gripper connected and activated (%s)", type(self.gripper).__name__)
+            for name, camera in self.cameras.items():
                 camera.connect()
+                log.info("camera %s connected", name)
         except BaseException:
             self.close()
             raise

@@ -45,12 +45,14 @@ from proctor.station.camerahub import CameraHub
 from proctor.station.cell import Cell
 from proctor.station.clock import MonotonicClock
 from proctor.station.config import StationConfig
+from proctor.station.control.attribution import Origin, attribute_fault
 from proctor.station.control.finishing import EpisodeFinish, EpisodeSummary
 from proctor.station.control.loop import ControlLoop
 from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
-from proctor.station.drivers.arm.base import ArmFault
+from proctor.station.drivers.arm.base import ArmFault, ArmState
 from proctor.station.drivers.camera.base import CameraStalled, Frame
 from proctor.station.drivers.gripper.base import GripperCommand, GripperFault
+from proctor.station.logs import EpisodeFaultLines
 from proctor.station.policy.client import (
     PolicyClient,
     PolicyError,
@@ -108,6 +110,10 @@ class _Active:
     next_query_t: float = math.inf
     ticks: TelemetryTicks = field(default_factory=lambda: TelemetryTicks(0.0))
     fault: str | None = None  # the class of a system ending, when it is known
+    # an arm fault's attribution to its cause (proctor.station.control.attribution), for the manifest
+    arm_fault: dict[str, Any] | None = None
+    # what the station logged while it ran (proctor.station.logs), for the manifest
+    fault_lines: EpisodeFaultLines | None = None
 
 
 class EpisodeRunner:
@@ -138,15 +144,28 @@ class EpisodeRunner:
         self._thread: threading.Thread | None = None
         self._stop_event = threading.Event()
         self.arm_error: str | None = None  # an arm left in error needs an operator's recover
+        # the cause of an arm fault outside an episode (homing): always the station's
+        self.arm_fault: dict[str, Any] | None = None
         with session_scope(sessions) as s:
             self.station_id = episodes.ensure_station(s, name=config.name, profile=cell.profile).id
 
     # -- lifecycle ------------------------------------------------------------
     def open(self) -> None:
         """Connect the cell and start the cameras (call once)."""
+        log.info("station %s (%s): connecting the cell", self.config.name, self.cell.profile)
         self.cell.connect()
         if self._own_hub:
             self.hub.start()
+        self._needs_recovery_at_start()
+
+    def _needs_recovery_at_start(self) -> None:
+        """An arm already in reflex or error (a reflex the last session left, a
+        user stop released without recovery) starts the station needing the
+        operator's recovery: nothing is armed until then (pre-flight only warns)."""
+        state = self._arm_state()
+        if state is not None and state.error is not None:
+            self.arm_error = f"needs recovery: {state.error}"
+            log.warning("the arm needs recovery before the first run: %s", state.error)
 
     def close(self) -> None:
         with self._lock:
@@ -236,6 +255,7 @@ class EpisodeRunner:
                 cameras=frozenset(info.cameras),
                 ticks=TelemetryTicks(cfg.telemetry_hz),
             )
+        log.info("armed run %s as episode %s (%s)", work.run_code, uid, work.object_name)
         self._set_state(RunnerState.armed)
         return uid
 
@@ -254,21 +274,35 @@ class EpisodeRunner:
         )
 
     def _home(self) -> None:
+        log.info("homing the arm")
+        started = self.wall.now()
         try:
             self.cell.arm.home()
             self.cell.gripper.send(GripperCommand(position=0.0))
+            log.info("arm homed in %.1f s", self.wall.now() - started)
         except (ArmFault, GripperFault) as exc:
             self.arm_error = str(exc)
+            if isinstance(exc, ArmFault):
+                self._note_station_fault(exc)
             raise RunnerBusy(f"homing failed: {exc}") from None
+
+    def _note_station_fault(self, exc: ArmFault) -> None:
+        """A fault during the station's own motion: the station's, never a policy's."""
+        attribution = attribute_fault(exc, Origin.station)
+        self.arm_fault = attribution.record()
+        log.warning("arm fault while homing, cause %s: %s", attribution.cause.value, exc)
 
     def recover(self) -> None:
         """The operator's explicit recovery after a safety stop or fault."""
         with self._lock:
             if self.state in (RunnerState.running, RunnerState.finishing):
                 raise RunnerBusy("cannot recover while an episode runs")
+        log.info("operator recovery: clearing the arm's error (%s)", self.arm_error)
         self.cell.arm.recover()
         self.cell.gripper.activate()
+        log.info("operator recovery: arm recovered, gripper activated")
         self.arm_error = None
+        self.arm_fault = None
         self._home()
         self._on_change()
 
@@ -292,15 +326,18 @@ class EpisodeRunner:
                 reason="disarmed before it started",
             )
             episodes.mark_awaiting_log(s, episode=ep)
+        log.info("episode %s disarmed before it started", act.uid)
         self._set_state(RunnerState.awaiting_log)
 
     # -- run ----------------------------------------------------------------------
     def start(self, *, background: bool = True) -> None:
         with self._lock:
-            if self.state != RunnerState.armed or self.active is None:
+            act = self.active
+            if self.state != RunnerState.armed or act is None:
                 raise RunnerBusy(f"station is {self.state.value}, not armed")
             self._stop_event.clear()
             self.state = RunnerState.running
+        log.info("episode %s started", act.uid)
         self._on_change()
         if background:
             self._thread = threading.Thread(target=self._run_safely, name="episode", daemon=True)
@@ -335,6 +372,7 @@ class EpisodeRunner:
                 act.stop_reason = reason or (
                     "safety stop pressed" if kind == StopKind.safety else "operator stop"
                 )
+        log.info("%s stop requested: %s", kind.value, act.stop_reason)
         if kind == StopKind.safety:
             self._stop_arm_now()
         self._stop_event.set()
@@ -349,9 +387,9 @@ class EpisodeRunner:
         self._stop_arm_now()
         return Outcome.operator_stop, act.stop_reason
 
-    def _arm_error_text(self) -> str | None:
+    def _arm_state(self) -> ArmState | None:
         try:
-            return self.cell.arm.read_state().error
+            return self.cell.arm.read_state()
         except ArmFault:
             return None
 
@@ -364,8 +402,13 @@ class EpisodeRunner:
     def _run_safely(self) -> None:
         act = self.active
         assert act is not None
+        clock = self.cell.clock
+        act.fault_lines = EpisodeFaultLines(
+            lambda: 0.0 if math.isnan(act.t0) else clock.now() - act.t0
+        )
         try:
-            self._run(act)
+            with act.fault_lines:
+                self._run(act)
         except BaseException:
             log.critical("episode %s crashed", act.uid, exc_info=True)
             self._stop_arm_now()
@@ -523,6 +566,13 @@ class EpisodeRunner:
             recorder, proposed, reason, t_end
         )
         self.last = summary
+        log.info(
+            "episode %s ended after %.1f s: proposed %s (%s)",
+            act.uid,
+            summary.duration_s,
+            summary.proposed.value,
+            summary.reason,
+        )
         self._home_after(summary)
         self._set_state(RunnerState.awaiting_log)
 
@@ -557,6 +607,7 @@ class EpisodeRunner:
             episode = write_log(s, act.uid)
             outcome = episode.outcome
         assert outcome is not None
+        log.info("episode %s closed by the operator's log: %s", act.uid, outcome.value)
         with self._lock:
             self.active = None
             self.state = RunnerState.idle
@@ -572,6 +623,7 @@ class EpisodeRunner:
                 "station": self.config.name,
                 "profile": self.cell.profile,
                 "arm_error": self.arm_error,
+                "arm_fault": self.arm_fault,
             }
             if act is not None:
                 out["work"] = act.work.public_view()

@@ -13,9 +13,11 @@ from proctor.station.drivers.arm.base import (
     ArmCommand,
     ArmCommandKind,
     ArmConfig,
+    ArmErrorKind,
     ArmFault,
     ArmState,
 )
+from proctor.station.drivers.arm.flags import flags_in
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.world import SimWorld
 
@@ -58,7 +60,17 @@ class SimArm(Arm[SimArmConfig]):
         w = self.world
         with w.lock:
             w.sync()
-            return ArmState(t=w.t, q=w.q.copy(), dq=w.dq.copy(), ee_pose=w.ee_pose(), error=w.error)
+            return ArmState(
+                t=w.t,
+                q=w.q.copy(),
+                dq=w.dq.copy(),
+                ee_pose=w.ee_pose(),
+                error=w.error,
+                # the simulated controller's only error is a reflex, worded with
+                # libfranka's flag names (proctor.station.sim.world)
+                error_kind=ArmErrorKind.reflex if w.error is not None else None,
+                error_flags=flags_in(w.error),
+            )
 
     def send(self, command: ArmCommand) -> ArmCommand:
         self._need()

@@ -53,6 +53,17 @@ class ArmCommand:
         object.__setattr__(self, "target", target)
 
 
+class ArmErrorKind(StrEnum):
+    """What kind of error the arm reports: the control loop attributes a
+    fault to its cause from this and the controller's flags
+    (``proctor.station.control.attribution``)."""
+
+    reflex = "reflex"  # the controller aborted the motion; its flags say why
+    communication = "communication"  # the link to the controller failed
+    control = "control"  # the controller or the client library refused a command
+    user_stop = "user_stop"  # the hardware user stop (enabling device, E-stop) was pressed
+
+
 @dataclass(frozen=True)
 class ArmState:
     t: float  # station clock time of the sample
@@ -61,6 +72,9 @@ class ArmState:
     ee_pose: np.ndarray  # (7,) [x, y, z, qx, qy, qz, qw]
     # the controller's error text (reflex, communication…); None when healthy
     error: str | None = None
+    # its kind, and libfranka's error flags behind it (``proctor.station.drivers.arm.flags``)
+    error_kind: ArmErrorKind | None = None
+    error_flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,7 +91,15 @@ class ArmConfig:
 
 
 class ArmFault(RuntimeError):
-    """The arm refused or aborted a motion (reflex, limits, lost link)."""
+    """The arm refused or aborted a motion (reflex, limits, lost link); the
+    kind and libfranka's flags come along when the driver knows them."""
+
+    def __init__(
+        self, message: str, kind: ArmErrorKind | None = None, flags: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.flags = flags
 
 
 # each implementation narrows ``config`` to its own config class, so that its
