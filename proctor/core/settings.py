@@ -196,10 +196,18 @@ class Settings(BaseSettings):
     web: WebSettings = Field(default_factory=WebSettings)
     submissions: SubmissionSettings = Field(default_factory=SubmissionSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    # the station daemon's log level (`proctor station run`; proctor.station.logs)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     # signs session cookies; from the environment only
     secret_key: SecretStr | None = None
     # encrypts submitters' endpoint API keys at rest; from the environment only
     encryption_key: SecretStr | None = None
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_name(cls, value: object) -> object:
+        # PROCTOR_LOG_LEVEL=info reads as INFO
+        return value.upper() if isinstance(value, str) else value
 
     @classmethod
     def settings_customise_sources(

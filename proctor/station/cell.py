@@ -90,11 +90,14 @@ class Cell:
         fingers); undo on failure."""
         try:
             self.arm.connect()
+            log.info("arm connected (%s)", type(self.arm).__name__)
             self.gripper.connect()
             if self.gripper.ensure_activated():
                 log.info("gripper activated (it was not, or was in a major fault)")
-            for camera in self.cameras.values():
+            log.info("gripper connected (%s)", type(self.gripper).__name__)
+            for name, camera in self.cameras.items():
                 camera.connect()
+                log.info("camera %s connected", name)
         except BaseException:
             self.close()
             raise

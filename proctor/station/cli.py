@@ -16,6 +16,8 @@ from proctor.station.policy import dialects
 if TYPE_CHECKING:
     from proctor.core.domain import EndpointDialect
 
+log = logging.getLogger(__name__)
+
 station_app = typer.Typer(help="The station daemon.", no_args_is_help=True)
 policy_app = typer.Typer(
     help="Policy servers: demo policies, conformance checks.", no_args_is_help=True
@@ -105,8 +107,19 @@ def run(
     from proctor.station.api import create_app
     from proctor.station.config import load_station_config, spool_root
     from proctor.station.daemon import StationDaemon
+    from proctor.station.logs import configure_logging
 
     settings = _settings(ctx)
+    configure_logging(settings.log_level)
+    # The 100 Hz telemetry and 15 Hz action loop share one interpreter with
+    # uvicorn, the camera readers, the encoders, the Modbus poller and the
+    # policy worker. A thread that wants the GIL waits up to the switch
+    # interval (5 ms by default) for the holder to let go: a 1 ms interval
+    # bounds that wait for the control thread, at the cost of more frequent
+    # switches (franky's 1 kHz loop runs in C++ without the GIL and needs none
+    # of this). Review finding #23.
+    sys.setswitchinterval(0.001)
+    log.info("interpreter switch interval %.1f ms", sys.getswitchinterval() * 1000)
     cfg = load_station_config(config)
     if profile == "sim" and "clock" not in cfg.sim:
         # a daemon serves a person at the console: the simulated cell runs in real time

@@ -2,8 +2,9 @@
 
 ``proctor station check --profile real|twin`` builds the profile's cell,
 then checks, one line each: disk space for the recordings, the kernel
-clock's synchronisation, the arm (reachable, no errors, joints inside their
-limits, state readable at the telemetry rate), the gripper (status only, never
+clock's synchronisation, the arm (reachable, joints inside their limits,
+state readable at the telemetry rate; a controller error or reflex is only a
+warning: the daemon starts needing recovery), the gripper (status only, never
 activated here: activated and no fault; its serial line's latency timer and
 round trip), and each camera (delivers frames at its rate and resolution). The
 command exits non-zero when any check fails.
@@ -263,8 +264,6 @@ def check_arm(cell: Cell, settings: PreflightSettings) -> CheckResult:
         rate = n / max(1e-9, clock.now() - t0)
     except ArmFault as exc:
         return CheckResult("arm", CheckStatus.failed, f"{where}: {exc}")
-    if state.error is not None:
-        return CheckResult("arm", CheckStatus.failed, f"{where}: controller reports {state.error}")
     lo, hi = np.asarray(arm.config.q_min), np.asarray(arm.config.q_max)
     margin = np.minimum(state.q - lo, hi - state.q)
     worst = int(np.argmin(margin))
@@ -280,6 +279,18 @@ def check_arm(cell: Cell, settings: PreflightSettings) -> CheckResult:
             "arm",
             CheckStatus.failed,
             f"{where}: state readable at only {rate:.0f} Hz (need {settings.state_rate_hz:g})",
+        )
+    if state.error is not None:
+        # advisory, not a failure: an arm in reflex or error is recovered from
+        # the console, which lives in the daemon. Failing here would keep the
+        # daemon (whose unit runs this check first) from ever starting — a
+        # restart loop with Recover out of reach. The daemon starts with the
+        # arm marked as needing recovery and refuses to arm a run until then.
+        return CheckResult(
+            "arm",
+            CheckStatus.warning,
+            f"{where}: controller reports {state.error}; the station starts needing "
+            "recovery (Recover on the console) and arms no run until then",
         )
     return CheckResult(
         "arm",

@@ -56,12 +56,14 @@ from proctor.station.camerahub import CameraHub
 from proctor.station.cell import Cell
 from proctor.station.clock import MonotonicClock
 from proctor.station.config import StationConfig
+from proctor.station.control.attribution import Origin, attribute_fault
 from proctor.station.control.finishing import EpisodeFinish, EpisodeSummary
 from proctor.station.control.loop import ControlLoop
 from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
-from proctor.station.drivers.arm.base import ArmFault, ArmHalted
+from proctor.station.drivers.arm.base import ArmFault, ArmHalted, ArmState
 from proctor.station.drivers.camera.base import CameraStalled, Frame
 from proctor.station.drivers.gripper.base import GripperCommand, GripperFault
+from proctor.station.logs import EpisodeFaultLines
 from proctor.station.policy.client import (
     PolicyClient,
     PolicyError,
@@ -126,6 +128,11 @@ class _Active:
     next_query_t: float = math.inf
     ticks: TelemetryTicks = field(default_factory=lambda: TelemetryTicks(0.0))
     fault: str | None = None  # the class of a system ending, when it is known
+    # an arm fault's attribution to its cause (proctor.station.control.attribution),
+    # for the manifest
+    arm_fault: dict[str, Any] | None = None
+    # what the station logged while it ran (proctor.station.logs), for the manifest
+    fault_lines: EpisodeFaultLines | None = None
 
 
 class EpisodeRunner:
@@ -159,15 +166,28 @@ class EpisodeRunner:
         # safety stops so far: start, recover and home resume the arm only if no
         # safety stop came in between their check and their resume
         self._safety_stops = 0
+        # the cause of an arm fault outside an episode (homing): always the station's
+        self.arm_fault: dict[str, Any] | None = None
         with session_scope(sessions) as s:
             self.station_id = episodes.ensure_station(s, name=config.name, profile=cell.profile).id
 
     # -- lifecycle ------------------------------------------------------------
     def open(self) -> None:
         """Connect the cell and start the cameras (call once)."""
+        log.info("station %s (%s): connecting the cell", self.config.name, self.cell.profile)
         self.cell.connect()
         if self._own_hub:
             self.hub.start()
+        self._needs_recovery_at_start()
+
+    def _needs_recovery_at_start(self) -> None:
+        """An arm already in reflex or error (a reflex the last session left, a
+        user stop released without recovery) starts the station needing the
+        operator's recovery: nothing is armed until then (pre-flight only warns)."""
+        state = self._arm_state()
+        if state is not None and state.error is not None:
+            self.arm_error = f"needs recovery: {state.error}"
+            log.warning("the arm needs recovery before the first run: %s", state.error)
 
     def close(self) -> None:
         with self._lock:
@@ -255,6 +275,7 @@ class EpisodeRunner:
                 cameras=frozenset(info.cameras),
                 ticks=TelemetryTicks(cfg.telemetry_hz),
             )
+        log.info("armed run %s as episode %s (%s)", work.run_code, uid, work.object_name)
         self._set_state(RunnerState.armed)
         return uid
 
@@ -323,14 +344,16 @@ class EpisodeRunner:
             if not self._resume_arm(seen):
                 raise RunnerBusy("a safety stop came in: not homing")
             log.info("homing the arm (operator confirmed the cell clear)")
+            started = self.wall.now()
             self.cell.arm.home()
-            log.info("homed")
+            log.info("arm homed in %.1f s", self.wall.now() - started)
             if open_gripper:
                 self._open_gripper()
         except ArmHalted:
             raise RunnerBusy("homing was stopped by a safety stop") from None
         except ArmFault as exc:
             self.arm_error = f"homing failed: {exc}"
+            self._note_station_fault(exc)
             raise RunnerBusy(f"homing failed: {exc}") from None
         except GripperFault as exc:
             raise RunnerBusy(f"homed, but the gripper did not open: {exc}") from None
@@ -348,6 +371,12 @@ class EpisodeRunner:
             gripper.activate()
         gripper.send(GripperCommand(position=0.0))
 
+    def _note_station_fault(self, exc: ArmFault) -> None:
+        """A fault during the station's own motion: the station's, never a policy's."""
+        attribution = attribute_fault(exc, Origin.station)
+        self.arm_fault = attribution.record()
+        log.warning("arm fault while homing, cause %s: %s", attribution.cause.value, exc)
+
     def recover(self) -> None:
         """The operator's explicit recovery after a safety stop or fault: it
         clears the controller's error and the halt latch, and moves nothing —
@@ -358,10 +387,13 @@ class EpisodeRunner:
             if self.state in (RunnerState.running, RunnerState.finishing, RunnerState.homing):
                 raise RunnerBusy(f"cannot recover while the station is {self.state.value}")
             seen = self._safety_stops
+        log.info("operator recovery: clearing the arm's error (%s)", self.arm_error)
         self.cell.arm.recover()
         if not self._resume_arm(seen):
             raise RunnerBusy("a safety stop came in during the recovery: recover again")
+        log.info("operator recovery: arm recovered (nothing moved)")
         self.arm_error = None
+        self.arm_fault = None
         self._on_change()
 
     def activate_gripper(self) -> None:
@@ -396,6 +428,7 @@ class EpisodeRunner:
                 reason="disarmed before it started",
             )
             episodes.mark_awaiting_log(s, episode=ep)
+        log.info("episode %s disarmed before it started", act.uid)
         self._set_state(RunnerState.awaiting_log)
 
     # -- run ----------------------------------------------------------------------
@@ -417,6 +450,7 @@ class EpisodeRunner:
             with self._lock:
                 self.state = RunnerState.armed
             raise RunnerBusy("a safety stop came in while starting: not started")
+        log.info("episode %s started", act.uid)
         self._on_change()
         if background:
             self._thread = threading.Thread(target=self._run_safely, name="episode", daemon=True)
@@ -465,6 +499,7 @@ class EpisodeRunner:
             if act is not None and episode and (act.stop_kind is None or safety):
                 act.stop_kind = kind
                 act.stop_reason = text
+        log.info("%s stop requested: %s", kind.value, text)
         if episode:
             self._stop_event.set()
 
@@ -482,11 +517,18 @@ class EpisodeRunner:
             return Outcome.safety, "safety stop pressed"
         return Outcome.operator_stop, act.stop_reason
 
-    def _arm_error_text(self) -> str | None:
+    def _arm_state(self) -> ArmState | None:
         try:
-            return self.cell.arm.read_state().error
+            return self.cell.arm.read_state()
         except ArmFault:
             return None
+
+    def _arm_faulted(self) -> bool:
+        """Whether the arm reports an error (or cannot be read at all)."""
+        try:
+            return self.cell.arm.read_state().error is not None
+        except ArmFault:
+            return True
 
     def _stop_arm_now(self) -> None:
         try:
@@ -497,8 +539,13 @@ class EpisodeRunner:
     def _run_safely(self) -> None:
         act = self.active
         assert act is not None
+        clock = self.cell.clock
+        act.fault_lines = EpisodeFaultLines(
+            lambda: 0.0 if math.isnan(act.t0) else clock.now() - act.t0
+        )
         try:
-            self._run(act)
+            with act.fault_lines:
+                self._run(act)
         except BaseException:
             log.critical("episode %s crashed", act.uid, exc_info=True)
             self._stop_arm_now()
@@ -658,9 +705,18 @@ class EpisodeRunner:
             recorder, proposed, reason, t_end
         )
         self.last = summary
-        if summary.proposed == Outcome.safety:
-            # a safety stop or fault needs the operator's recover; nothing homes
-            # on its own (the operator homes with the cell confirmed clear)
+        log.info(
+            "episode %s ended after %.1f s: proposed %s (%s)",
+            act.uid,
+            summary.duration_s,
+            summary.proposed.value,
+            summary.reason,
+        )
+        if summary.proposed == Outcome.safety or self._arm_faulted():
+            # a safety stop, or an arm fault of any cause (a station-caused one
+            # ends the episode as `system` but latches the arm all the same),
+            # needs the operator's recover; nothing homes on its own (the
+            # operator homes with the cell confirmed clear)
             self.arm_error = summary.reason
         self._set_state(RunnerState.awaiting_log)
 
@@ -685,6 +741,7 @@ class EpisodeRunner:
             episode = write_log(s, act.uid)
             outcome = episode.outcome
         assert outcome is not None
+        log.info("episode %s closed by the operator's log: %s", act.uid, outcome.value)
         with self._lock:
             self.active = None
             self.state = RunnerState.idle
@@ -714,6 +771,7 @@ class EpisodeRunner:
                 "arm_error": self.arm_error,
                 "robot_mode": mode,
                 "at_home": at_home,
+                "arm_fault": self.arm_fault,
             }
             if act is not None:
                 out["work"] = act.work.public_view()

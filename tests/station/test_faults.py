@@ -199,36 +199,76 @@ def test_a_killed_daemon_leaves_a_recoverable_episode(
     assert not (data / "station" / "cell-kill" / "spool" / uid).exists()
 
 
-@pytest.mark.parametrize("device", ["gripper", "arm"])
+DEVICE_FAULTS = [
+    # (device, what the cell reports, proposed outcome, reason's start, arm fault's cause)
+    ("gripper", "overcurrent (gFLT 0x0C)", Outcome.safety, "gripper fault: overcurrent", None),
+    # a contact during the policy's motion: the policy's safety stop
+    (
+        "arm",
+        "cartesian_reflex: contact with the tote wall at 0.40 m/s",
+        Outcome.safety,
+        "arm fault: cartesian_reflex",
+        "policy",
+    ),
+    # the station missed the controller's deadlines: not the policy's doing
+    (
+        "arm",
+        "communication_constraints_violation",
+        Outcome.system,
+        "arm fault: communication",
+        "station",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("device", "fault", "outcome", "reason", "cause"),
+    DEVICE_FAULTS,
+    ids=["gripper", "arm-contact", "arm-communication"],
+)
 @once()  # the database does not change how faults are handled
-def test_a_device_fault_mid_episode_is_a_safety_stop(
-    device: str, station_db, policy_server, tmp_path: Path, backend: str
+def test_a_device_fault_mid_episode_is_attributed(
+    device: str,
+    fault: str,
+    outcome: Outcome,
+    reason: str,
+    cause: str | None,
+    station_db,
+    policy_server,
+    tmp_path: Path,
+    backend: str,
 ) -> None:
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")
     server = policy_server("steady")
     with sim_runner(sessions, store, tmp_path, sim_config()) as runner:
         world = runner.cell.arm.world
-        runner.arm(_work(server.url))
+        uid = runner.arm(_work(server.url))
         runner.start(background=True)
         deadline = time.monotonic() + 30
         while runner.status().get("elapsed_s", 0.0) < 3.0:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         if device == "gripper":
-            runner.cell.gripper.inject_fault("overcurrent (gFLT 0x0C)")
+            runner.cell.gripper.inject_fault(fault)
         else:
             with world.lock:
-                world.error = "communication_constraints_violation"
+                world.error = fault
         runner.wait(30)
         summary = runner.last
-        assert summary is not None and summary.proposed == Outcome.safety
-        expected = (
-            "gripper fault: overcurrent" if device == "gripper" else "arm fault: communication"
-        )
-        assert summary.reason.startswith(expected)
+        assert summary is not None and summary.proposed == outcome, summary.reason
+        assert summary.reason.startswith(reason)
         # a fault leaves the station needing the operator's explicit recovery
         assert runner.arm_error == summary.reason
+        with session_scope(sessions) as s:
+            rec = load_recording(s, store, uid)
+            ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+            kinds = {
+                e.kind: e.details
+                for e in s.scalars(sa.select(EpisodeEvent).where(EpisodeEvent.episode_id == ep.id))
+            }
+        manifest = rec.manifest
+        rec.close()
         runner.close_with(lambda s, uid: close_with_ground_truth(s, store=store, uid=uid))
         runner.recover()
         # recover leaves the gripper as it is (no activation sweep by surprise) …
@@ -238,3 +278,18 @@ def test_a_device_fault_mid_episode_is_a_safety_stop(
         g = runner.cell.gripper.read_state()
         assert g.fault is None and g.activated and g.target == 0.0
         runner.check_ready()
+    arm_fault = manifest["arm_fault"]
+    if cause is None:
+        assert arm_fault is None
+        return
+    # the cause is in the manifest and in the ending's event
+    assert arm_fault["cause"] == cause and arm_fault["proposed_outcome"] == outcome.value
+    assert arm_fault["flags"] == [fault.split(":")[0]]
+    event = "safety_stop" if outcome == Outcome.safety else "system_fault"
+    assert kinds[event]["arm_fault"] == arm_fault
+    # and so is what the station logged about it
+    lines = manifest["fault_lines"]["lines"]
+    assert any(
+        ln["level"] == "WARNING" and f"cause {cause}" in ln["message"] and ln["t_s"] > 2.5
+        for ln in lines
+    ), lines

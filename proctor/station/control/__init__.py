@@ -12,6 +12,9 @@ sample; the state each step needs lives with the part that owns it:
   at, and the commands sent to the arm and gripper;
 - ``sampling.TelemetrySampler``: one telemetry row per sample, written
   through the named column slices of ``proctor.station.keys``;
+- ``attribution``: whose doing an arm fault is — a contact during the
+  policy's motion (``safety``) or the station's command, limits, realtime
+  link or set-up (``system``) — from libfranka's error flags;
 - ``finishing``: what the end of an episode leaves in the database and the
   artifact store (events, manifest, summary).
 

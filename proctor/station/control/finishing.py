@@ -199,13 +199,16 @@ class EpisodeFinish:
         if kind is None:
             return
         fault = self.act.fault if ending.proposed == Outcome.system else None
+        details: dict[str, Any] = {"fault": fault} if fault else {}
+        if self.act.arm_fault is not None:
+            details["arm_fault"] = self.act.arm_fault
         episodes.add_event(
             s,
             episode=ep,
             kind=kind,
             t_s=t_end - self.act.t0,
             message=ending.reason,
-            details={"fault": fault} if fault else None,
+            details=details or None,
         )
 
     def _manifest(self, ending: _Ending, details: dict[str, Any]) -> dict[str, Any]:
@@ -226,6 +229,10 @@ class EpisodeFinish:
             "policy_lookahead_steps": cfg.policy_lookahead_steps,
             # the control loop's telemetry schedule: ticks it missed are counted here
             "telemetry_ticks": act.ticks.report(),
+            # an arm fault's cause: the policy's contact (safety) or the station's (system)
+            "arm_fault": act.arm_fault,
+            # the warnings and errors the station logged during the episode
+            "fault_lines": act.fault_lines.report() if act.fault_lines is not None else None,
             "policy": {
                 **(act.client.info.public() if act.client.info else {}),
                 "calls": details["policy_calls"],

@@ -5,11 +5,13 @@ an outcome; it never decides one (the operator's log does)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
 from proctor.core.domain import Outcome
 from proctor.station import keys
+from proctor.station.control.attribution import Attribution, Cause, attribute_fault, attribute_state
 from proctor.station.control.playback import ChunkPlayer
 from proctor.station.control.policy_calls import PolicyCalls, Waited
 from proctor.station.control.sampling import TelemetrySampler
@@ -20,6 +22,8 @@ from proctor.station.recorder import Recorder
 
 if TYPE_CHECKING:
     from proctor.station.runner import EpisodeRunner, _Active
+
+log = logging.getLogger(__name__)
 
 Ending = tuple[Outcome, str]
 
@@ -144,9 +148,11 @@ class ControlLoop:
             return Outcome.safety, "arm halted by a stop"
         except ArmFault as exc:
             self.runner._stop_arm_now()
-            # the controller's own error text, when it has one, says more
-            error = self.runner._arm_error_text()
-            return Outcome.safety, f"arm fault: {error or exc}"
+            # the controller's own error, when it has one, says more
+            state = self.runner._arm_state()
+            if state is not None and state.error is not None:
+                return self._arm_fault(state.error, attribute_state(state))
+            return self._arm_fault(str(exc), attribute_fault(exc))
         except GripperFault as exc:
             self.runner._stop_arm_now()
             return Outcome.safety, f"gripper fault: {exc}"
@@ -160,7 +166,11 @@ class ControlLoop:
     def _sample(self, tick: Tick) -> Ending | None:
         self.schedule.telemetry_taken()
         ticks, sampler, player = self.act.ticks, self.sampler, self.player
-        a = self.cell.arm.read_state()
+        try:
+            a = self.cell.arm.read_state()
+        except ArmFault as exc:  # the state is unreadable: the link is gone
+            self.runner._stop_arm_now()
+            return self._arm_fault(str(exc), attribute_fault(exc))
         g = self.cell.gripper.read_state()
         if sampler.is_stale(a):
             ticks.stale += 1
@@ -185,14 +195,32 @@ class ControlLoop:
         return self._camera_stall() if self.real_time else None
 
     def _cell_fault(self, a: ArmState, g: GripperState) -> Ending | None:
-        """An arm reflex or a gripper fault the cell reports: a safety stop."""
+        """An arm fault (attributed to its cause) or a gripper fault (a safety
+        stop) that the cell reports."""
         if a.error is not None:
             self.runner._stop_arm_now()
-            return Outcome.safety, f"arm fault: {a.error}"
+            return self._arm_fault(a.error, attribute_state(a))
         if g.fault is not None:
             self.runner._stop_arm_now()
             return Outcome.safety, f"gripper fault: {g.fault}"
         return None
+
+    def _arm_fault(self, error: str, attribution: Attribution) -> Ending:
+        """The ending an arm fault proposes: ``safety`` when the policy's motion
+        caused it, ``system`` when the station did (``proctor.station.control.attribution``);
+        the attribution goes into the episode's manifest and events."""
+        self.act.arm_fault = attribution.record()
+        log.warning(
+            "episode %s: arm fault, cause %s (%s): %s",
+            self.act.uid,
+            attribution.cause.value,
+            attribution.why,
+            error,
+        )
+        reason = f"arm fault: {error}"
+        if attribution.cause == Cause.station:
+            reason += f" [the station's fault, not the policy's: {attribution.why}]"
+        return attribution.outcome, reason
 
     def _camera_stall(self) -> Ending | None:
         for name in self.cell.cameras:

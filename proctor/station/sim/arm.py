@@ -13,11 +13,13 @@ from proctor.station.drivers.arm.base import (
     ArmCommand,
     ArmCommandKind,
     ArmConfig,
+    ArmErrorKind,
     ArmFault,
     ArmHalted,
     ArmState,
     RobotMode,
 )
+from proctor.station.drivers.arm.flags import flags_in
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.world import SimWorld
 
@@ -69,6 +71,10 @@ class SimArm(Arm[SimArmConfig]):
                 dq=w.dq.copy(),
                 ee_pose=w.ee_pose(),
                 error=w.error,
+                # the simulated controller's only error is a reflex, worded with
+                # libfranka's flag names (proctor.station.sim.world)
+                error_kind=ArmErrorKind.reflex if w.error is not None else None,
+                error_flags=flags_in(w.error),
                 mode=self._mode(),
             )
 

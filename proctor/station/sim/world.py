@@ -563,7 +563,8 @@ class SimWorld:
             self._twist[:] = 0
             if speed > p.reflex_speed:
                 self.error = (
-                    f"cartesian reflex: contact with the {contact} at {speed:.2f} m/s "
+                    # libfranka's flag for a collision reflex, as the real arm reports it
+                    f"cartesian_reflex: contact with the {contact} at {speed:.2f} m/s "
                     f"(limit {p.reflex_speed:.2f} m/s)"
                 )
                 self.command = None

@@ -602,3 +602,86 @@ def test_a_failure_to_stop_is_logged_loudly(
         arm.__exit__(None, None, None)
     assert "FAILED TO STOP THE ARM" in caplog.text
     assert not arm.is_connected
+
+
+# libfranka's answer to a stop once a reflex has stopped the arm (handleCommandResponse
+# for StopMove, kReflexAborted, libfranka src/robot_impl.h)
+STOP_AFTER_REFLEX = "libfranka: Stop Move command aborted: motion aborted by reflex!"
+
+
+def test_the_flag_names_are_frankys() -> None:
+    """proctor.station.drivers.arm.flags names every flag franky's ``Errors`` has, no more."""
+    from proctor.station.drivers.arm.flags import LIBFRANKA_ERROR_FLAGS
+
+    bound = {n for n in dir(franky.Errors()) if not n.startswith("_")}
+    assert set(LIBFRANKA_ERROR_FLAGS) == bound
+
+
+def test_a_reflex_reports_its_kind_and_flags(
+    faulty: tuple[FrankyArm, FaultInjectingRobot],
+) -> None:
+    """SIMULATED FAULT: libfranka's reflex text carries the flags, which the
+    state reports for the control loop to attribute."""
+    from proctor.station.drivers.arm import ArmErrorKind
+
+    arm, robot = faulty
+    robot.inject("poll_motion", lambda: franky.ControlException(REFLEX))
+    state = arm.read_state()
+    assert state.error_kind == ArmErrorKind.reflex
+    assert state.error_flags == ("cartesian_reflex",)
+    arm.recover()
+    recovered = arm.read_state()
+    assert recovered.error is None and recovered.error_flags == () and recovered.error_kind is None
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        # a std::runtime_error of franky's own (the waypoint checks of
+        # src/motion/joint_velocity_waypoint_motion.cpp), as pybind11 translates it
+        lambda: RuntimeError("Waypoint velocity 3.1 exceeds maximum velocity 2.61"),
+        # libfranka's base class's other children
+        lambda: franky.ModelException("libfranka: cannot load the robot model"),
+    ],
+    ids=["RuntimeError", "ModelException"],
+)
+def test_every_franky_exception_out_of_a_motion_is_latched(
+    faulty: tuple[FrankyArm, FaultInjectingRobot], make: Callable[[], BaseException]
+) -> None:
+    """SIMULATED FAULT: poll_motion hands over (and forgets) franky's stored
+    exception; whatever its class, it is latched, not lost."""
+    arm, robot = faulty
+    text = str(make())
+    robot.inject("poll_motion", make)
+    state = arm.read_state()
+    assert state.error == f"control error ({type(make()).__name__}): {text}"
+    with pytest.raises(ArmFault, match="refusing to move"):
+        arm.send(ArmCommand(ArmCommandKind.joint_position, np.asarray(HOME_Q)))
+    # the same through send(), which polls first
+    arm.recover()
+    robot.inject("poll_motion", make)
+    with pytest.raises(ArmFault, match="refusing to move"):
+        arm.send(ArmCommand(ArmCommandKind.joint_position, np.asarray(HOME_Q)))
+    assert arm.read_state().error == state.error
+    arm.recover()
+
+
+def test_a_stop_after_a_reflex_is_not_a_failure_to_stop(
+    faulty: tuple[FrankyArm, FaultInjectingRobot], caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIMULATED FAULT: after a reflex the controller refuses the stop ("aborted
+    by reflex"): the arm has stopped already. Logged at INFO, never CRITICAL —
+    a CRITICAL on every reflex teaches operators to ignore CRITICAL."""
+    arm, robot = faulty
+    robot.inject("poll_motion", lambda: franky.ControlException(REFLEX))
+    robot.inject("stop", lambda: franky.CommandException(STOP_AFTER_REFLEX))
+    with caplog.at_level(logging.INFO, logger="station"):
+        assert arm.read_state().error is not None  # latched, and the stop refused
+        robot.inject("stop", lambda: franky.CommandException(STOP_AFTER_REFLEX))
+        arm.stop()  # the runner's stop after the fault: refused the same way
+    levels = {r.levelname for r in caplog.records}
+    assert "CRITICAL" not in levels, caplog.text
+    refused = [r for r in caplog.records if "reflex had already stopped the arm" in r.message]
+    assert len(refused) == 2 and all(r.levelname == "INFO" for r in refused)
+    assert all(getattr(r, "episode_fault", False) for r in refused)
+    arm.recover()

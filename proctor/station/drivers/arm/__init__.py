@@ -4,8 +4,18 @@ from proctor.station.drivers.arm.base import (
     ArmCommand,
     ArmCommandKind,
     ArmConfig,
+    ArmErrorKind,
     ArmFault,
     ArmState,
 )
 
-__all__ = ["ARMS", "Arm", "ArmCommand", "ArmCommandKind", "ArmConfig", "ArmFault", "ArmState"]
+__all__ = [
+    "ARMS",
+    "Arm",
+    "ArmCommand",
+    "ArmCommandKind",
+    "ArmConfig",
+    "ArmErrorKind",
+    "ArmFault",
+    "ArmState",
+]

@@ -69,6 +69,17 @@ class RobotMode(StrEnum):
     other = "other"  # brakes locked, FCI off, or anything else the controller says
 
 
+class ArmErrorKind(StrEnum):
+    """What kind of error the arm reports: the control loop attributes a
+    fault to its cause from this and the controller's flags
+    (``proctor.station.control.attribution``)."""
+
+    reflex = "reflex"  # the controller aborted the motion; its flags say why
+    communication = "communication"  # the link to the controller failed
+    control = "control"  # the controller or the client library refused a command
+    user_stop = "user_stop"  # the hardware user stop (enabling device, E-stop) was pressed
+
+
 @dataclass(frozen=True)
 class ArmState:
     t: float  # station clock time of the sample
@@ -79,6 +90,9 @@ class ArmState:
     error: str | None = None
     # the robot's own mode (see RobotMode); None where a driver cannot tell
     mode: RobotMode | None = None
+    # its kind, and libfranka's error flags behind it (``proctor.station.drivers.arm.flags``)
+    error_kind: ArmErrorKind | None = None
+    error_flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,7 +132,15 @@ class ControllerReport:
 
 
 class ArmFault(RuntimeError):
-    """The arm refused or aborted a motion (reflex, limits, lost link)."""
+    """The arm refused or aborted a motion (reflex, limits, lost link); the
+    kind and libfranka's flags come along when the driver knows them."""
+
+    def __init__(
+        self, message: str, kind: ArmErrorKind | None = None, flags: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.flags = flags
 
 
 class ArmHalted(ArmFault):

@@ -6,9 +6,9 @@ command builds a fresh one). State is read straight from libfranka's latest
 1 kHz sample, fast enough for ≥ 100 Hz telemetry.
 
 Faults: an exception out of a motion (a reflex, a lost link) latches the
-arm as faulted, with libfranka's text; ``read_state`` reports it in
-``ArmState.error`` and ``send`` refuses to move until an operator calls
-``recover``. Nothing here recovers on its own.
+arm as faulted, with libfranka's text, its kind and libfranka's error flags;
+``read_state`` reports them in ``ArmState`` and ``send`` refuses to move
+until an operator calls ``recover``. Nothing here recovers on its own.
 
 Stops: ``stop()`` sets the halt latch under the driver's lock before it stops
 the motion, and ``send``/``home`` check it under the same lock, so a command
@@ -19,6 +19,19 @@ Homing goes as on the simulated cell (``proctor.station.sim.arm``): straight up 
 ``home_clearance_z_m``, a check that the tool got there, across to the home
 pose (computed with franky's model: ``Model.pose(Frame.EndEffector, q, F_T_EE,
 EE_T_K)``), then the joints to ``home_q``, each move slow and ended by a stop.
+
+Which exceptions franky raises (franky 2.0.0, ``python/bind_errors.cpp``):
+libfranka's (``ControlException``, ``CommandException``, ``NetworkException``…,
+and ``ModelException``) are registered under the ``franky.Exception`` base;
+franky's own (``InvalidMotionTypeException``, ``MotionReuseException``,
+``ReactionRecursionException``, ``TorqueSignalTimeoutException``) directly
+under Python's ``Exception``; and any other ``std::runtime_error`` (e.g. the
+waypoint checks of ``src/motion/joint_velocity_waypoint_motion.cpp``) reaches
+Python as a plain ``RuntimeError``, pybind11's default translation. All of
+them are faults here (``FRANKY_ERRORS``). An exception out of an asynchronous
+motion is stored by franky and rethrown once, by the next ``poll_motion`` or
+``join_motion``, which clears it (``joinMotionUnsafe`` in
+``include/franky/robot.hpp``): so the one call that sees it must latch it.
 """
 
 from __future__ import annotations
@@ -42,12 +55,14 @@ from proctor.station.drivers.arm.base import (
     ArmCommand,
     ArmCommandKind,
     ArmConfig,
+    ArmErrorKind,
     ArmFault,
     ArmHalted,
     ArmState,
     ControllerReport,
     RobotMode,
 )
+from proctor.station.drivers.arm.flags import LIBFRANKA_ERROR_FLAGS, flags_in, unique
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +84,25 @@ CONTROL_ERRORS: tuple[type[BaseException], ...] = (
     franky.MotionReuseException,
     franky.RealtimeException,
 )
-FRANKY_ERRORS = (*COMMUNICATION_ERRORS, *CONTROL_ERRORS)
+# everything a franky call can raise: the libfranka base (ModelException and
+# any future subclass included), franky's own exceptions, which are not under
+# that base, and plain RuntimeError, as pybind11 translates franky's other
+# std::runtime_errors. ArmFault is a RuntimeError too: no call wrapped in an
+# ``except FRANKY_ERRORS`` raises one, except ``home``'s wait, which lets it through
+FRANKY_ERRORS: tuple[type[BaseException], ...] = (
+    franky.Exception,
+    franky.InvalidMotionTypeException,
+    franky.MotionReuseException,
+    franky.ReactionRecursionException,
+    franky.TorqueSignalTimeoutException,
+    RuntimeError,
+)
+# libfranka's text when a motion or a stop is refused because the controller's
+# reflex has already stopped the arm ("… command aborted: motion aborted by
+# reflex!", ``handleCommandResponse`` in libfranka ``src/robot_impl.h``)
+REFLEX_ABORT_TEXT = "aborted by reflex"
+# …and when the hardware user stop (enabling device, E-stop) ended it
+USER_STOP_TEXT = "User Stop pressed"
 
 # franky binds libfranka's RobotMode as Other, Idle, Move, Guiding, Reflex,
 # UserStopped, AutomaticErrorRecovery (franky python/bind_enums.cpp)
@@ -375,18 +408,39 @@ def _error_names(errors: Any) -> str | None:
     return None if text in ("[]", "") else text
 
 
+def _flags(errors: Any) -> tuple[str, ...]:
+    """The flags set in a libfranka ``Errors`` (one bool property each)."""
+    return tuple(name for name in LIBFRANKA_ERROR_FLAGS if getattr(errors, name, False))
+
+
 def _is_preemption(exc: BaseException) -> bool:
     return isinstance(exc, franky.ControlException) and PREEMPTED_TEXT in str(exc)
 
 
+def _is_reflex_abort(exc: BaseException) -> bool:
+    """A stop or command refused because a reflex already stopped the arm."""
+    return REFLEX_ABORT_TEXT in str(exc)
+
+
+def fault_kind(exc: BaseException) -> ArmErrorKind:
+    if isinstance(exc, COMMUNICATION_ERRORS):
+        return ArmErrorKind.communication
+    text = str(exc)
+    if USER_STOP_TEXT in text:
+        return ArmErrorKind.user_stop
+    # a motion the reflex aborted; not a command refused *because* the robot
+    # is in Reflex mode ("… not possible in the current mode ("Reflex")"), which
+    # is a refused command
+    if REFLEX_ABORT_TEXT in text or (
+        isinstance(exc, franky.ControlException) and "reflex" in text.lower()
+    ):
+        return ArmErrorKind.reflex
+    return ArmErrorKind.control
+
+
 def describe(exc: BaseException) -> str:
     """A fault's text: its kind and libfranka's own words."""
-    if isinstance(exc, COMMUNICATION_ERRORS):
-        kind = "communication"
-    elif isinstance(exc, franky.ControlException) and "reflex" in str(exc).lower():
-        kind = "reflex"
-    else:
-        kind = "control"
+    kind = fault_kind(exc).value.replace("_", " ")
     return f"{kind} error ({type(exc).__name__}): {exc}"
 
 
@@ -415,6 +469,8 @@ class FrankyArm(Arm[FrankyArmConfig]):
         self._fault: str | None = None
         # the halt latch (see the module's docstring): set by stop(), cleared by resume()
         self._halted = False
+        self._fault_kind: ArmErrorKind | None = None
+        self._fault_flags: tuple[str, ...] = ()
         # the control interface of the motion last started (franky runs one
         # loop per interface; see _start_motion)
         self._interface: str | None = None
@@ -482,20 +538,38 @@ class FrankyArm(Arm[FrankyArmConfig]):
         return self._fault
 
     def _latch(self, exc: BaseException) -> ArmFault:
-        """Record a fault, make sure nothing keeps moving, and say so."""
+        """Record a fault with its kind and flags, make sure nothing keeps
+        moving, and say so."""
         text = describe(exc)
+        kind = fault_kind(exc)
+        flags = flags_in(str(exc))
+        if kind == ArmErrorKind.reflex and not flags:
+            # libfranka appends the flags to a reflex's text; if they are not
+            # there, the controller's state still has them
+            flags = self._reflex_flags()
         if self._fault is None:
-            self._fault = text
+            self._fault, self._fault_kind, self._fault_flags = text, kind, flags
             log.error("ARM FAULT: %s", text)
             self._safety_stop()
-        return ArmFault(text)
+        return ArmFault(text, kind, flags)
+
+    def _reflex_flags(self) -> tuple[str, ...]:
+        try:
+            s = self._robot.state
+        except Exception:
+            return ()
+        return unique((*_flags(s.last_motion_errors), *_flags(s.current_errors)))
 
     def _safety_stop(self) -> None:
         try:
             self._robot.stop()
-        except Exception:
-            # after a reflex the controller has already stopped the arm; after
-            # a lost link nothing can reach it — either way somebody must look
+        except Exception as exc:
+            if _is_reflex_abort(exc):
+                # the controller's reflex has stopped the arm already: the stop
+                # had nothing left to do (libfranka refuses it "aborted by reflex")
+                _log_reflex_abort(exc)
+                return
+            # after a lost link nothing can reach the arm: somebody must look
             log.critical("FAILED TO STOP THE ARM after a fault", exc_info=True)
 
     @property
@@ -514,6 +588,8 @@ class FrankyArm(Arm[FrankyArmConfig]):
         try:
             self._robot.poll_motion()
         except FRANKY_ERRORS as exc:
+            # poll_motion hands over franky's stored exception and forgets it:
+            # whatever it is, it is latched here or nowhere
             if not _is_preemption(exc):
                 self._latch(exc)
 
@@ -523,27 +599,23 @@ class FrankyArm(Arm[FrankyArmConfig]):
             self._r()
             self._poll()  # a latched fault is reported in the state below
             try:
-                s = self._r().state
+                s = self._robot.state
             except FRANKY_ERRORS as exc:
                 raise self._latch(exc) from exc
             t = self.clock.now()
             pose = s.O_T_EE
-            error = self._fault
+            error, kind, flags = self._fault, self._fault_kind, self._fault_flags
             mode = ROBOT_MODES.get(s.robot_mode, RobotMode.other)
             if error is None:
-                controller = _error_names(s.current_errors)
-                if controller is not None:
-                    error = f"controller errors: {controller}"
-                elif s.robot_mode == franky.RobotMode.Reflex:
-                    error = (
-                        f"reflex: {_error_names(s.last_motion_errors) or 'robot in Reflex mode'}"
-                    )
+                error, kind, flags = _controller_error(s)
             return ArmState(
                 t=t,
                 q=np.array(s.q, dtype=np.float64),
                 dq=np.array(s.dq, dtype=np.float64),
                 ee_pose=np.concatenate([pose.translation, pose.quaternion]).astype(np.float64),
                 error=error,
+                error_kind=kind,
+                error_flags=flags,
                 mode=mode,
             )
 
@@ -664,8 +736,13 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 self._r().stop()
             except COMMUNICATION_ERRORS as exc:
                 raise self._latch(exc) from exc
-            except CONTROL_ERRORS:
-                log.debug("stop on an idle arm", exc_info=True)
+            except CONTROL_ERRORS as exc:
+                if _is_reflex_abort(exc):
+                    _log_reflex_abort(exc)
+                else:
+                    log.debug("stop on an idle arm", exc_info=True)
+            except FRANKY_ERRORS as exc:
+                raise self._latch(exc) from exc
             try:
                 finished = self._r().join_motion(timeout=self.config.stop_timeout_s)
             except FRANKY_ERRORS as exc:
@@ -687,7 +764,8 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 raise ArmFault(f"recovery failed: {describe(exc)}") from exc
             if not ok or self._r().has_errors:
                 raise ArmFault("recovery failed: the controller still reports errors")
-            self._fault = None
+            self._fault, self._fault_kind, self._fault_flags = None, None, ()
+            log.info("arm recovered: the controller reports no errors")
 
     @property
     def halted(self) -> bool:
@@ -752,6 +830,8 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 raise self._latch(exc) from exc
         try:
             finished = self._r().join_motion(timeout=max(0.0, deadline - self.clock.now()))
+        except ArmFault:
+            raise  # disconnected meanwhile: nothing of franky's to latch
         except FRANKY_ERRORS as exc:
             if _is_preemption(exc):
                 raise ArmHalted("home") from exc
@@ -799,6 +879,30 @@ def library_versions() -> dict[str, str]:
         if name.startswith("libfranka") and ".so." in name:
             versions["libfranka"] = name.split(".so.", 1)[1]
     return versions
+
+
+def _controller_error(s: Any) -> tuple[str | None, ArmErrorKind | None, tuple[str, ...]]:
+    """The error a controller state reports when nothing is latched here: its
+    current errors, or the reflex that holds it in Reflex mode."""
+    reflex = s.robot_mode == franky.RobotMode.Reflex
+    current = _flags(s.current_errors)
+    last = _flags(s.last_motion_errors) if reflex else ()
+    kind = ArmErrorKind.reflex if reflex else ArmErrorKind.control
+    if current:
+        return f"controller errors: {_error_names(s.current_errors)}", kind, unique(current + last)
+    if reflex:
+        return f"reflex: {_error_names(s.last_motion_errors) or 'robot in Reflex mode'}", kind, last
+    return None, None, ()
+
+
+def _log_reflex_abort(exc: BaseException) -> None:
+    # the reflex-then-stop case: not a failure to stop (no CRITICAL), but it
+    # belongs with the episode's fault lines (proctor.station.logs)
+    log.info(
+        "stop: the controller's reflex had already stopped the arm (%s)",
+        exc,
+        extra={"episode_fault": True},
+    )
 
 
 def _clip_norm(v: np.ndarray, limit: float) -> np.ndarray:
