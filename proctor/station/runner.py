@@ -51,6 +51,7 @@ from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
 from proctor.station.drivers.arm.base import ArmFault
 from proctor.station.drivers.camera.base import CameraStalled, Frame
 from proctor.station.drivers.gripper.base import GripperCommand, GripperFault
+from proctor.station.envelope import Envelope
 from proctor.station.policy.client import (
     PolicyClient,
     PolicyError,
@@ -108,6 +109,7 @@ class _Active:
     next_query_t: float = math.inf
     ticks: TelemetryTicks = field(default_factory=lambda: TelemetryTicks(0.0))
     fault: str | None = None  # the class of a system ending, when it is known
+    envelope: Envelope | None = None  # the episode's envelope, once the control loop runs
 
 
 class EpisodeRunner:

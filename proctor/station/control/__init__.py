@@ -9,11 +9,14 @@ sample; the state each step needs lives with the part that owns it:
   wall clock, waiting for it on a virtual clock, lookahead, and when a
   velocity command must be halted;
 - ``playback.ChunkPlayer``: the action chunk being played, the row it starts
-  at, and the commands sent to the arm and gripper;
+  at, and the commands sent to the arm (each through the episode's
+  ``proctor.station.envelope.Envelope``, which the loop builds for the cell) and the
+  gripper;
 - ``sampling.TelemetrySampler``: one telemetry row per sample, written
   through the named column slices of ``proctor.station.keys``;
 - ``finishing``: what the end of an episode leaves in the database and the
-  artifact store (events, manifest, summary).
+  artifact store (events — one ``envelope`` event per run of changed steps —,
+  manifest with its ``envelope`` counts, summary).
 
 Stopping the arm and homing belong to the runner (``EpisodeRunner._stop_arm_now``
 and ``EpisodeRunner._home_after``): one place each.

@@ -64,6 +64,10 @@ class SimArm(Arm[SimArmConfig]):
         self._need()
         return self.world.command_arm(command)
 
+    def tool_transform(self, q: np.ndarray) -> np.ndarray:
+        """The simulated cell's own FR3 kinematics (``proctor.station.sim.kinematics``)."""
+        return kin.forward(np.asarray(q, dtype=np.float64))[2]
+
     def stop(self) -> None:
         if self._connected:
             self.world.stop_arm()
