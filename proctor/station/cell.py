@@ -68,6 +68,9 @@ class Cell:
     scene: Scene | None = None
     # what commissioning measured (real and twin cells; proctor.station.commissioning)
     commissioned: CommissionedCell | None = None
+    # the profile's envelope limits (``EnvelopeSettings`` fields) under the station
+    # config's ``[envelope]``: the simulated cell has its own geometry and speed
+    envelope_defaults: dict[str, Any] = field(default_factory=dict)
     # extra teardown, run last (e.g. the twin profile's protocol simulators)
     closers: list[Callable[[], None]] = field(default_factory=list)
     _connected: bool = False

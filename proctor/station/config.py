@@ -24,6 +24,10 @@ Example::
     force = 0.5
     [gripper.objects.spoons] # an object type that needs its own
     force = 0.3
+    [envelope]               # the limits every policy arm command is held to
+    workspace_min = [0.25, -0.45, 0.0]
+    workspace_max = [0.80, 0.45, 0.65]
+    max_tool_speed = 0.25    # m/s, the same for every action space
 
     [sim]
     clock = "monotonic"      # real time, for a person at the console
@@ -100,6 +104,62 @@ class GripSettings(BaseModel):
         )
 
 
+Vec3 = tuple[float, float, float]
+
+
+class EnvelopeSettings(BaseModel):
+    """``[envelope]``: the limits every arm command is held to before it is sent
+    (``proctor.station.envelope``). The defaults are a real cell's before commissioning;
+    a profile may supply its own (``Cell.envelope_defaults``: the simulated cell
+    has its own geometry and speed), and whatever this section sets wins."""
+
+    model_config = {"extra": "forbid"}
+
+    # the box the tool (and the fingertips) must stay in, robot base frame, m
+    workspace_min: Vec3 = (0.25, -0.45, 0.0)
+    workspace_max: Vec3 = (0.80, 0.45, 0.65)
+    # the table plane's height in the base frame, and how far above it the
+    # fingertips must stay (m)
+    table_z: float = 0.0
+    table_margin_m: float = Field(default=0.01, ge=0.0, le=0.5)
+    # how far the real fingertips reach beyond the end-effector point the arm
+    # reports, along the tool's z axis (m): 0 when the controller's end effector
+    # is the fingertip centre (commissioning checks that); e.g. 0.057 when Desk
+    # still has the Franka Hand (10.34 cm) and a 2F-85 (≈ 16 cm) is mounted
+    tcp_extra_m: float = Field(default=0.0, ge=0.0, le=0.5)
+    # ONE tool speed cap for every action space (m/s), and one for rotation (rad/s)
+    max_tool_speed: float = Field(default=0.25, gt=0.0, le=3.0)
+    max_tool_rotation_speed: float = Field(default=1.0, gt=0.0, le=2.5)
+    # how far a position target may lie from the MEASURED state (m of tool
+    # travel; rad of any joint or of tool rotation); farther ones are shortened
+    max_step_m: float = Field(default=0.05, gt=0.0, le=1.0)
+    max_step_rad: float = Field(default=0.25, gt=0.0, le=3.2)
+    # the tool's z axis stays within this angle of straight down (degrees)
+    cone_deg: float = Field(default=45.0, gt=0.0, le=180.0)
+    # an episode whose first target lies this far from the arm is stopped, not
+    # clamped: a policy in the wrong frame or units (m; rad of any joint/rotation)
+    first_jump_m: float = Field(default=0.25, gt=0.0)
+    first_jump_rad: float = Field(default=1.0, gt=0.0)
+    # a velocity command is predicted over this long (s): the arm's hold
+    # (franky: velocity_hold_s = 0.2 s) plus its ramp down to rest
+    velocity_horizon_s: float = Field(default=0.3, gt=0.0, le=5.0)
+    # the measured tool farther than this outside the box stops the episode (m):
+    # the backstop for a prediction the arm did not follow
+    watch_tolerance_m: float = Field(default=0.03, gt=0.0, le=1.0)
+    # … and the measured tool tilted farther than this past the cone (degrees):
+    # an arm that cannot hold the commanded orientation (at the edge of its
+    # reach) trades it for position
+    watch_tilt_deg: float = Field(default=15.0, gt=0.0, le=180.0)
+
+    @field_validator("workspace_max")
+    @classmethod
+    def _box(cls, value: Vec3, info: Any) -> Vec3:
+        low = info.data.get("workspace_min")
+        if low is not None and any(lo >= hi for lo, hi in zip(low, value, strict=True)):
+            raise ValueError(f"must exceed workspace_min {tuple(low)} on every axis")
+        return value
+
+
 class WorkSettings(BaseModel):
     model_config = {"extra": "forbid"}
 
@@ -143,6 +203,7 @@ class StationConfig(BaseModel):
     cameras: dict[str, CameraSettings] = Field(default_factory=dict)
     api: ApiSettings = Field(default_factory=ApiSettings)
     gripper: GripSettings = Field(default_factory=GripSettings)
+    envelope: EnvelopeSettings = Field(default_factory=EnvelopeSettings)
     work: WorkSettings = Field(default_factory=WorkSettings)
     # where episodes are recorded before they reach the artifact store;
     # default: <data dir>/station/<name>/spool

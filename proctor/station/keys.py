@@ -44,12 +44,12 @@ GRIPPER_POSITION = "gripper_position"  # measured finger position
 GRIPPER_OBJECT = "gripper_object"  # bool: fingers stopped on an object
 POLICY_CALLS = "policy_calls"  # completed policy calls so far (cumulative)
 POLICY_LATENCY = "policy_latency_s"  # wall-clock latency of the latest completed call, NaN before
-# the safety envelope's verdict on the action step in force at the sample: "" when it was
-# sent as the policy asked, else the reason the envelope clamped or stopped it: one
-# intervention is one action step with a reason. Each is also logged as an episode event
-# of kind ENVELOPE_EVENT, its reason in ``details["reason"]`` (what the run explorer
-# marks and lists), and the manifest's ``envelope`` block counts them
-ENVELOPE_REASON = "envelope_reason"
+# what the station's envelope changed in the action step in force: a bit mask of
+# ``EnvelopeReason`` bits (0 = sent as asked; NaN before the first action step)
+ENVELOPE = "envelope"
+# the episode event of a run of consecutive action steps the envelope changed:
+# ``details`` = {"reason": the reasons joined by "+", "reasons": [...], "steps": n,
+# "until_s": the run's last step, s from the start}; its ``t_s`` is the run's first step
 ENVELOPE_EVENT = "envelope"
 
 TELEMETRY_FLOAT_COLUMNS: tuple[str, ...] = (
@@ -63,6 +63,7 @@ TELEMETRY_FLOAT_COLUMNS: tuple[str, ...] = (
     GRIPPER_TARGET,
     GRIPPER_POSITION,
     POLICY_LATENCY,
+    ENVELOPE,
 )
 
 
@@ -92,6 +93,32 @@ TELEMETRY_COLUMNS: tuple[str, ...] = (
     GRIPPER_OBJECT,
     POLICY_CALLS,
 )
+
+
+class EnvelopeReason(StrEnum):
+    """Why the envelope (``proctor.station.envelope``) changed or refused an arm command.
+    Each reason is one bit of the ``envelope`` telemetry column."""
+
+    workspace = "workspace"  # the tool would have left the workspace box or gone below the table
+    step = "step"  # the target lay farther from the measured state than one step may go
+    speed = "speed"  # the tool would have moved faster than the cell's speed cap
+    orientation = "orientation"  # the tool's z axis would have left the cone around "down"
+    jump = "jump"  # the episode's first target lay far from the arm: stopped, not clamped
+
+    @property
+    def bit(self) -> int:
+        return 1 << _ENVELOPE_BITS[self]
+
+
+_ENVELOPE_BITS = {r: i for i, r in enumerate(EnvelopeReason)}
+
+
+def envelope_reasons(mask: float) -> tuple[EnvelopeReason, ...]:
+    """The reasons an ``envelope`` column value stands for (none for 0 or NaN)."""
+    if mask != mask or mask <= 0:  # NaN: no action step yet
+        return ()
+    bits = int(mask)
+    return tuple(r for r in EnvelopeReason if bits & r.bit)
 
 
 class TelemetryPhase(StrEnum):

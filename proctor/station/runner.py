@@ -63,6 +63,7 @@ from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
 from proctor.station.drivers.arm.base import ArmFault, ArmHalted, ArmState
 from proctor.station.drivers.camera.base import CameraStalled, Frame
 from proctor.station.drivers.gripper.base import GripperCommand, GripperFault
+from proctor.station.envelope import Envelope
 from proctor.station.logs import EpisodeFaultLines
 from proctor.station.policy.client import (
     PolicyClient,
@@ -133,6 +134,7 @@ class _Active:
     arm_fault: dict[str, Any] | None = None
     # what the station logged while it ran (proctor.station.logs), for the manifest
     fault_lines: EpisodeFaultLines | None = None
+    envelope: Envelope | None = None  # the episode's envelope, once the control loop runs
 
 
 class EpisodeRunner:

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from proctor.station import keys
+from proctor.station.config import EnvelopeSettings
 from proctor.station.control.playback import ChunkPlayer
 from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
 from proctor.station.control.schedule import Schedule
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
 from proctor.station.drivers.gripper.base import GripperCommand, GripperState
+from proctor.station.envelope import Envelope, envelope_settings
 from proctor.station.policy.client import Reply
 from proctor.station.policy.spec import ActionSpace, StepCommands
 from proctor.station.profiles import build_cell
@@ -35,7 +37,7 @@ def test_the_float_slices_name_every_float_column_once_in_order() -> None:
     for span, names in spans:
         assert keys.TELEMETRY_FLOAT_COLUMNS[span] == names
     singles = [keys.EE_SPEED, keys.GRIPPER_TARGET_REQUESTED, keys.GRIPPER_TARGET]
-    singles += [keys.GRIPPER_POSITION, keys.POLICY_LATENCY]
+    singles += [keys.GRIPPER_POSITION, keys.POLICY_LATENCY, keys.ENVELOPE]
     covered = sorted(
         [i for span, _ in spans for i in range(span.start, span.stop)]
         + [keys.FLOAT_INDEX[name] for name in singles]
@@ -138,6 +140,13 @@ def test_where_playback_starts(timed_from_call: bool, real_time: bool, first: in
         open_loop_steps=4,
         control_hz=15.0,
         real_time=real_time,
+        envelope=Envelope(
+            EnvelopeSettings(),
+            cell.arm.tool_transform,
+            q_min=cell.arm.config.q_min,
+            q_max=cell.arm.config.q_max,
+            control_hz=15.0,
+        ),
     )
     rows = np.zeros((10, 7))
     reply = Reply(rows, 0.2, 0.0, ActionSpace.cartesian_position, timed_from_call=timed_from_call)
@@ -162,6 +171,13 @@ def test_gripper_commands_carry_the_objects_speed_and_force() -> None:
             control_hz=15.0,
             real_time=False,
             grip=cfg.gripper.for_object("spoons"),
+            envelope=Envelope(
+                envelope_settings(cfg, cell.envelope_defaults),
+                cell.arm.tool_transform,
+                q_min=cell.arm.config.q_min,
+                q_max=cell.arm.config.q_max,
+                control_hz=15.0,
+            ),
         )
         row = np.append(q, 1.0)[None, :]
         player.load(Reply(row, 0.0, 0.0, ActionSpace.joint_position), t=0.0, asked_at=0.0)

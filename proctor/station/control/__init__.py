@@ -9,14 +9,17 @@ sample; the state each step needs lives with the part that owns it:
   wall clock, waiting for it on a virtual clock, lookahead, and when a
   velocity command must be halted;
 - ``playback.ChunkPlayer``: the action chunk being played, the row it starts
-  at, and the commands sent to the arm and gripper;
+  at, and the commands sent to the arm (each through the episode's
+  ``proctor.station.envelope.Envelope``, which the loop builds for the cell) and the
+  gripper;
 - ``sampling.TelemetrySampler``: one telemetry row per sample, written
   through the named column slices of ``proctor.station.keys``;
 - ``attribution``: whose doing an arm fault is — a contact during the
   policy's motion (``safety``) or the station's command, limits, realtime
   link or set-up (``system``) — from libfranka's error flags;
 - ``finishing``: what the end of an episode leaves in the database and the
-  artifact store (events, manifest, summary).
+  artifact store (events — one ``envelope`` event per run of changed steps —,
+  manifest with its ``envelope`` counts, summary).
 
 Stopping the arm and homing belong to the runner (``EpisodeRunner._stop_arm_now``
 and the operator's ``EpisodeRunner.home``): one place each.

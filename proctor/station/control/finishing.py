@@ -15,7 +15,7 @@ from proctor.core.artifacts import ArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.engine import ProctorSession
 from proctor.core.domain import Outcome
-from proctor.station import episodes
+from proctor.station import episodes, keys
 from proctor.station.archive import archive_recording
 from proctor.station.cell import Cell
 from proctor.station.config import StationConfig
@@ -109,6 +109,7 @@ class EpisodeFinish:
                 details=details,
             )
             self._add_outcome_event(s, ep, ending, t_end)
+            self._add_envelope_events(s, ep)
         archived = archive_recording(
             sessions=self.sessions,
             store=self.store,
@@ -211,6 +212,37 @@ class EpisodeFinish:
             details=details or None,
         )
 
+    def _add_envelope_events(self, s: ProctorSession, ep: episodes.Episode) -> None:
+        """One ``envelope`` event per run of action steps the envelope changed."""
+        env = self.act.envelope
+        if env is None:
+            return
+        t0 = self.act.t0
+        for run in env.log.runs:
+            reasons = sorted(r.value for r in run.reasons)
+            episodes.add_event(
+                s,
+                episode=ep,
+                kind=keys.ENVELOPE_EVENT,
+                t_s=run.t_start - t0,
+                message=f"envelope changed {run.steps} action step(s): {', '.join(reasons)}",
+                details={
+                    "reason": "+".join(reasons),
+                    "reasons": reasons,
+                    "steps": run.steps,
+                    "until_s": round(run.t_end - t0, 4),
+                },
+            )
+        if env.log.runs_dropped:
+            episodes.add_event(
+                s,
+                episode=ep,
+                kind=keys.ENVELOPE_EVENT,
+                message=f"envelope: {env.log.runs_dropped} more runs of interventions "
+                "(not listed; the manifest counts every one)",
+                details={"runs_not_listed": env.log.runs_dropped},
+            )
+
     def _manifest(self, ending: _Ending, details: dict[str, Any]) -> dict[str, Any]:
         """What the runner adds to the episode's manifest."""
         act, cfg, cell = self.act, self.config, self.cell
@@ -233,6 +265,10 @@ class EpisodeFinish:
             "arm_fault": act.arm_fault,
             # the warnings and errors the station logged during the episode
             "fault_lines": act.fault_lines.report() if act.fault_lines is not None else None,
+            # what the envelope changed: {"interventions", "by_reason", "limits"}
+            # (the board and the explorer read exactly this shape); null when
+            # the episode ended before its control loop ran
+            "envelope": act.envelope.report() if act.envelope is not None else None,
             "policy": {
                 **(act.client.info.public() if act.client.info else {}),
                 "calls": details["policy_calls"],

@@ -18,6 +18,7 @@ from proctor.station.control.sampling import TelemetrySampler
 from proctor.station.control.schedule import Schedule, Tick
 from proctor.station.drivers.arm.base import ArmFault, ArmHalted, ArmState
 from proctor.station.drivers.gripper.base import GripperFault, GripperState
+from proctor.station.envelope import Envelope, EnvelopeStop, envelope_settings
 from proctor.station.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -46,6 +47,14 @@ class ControlLoop:
         # None until a Positronic server's first reply names it; its commands are
         # positions (cartesian_pos, joint_pos), never velocities
         space = act.client.action_space
+        act.envelope = Envelope(
+            envelope_settings(cfg, cell.envelope_defaults),
+            cell.arm.tool_transform,
+            q_min=cell.arm.config.q_min,
+            q_max=cell.arm.config.q_max,
+            control_hz=cfg.control_hz,
+        )
+        self.envelope = act.envelope
         self.player = ChunkPlayer(
             cell,
             space=space,
@@ -53,6 +62,7 @@ class ControlLoop:
             control_hz=cfg.control_hz,
             real_time=self.real_time,
             grip=cfg.gripper.for_object(act.work.object_name),
+            envelope=act.envelope,
         )
         self.calls = PolicyCalls(
             act.worker,
@@ -156,6 +166,11 @@ class ControlLoop:
         except GripperFault as exc:
             self.runner._stop_arm_now()
             return Outcome.safety, f"gripper fault: {exc}"
+        except EnvelopeStop as exc:
+            # the policy's command was refused, nothing was sent: a safety stop
+            # of the policy's making (the arm holds where it is)
+            self.runner._stop_arm_now()
+            return Outcome.safety, str(exc)
         return None
 
     def _observe(self, t: float) -> dict[str, Any]:
@@ -189,17 +204,23 @@ class ControlLoop:
             requested=player.current,
             sent=player.sent_arm,
             step=player.step,
+            envelope=player.envelope_mask,
             latency=self.calls.last_latency,
             calls=self.calls.calls,
         )
         return self._camera_stall() if self.real_time else None
 
     def _cell_fault(self, a: ArmState, g: GripperState) -> Ending | None:
-        """An arm fault (attributed to its cause) or a gripper fault (a safety
-        stop) that the cell reports."""
+        """An arm fault (attributed to its cause), the measured tool outside the
+        envelope's box or cone (a prediction the arm did not follow: a safety
+        stop), or a gripper fault (a safety stop) that the cell reports."""
         if a.error is not None:
             self.runner._stop_arm_now()
             return self._arm_fault(a.error, attribute_state(a))
+        breach = self.envelope.watch(a)
+        if breach is not None:
+            self.runner._stop_arm_now()
+            return Outcome.safety, breach
         if g.fault is not None:
             self.runner._stop_arm_now()
             return Outcome.safety, f"gripper fault: {g.fault}"

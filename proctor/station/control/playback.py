@@ -6,6 +6,7 @@ import numpy as np
 
 from proctor.station.cell import Cell
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
+from proctor.station.envelope import Envelope
 from proctor.station.policy.client import Reply
 from proctor.station.policy.spec import ActionSpace, StepCommands, to_commands
 
@@ -13,8 +14,9 @@ from proctor.station.policy.spec import ActionSpace, StepCommands, to_commands
 class ChunkPlayer:
     """Plays a policy's action chunk open-loop, one row per action step, for
     at most ``open_loop_steps`` rows; then the chunk is exhausted and the
-    policy is asked again. Keeps the command in force (as requested and as
-    the arm accepted it) for telemetry."""
+    policy is asked again. Every arm command passes the episode's envelope
+    first (``proctor.station.envelope``). Keeps the command in force (as requested and
+    as the arm accepted it, and what the envelope changed) for telemetry."""
 
     def __init__(
         self,
@@ -25,9 +27,11 @@ class ChunkPlayer:
         control_hz: float,
         real_time: bool,
         grip: tuple[float, float] = (1.0, 0.5),
+        envelope: Envelope,
     ) -> None:
         self.arm, self.gripper = cell.arm, cell.gripper
         self.grip_speed, self.grip_force = grip  # the object's, from the station config
+        self.envelope = envelope
         self.open_loop_steps = open_loop_steps
         self.control_hz = control_hz
         self.real_time = real_time
@@ -41,6 +45,7 @@ class ChunkPlayer:
         self.step = -1  # the action step in force, counted over the episode
         self.current: StepCommands | None = None  # that step, as the policy asked
         self.sent_arm: ArmCommand | None = None  # and as the arm accepted it
+        self.envelope_mask = 0  # what the envelope changed in it (keys.EnvelopeReason bits)
         self.halted = False  # a zero velocity was sent and nothing since
 
     @property
@@ -70,14 +75,18 @@ class ChunkPlayer:
         return reply.first_row(since_call_s, self.control_hz) if self.real_time else 0
 
     def play_next(self) -> None:
-        """Send the next row to the arm and the gripper (raises their faults)."""
+        """Send the next row to the arm, through the envelope, and the gripper
+        (raises their faults, and ``EnvelopeStop``)."""
         assert self.chunk is not None and self.space is not None
         self.current = to_commands(
             self.chunk[self.row], self.space, grip_speed=self.grip_speed, grip_force=self.grip_force
         )
         self.row += 1
         self.step += 1
-        self.sent_arm = self.arm.send(self.current.arm)
+        # against the MEASURED state, read just now
+        guarded = self.envelope.guard(self.current.arm, self.arm.read_state())
+        self.envelope_mask = guarded.mask
+        self.sent_arm = self.arm.send(guarded.command)
         self.gripper.send(self.current.gripper)
         self.halted = False
 

@@ -89,12 +89,14 @@ class TelemetrySampler:
         requested: StepCommands | None = None,
         sent: ArmCommand | None = None,
         step: int = -1,
+        envelope: float = math.nan,
         latency: float,
         calls: int,
     ) -> None:
         """One row: the arm and gripper as read, the action step in force
         (``requested`` as the policy asked it, ``sent`` as the arm accepted
-        it; none before the first step), the latest policy call's latency."""
+        it; none before the first step), what the envelope changed in it
+        (``keys.EnvelopeReason`` bits), the latest policy call's latency."""
         row = self._row
         ee = a.ee_pose
         row[keys.SLICE_JOINT_POSITION] = a.q
@@ -114,6 +116,7 @@ class TelemetrySampler:
         row[keys.FLOAT_INDEX[keys.GRIPPER_TARGET]] = g.target
         row[keys.FLOAT_INDEX[keys.GRIPPER_POSITION]] = g.position
         row[keys.FLOAT_INDEX[keys.POLICY_LATENCY]] = latency
+        row[keys.FLOAT_INDEX[keys.ENVELOPE]] = envelope if requested is not None else math.nan
         self.recorder.telemetry.append(a.t, phase, kind, step, row, g.object_detected, calls)
         self.prev_ee, self.prev_t = ee, a.t
 

@@ -31,6 +31,24 @@ from proctor.station.sim.scene import SimScene
 from proctor.station.sim.world import SimParams, SimWorld
 
 DEFAULT_CAMERA = CameraSettings(width=320, height=240, fps=15)
+# The simulated cell's envelope (``proctor.station.envelope``) under ``[envelope]``: its
+# own table (z = 0) and workspace (``world.Layout``: items stay pickable within
+# x 0.25–0.80, |y| ≤ 0.45), and its own speed limit (``SimParams.v_max``, 1 m/s,
+# which the demo policies' timings are calibrated to: at the real cell's 0.25 m/s
+# they would be other policies). The demo policies lead the measured tool by up
+# to ≈ 20 cm (a replanned move at 1 m/s plus the tracking lag). The simulated
+# fingertips are the tool point exactly (``kinematics.TCP_OFFSET``: no extra).
+SIM_ENVELOPE: dict[str, Any] = {
+    "workspace_min": (0.25, -0.45, 0.0),
+    "workspace_max": (0.80, 0.45, 0.65),
+    "table_z": 0.0,
+    # the fingertips touch the table below this (the world's floor contact)
+    "table_margin_m": SimParams().floor_clearance,
+    "max_tool_speed": 1.0,
+    "max_tool_rotation_speed": 2.5,
+    "max_step_m": 0.3,
+    "max_step_rad": 0.5,
+}
 _PARAM_FIELDS = {f.name for f in dataclasses.fields(SimParams)}
 
 
@@ -72,4 +90,5 @@ def build(config: StationConfig, clock: Clock | None = None) -> Cell:
         gripper=SimGripper(world),
         cameras=cameras,
         scene=SimScene(world),
+        envelope_defaults=dict(SIM_ENVELOPE),
     )

@@ -99,6 +99,10 @@ class SimArm(Arm[SimArmConfig]):
                 raise ArmHalted(what)
             return self.world.command_arm(command, speed_scale=speed_scale)
 
+    def tool_transform(self, q: np.ndarray) -> np.ndarray:
+        """The simulated cell's own FR3 kinematics (``proctor.station.sim.kinematics``)."""
+        return kin.forward(np.asarray(q, dtype=np.float64))[2]
+
     def stop(self) -> None:
         if self._connected:
             with self.world.lock:

@@ -437,7 +437,7 @@ class SimWorld:
                 target[:3] = v * (p.v_max / nv)
             if nw > p.w_max:
                 target[3:] = w * (p.w_max / nw)
-        return ArmCommand(kind, target)
+        return ArmCommand(kind, target, command.max_tool_speed)
 
     def command_arm(self, command: ArmCommand, speed_scale: float = 1.0) -> ArmCommand:
         """Start ``command``; ``speed_scale`` (0, 1] lowers the speed limits of a
@@ -504,7 +504,10 @@ class SimWorld:
                 return np.zeros(7)  # there, at rest
             scale = self._speed_scale
             speed = min(
-                p.v_max * scale, math.sqrt(2 * p.a_max * 0.8 * dist), dist / p.time_constant
+                p.v_max * scale,
+                math.sqrt(2 * p.a_max * 0.8 * dist),
+                dist / p.time_constant,
+                cmd.max_tool_speed or math.inf,
             )
             desired = np.zeros(6)
             if dist > 1e-9:
@@ -552,6 +555,17 @@ class SimWorld:
         if at_limit.any():
             q = np.clip(q, Q_MIN, Q_MAX)
             dq[at_limit] = 0
+        cap = self.command.max_tool_speed if self.command is not None else None
+        if cap is not None:
+            # the command's tool speed cap (the station's envelope), for every
+            # kind of command and after the joint limits (a joint stopped at its
+            # limit can leave the others moving the tool faster): the joints
+            # slow down together, the tool keeps its direction
+            v = self.jac[:3] @ dq
+            speed = math.sqrt(float(v @ v))
+            if speed > cap:
+                dq = dq * (cap / speed)
+                q = np.clip(self.q + dq * self.dt, Q_MIN, Q_MAX)
         old_tcp = self.tcp.copy()
         origins, axes, tool = kin.forward(q)
         new_tcp = tool[:3, 3]

@@ -23,7 +23,7 @@ from proctor.core.domain import Side
 from proctor.core.errors import ConfigError
 from proctor.station import keys
 from proctor.station.cell import Cell
-from proctor.station.config import StationConfig, load_station_config
+from proctor.station.config import EnvelopeSettings, StationConfig, load_station_config
 from proctor.station.drivers.arm.franky import FrankyArm
 from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
 from proctor.station.drivers.camera.realsense_record import record_pattern
@@ -626,3 +626,88 @@ def test_the_daemon_runs_the_twin_profile(tmp_path: Path) -> None:
     while peer_processes(str(tmp_path / "work")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert peer_processes(str(tmp_path / "work")) == [], (tmp_path / "daemon.log").read_text()
+
+
+# the twin's hostile policy: the default action space (joint velocities) at
+# 3 rad/s outwards and down, jumps, then NaN; a shorter attack than on the
+# simulated cell (test_envelope.py), in real time against franky-sim
+TWIN_ATTACK = ["hold"] + ["out"] * 3 + ["down"] * 3 + ["jump"] * 2 + ["back"] * 3 + ["nan"]
+TWIN_BOX = EnvelopeSettings(
+    workspace_min=(0.22, -0.12, 0.0), workspace_max=(0.42, 0.12, 0.60), table_z=0.30
+)
+
+
+def test_the_envelope_holds_a_hostile_policy_on_the_twin(twin_cell: Cell, tmp_path: Path) -> None:
+    """franky's own model (``Model.pose``) predicts every joint velocity the
+    hostile policy sends; the recorded tool (franky-sim's ``O_T_EE``) stays in
+    the real cell's default box above the table and under its 0.25 m/s cap."""
+    from proctor.station.envelope import envelope_settings
+    from proctor.station.recording import load_recording
+    from proctor.station.runner import EpisodeRunner
+    from tests.station.test_envelope import HostilePolicy
+
+    url = f"sqlite:///{tmp_path / 'station.db'}"
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    sessions = make_session_factory(engine)
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    config = twin_config(Path(twin_cell.gripper.config.port).parent).model_copy(
+        # a box close around home, so that the attack meets its walls within
+        # seconds; the "table" at z = 0.30 m
+        update={"envelope": TWIN_BOX}
+    )
+    limits = envelope_settings(config, {})
+    cell = Cell(
+        profile="twin",
+        clock=twin_cell.clock,
+        arm=twin_cell.arm,
+        gripper=twin_cell.gripper,
+        cameras=twin_cell.cameras,
+    )
+    with PolicyServer(HostilePolicy("joint_velocity", TWIN_ATTACK)) as server:
+        runner = EpisodeRunner(
+            cell, config=config, sessions=sessions, store=store, spool_root=tmp_path / "spool"
+        )
+        runner.open()
+        try:
+            work = Work(
+                run_code="R-TWIN-ENV",
+                object_name="spoons",
+                items=1,
+                per_item_cap_s=60.0,
+                tote_side=Side.right,
+                camera_side=Side.left,
+                policy_url=server.url,
+            )
+            summary = runner.run_headless(work)
+        finally:
+            runner.close()
+    with make_session_factory(engine)() as s:
+        rec = load_recording(s, store, summary.uid)
+        xyz = np.stack([rec.column(c) for c in keys.EE_POSE[:3]], axis=1)
+        t = rec.column(keys.T)
+        raw_speed = rec.column(keys.EE_SPEED)
+        steps = rec.column(keys.ACTION_STEP)
+        envelope = rec.manifest["envelope"]
+        rec.close()
+    engine.dispose()
+    # the tool's speed over 50 ms: a starved franky-sim updates its state
+    # unevenly against the host clock the samples are stamped with, and a
+    # sample-to-sample difference spikes where a late update lands
+    k = 5
+    speed = np.linalg.norm(xyz[k:] - xyz[:-k], axis=1) / (t[k:] - t[:-k])
+    print(
+        f"twin: {summary.proposed.value} ({summary.reason}); x {xyz[:, 0].min():.3f}…"
+        f"{xyz[:, 0].max():.3f}, y {xyz[:, 1].min():.3f}…{xyz[:, 1].max():.3f}, "
+        f"z ≥ {xyz[:, 2].min():.3f}; speed ≤ {speed.max():.3f} m/s over 50 ms "
+        f"({raw_speed.max():.3f} m/s sample to sample); {envelope}"
+    )
+    assert summary.proposed.value == "system" and "NaN" in summary.reason, summary.reason
+    assert steps.max() >= 60 and np.ptp(xyz, axis=0).max() > 0.05
+    lo, hi = np.array(limits.workspace_min), np.array(limits.workspace_max)
+    lo[2] = max(lo[2], limits.table_z + limits.table_margin_m)
+    # franky-sim follows a joint velocity for its 0.2 s hold and ramps down:
+    # a little past the prediction at a wall, a little over the cap at a turn
+    assert (xyz >= lo - 0.02).all() and (xyz <= hi + 0.02).all()
+    assert speed.max() <= limits.max_tool_speed * 1.15
+    assert envelope["by_reason"]["speed"] > 0 and envelope["by_reason"]["workspace"] > 0

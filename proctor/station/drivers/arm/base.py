@@ -40,6 +40,10 @@ TARGET_SIZE = {
 class ArmCommand:
     kind: ArmCommandKind
     target: np.ndarray
+    # the tool speed (m/s) the arm must not exceed while executing this command:
+    # the station's envelope sets its cap here (``proctor.station.envelope``); None: the
+    # arm's own limits only (homing, halts)
+    max_tool_speed: float | None = None
 
     def __post_init__(self) -> None:
         target = np.asarray(self.target, dtype=np.float64)
@@ -203,6 +207,13 @@ class Arm(ABC, Generic[C]):
     @abstractmethod
     def resume(self) -> None:
         """Clear the halt latch. Only on an explicit operator action."""
+
+    def tool_transform(self, q: np.ndarray) -> np.ndarray | None:
+        """Forward kinematics: the 4×4 pose (base frame) of the tool point that
+        ``read_state().ee_pose`` reports, for joint positions ``q``; None when
+        this arm has no kinematic model (the envelope then refuses joint-space
+        commands, which it could not predict)."""
+        return None
 
     @abstractmethod
     def recover(self) -> None:

@@ -131,10 +131,19 @@ class FrankyArmConfig(ArmConfig):
     # libfranka's 1 kHz loop misses deadlines on a stock kernel and the
     # controller then aborts with communication_constraints_violation
     realtime: Realtime = Realtime.enforce
-    # fraction of the FR3's velocity/acceleration/jerk limits for every
-    # motion (set once on the Robot, so it caps everything): evaluation runs
-    # beside bins and people, not at full speed
+    # fraction of the FR3's velocity limits for every motion, set once on the
+    # Robot: evaluation runs beside bins and people, not at full speed. It caps
+    # the speed of position motions only; velocity motions are capped by the
+    # clip below and by the station's envelope (``proctor.station.envelope``), whose
+    # tool speed cap also lowers each position motion's own velocity factor
     relative_dynamics_factor: float = 0.2
+    # the same for acceleration and jerk (None: the velocity factor). franky's
+    # RelativeDynamicsFactor(velocity, acceleration, jerk) takes them apart
+    # (franky 2.0 ``include/franky/relative_dynamics_factor.hpp``): a velocity
+    # command reaches its velocity at this acceleration, so a low factor makes
+    # velocity policies lag (review #18). Not yet tuned on hardware.
+    acceleration_factor: float | None = None
+    jerk_factor: float | None = None
     # homing crosses the whole workspace with no policy watching: slower still
     # (never faster than relative_dynamics_factor, which caps every motion)
     home_dynamics_factor: float = 0.1
@@ -236,6 +245,16 @@ class FrankyArmConfig(ArmConfig):
             raise ValueError("franky arm config: relative_dynamics_factor must be in (0, 1]")
         if not 0.0 < self.home_dynamics_factor <= 1.0:
             raise ValueError("franky arm config: home_dynamics_factor must be in (0, 1]")
+        for name in ("acceleration_factor", "jerk_factor"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < value <= 1.0:
+                raise ValueError(f"franky arm config: {name} must be in (0, 1]")
+
+    @property
+    def dynamics(self) -> tuple[float, float, float]:
+        """The Robot's global (velocity, acceleration, jerk) factors."""
+        v = self.relative_dynamics_factor
+        return (v, self.acceleration_factor or v, self.jerk_factor or v)
 
     def _check_end_effector(self) -> None:
         for name, size in (("payload_com", 3), ("payload_inertia", 9)):
@@ -265,7 +284,7 @@ def _connect_robot(config: FrankyArmConfig) -> franky.Robot:
     )
     robot = franky.Robot(
         config.host,
-        relative_dynamics_factor=config.relative_dynamics_factor,
+        relative_dynamics_factor=franky.RelativeDynamicsFactor(*config.dynamics),
         realtime_config=realtime,
     )
     robot.set_collision_behavior(list(config.collision_torque_nm), list(config.collision_force_n))
@@ -477,6 +496,9 @@ class FrankyArm(Arm[FrankyArmConfig]):
         self._q_lo = np.asarray(config.q_min) + config.joint_margin_rad
         self._q_hi = np.asarray(config.q_max) - config.joint_margin_rad
         self._dq_max = np.asarray(config.max_joint_velocity) * config.relative_dynamics_factor
+        # the controller's end effector (F_T_EE, EE_T_K) as last read: the model's
+        # forward kinematics needs it (see tool_transform)
+        self._ee_frames: tuple[Any, Any] | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def connect(self) -> None:
@@ -519,6 +541,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
     def disconnect(self) -> None:
         with self._lock:
             self._robot = None  # libfranka closes the connection with the object
+            self._ee_frames = None
 
     @property
     def is_connected(self) -> bool:
@@ -604,6 +627,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 raise self._latch(exc) from exc
             t = self.clock.now()
             pose = s.O_T_EE
+            self._ee_frames = (s.F_T_EE, s.EE_T_K)
             error, kind, flags = self._fault, self._fault_kind, self._fault_flags
             mode = ROBOT_MODES.get(s.robot_mode, RobotMode.other)
             if error is None:
@@ -657,12 +681,63 @@ class FrankyArm(Arm[FrankyArmConfig]):
                     _clip_norm(target[3:], c.max_angular_velocity * factor),
                 ]
             )
-        return ArmCommand(command.kind, target)
+        return ArmCommand(command.kind, target, command.max_tool_speed)
+
+    def tool_transform(self, q: np.ndarray) -> np.ndarray:
+        """Forward kinematics by franky's model of the arm: ``Model.pose(
+        Frame.EndEffector, q, F_T_EE, EE_T_K)`` (franky 2.0
+        ``python/bind_model.cpp``, ``src/model.cpp``: libfranka's model) with the
+        end effector the controller is configured with — the point ``O_T_EE``
+        reports (on franky-sim the two agree to 0.1 mm at the measured q)."""
+        with self._lock:
+            if self._ee_frames is None:
+                s = self._r().state
+                self._ee_frames = (s.F_T_EE, s.EE_T_K)
+            frame = franky.Frame.EndEffector
+            pose = self._r().model.pose(frame, np.asarray(q, dtype=np.float64), *self._ee_frames)
+            return np.asarray(pose.matrix, dtype=np.float64)
+
+    def _velocity_factor(self, command: ArmCommand) -> float:
+        """The position motion's own velocity factor that keeps the tool under
+        ``command.max_tool_speed``, on top of the Robot's. A Cartesian motion's
+        tool speed is bounded by franky's translation velocity limit
+        (``Robot.translation_velocity_limit``, 1.7 m/s with libfranka ≥ 0.10,
+        franky 2.0 ``src/robot.cpp``) on each axis that moves; a joint
+        motion's by Σᵢ ‖Jᵢ‖·vᵢ (the
+        model's Jacobian at the measured joints, each joint at its velocity
+        limit): conservative, so joint targets may move slower than the cap."""
+        cap = command.max_tool_speed
+        if cap is None:
+            return 1.0
+        robot = self._r()
+        v_global = self.config.relative_dynamics_factor
+        if command.kind == ArmCommandKind.cartesian_pose:
+            # franky limits each translation axis on its own (Ruckig DoFs:
+            # ``src/motion/cartesian_waypoint_motion.cpp``,
+            # getAbsoluteInputLimits), so n moving axes reach √n × the limit
+            travel = command.target[:3] - np.asarray(robot.state.O_T_EE.translation)
+            moving = max(1, int(np.count_nonzero(np.abs(travel) > 1e-4)))
+            bound = float(robot.translation_velocity_limit.get()) * v_global * math.sqrt(moving)
+        elif command.kind == ArmCommandKind.joint_position:
+            if self._ee_frames is None:
+                s = robot.state
+                self._ee_frames = (s.F_T_EE, s.EE_T_K)
+            jac = np.asarray(
+                robot.model.zero_jacobian(
+                    franky.Frame.EndEffector, np.asarray(robot.state.q), *self._ee_frames
+                )
+            )[:3]
+            limits = np.asarray(robot.joint_velocity_limit.get(), dtype=np.float64)
+            bound = float(np.linalg.norm(jac, axis=0) @ limits) * v_global
+        else:
+            return 1.0  # velocities: the envelope has scaled them to the cap already
+        return min(1.0, cap / bound) if bound > 0 else 1.0
 
     def _motion(self, command: ArmCommand) -> Any:
-        # the Robot already scales every motion by relative_dynamics_factor
-        # (it was given at connect); a motion's own factor multiplies on top
-        factor = 1.0
+        # the Robot already scales every motion by its factors (given at
+        # connect); a motion's own factor multiplies on top: its velocity part
+        # holds a position motion to the envelope's tool speed cap
+        factor = franky.RelativeDynamicsFactor(self._velocity_factor(command), 1.0, 1.0)
         hold = franky.Duration(round(self.config.velocity_hold_s * 1000))
         t = command.target
         if command.kind == ArmCommandKind.joint_position:
