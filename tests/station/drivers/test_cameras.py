@@ -13,6 +13,7 @@ through the driver's same grabber thread — a stand-in source, not a camera.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from pathlib import Path
 
@@ -72,6 +73,42 @@ def test_clock_mapper_starts_afresh_when_the_device_clock_jumps_back() -> None:
     t2 = mapper.map(0.5, 100.04)  # camera reset (or a looping playback)
     assert mapper.resets == 1
     assert t2 > t1 and t2 == pytest.approx(100.04)
+
+
+def test_clock_mapper_starts_afresh_after_a_loop_it_did_not_see() -> None:
+    """A 1 s looping playback, read twice (commissioning), left unread for
+    1.6 s, then read steadily (pre-flight): by then it has looped and its
+    device time is past the last one seen, so no jump back shows; the old
+    samples, one loop off, must not set the offset (they did: the frames
+    mapped ~1 s early, then jumped at the next loop, and pre-flight measured
+    7 fps of a 15 fps camera)."""
+    period, loop = 1 / 15, 15  # frames 0..14 at device 123.456 + i / 15
+    mapper = DeviceClockMapper(window_s=2.0)
+
+    def device(i: int) -> float:
+        return 123.456 + (i % loop) * period
+
+    mapper.map(device(0), 100.0)
+    mapper.map(device(1), 100.0 + period)
+    # 1.6 s later, frames 24.. (loop 1, frames 9..): read as they come
+    arrivals = [101.6 + k * period for k in range(12)]
+    mapped = [mapper.map(device(24 + k), a) for k, a in enumerate(arrivals)]
+    assert mapper.resets >= 1
+    # each frame mapped at most a transfer latency before its arrival, and
+    # across the loop's end (frame 14 → 0) the step is a frame period
+    for t, a in zip(mapped, arrivals, strict=True):
+        assert a - 0.01 <= t <= a + 1e-9
+    assert max(b - a for a, b in itertools.pairwise(mapped)) < 1.5 * period
+
+
+def test_clock_mapper_keeps_its_estimate_through_an_ordinary_late_frame() -> None:
+    """A frame that arrives 80 ms late (a busy host) is not a new timeline."""
+    mapper = DeviceClockMapper(window_s=2.0)
+    for i in range(20):
+        mapper.map(5.0 + i / 30, 1000.0 + i / 30 + 0.002)
+    late = mapper.map(5.0 + 20 / 30, 1000.0 + 20 / 30 + 0.08)
+    assert mapper.resets == 0
+    assert late == pytest.approx(1000.0 + 20 / 30 + 0.002)
 
 
 # -- RealSense through rs.pipeline --------------------------------------------

@@ -351,6 +351,24 @@ def configure_end_effector(robot: Any, config: FrankyArmConfig) -> None:
     raise ArmFault("end effector not as configured after setting it: " + "; ".join(problems))
 
 
+def fresh_state(robot: Any) -> Any:
+    """A state the controller sent after this call began, not one that was
+    already waiting. libfranka's ``readOnce`` returns the newest state on its
+    UDP socket and blocks only when none is newer than the last one returned
+    (libfranka src/robot_impl.cpp, ``Robot::Impl::receiveRobotState``); franky
+    2.0's ``Robot.state`` reads a second time only when the robot's clock
+    advanced over 3 ms less than the host's since the previous read (franky
+    v2.0.0 src/robot.cpp, ``robotStateIsStale``). So a state read within
+    milliseconds of a ``set_load``/``set_ee`` can be one sent before the
+    controller applied the change (franky-sim replies to the command before it
+    sends the next state; that the real controller can do the same is not
+    verified on hardware). The first read here takes what was waiting, the
+    second one that arrived after it. During a motion franky answers from the
+    control loop's own latest state, which both reads return."""
+    _ = robot.state  # takes what was waiting on the socket
+    return robot.state
+
+
 # reading back the end effector after setting it: up to half a second
 READBACK_TRIES = 50
 READBACK_PERIOD_S = 0.01
@@ -647,7 +665,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
         with self._lock:
             self._r()
             try:
-                s = self._r().state
+                s = fresh_state(self._r())
             except FRANKY_ERRORS as exc:
                 raise self._latch(exc) from exc
             report = end_effector_report(s)
