@@ -2,8 +2,10 @@
 
 Each station command becomes an asynchronous franky motion; a newer command
 preempts the one in progress (franky motion objects are single-use, so every
-command builds a fresh one). State is read straight from libfranka's latest
-1 kHz sample, fast enough for ≥ 100 Hz telemetry.
+command builds a fresh one). A position target is held ``position_hold_s``
+once reached, so that a stream of them at the policy's rate runs in one
+libfranka control loop (``_position_motion``). State is read straight from
+libfranka's latest 1 kHz sample, fast enough for ≥ 100 Hz telemetry.
 
 Faults: an exception out of a motion (a reflex, a lost link) latches the
 arm as faulted, with libfranka's text, its kind and libfranka's error flags;
