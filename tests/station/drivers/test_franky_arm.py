@@ -111,6 +111,8 @@ def test_config_from_toml_values_is_checked() -> None:
     assert FrankyArmConfig(acceleration_factor=0.5).dynamics == (0.2, 0.5, 0.2)
     with pytest.raises(ValueError, match="acceleration_factor must be in"):
         FrankyArmConfig(acceleration_factor=1.5)
+    with pytest.raises(ValueError, match="position_hold_s must be in"):
+        FrankyArmConfig(position_hold_s=-0.1)
 
 
 def test_read_state(arm: FrankyArm) -> None:

@@ -782,7 +782,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
         """A streamed position target: one waypoint, held ``position_hold_s``
         after it is reached, then the motion ends (review #19).
 
-        What franky 2.0.0 does (``include/franky/motion/waypoint_motion.hpp``,
+        What franky 2.0.0 does (tag v2.0.0, e7e63c7c; ``include/franky/motion/waypoint_motion.hpp``,
         ``WaypointMotion::nextCommandImpl``): once the last waypoint is reached
         the motion keeps commanding its target for the waypoint's
         ``hold_target_duration`` (at least 10 ms), then returns
