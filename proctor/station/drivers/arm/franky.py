@@ -2,8 +2,10 @@
 
 Each station command becomes an asynchronous franky motion; a newer command
 preempts the one in progress (franky motion objects are single-use, so every
-command builds a fresh one). State is read straight from libfranka's latest
-1 kHz sample, fast enough for ≥ 100 Hz telemetry.
+command builds a fresh one). A position target is held ``position_hold_s``
+once reached, so that a stream of them at the policy's rate runs in one
+libfranka control loop (``_position_motion``). State is read straight from
+libfranka's latest 1 kHz sample, fast enough for ≥ 100 Hz telemetry.
 
 Faults: an exception out of a motion (a reflex, a lost link) latches the
 arm as faulted, with libfranka's text, its kind and libfranka's error flags;
@@ -185,6 +187,14 @@ class FrankyArmConfig(ArmConfig):
     # policy that stops sending (crash, hang) stops the arm: three periods of
     # a 15 Hz control loop
     velocity_hold_s: float = 0.2
+    # a position target, once reached, is held this long before its motion
+    # ends: a policy streams targets at 15 Hz, and the next one then replaces
+    # the motion inside the running control loop instead of starting a new
+    # loop (review #19; see _position_motion). Three periods at 15 Hz, so one
+    # late step does not end the loop; a policy that stops sending leaves the
+    # arm at rest at its last target and the loop ends on its own, as a
+    # motion that ended at its target did
+    position_hold_s: float = 0.2
     # Cartesian targets are clipped to this box (m, robot base frame): above
     # the table top and inside the cell's fence
     workspace_min: tuple[float, float, float] = (0.15, -0.6, 0.02)
@@ -243,6 +253,8 @@ class FrankyArmConfig(ArmConfig):
                 )
         if not 0.0 < self.relative_dynamics_factor <= 1.0:
             raise ValueError("franky arm config: relative_dynamics_factor must be in (0, 1]")
+        if not 0.0 <= self.position_hold_s <= 5.0:
+            raise ValueError("franky arm config: position_hold_s must be in [0, 5] s")
         if not 0.0 < self.home_dynamics_factor <= 1.0:
             raise ValueError("franky arm config: home_dynamics_factor must be in (0, 1]")
         for name in ("acceleration_factor", "jerk_factor"):
@@ -756,18 +768,58 @@ class FrankyArm(Arm[FrankyArmConfig]):
         # connect); a motion's own factor multiplies on top: its velocity part
         # holds a position motion to the envelope's tool speed cap
         factor = franky.RelativeDynamicsFactor(self._velocity_factor(command), 1.0, 1.0)
-        hold = franky.Duration(round(self.config.velocity_hold_s * 1000))
         t = command.target
-        if command.kind == ArmCommandKind.joint_position:
-            return franky.JointMotion(t, relative_dynamics_factor=factor)
+        if command.kind in (ArmCommandKind.joint_position, ArmCommandKind.cartesian_pose):
+            return self._position_motion(command.kind, t, factor)
+        hold = franky.Duration(round(self.config.velocity_hold_s * 1000))
         if command.kind == ArmCommandKind.joint_velocity:
             return franky.JointVelocityMotion(t, duration=hold, relative_dynamics_factor=factor)
-        if command.kind == ArmCommandKind.cartesian_pose:
-            return franky.CartesianMotion(
-                franky.Affine(t[:3], t[3:]), relative_dynamics_factor=factor
-            )
         return franky.CartesianVelocityMotion(
             franky.Twist(t[:3], t[3:]), duration=hold, relative_dynamics_factor=factor
+        )
+
+    def _position_motion(self, kind: ArmCommandKind, t: np.ndarray, factor: Any) -> Any:
+        """A streamed position target: one waypoint, held ``position_hold_s``
+        after it is reached, then the motion ends (review #19).
+
+        What franky 2.0.0 does (tag v2.0.0, e7e63c7c; ``include/franky/motion/waypoint_motion.hpp``,
+        ``WaypointMotion::nextCommandImpl``): once the last waypoint is reached
+        the motion keeps commanding its target for the waypoint's
+        ``hold_target_duration`` (at least 10 ms), then returns
+        ``franka::MotionFinished`` when ``return_when_finished`` (the default),
+        which ends libfranka's control loop; with ``return_when_finished=False``
+        it holds the target for ever. A ``move`` while a loop of the same
+        interface runs only swaps the motion (``Robot::moveInternal``,
+        ``include/franky/robot.hpp``: ``updateMotion``), the new one starting
+        from the previous command (``initWaypointMotion`` in
+        ``src/motion/joint_waypoint_motion.cpp``); with no loop running it
+        starts a new one: a new Move on the controller. A ``JointMotion`` or
+        ``CartesianMotion`` is this motion with a hold of 0
+        (``src/motion/{joint,cartesian}_motion.cpp``): a small step, reached
+        within the 67 ms of a 15 Hz period, ended the loop every step.
+
+        Why a hold, not ``return_when_finished=False``: a motion that never
+        ends would keep the 1 kHz loop (and the controller in Move) running
+        after the policy stops sending — at a chunk's end while it thinks, at
+        the episode's end while the station awaits the operator's log — until
+        something stops it, and ``moving`` (preflight's test motion, which
+        waits for the controller to leave Move; the tests' settle) would never
+        turn false. The hold keeps the loop alive between steps and still ends
+        by itself, a deadman like ``velocity_hold_s``. The velocity factor
+        (the envelope's tool-speed cap) applies to the waypoint for the whole
+        motion, hold included: Ruckig's limits are set from waypoint × motion
+        × Robot factors when the waypoint starts
+        (``PositionWaypointMotion::setInputLimits``,
+        ``include/franky/motion/position_waypoint_motion.hpp``)."""
+        hold = franky.Duration(round(self.config.position_hold_s * 1000))
+        if kind == ArmCommandKind.joint_position:
+            return franky.JointWaypointMotion(
+                [franky.JointWaypoint(t, hold_target_duration=hold)],
+                relative_dynamics_factor=factor,
+            )
+        return franky.CartesianWaypointMotion(
+            [franky.CartesianWaypoint(franky.Affine(t[:3], t[3:]), hold_target_duration=hold)],
+            relative_dynamics_factor=factor,
         )
 
     def _ready_to_move(self, what: str) -> None:
