@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -626,6 +628,68 @@ def test_the_daemon_runs_the_twin_profile(tmp_path: Path) -> None:
     while peer_processes(str(tmp_path / "work")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert peer_processes(str(tmp_path / "work")) == [], (tmp_path / "daemon.log").read_text()
+
+
+def test_the_twin_daemon_starts_without_a_camera_and_arms_once_it_appears(
+    tmp_path: Path, processes, policy_server
+) -> None:
+    """The wrist camera's recording (its cable, on the real cell) is absent when
+    `proctor station run --profile twin` starts: the daemon starts anyway (it
+    used to exit, and systemd restarted it in a loop), its status shows the
+    camera absent, /api/next is refused naming it, and once the recording is
+    there the hub connects it and the same daemon arms a run."""
+    import httpx
+
+    from tests.station.conftest import clean_env
+
+    source = tmp_path / "later" / "wrist.db3"
+    server = policy_server("steady")  # a demo policy on loopback (openpi's wire)
+    config = station_toml(
+        tmp_path,
+        "twin-nocam",
+        f"""
+[twin.cameras.wrist]
+playback_file = "{source}"
+[work]
+source = "adhoc"
+[work.options]
+policy = "{server.url}"
+object = "towels"
+items = 1
+""",
+    )
+    env = clean_env(PROCTOR_DATA_DIR=str(tmp_path / "data"))
+    args = [*PROCTOR, "station", "run", "--profile", "twin", "--config", str(config)]
+    daemon = processes([*args, "--port", "0"], env)
+    api = daemon.wait_for(r"listening on (http://127\.0\.0\.1:\d+)", 180).group(1)
+    with httpx.Client(base_url=api, timeout=30) as http:
+
+        def wrist() -> dict[str, object]:
+            return http.get("/api/status").json()["cameras"]["wrist"]["health"]
+
+        status = http.get("/api/status").json()
+        assert status["state"] == "idle" and status["arm_error"] is None
+        assert wrist()["state"] == "absent", wrist()
+        assert "does not exist" in str(wrist()["error"])
+        assert status["cameras"]["exterior"]["health"]["state"] == "ok"
+        refused = http.post("/api/next")
+        assert refused.status_code == 409, refused.text
+        assert "camera wrist is absent" in refused.text
+        # plugged in: the recording written aside, then moved in place whole
+        record_pattern(tmp_path / "wrist.db3", width=160, height=120, fps=15, frames=15)
+        source.parent.mkdir()
+        (tmp_path / "wrist.db3").rename(source)
+        deadline = time.monotonic() + 60
+        while wrist()["state"] != "ok":
+            assert time.monotonic() < deadline, daemon.output()
+            time.sleep(0.2)
+        armed = http.post("/api/next")
+        assert armed.status_code == 200, armed.text + daemon.output()
+        assert armed.json()["state"] == "armed"
+        assert http.post("/api/disarm").status_code == 200  # give the run up
+    daemon.kill(signal.SIGTERM)
+    log = daemon.log.read_text()
+    assert "camera wrist is absent" in log and "camera wrist connected" in log, log
 
 
 # the twin's hostile policy: the default action space (joint velocities) at
