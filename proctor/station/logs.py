@@ -1,9 +1,10 @@
 """The station's log: how ``proctor station run`` writes it, and the fault
 lines an episode keeps in its manifest.
 
-The daemon logs its lifecycle at INFO (connect, homing, activation, recover,
-arm/start/stop, each episode's end and outcome) with a timestamp and the
-logger's name; journald keeps it. The level is the setting ``log_level``
+The daemon logs its lifecycle at INFO (connect, a gripper activation when
+one was needed, the operator's homing, recover, arm/start/stop, each
+episode's end and outcome) with a timestamp and the logger's name; journald
+keeps it. The level is the setting ``log_level``
 (``PROCTOR_LOG_LEVEL``, default INFO).
 
 While an episode runs, every record at WARNING or above from the station's

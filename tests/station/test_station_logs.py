@@ -38,6 +38,9 @@ def test_the_daemon_logs_its_lifecycle_at_info(serve_demo, processes, tmp_path: 
     daemon = processes([*PROCTOR, "station", "run", "--profile", "sim", "--config", str(cfg)], env)
     api = daemon.wait_for(r"listening on (http://127\.0\.0\.1:\d+)").group(1)
     with httpx.Client(base_url=api, timeout=10) as http:
+        # the operator homes the arm (nothing homes on its own), then arms and starts
+        homed = http.post("/api/home", json={"cell_clear": True})
+        assert homed.status_code == 200, homed.text
         uid = http.post("/api/next").json()["episode"]
         assert http.post("/api/start").json()["state"] == "running"
         time.sleep(1.0)
@@ -51,8 +54,12 @@ def test_the_daemon_logs_its_lifecycle_at_info(serve_demo, processes, tmp_path: 
         ("proctor.station.cli", r"interpreter switch interval 1\.0 ms"),
         ("proctor.station.runner", r"station cell-logs \(sim\): connecting the cell"),
         ("proctor.station.cell", r"arm connected \(SimArm\)"),
-        ("proctor.station.cell", r"gripper connected and activated"),
-        ("proctor.station.runner", r"homing the arm"),
+        # a fresh simulated gripper needs activating, as a Robotiq after power-on does
+        ("proctor.station.cell", r"gripper activated \(it was not"),
+        ("proctor.station.cell", r"gripper connected \(SimGripper\)"),
+        ("proctor.station.cell", r"camera exterior connected"),
+        ("proctor.station.cell", r"camera wrist connected"),
+        ("proctor.station.runner", r"homing the arm \(operator confirmed the cell clear\)"),
         ("proctor.station.runner", r"arm homed in \d+\.\d s"),
         ("proctor.station.runner", rf"armed run X-\w+ as episode {uid} \(towels\)"),
         ("proctor.station.runner", rf"episode {uid} started"),
@@ -73,3 +80,6 @@ def test_the_daemon_logs_its_lifecycle_at_info(serve_demo, processes, tmp_path: 
             f"{n}: {m}" for n, m in info
         )
         found = at + 1
+    # the operator's homing is the only one: nothing homes on connect or after the episode
+    homings = [m for n, m in info if n == "proctor.station.runner" and m.startswith("homing")]
+    assert len(homings) == 1, homings

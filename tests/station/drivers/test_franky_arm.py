@@ -532,6 +532,11 @@ class FaultInjectingRobot:
             self._sticky.clear()
             self._before.clear()
 
+    def release(self) -> None:
+        """Drop the franky connection (the controller serves one client), even
+        while something — a failed test's traceback — still holds this wrapper."""
+        self._robot = None
+
     def _maybe_raise(self, method: str) -> None:
         with self._lock:
             self.calls[method] = self.calls.get(method, 0) + 1
@@ -603,7 +608,9 @@ def faulty(franky_sim: str) -> Iterator[tuple[FrankyArm, FaultInjectingRobot]]:
             arm.stop()
             arm.disconnect()
         # the controller serves one client: let go of the connection now
-        # (log records with tracebacks may still point at the wrapper's frames)
+        # (log records with tracebacks, or a failed test's, may still point at
+        # the wrapper)
+        wrapper[0].release()
         wrapper.clear()
         gc.collect()
 
@@ -757,7 +764,7 @@ def test_a_stop_after_a_reflex_is_not_a_failure_to_stop(
     arm, robot = faulty
     robot.inject("poll_motion", lambda: franky.ControlException(REFLEX))
     robot.inject("stop", lambda: franky.CommandException(STOP_AFTER_REFLEX))
-    with caplog.at_level(logging.INFO, logger="station"):
+    with caplog.at_level(logging.INFO, logger="proctor.station"):
         assert arm.read_state().error is not None  # latched, and the stop refused
         robot.inject("stop", lambda: franky.CommandException(STOP_AFTER_REFLEX))
         arm.stop()  # the runner's stop after the fault: refused the same way

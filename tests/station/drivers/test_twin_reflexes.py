@@ -4,7 +4,8 @@ libfranka raises it (franky-sim never produces one: SIMULATED FAULTS, injected
 by the test-only ``FaultInjectingRobot``, with libfranka's own text and flag
 names). A contact during the policy's motion is the policy's safety stop; a
 broken realtime link or an unreachable target is the station's (``system``);
-a reflex during the station's own homing is the station's."""
+a reflex during the station's own motion (the operator's homing) is the
+station's. Nothing homes on its own: each test homes before it arms."""
 
 from __future__ import annotations
 
@@ -85,6 +86,10 @@ def runner(twin: Cell, tmp_path: Path) -> Iterator[tuple[EpisodeRunner, FaultInj
     finally:
         wrapped[0].clear()
         r.close()  # closes the shared drivers too: the next test reconnects them
+        # franky-sim serves one client: let go of the connection now, even if a
+        # failed test's traceback still holds the wrapper (else the next test's
+        # connect waits out its timeout behind this one)
+        wrapped[0].release()
         engine.dispose()
 
 
@@ -116,6 +121,9 @@ def test_a_reflex_during_the_policys_motion_is_attributed(
     cause: str,
 ) -> None:
     r, robot, sessions = runner
+    # the operator homes first (nothing homes on its own: an earlier test's
+    # reflex left the arm where it stopped)
+    r.home(cell_clear=True)
     with PolicyServer(TeleopPolicy(ScriptedOperator())) as server:
         uid = r.arm(_work(server.url))
         r.start(background=True)
@@ -153,15 +161,19 @@ def test_a_reflex_during_the_policys_motion_is_attributed(
 def test_a_reflex_while_the_station_homes_is_the_stations(
     runner: tuple[EpisodeRunner, FaultInjectingRobot, Any],
 ) -> None:
-    """A contact reflex, but no policy was driving: the station's own command."""
+    """A contact reflex, but no policy was driving: the station's own command
+    (the operator's homing)."""
     r, robot, _ = runner
     robot.inject("join_motion", lambda: franky.ControlException(reflex("cartesian_reflex")))
     with pytest.raises(RunnerBusy, match="homing failed: reflex error"):
-        r.arm(_work("ws://127.0.0.1:9"))  # homing comes before the policy is dialled
+        r.home(cell_clear=True)
     status = r.status()
-    assert status["arm_error"] is not None
+    assert status["state"] == "idle" and status["arm_error"] is not None
     fault = status["arm_fault"]
     assert fault["cause"] == "station" and fault["proposed_outcome"] == "system"
     assert fault["origin"] == "station" and fault["flags"] == ["cartesian_reflex"]
+    # nothing is armed on a faulted arm (the policy is never dialled)
+    with pytest.raises(RunnerBusy, match="the arm is in error"):
+        r.arm(_work("ws://127.0.0.1:9"))
     r.recover()
     assert r.status()["arm_fault"] is None and r.status()["arm_error"] is None
