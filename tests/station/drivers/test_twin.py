@@ -418,6 +418,37 @@ camera_rate_tolerance = 0.5
     assert peer_processes(str(tmp_path / "work")) == []
 
 
+def test_check_cli_fails_an_absent_camera_but_not_before_the_daemon(tmp_path: Path) -> None:
+    """`proctor station check` fails a camera that is not there; with
+    `--daemon-start` (the unit's ExecStartPre) the same cell passes with a
+    warning naming it, so the daemon starts instead of restart-looping."""
+    absent = tmp_path / "nowhere" / "wrist.db3"
+    config = station_toml(
+        tmp_path,
+        "twin-cli-nocam",
+        f"""
+[twin.cameras.wrist]
+playback_file = "{absent}"
+[twin.preflight]
+state_rate_hz = 20.0
+camera_rate_tolerance = 0.5
+test_motion = false
+""",
+    )
+    env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
+    command = [*PROCTOR, "station", "check", "--profile", "twin", "--config", str(config)]
+    strict = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "pre-flight FAILED: camera wrist, serial wrist" in strict.stdout
+    before = subprocess.run(
+        [*command, "--daemon-start"], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert before.returncode == 0, before.stdout + before.stderr
+    line = next(ln for ln in before.stdout.splitlines() if ln[6:22].strip() == "camera wrist")
+    assert line.startswith("WARN") and "does not exist" in line and "arms no run" in line
+    assert "pre-flight passed" in before.stdout
+
+
 def test_check_cli_fails_without_the_hardware(tmp_path: Path) -> None:
     """`proctor station check --profile real` on this machine, which has no
     robot, gripper or cameras: every device line fails, the exit code is 1."""
