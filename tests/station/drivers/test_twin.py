@@ -774,6 +774,9 @@ def test_the_envelope_holds_a_hostile_policy_on_the_twin(twin_cell: Cell, tmp_pa
                 camera_side=Side.left,
                 policy_url=server.url,
             )
+            # a run is armed only at home, and the module's twin may stand
+            # where an earlier test left it: the operator homes first
+            runner.home(cell_clear=True)
             summary = runner.run_headless(work)
         finally:
             runner.close()
