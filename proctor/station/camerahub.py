@@ -8,6 +8,11 @@ replugged USB cable comes back without a restart. Each camera's health
 (``health``) goes into the daemon's status, and ``arming_problem`` names a
 camera that is not delivering frames, so the runner refuses to arm instead of
 starting one episode after another that ends ``system`` on a silent camera.
+
+A camera that is not connected when the hub starts (absent when the daemon
+started: ``Cell.connect(cameras_required=False)``) is tried the same way, from
+the first backoff on; until it has delivered it is ``absent``, not
+``reconnecting``, and arming is refused naming it.
 """
 
 from __future__ import annotations
@@ -58,11 +63,20 @@ class CameraHub:
         self.reconnects: dict[str, int] = {name: 0 for name in cameras}
         # since when (wall) each camera has been connected and reading; None: it is not
         self._up_since: dict[str, float | None] = {name: None for name in cameras}
+        # cameras connected at least once since the hub started: one that never
+        # was is ``absent`` (it was not there at start), not ``reconnecting``
+        self._seen: set[str] = set()
 
-    def start(self) -> None:
+    def start(self, absent: dict[str, str] | None = None) -> None:
+        """Start reading; ``absent`` names the cameras that did not connect
+        (and why), for the status until the first attempt here says more."""
         self._stop.clear()
+        for name, why in (absent or {}).items():
+            self.errors[name] = why
         for name, camera in self.cameras.items():
             self._up_since[name] = self.wall.now() if camera.is_connected else None
+            if camera.is_connected:
+                self._seen.add(name)
             t = threading.Thread(
                 target=self._read_loop, args=(name, camera), name=f"camera-{name}", daemon=True
             )
@@ -105,11 +119,13 @@ class CameraHub:
         try:
             camera.connect()
         except Exception as exc:
-            self.errors[name] = f"reconnecting: {type(exc).__name__}: {exc}"
+            why = f"{type(exc).__name__}: {exc}"
+            self.errors[name] = f"reconnecting: {why}" if name in self._seen else why
             return min(2 * backoff, self.max_backoff_s)
         self.reconnects[name] += 1
         self._up_since[name] = self.wall.now()
-        log.info("camera %s reconnected", name)
+        log.info("camera %s %s", name, "reconnected" if name in self._seen else "connected")
+        self._seen.add(name)
         return self.backoff_s
 
     def _read_loop(self, name: str, camera: Camera) -> None:
@@ -144,13 +160,14 @@ class CameraHub:
     # -- health ----------------------------------------------------------------
     def health(self, name: str) -> dict[str, Any]:
         """What the console shows for camera ``name``: ``ok``, ``stalled`` (no
-        frame for over a second) or ``reconnecting``, with the last error."""
+        frame for over a second), ``reconnecting`` or ``absent`` (not connected
+        since the hub started), with the last error."""
         up = self._up_since[name] is not None
         age = self.wall_age(name)
         if not self._threads:
             state = "not started"  # nobody reads it: nothing to judge
         elif not up:
-            state = "reconnecting"
+            state = "reconnecting" if name in self._seen else "absent"
         elif not self.virtual and self._silent_for(name) > STALE_S:
             state = "stalled"
         else:

@@ -74,6 +74,9 @@ class Cell:
     # extra teardown, run last (e.g. the twin profile's protocol simulators)
     closers: list[Callable[[], None]] = field(default_factory=list)
     _connected: bool = False
+    # cameras that did not connect when the daemon opened the cell (name: why);
+    # the camera hub keeps trying them (``connect(cameras_required=False)``)
+    absent_cameras: dict[str, str] = field(default_factory=dict)
 
     def layout(self, tote_side: Any, camera_side: Any) -> dict[str, Any] | None:
         """The commissioned layout for this spatial configuration (the
@@ -87,10 +90,17 @@ class Cell:
         """A virtual clock: time moves only when the control loop moves it."""
         return isinstance(self.clock, VirtualClock)
 
-    def connect(self) -> None:
+    def connect(self, *, cameras_required: bool = True) -> None:
         """Connect every device and activate the gripper if it needs it (a
         gripper that is already active keeps its grip: activation sweeps the
-        fingers); undo on failure."""
+        fingers); undo on failure.
+
+        With ``cameras_required=False`` (the daemon's start) a camera that does
+        not connect is no failure: it is left disconnected and listed in
+        ``absent_cameras``, for the camera hub to connect when it appears (a
+        daemon that failed instead would restart-loop under systemd over an
+        unplugged cable). The arm and the gripper are always required."""
+        self.absent_cameras = {}
         try:
             self.arm.connect()
             log.info("arm connected (%s)", type(self.arm).__name__)
@@ -99,12 +109,23 @@ class Cell:
                 log.info("gripper activated (it was not, or was in a major fault)")
             log.info("gripper connected (%s)", type(self.gripper).__name__)
             for name, camera in self.cameras.items():
-                camera.connect()
-                log.info("camera %s connected", name)
+                self._connect_camera(name, camera, required=cameras_required)
         except BaseException:
             self.close()
             raise
         self._connected = True
+
+    def _connect_camera(self, name: str, camera: Camera, *, required: bool) -> None:
+        try:
+            camera.connect()
+        except Exception as exc:  # CameraUnavailable and the SDKs' own errors
+            if required:
+                raise
+            why = f"{type(exc).__name__}: {exc}"
+            self.absent_cameras[name] = why
+            log.warning("camera %s is absent (%s); starting without it", name, why)
+            return
+        log.info("camera %s connected", name)
 
     def close(self) -> None:
         """Stop the arm, then disconnect everything. A failure to stop is logged loudly."""

@@ -7,7 +7,9 @@ state readable at the telemetry rate; a controller error or reflex is only a
 warning: the daemon starts needing recovery), the gripper (status only, never
 activated here: activated and no fault; its serial line's latency timer and
 round trip), and each camera (delivers frames at its rate and resolution). The
-command exits non-zero when any check fails.
+command exits non-zero when any check fails. With ``--daemon-start`` (the
+daemon unit's ``ExecStartPre``) an absent camera is only a warning: the daemon
+starts without it and arms no run until its camera hub has it back.
 
 Thresholds come from the profile section's ``preflight`` table, e.g.::
 
@@ -380,11 +382,26 @@ def check_gripper_line(cell: Cell, settings: PreflightSettings) -> CheckResult:
     return CheckResult("gripper line", CheckStatus.passed, detail)
 
 
+# what the daemon does with a camera that is absent at its start (the warning's tail)
+ABSENT_AT_START = (
+    "; the daemon starts without it, keeps trying it, and arms no run until it delivers"
+)
+
+
 def check_camera(
-    name: str, camera: Camera, clock: Clock, settings: PreflightSettings
+    name: str,
+    camera: Camera,
+    clock: Clock,
+    settings: PreflightSettings,
+    absent: CheckStatus = CheckStatus.failed,
 ) -> CheckResult:
+    """Frames at the configured rate and size. A camera that does not connect
+    or delivers nothing is ``absent`` (a failure, or a warning before the
+    daemon starts: its camera hub connects it when it appears); a wrong size
+    or rate fails either way (reconnecting does not change them)."""
     c = camera.config
     label = f"camera {name}"
+    tail = ABSENT_AT_START if absent is CheckStatus.warning else ""
     try:
         if not camera.is_connected:
             camera.connect()
@@ -393,9 +410,9 @@ def check_camera(
         while frames[-1].t - frames[0].t < settings.camera_sample_s:
             frames.append(camera.read(timeout_s=1.0))
     except CameraStalled as exc:
-        return CheckResult(label, CheckStatus.failed, f"stalled: {exc}")
+        return CheckResult(label, absent, f"stalled: {exc}{tail}")
     except Exception as exc:  # CameraUnavailable and the SDKs' own errors
-        return CheckResult(label, CheckStatus.failed, f"{type(exc).__name__}: {exc}")
+        return CheckResult(label, absent, f"{type(exc).__name__}: {exc}{tail}")
     h, w = frames[-1].image.shape[:2]
     span = frames[-1].t - frames[0].t
     rate = (len(frames) - 1) / span if span > 0 else 0.0
@@ -804,10 +821,13 @@ def run_checks(
     disk_path: Path,
     profile: str,
     operator: Callable[[str], None] | None = None,
+    daemon_start: bool = False,
 ) -> Iterator[CheckResult]:
     """Every check, in order, each as soon as it is done. ``operator`` shows
     the operator an instruction (the enabling-device test needs one; without
-    it that check is skipped with a warning)."""
+    it that check is skipped with a warning). ``daemon_start``: the check runs
+    before the daemon (its unit's ``ExecStartPre``), so an absent camera is
+    a warning, as an arm in reflex is: the daemon recovers from both."""
     yield check_disk(disk_path, settings)
     yield check_clock(settings, profile)
     yield check_realtime_kernel(settings)
@@ -823,8 +843,16 @@ def run_checks(
     yield check_enabling_device(cell, settings, operator)
     yield check_gripper(cell)
     yield check_gripper_line(cell, settings)
+    absent = CheckStatus.warning if daemon_start else CheckStatus.failed
     for name, camera in cell.cameras.items():
-        yield check_camera(name, camera, cell.clock, settings)
+        first = check_camera(name, camera, cell.clock, settings, absent)
+        yield first
+        if first.status is CheckStatus.warning:  # absent, and that is advisory here
+            for label in ("serial", "framing", "link"):
+                yield CheckResult(
+                    f"{label} {name}", CheckStatus.warning, "not checked: the camera is absent"
+                )
+            continue
         yield check_camera_serial(name, camera, cell)
         yield check_framing(name, camera, cell, settings)
         yield check_camera_link(name, camera, settings)
@@ -837,9 +865,10 @@ def preflight(
     profile: str,
     emit: Callable[[CheckResult], None] = lambda r: None,
     operator: Callable[[str], None] | None = None,
+    daemon_start: bool = False,
 ) -> list[CheckResult]:
     results = []
-    for result in run_checks(cell, settings, disk_path, profile, operator):
+    for result in run_checks(cell, settings, disk_path, profile, operator, daemon_start):
         emit(result)
         results.append(result)
     return results
@@ -863,6 +892,15 @@ def check(
             "--enabling-device",
             help="Test the enabling device / user stop: the operator presses and releases "
             "it when told (needs someone at the cell).",
+        ),
+    ] = False,
+    daemon_start: Annotated[
+        bool,
+        typer.Option(
+            "--daemon-start",
+            help="Run before the daemon starts (its unit's ExecStartPre): an absent camera "
+            "is a warning, not a failure; the daemon keeps trying it and arms no run until "
+            "it delivers.",
         ),
     ] = False,
 ) -> None:
@@ -890,6 +928,7 @@ def check(
             profile,
             emit=lambda r: typer.echo(r.line()),
             operator=(lambda text: typer.echo(f">>> {text}")) if enabling_device else None,
+            daemon_start=daemon_start,
         )
     finally:
         cell.close()

@@ -175,11 +175,14 @@ class EpisodeRunner:
 
     # -- lifecycle ------------------------------------------------------------
     def open(self) -> None:
-        """Connect the cell and start the cameras (call once)."""
+        """Connect the cell and start the cameras (call once). A camera that
+        is absent does not keep the station from starting: the hub keeps
+        trying it and arming is refused, naming it, until it is there (the
+        arm and the gripper stay required)."""
         log.info("station %s (%s): connecting the cell", self.config.name, self.cell.profile)
-        self.cell.connect()
+        self.cell.connect(cameras_required=False)
         if self._own_hub:
-            self.hub.start()
+            self.hub.start(absent=self.cell.absent_cameras)
         self._needs_recovery_at_start()
 
     def _needs_recovery_at_start(self) -> None:

@@ -5,6 +5,7 @@ it is away its health says so and the runner refuses to arm, naming it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,3 +128,58 @@ def test_the_runner_refuses_to_arm_while_a_camera_is_away(
     with pytest.raises(RunnerBusy, match="camera wrist is reconnecting"):
         runner.arm(work)
     assert runner.state.value == "idle" and runner.active is None
+
+
+@once()  # the database does not change how a station starts
+def test_a_station_starts_without_a_camera_and_arms_once_it_appears(
+    station_db, policy_server, tmp_path: Path, backend: str
+) -> None:
+    """The wrist camera's source is not there when the station opens (a
+    cable unplugged before the daemon started): the station starts anyway,
+    reports the camera absent, refuses to arm naming it, and arms once the
+    camera delivers — no restart."""
+    from proctor.station.profiles import build_cell
+    from tests.station.test_faults import _work
+
+    _, sessions = station_db
+    config = sim_config(sim={"clock": "monotonic"})  # the hub judges cameras in real time
+    cell = build_cell("sim", config)
+    source = tmp_path / "later" / "wrist.db3"
+    cell.cameras["wrist"] = RealSenseCamera(
+        RealSenseCameraConfig(
+            name="wrist", width=W, height=H, fps=FPS, playback_file=str(source),
+            playback_real_time=True, repeat_playback=True,
+        )
+    )  # fmt: skip  # nothing there yet
+    runner = EpisodeRunner(
+        cell,
+        config=config,
+        sessions=sessions,
+        store=LocalArtifactStore(tmp_path / "artifacts"),
+        spool_root=tmp_path / "spool",
+    )
+    runner.open()  # the daemon starts: before, this raised and systemd restart-looped it
+    try:
+        assert "wrist" in cell.absent_cameras and "exterior" not in cell.absent_cameras
+        health = runner.hub.health("wrist")
+        assert health["state"] == "absent" and "does not exist" in (health["error"] or "")
+        # the camera that is there delivers (its first frame may take a while on a busy host)
+        wait_for(lambda: runner.hub.latest("exterior") is not None, 30.0, "the exterior camera")
+        assert runner.hub.health("exterior")["state"] != "absent"
+        server = policy_server("steady")
+        with pytest.raises(RunnerBusy, match="camera wrist is absent"):
+            runner.arm(_work(server.url))
+        assert runner.state.value == "idle" and runner.active is None
+        time.sleep(1.5)  # the hub's first attempts (0.5 s, then 1 s backoff) fail
+        assert runner.hub.health("wrist")["state"] == "absent"  # not "reconnecting"
+        # plugged in: written aside, then moved in place as a whole
+        source.parent.mkdir()
+        record_pattern(tmp_path / "wrist.db3", width=W, height=H, fps=FPS, frames=15)
+        (tmp_path / "wrist.db3").rename(source)
+        wait_for(lambda: runner.hub.health("wrist")["state"] == "ok", 30.0, "the camera")
+        wait_for(lambda: runner.hub.latest("wrist") is not None, 30.0, "its first frame")
+        assert runner.hub.health("wrist")["error"] is None
+        assert runner.arm(_work(server.url))  # armed, without a restart
+        runner.disarm()
+    finally:
+        runner.close()

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -416,6 +418,37 @@ camera_rate_tolerance = 0.5
     assert peer_processes(str(tmp_path / "work")) == []
 
 
+def test_check_cli_fails_an_absent_camera_but_not_before_the_daemon(tmp_path: Path) -> None:
+    """`proctor station check` fails a camera that is not there; with
+    `--daemon-start` (the unit's ExecStartPre) the same cell passes with a
+    warning naming it, so the daemon starts instead of restart-looping."""
+    absent = tmp_path / "nowhere" / "wrist.db3"
+    config = station_toml(
+        tmp_path,
+        "twin-cli-nocam",
+        f"""
+[twin.cameras.wrist]
+playback_file = "{absent}"
+[twin.preflight]
+state_rate_hz = 20.0
+camera_rate_tolerance = 0.5
+test_motion = false
+""",
+    )
+    env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
+    command = [*PROCTOR, "station", "check", "--profile", "twin", "--config", str(config)]
+    strict = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "pre-flight FAILED: camera wrist, serial wrist" in strict.stdout
+    before = subprocess.run(
+        [*command, "--daemon-start"], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert before.returncode == 0, before.stdout + before.stderr
+    line = next(ln for ln in before.stdout.splitlines() if ln[6:22].strip() == "camera wrist")
+    assert line.startswith("WARN") and "does not exist" in line and "arms no run" in line
+    assert "pre-flight passed" in before.stdout
+
+
 def test_check_cli_fails_without_the_hardware(tmp_path: Path) -> None:
     """`proctor station check --profile real` on this machine, which has no
     robot, gripper or cameras: every device line fails, the exit code is 1."""
@@ -628,6 +661,68 @@ def test_the_daemon_runs_the_twin_profile(tmp_path: Path) -> None:
     assert peer_processes(str(tmp_path / "work")) == [], (tmp_path / "daemon.log").read_text()
 
 
+def test_the_twin_daemon_starts_without_a_camera_and_arms_once_it_appears(
+    tmp_path: Path, processes, policy_server
+) -> None:
+    """The wrist camera's recording (its cable, on the real cell) is absent when
+    `proctor station run --profile twin` starts: the daemon starts anyway (it
+    used to exit, and systemd restarted it in a loop), its status shows the
+    camera absent, /api/next is refused naming it, and once the recording is
+    there the hub connects it and the same daemon arms a run."""
+    import httpx
+
+    from tests.station.conftest import clean_env
+
+    source = tmp_path / "later" / "wrist.db3"
+    server = policy_server("steady")  # a demo policy on loopback (openpi's wire)
+    config = station_toml(
+        tmp_path,
+        "twin-nocam",
+        f"""
+[twin.cameras.wrist]
+playback_file = "{source}"
+[work]
+source = "adhoc"
+[work.options]
+policy = "{server.url}"
+object = "towels"
+items = 1
+""",
+    )
+    env = clean_env(PROCTOR_DATA_DIR=str(tmp_path / "data"))
+    args = [*PROCTOR, "station", "run", "--profile", "twin", "--config", str(config)]
+    daemon = processes([*args, "--port", "0"], env)
+    api = daemon.wait_for(r"listening on (http://127\.0\.0\.1:\d+)", 180).group(1)
+    with httpx.Client(base_url=api, timeout=30) as http:
+
+        def wrist() -> dict[str, object]:
+            return http.get("/api/status").json()["cameras"]["wrist"]["health"]
+
+        status = http.get("/api/status").json()
+        assert status["state"] == "idle" and status["arm_error"] is None
+        assert wrist()["state"] == "absent", wrist()
+        assert "does not exist" in str(wrist()["error"])
+        assert status["cameras"]["exterior"]["health"]["state"] != "absent"
+        refused = http.post("/api/next")
+        assert refused.status_code == 409, refused.text
+        assert "camera wrist is absent" in refused.text
+        # plugged in: the recording written aside, then moved in place whole
+        record_pattern(tmp_path / "wrist.db3", width=160, height=120, fps=15, frames=15)
+        source.parent.mkdir()
+        (tmp_path / "wrist.db3").rename(source)
+        deadline = time.monotonic() + 60
+        while wrist()["state"] != "ok":
+            assert time.monotonic() < deadline, daemon.output()
+            time.sleep(0.2)
+        armed = http.post("/api/next")
+        assert armed.status_code == 200, armed.text + daemon.output()
+        assert armed.json()["state"] == "armed"
+        assert http.post("/api/disarm").status_code == 200  # give the run up
+    daemon.kill(signal.SIGTERM)
+    log = daemon.log.read_text()
+    assert "camera wrist is absent" in log and "camera wrist connected" in log, log
+
+
 # the twin's hostile policy: the default action space (joint velocities) at
 # 3 rad/s outwards and down, jumps, then NaN; a shorter attack than on the
 # simulated cell (test_envelope.py), in real time against franky-sim
@@ -679,6 +774,9 @@ def test_the_envelope_holds_a_hostile_policy_on_the_twin(twin_cell: Cell, tmp_pa
                 camera_side=Side.left,
                 policy_url=server.url,
             )
+            # a run is armed only at home, and the module's twin may stand
+            # where an earlier test left it: the operator homes first
+            runner.home(cell_clear=True)
             summary = runner.run_headless(work)
         finally:
             runner.close()

@@ -221,6 +221,37 @@ def test_preflight_fails_a_missing_camera(twin_cell: Cell, tmp_path: Path) -> No
     assert "/dev/video97" in results["camera wrist"].detail
 
 
+def test_preflight_before_the_daemon_only_warns_of_a_missing_camera(
+    twin_cell: Cell, tmp_path: Path
+) -> None:
+    """`proctor station check --daemon-start` (the unit's ExecStartPre): the
+    daemon starts without an absent camera and keeps trying it, so the check
+    warns instead of restart-looping the unit; the other camera is checked as
+    ever, and a camera that is there but wrong still fails."""
+    missing = UvcCamera(UvcCameraConfig(name="wrist", device="/dev/video97", **SMALL))
+    cell = dataclasses.replace(
+        twin_cell, cameras={"exterior": twin_cell.cameras["exterior"], "wrist": missing}
+    )
+    pf = settings(fake_sysfs(tmp_path, "1"))
+    results = by_name(preflight(cell, pf, tmp_path, "twin", daemon_start=True))
+    assert not [n for n, r in results.items() if r.status == CheckStatus.failed], results
+    for name in ("camera wrist", "serial wrist", "framing wrist", "link wrist"):
+        assert results[name].status == CheckStatus.warning, results[name].line()
+    assert "/dev/video97" in results["camera wrist"].detail
+    assert "arms no run until it delivers" in results["camera wrist"].detail
+    assert results["camera exterior"].status == CheckStatus.passed
+    # present but at the wrong size: reconnecting would not fix it, so it still fails
+    exterior = twin_cell.cameras["exterior"]
+    configured = exterior.config
+    exterior.config = dataclasses.replace(configured, width=2 * configured.width)
+    try:
+        results = by_name(preflight(cell, pf, tmp_path, "twin", daemon_start=True))
+    finally:
+        exterior.config = configured
+    assert results["camera exterior"].status == CheckStatus.failed
+    assert "expected 320x120" in results["camera exterior"].detail
+
+
 def test_preflight_fails_a_moved_camera(twin_cell: Cell, tmp_path: Path) -> None:
     """The exterior camera now sees what the wrist camera saw at commissioning."""
     c = twin_cell.commissioned
