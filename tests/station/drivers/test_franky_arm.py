@@ -153,9 +153,10 @@ def test_franky_model_predicts_the_measured_tool(arm: FrankyArm) -> None:
     the measured joints is the pose the controller reports (O_T_EE), at rest
     (franky-sim's O_T_EE of a moving arm lags its q by a few ms)."""
     # franky-sim's own (MuJoCo) kinematics and franky's model agree to about
-    # 0.1 mm at home and within 1 mm elsewhere; after the earlier tests' motions
-    # the arm still converging on a target (its impedance) shows ~0.3 mm between
-    # O_T_EE and the model at the same q, so the bound is 1 mm throughout
+    # 0.1 mm and 0.1 mrad when the arm is at home straight from the start, but
+    # after the earlier tests' motions (in file order) they were seen 0.3 mm and
+    # 1.5 mrad apart at the same q: the bounds are 1 mm and 3 mrad, far inside
+    # what the envelope needs (a 1 cm margin, a 45° cone)
     arm.send(ArmCommand(ArmCommandKind.joint_position, np.asarray(HOME_Q)))
     settle(arm)
     state = arm.read_state()
@@ -163,7 +164,7 @@ def test_franky_model_predicts_the_measured_tool(arm: FrankyArm) -> None:
     from proctor.station import geometry
 
     assert np.allclose(tool[:3, 3], state.ee_pose[:3], atol=1e-3)
-    assert np.allclose(tool[:3, :3], geometry.quat_to_matrix(state.ee_pose[3:]), atol=1e-3)
+    assert np.allclose(tool[:3, :3], geometry.quat_to_matrix(state.ee_pose[3:]), atol=3e-3)
     # and elsewhere: a joint target's predicted tool is where the arm gets to
     target = np.asarray(HOME_Q) + np.array([0.3, -0.1, 0.2, 0.15, -0.2, 0.1, 0.3])
     arm.send(ArmCommand(ArmCommandKind.joint_position, target))
