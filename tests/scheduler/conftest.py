@@ -154,3 +154,41 @@ def sim_station(gateway: Gateway, campaign: int, name: str, tmp_path: Path) -> S
             gateway=gateway.base,
         ),
     )
+
+
+def work_the_campaign(
+    daemon: StationDaemon, *, timeout: float = 120, skip_unreachable: bool = False
+) -> list[str]:
+    """A stand-in operator works every run the (opened) station can claim now:
+    home (nothing homes on its own), arm, start, close the log with the
+    simulated cell's ground truth. Returns why it skipped the runs it skipped
+    (a policy it cannot reach, only with ``skip_unreachable``)."""
+    import time
+
+    from proctor.station.daemon import NoWork
+    from proctor.station.runner import PolicyUnreachable, RunnerState
+
+    def wait(state: RunnerState) -> None:
+        deadline = time.monotonic() + timeout
+        while daemon.runner.state != state:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the station did not reach {state.value}")
+            daemon.wait_change(daemon.version, 0.5)
+
+    skipped: list[str] = []
+    while True:
+        daemon.home_arm(cell_clear=True, open_gripper=True)
+        try:
+            status = daemon.next_run()
+        except NoWork:
+            return skipped
+        except PolicyUnreachable as exc:
+            if not skip_unreachable:
+                raise
+            skipped.append(str(exc))
+            continue
+        assert status["state"] == RunnerState.armed.value
+        daemon.start()
+        wait(RunnerState.awaiting_log)
+        daemon.close_with_ground_truth()
+        wait(RunnerState.idle)

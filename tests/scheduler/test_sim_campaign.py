@@ -19,7 +19,6 @@ ran.
 from __future__ import annotations
 
 import secrets
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -47,11 +46,9 @@ from proctor.scheduler.allocation import AllocationProtocol, derive_allocation
 from proctor.scheduler.claims import scene_seed
 from proctor.scheduler.protocol import parse_protocol
 from proctor.scheduler.service import Actor
-from proctor.station.daemon import NoWork, StationDaemon
 from proctor.station.policy.demo import DemoPolicy
 from proctor.station.policy.server import PolicyServer
-from proctor.station.runner import RunnerState
-from tests.scheduler.conftest import Gateway, sim_station
+from tests.scheduler.conftest import Gateway, sim_station, work_the_campaign
 
 ARMS = {"reference": PolicyKind.reference, "swift": PolicyKind.policy, "steady": PolicyKind.policy}
 OBJECTS = ("spoons", "towels")
@@ -86,14 +83,6 @@ def _register(gateway: Gateway, servers: dict[str, PolicyServer], tag: str) -> d
     return ids
 
 
-def _wait(daemon: StationDaemon, state: RunnerState, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while daemon.runner.state != state:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the station did not reach {state.value}")
-        daemon.wait_change(daemon.version, 0.5)
-
-
 def test_a_campaign_on_the_simulated_cell_follows_its_allocation(
     gateway: Gateway, tmp_path: Path
 ) -> None:
@@ -125,17 +114,7 @@ def test_a_campaign_on_the_simulated_cell_follows_its_allocation(
         daemon = sim_station(gateway, cid, f"cell-{tag}", tmp_path)
         daemon.open()
         try:
-            while True:
-                # the stand-in operator homes before each run (nothing homes on its own)
-                daemon.home_arm(cell_clear=True, open_gripper=True)
-                try:
-                    daemon.next_run()
-                except NoWork:
-                    break
-                daemon.start()
-                _wait(daemon, RunnerState.awaiting_log)
-                daemon.close_with_ground_truth()
-                _wait(daemon, RunnerState.idle)
+            work_the_campaign(daemon)
         finally:
             daemon.close()
         connections = {p: servers[p].connections for p in ARMS}

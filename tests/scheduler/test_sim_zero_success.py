@@ -19,7 +19,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -46,12 +45,10 @@ from proctor.scheduler import service
 from proctor.scheduler.protocol import parse_protocol
 from proctor.scheduler.service import Actor
 from proctor.station import keys
-from proctor.station.daemon import NoWork, StationDaemon
 from proctor.station.policy.demo import DOWN, DemoPolicy
 from proctor.station.policy.server import PolicyServer
-from proctor.station.runner import RunnerState
 from proctor.web.snapshots.service import latest_row
-from tests.scheduler.conftest import Gateway, ServerThread, sim_station
+from tests.scheduler.conftest import Gateway, ServerThread, sim_station, work_the_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -123,14 +120,6 @@ def _register(gateway: Gateway, servers: dict[str, PolicyServer], tag: str) -> d
     return names
 
 
-def _wait(daemon: StationDaemon, state: RunnerState, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while daemon.runner.state != state:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the station did not reach {state.value}")
-        daemon.wait_change(daemon.version, 0.5)
-
-
 def _run_campaign(gateway: Gateway, tmp_path: Path, tag: str) -> tuple[int, dict[str, str]]:
     servers = {
         "reference": PolicyServer(DemoPolicy("reference", seed=0)).start(),
@@ -161,17 +150,7 @@ def _run_campaign(gateway: Gateway, tmp_path: Path, tag: str) -> tuple[int, dict
         daemon = sim_station(gateway, cid, f"cell-{tag}", tmp_path)
         daemon.open()
         try:
-            while True:
-                # the stand-in operator homes before each run (nothing homes on its own)
-                daemon.home_arm(cell_clear=True, open_gripper=True)
-                try:
-                    daemon.next_run()
-                except NoWork:
-                    break
-                daemon.start()
-                _wait(daemon, RunnerState.awaiting_log)
-                daemon.close_with_ground_truth()
-                _wait(daemon, RunnerState.idle)
+            work_the_campaign(daemon, timeout=300)
         finally:
             daemon.close()
     finally:

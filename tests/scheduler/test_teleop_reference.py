@@ -49,17 +49,21 @@ from proctor.scheduler.gateway import GatewayConfig, gateway_router, resolve_han
 from proctor.scheduler.protocol import parse_protocol
 from proctor.scheduler.service import Actor
 from proctor.station import keys
-from proctor.station.daemon import NoWork, StationDaemon
 from proctor.station.policy.demo import DemoPolicy
 from proctor.station.policy.server import PolicyServer
 from proctor.station.recording import load_telemetry
-from proctor.station.runner import PolicyUnreachable, RunnerState
 from proctor.station.teleop.policy import TeleopPolicy
 from proctor.station.teleop.source import TeleopCommand
 from proctor.web.submissions import endpoints
 from proctor.web.submissions.reference import register_teleop_reference
 from tests.scheduler import builders
-from tests.scheduler.conftest import CommittedDb, Gateway, ServerThread, sim_station
+from tests.scheduler.conftest import (
+    CommittedDb,
+    Gateway,
+    ServerThread,
+    sim_station,
+    work_the_campaign,
+)
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROD_CONFIG = DEPLOY / "server" / "proctor.toml"
@@ -169,34 +173,6 @@ def _campaign(db: CommittedDb, tag: str, reference: str, policy: str) -> int:
         return c.id
 
 
-def _wait(daemon: StationDaemon, state: RunnerState, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while daemon.runner.state != state:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the station did not reach {state.value}")
-        daemon.wait_change(daemon.version, 0.5)
-
-
-def _work_the_campaign(daemon: StationDaemon) -> list[str]:
-    """Every run the station can claim now; why it skipped the ones it skipped."""
-    skipped = []
-    while True:
-        # the stand-in operator homes before each run (nothing homes on its own)
-        daemon.home_arm(cell_clear=True, open_gripper=True)
-        try:
-            status = daemon.next_run()
-        except NoWork:
-            return skipped
-        except PolicyUnreachable as exc:
-            skipped.append(str(exc))
-            continue
-        assert status["state"] == RunnerState.armed.value
-        daemon.start()
-        _wait(daemon, RunnerState.awaiting_log)
-        daemon.close_with_ground_truth()
-        _wait(daemon, RunnerState.idle)
-
-
 def test_an_admin_registered_teleop_reference_drives_a_sim_episode_in_prod_settings(
     prod_gateway: Gateway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -224,7 +200,7 @@ def test_an_admin_registered_teleop_reference_drives_a_sim_episode_in_prod_setti
         daemon = sim_station(prod_gateway, cid, f"cell-{tag}", tmp_path)
         daemon.open()
         try:
-            skipped = _work_the_campaign(daemon)
+            skipped = work_the_campaign(daemon, skip_unreachable=True)
         finally:
             daemon.close()
         teleop_connections, submitter_connections = teleop.connections, submitter.connections
