@@ -180,7 +180,7 @@ def test_matplotlib_only_in_plots() -> None:
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernel", ("proctor",)),
     ("services", ("proctor.station", "proctor.analysis")),
-    ("campaigns", ("proctor.scheduler", "proctor.annotator")),
+    ("campaigns", ("proctor.scheduler", "proctor.annotator", "proctor.runner")),
     ("web", ("proctor.web",)),
     (
         "composition root",

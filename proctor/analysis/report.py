@@ -32,7 +32,7 @@ SCHEMA = "proctor.analysis/1"
 
 # every key the result JSON uses (proctor/analysis/README.md; a test checks a real
 # result against it): policy names must not be one of them, so that no name
-# can be mistaken for a part of the result (proctor.web.submissions.manifest)
+# can be mistaken for a part of the result (proctor.runner.manifest)
 RESULT_KEYS = frozenset(
     {
         *("schema", "code_version", "data_version", "protocol", "objects", "configurations"),

@@ -87,6 +87,45 @@ class ConformanceStatus(StrEnum):
     failed = "failed"
 
 
+class RunnerStatus(StrEnum):
+    """A runner server: one sandboxed server of one checkpoint submission on a
+    runner host (``proctor/runner``), from the request to its end."""
+
+    queued = "queued"  # wanted (a check or a running campaign needs it), no host yet
+    building = "building"  # a host claimed it: unpacking, building its environment
+    starting = "starting"  # the sandboxed server is starting; not yet answering
+    ready = "ready"  # answering on ``url``: the gateway and the checker may connect
+    stopped = "stopped"  # stopped when nothing needed it (idle), or by an admin
+    failed = "failed"  # ended by a failure; ``failure`` says which, and whose fault
+
+
+class RunnerFault(StrEnum):
+    """Whose fault a runner failure is: a platform fault never counts against a policy."""
+
+    submitter = "submitter"
+    platform = "platform"
+
+
+class RunnerFailure(StrEnum):
+    """Why a runner server ended, a closed set (``proctor/runner/failures.py``)."""
+
+    # the submitter's
+    setup_crash = "setup_crash"  # the environment did not build, or the server exited before ready
+    inference_crash = "inference_crash"  # the server exited (or broke the wire) once ready
+    out_of_memory = "out_of_memory"  # the sandbox's memory limit was reached
+    latency_exceeded = "latency_exceeded"  # a call took longer than the latency budget
+    wall_clock_exceeded = "wall_clock_exceeded"  # not ready in time, or served past its lifetime
+    sandbox_refused = "sandbox_refused"  # a limit the sandbox enforces: processes, CPU, files
+    # the platform's
+    runner_unresponsive = "runner_unresponsive"  # the runner host stopped reporting
+    host_error = "host_error"  # the runner host itself failed (sandbox, disk, a bug)
+
+    @property
+    def fault(self) -> RunnerFault:
+        platform = {RunnerFailure.runner_unresponsive, RunnerFailure.host_error}
+        return RunnerFault.platform if self in platform else RunnerFault.submitter
+
+
 class ConformanceRunStatus(StrEnum):
     """One conformance check of a submission, from the queue to its report."""
 

@@ -182,6 +182,53 @@ class SchedulerSettings(BaseModel):
     free_protocol_faults: int = Field(default=3, ge=0, le=1000)
 
 
+class RunnerSettings(BaseModel):
+    """The inference host's checkpoint runners (``proctor/runner``): where
+    environments and unpacked checkpoints live, how servers are reached, and
+    the limits every sandboxed server runs under."""
+
+    model_config = {"extra": "forbid"}
+
+    # environments, one per (framework, version, requirements hash), reused
+    # across checkpoints and runs (default: ~/.cache/proctor/runner-envs, shared
+    # by every data folder on the host: a LeRobot environment is several GB)
+    env_dir: Path | None = None
+    # unpacked checkpoints and each server's private temp (default: data_dir/runner)
+    work_dir: Path | None = None
+    # an environment build (pip) that takes longer than this is stopped: setup_crash
+    build_timeout_s: float = Field(default=1800.0, gt=0)
+    # from the sandbox's start to the server answering the wire; a cold start
+    # loads the model, which can take minutes
+    ready_timeout_s: float = Field(default=600.0, gt=0)
+    # a ready server nothing has used this long is stopped (it starts again on demand)
+    idle_stop_s: float = Field(default=900.0, gt=0)
+    # one server life may not exceed this (then wall_clock_exceeded)
+    max_lifetime_s: float = Field(default=24 * 3600.0, gt=0)
+    # a reply slower than this ends the server with latency_exceeded
+    latency_budget_s: float = Field(default=30.0, gt=0)
+    # the worker writes its heartbeat this often; a row silent for
+    # stale_after_s is the platform's fault (runner_unresponsive) and is served again
+    heartbeat_s: float = Field(default=2.0, gt=0)
+    stale_after_s: float = Field(default=30.0, gt=0)
+    # where the worker listens for the gateway and the checker (one port per
+    # server, from the range), and the host name they use to reach it
+    bind_host: str = "127.0.0.1"
+    advertise_host: str | None = None
+    port_range: tuple[int, int] = (18200, 18999)
+    # the sandbox's limits: memory (bytes), processes, CPU seconds, open files
+    memory_bytes: int = Field(default=16 * 2**30, ge=64 * 2**20)
+    max_processes: int = Field(default=256, ge=8)
+    cpu_seconds: int = Field(default=24 * 3600, ge=1)
+    max_open_files: int = Field(default=1024, ge=64)
+    # servers on this host at once (each holds a model in memory)
+    max_servers: int = Field(default=2, ge=1)
+    # GPUs to place servers on ("0,1"); empty: none, every server on the CPU
+    gpus: str = ""
+    # the cgroup hierarchy the sandbox's limits are made in: "auto" finds one
+    # this process may write (v2, then v1), "none" uses rlimits alone
+    cgroups: Literal["auto", "v2", "v1", "none"] = "auto"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="PROCTOR_", env_nested_delimiter="__", extra="forbid"
@@ -196,6 +243,7 @@ class Settings(BaseSettings):
     web: WebSettings = Field(default_factory=WebSettings)
     submissions: SubmissionSettings = Field(default_factory=SubmissionSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
     # the station daemon's log level (`proctor station run`; proctor.station.logs)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     # signs session cookies; from the environment only

@@ -19,7 +19,7 @@ fields of a result that hold policy names, never text that merely looks
 like a name — a policy called ``policy`` or ``estimate`` or after an object
 would otherwise rewrite keys and words, break the board and show which label
 hides which name. Names that collide with the result's words are also
-refused at registration (``proctor.web.submissions.manifest``, ``service.policy_for``).
+refused at registration (``proctor.runner.manifest``, ``service.policy_for``).
 
 The rule is the scheduler's, not the web's: it reads only campaign state and
 who is looking (a :class:`Viewer`: a user id and whether they are an admin),

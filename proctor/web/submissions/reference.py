@@ -35,7 +35,7 @@ from proctor.core.domain import (
 )
 from proctor.core.errors import Conflict, FieldError
 from proctor.web.submissions import endpoints
-from proctor.web.submissions.manifest import PolicyName
+from proctor.runner.manifest import PolicyName
 
 DEFAULT_TELEOP_URL = "ws://127.0.0.1:8010"  # `proctor station teleop`'s default port
 

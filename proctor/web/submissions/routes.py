@@ -35,7 +35,7 @@ from proctor.web.deps import (
 )
 from proctor.web.errors import error_responses
 from proctor.web.submissions import service, staging, uploads
-from proctor.web.submissions.archive import human_bytes
+from proctor.runner.archive import human_bytes
 from proctor.web.submissions.schemas import (
     CompleteIn,
     EndpointIn,

@@ -16,7 +16,7 @@ from proctor.core.domain import (
     Visibility,
 )
 from proctor.station.policy.spec import ActionSpace
-from proctor.web.submissions.manifest import PolicyName, Prompt, PromptKey, Text
+from proctor.runner.manifest import PolicyName, Prompt, PromptKey, Text
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Filename = Annotated[

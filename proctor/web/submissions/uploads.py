@@ -37,13 +37,13 @@ from proctor.core.settings import Settings
 from proctor.web.auth.access import check_owner_access
 from proctor.web.auth.identity import Principal
 from proctor.web.submissions import service, staging
-from proctor.web.submissions.archive import (
+from proctor.runner.archive import (
     ArchiveLimits,
     ArchiveRejected,
     human_bytes,
     inspect_archive,
 )
-from proctor.web.submissions.manifest import (
+from proctor.runner.manifest import (
     MANIFEST_NAME,
     ManifestError,
     check_paths,

@@ -8,6 +8,7 @@ from proctor.core.db.models.campaigns import Assignment, Campaign, CampaignObjec
 from proctor.core.db.models.catalog import ObjectType, Policy, Station, Submission
 from proctor.core.db.models.episodes import Artifact, Episode, EpisodeEvent
 from proctor.core.db.models.people import ApiToken, AuditLog, User, UserRole
+from proctor.core.db.models.runners import RunnerServer
 from proctor.core.db.models.submissions import ConformanceRun, UploadSession
 from proctor.core.db.models.system import CacheGeneration
 
@@ -30,6 +31,7 @@ __all__ = [
     "PlacementEvent",
     "Policy",
     "ReviewAction",
+    "RunnerServer",
     "Station",
     "Submission",
     "UploadSession",

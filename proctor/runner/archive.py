@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from proctor.web.submissions.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
+from proctor.runner.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
 
 # below this many unpacked bytes the ratio is not checked: a tiny tar of text
 # files compresses 50:1 and is no bomb
