@@ -58,6 +58,9 @@ class Diagnostics:
     limits: Mapping[str, int] = field(default_factory=dict)
     # which limit backend enforced them ("cgroup-v1", "cgroup-v2", "rlimit")
     limits_backend: str = ""
+    # what the server tried to reach: each connection to a tripwire port
+    # inside the sandbox ("connect 127.0.0.1:5432 at 2026-01-01T00:00:00Z")
+    attempts: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -71,6 +74,7 @@ class Diagnostics:
             "output_tail": list(self.output_tail),
             "limits": dict(self.limits),
             "limits_backend": self.limits_backend,
+            "attempts": list(self.attempts),
         }
 
 
