@@ -178,6 +178,10 @@ def bwrap_argv(spec: SandboxSpec, command: Sequence[str], env: Mapping[str, str]
         "--dev",
         "/dev",
         *(_gpu_binds(spec.gpus) if spec.gpus else []),
+        # the root bwrap builds is a writable tmpfs: read-only once everything
+        # is mounted, so only /tmp and the socket folder can be written
+        "--remount-ro",
+        "/",
         "--chdir",
         SANDBOX_TMP,
         "--clearenv",

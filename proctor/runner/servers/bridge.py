@@ -43,6 +43,7 @@ class Bridge:
         self.args = args
         self.child: asyncio.subprocess.Process | None = None
         self.attempt_lines = 0
+        self.tripwires: list[asyncio.AbstractServer] = []
 
     async def run(self) -> int:
         await self._tripwires()
@@ -81,7 +82,9 @@ class Bridge:
             # a port the server itself needs later would fail it; the wire
             # port is left out above, and a taken port is skipped
             with contextlib.suppress(OSError):
-                await asyncio.start_server(self._tripped(port), "127.0.0.1", port)
+                self.tripwires.append(
+                    await asyncio.start_server(self._tripped(port), "127.0.0.1", port)
+                )
 
     def _tripped(self, port: int):  # type: ignore[no-untyped-def]
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
