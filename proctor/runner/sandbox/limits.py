@@ -65,7 +65,7 @@ def rlimits(limits: Limits, *, bound_address_space: bool) -> dict[int, tuple[int
     return out
 
 
-class Confinement(ABC):
+class Confinement:
     """One sandbox's share of a backend: made before the sandbox starts,
     entered by its first process before exec, read for diagnostics, removed
     after."""
@@ -103,7 +103,9 @@ class Confinement(ABC):
         return False
 
     def remove(self) -> None:
-        """Kill whatever is left inside, then delete the cgroups (idempotent)."""
+        """Kill whatever is left inside, then delete the cgroups (idempotent);
+        without cgroups there is nothing to delete."""
+        return None
 
 
 class LimitBackend(ABC):
@@ -141,7 +143,9 @@ def choose(preference: str) -> LimitBackend:
                     "root-mapped sandboxes) and memory is bounded per process (RLIMIT_AS)"
                 )
             return cls()
-    raise LimitsUnavailable(f"runner.cgroups = {preference!r}: no such cgroup hierarchy is writable")
+    raise LimitsUnavailable(
+        f"runner.cgroups = {preference!r}: no such cgroup hierarchy is writable"
+    )
 
 
 # --- cgroup plumbing ---------------------------------------------------------
@@ -213,7 +217,7 @@ def _kill_and_remove(dirs: tuple[Path, ...], procs: tuple[Path, ...]) -> None:
     killed task leaves cgroup.procs a moment after the signal."""
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
-        pids = set()
+        pids: set[int] = set()
         for path in procs:
             with contextlib.suppress(OSError):
                 pids.update(int(p) for p in path.read_text().split())

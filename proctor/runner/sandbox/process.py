@@ -17,7 +17,6 @@ import signal
 import stat
 import subprocess
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -155,7 +154,7 @@ class Sandbox:
                 stdout=write_fd,
                 stderr=write_fd,
                 start_new_session=True,
-                preexec_fn=preexec,  # noqa: PLW1509 - forked from the spawner thread, os calls only
+                preexec_fn=preexec,  # forked from the spawner thread; os calls only
                 env={},
             )
         except BaseException:

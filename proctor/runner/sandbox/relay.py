@@ -201,6 +201,10 @@ class Relay:
             if self._latency_reported:
                 return
             self._latency_reported = True
-        log.warning("relay %s: an exchange took %.1f s (budget %.1f s)", self.port, seconds,
-                    self.latency_budget_s)
+        log.warning(
+            "relay %s: an exchange took %.1f s (budget %.1f s)",
+            self.port,
+            seconds,
+            self.latency_budget_s,
+        )
         self._on_latency(seconds)

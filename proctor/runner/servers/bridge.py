@@ -23,12 +23,15 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import resource
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+# a connection's handler, as asyncio.start_server calls it
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 # postgres, mysql, redis, web, web, the station API
 DEFAULT_TRIPWIRES = "5432,3306,6379,8000,8080,8100"
@@ -48,7 +51,7 @@ class Bridge:
     async def run(self) -> int:
         await self._tripwires()
         server = await asyncio.start_unix_server(self._on_wire, path=self.args.socket)
-        os.chmod(self.args.socket, 0o600)
+        Path(self.args.socket).chmod(0o600)
         self.child = await asyncio.create_subprocess_exec(*self.args.argv)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -86,7 +89,7 @@ class Bridge:
                     await asyncio.start_server(self._tripped(port), "127.0.0.1", port)
                 )
 
-    def _tripped(self, port: int):  # type: ignore[no-untyped-def]
+    def _tripped(self, port: int) -> Handler:
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             writer.close()
             if self.attempt_lines >= MAX_ATTEMPT_LINES:

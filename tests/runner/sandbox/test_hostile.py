@@ -28,8 +28,13 @@ class Neighbour:
     """A benign sandboxed echo server asked every 20 ms through its relay."""
 
     def __init__(self, sandbox: Sandbox) -> None:
-        self.relay = Relay("127.0.0.1", 0, sandbox.wire_socket, latency_budget_s=30,
-                           on_latency_exceeded=lambda s: None)
+        self.relay = Relay(
+            "127.0.0.1",
+            0,
+            sandbox.wire_socket,
+            latency_budget_s=30,
+            on_latency_exceeded=lambda s: None,
+        )
         self.answers = 0
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -129,16 +134,21 @@ def test_escapes_are_contained(
     ]
     present = [p for p in host_files if Path(p).exists()]
     assert len(present) >= 6  # the probes below read files that do exist on the host
-    writes = ["/checkpoint/pwn", "/usr/pwn", "/opt/proctor/pwn", f"{env_dir}/pwn", "/pwn",
-              "/etc/pwn"]
+    writes = [
+        "/checkpoint/pwn",
+        "/usr/pwn",
+        "/opt/proctor/pwn",
+        f"{env_dir}/pwn",
+        "/pwn",
+        "/etc/pwn",
+    ]
     config = {
         "web_port": web.port,
         "host_addresses": _host_addresses(),
         "read": present,
         "write": writes,
     }
-    sandbox = sandboxes("probes", "hostile.py", "probes", json.dumps(config),
-                        env={"OK_VAR": "1"})
+    sandbox = sandboxes("probes", "hostile.py", "probes", json.dumps(config), env={"OK_VAR": "1"})
     wait_for(lambda: not sandbox.running())
     diag = sandbox.stop()
     found = _findings(sandbox)
@@ -174,9 +184,7 @@ def test_escapes_are_contained(
     neighbour.assert_answered_throughout()
 
 
-def test_a_fork_bomb_hits_the_process_limit(
-    sandboxes: StartSandbox, neighbour: Neighbour
-) -> None:
+def test_a_fork_bomb_hits_the_process_limit(sandboxes: StartSandbox, neighbour: Neighbour) -> None:
     limits = Limits(memory_bytes=256 * 2**20, max_processes=32, cpu_seconds=60)
     sandbox = sandboxes("fork", "hostile.py", "fork", limits=limits)
     wait_for(lambda: not sandbox.running())

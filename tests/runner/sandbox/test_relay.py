@@ -66,7 +66,10 @@ def test_an_exchange_never_answered_is_over_budget(short_dir: Path) -> None:
     silent = SilentUnixServer(short_dir / "wire.sock")
     over: list[float] = []
     with Relay(
-        "127.0.0.1", 0, short_dir / "wire.sock", latency_budget_s=0.2,
+        "127.0.0.1",
+        0,
+        short_dir / "wire.sock",
+        latency_budget_s=0.2,
         on_latency_exceeded=over.append,
     ) as relay:
         before = relay.last_used
@@ -91,7 +94,10 @@ def test_a_link_in_the_socket_folder_is_not_followed(short_dir: Path) -> None:
     (short_dir / "sock").mkdir()
     (short_dir / "sock" / "wire.sock").symlink_to(short_dir / "host.sock")
     with Relay(
-        "127.0.0.1", 0, short_dir / "sock" / "wire.sock", latency_budget_s=5,
+        "127.0.0.1",
+        0,
+        short_dir / "sock" / "wire.sock",
+        latency_budget_s=5,
         on_latency_exceeded=lambda s: None,
     ) as relay:
         with socket.create_connection(("127.0.0.1", relay.port)) as conn:
@@ -104,8 +110,13 @@ def test_a_link_in_the_socket_folder_is_not_followed(short_dir: Path) -> None:
 
 def test_close_stops_listening_and_drops_connections(short_dir: Path) -> None:
     SilentUnixServer(short_dir / "wire.sock")
-    relay = Relay("127.0.0.1", 0, short_dir / "wire.sock", latency_budget_s=5,
-                  on_latency_exceeded=lambda s: None)
+    relay = Relay(
+        "127.0.0.1",
+        0,
+        short_dir / "wire.sock",
+        latency_budget_s=5,
+        on_latency_exceeded=lambda s: None,
+    )
     conn = socket.create_connection(("127.0.0.1", relay.port))
     conn.settimeout(10)
     wait_for(lambda: relay.connections == 1)

@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import time
+from pathlib import Path
 
 
 def report(probe: str, result: object) -> None:
@@ -25,7 +26,7 @@ def report(probe: str, result: object) -> None:
 def attempt(action):  # type: ignore[no-untyped-def]
     try:
         return {"ok": True, "value": action()}
-    except Exception as exc:  # noqa: BLE001 - the failure is the finding
+    except Exception as exc:  # the failure is the finding
         return {"ok": False, "error": type(exc).__name__}
 
 
@@ -36,12 +37,12 @@ def talk(host: str, port: int, payload: bytes) -> str:
 
 
 def read(path: str) -> str:
-    with open(path, "rb") as f:
+    with Path(path).open("rb") as f:
         return f.read(64).hex()
 
 
 def write(path: str) -> str:
-    with open(path, "w") as f:
+    with Path(path).open("w") as f:
         f.write("pwned")
     return path
 
@@ -51,7 +52,9 @@ def probes(config: dict) -> None:
     report("postgres", attempt(lambda: talk("127.0.0.1", 5432, ssl_request)))
     report("host_web_loopback", attempt(lambda: talk("127.0.0.1", config["web_port"], b"GET /")))
     for address in config["host_addresses"]:
-        report(f"host_web_{address}", attempt(lambda a=address: talk(a, config["web_port"], b"GET /")))
+        report(
+            f"host_web_{address}", attempt(lambda a=address: talk(a, config["web_port"], b"GET /"))
+        )
     report("dns", attempt(lambda: socket.getaddrinfo("example.com", 443)))
     for path in config["read"]:
         report(f"read {path}", attempt(lambda p=path: read(p)))
@@ -60,7 +63,7 @@ def probes(config: dict) -> None:
     report("secret_env", os.environ.get("PROCTOR_SECRET_KEY"))
     report("env_names", sorted(os.environ))
     report("uid", os.getuid())
-    report("pids_visible", len([p for p in os.listdir("/proc") if p.isdigit()]))
+    report("pids_visible", len([p for p in Path("/proc").iterdir() if p.name.isdigit()]))
     report("own_checkpoint", attempt(lambda: read("/checkpoint/hostile.py")))
     report("tmp_writable", attempt(lambda: write("/tmp/mine")))
 
