@@ -53,6 +53,8 @@ class Diagnostics:
     oom_killed: bool = False  # the memory limit was reached
     process_limit_hit: bool = False  # a fork was refused by the process limit
     cpu_limit_hit: bool = False
+    # it wrote more into its socket folder (on the host's disk) than allowed
+    disk_limit_hit: bool = False
     # the last lines of the server's stdout and stderr (stripped of control chars)
     output_tail: tuple[str, ...] = ()
     limits: Mapping[str, int] = field(default_factory=dict)
@@ -71,6 +73,7 @@ class Diagnostics:
             "oom_killed": self.oom_killed,
             "process_limit_hit": self.process_limit_hit,
             "cpu_limit_hit": self.cpu_limit_hit,
+            "disk_limit_hit": self.disk_limit_hit,
             "output_tail": list(self.output_tail),
             "limits": dict(self.limits),
             "limits_backend": self.limits_backend,

@@ -33,6 +33,11 @@ MAX_SOCKET_PATH = 107
 # may have put anything there
 MAX_READ_BYTES = 64 * 1024
 MAX_ATTEMPTS = 200
+# the socket folder is on the host's disk and the sandbox may write there:
+# past this much (or this many entries) the sandbox is killed
+SOCKET_FOLDER_BYTES = 64 * 2**20
+SOCKET_FOLDER_ENTRIES = 1000
+WATCH_S = 0.5
 
 # bwrap's --die-with-parent is PR_SET_PDEATHSIG, which fires when the
 # *thread* that forked it ends, not the process: a sandbox started from a
@@ -126,6 +131,20 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+def _folder_usage(path: Path) -> tuple[int, int]:
+    """Bytes and entries under ``path``, links not followed; stops counting
+    past the entry cap (the sandbox may have made a great many)."""
+    total = entries = 0
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            entries += 1
+            with contextlib.suppress(OSError):
+                total += (Path(root) / name).lstat().st_size
+            if entries > SOCKET_FOLDER_ENTRIES:
+                return total, entries
+    return total, entries
+
+
 class Sandbox:
     """``Sandboxed`` (proctor/runner/sandbox/base.py), one bwrap process tree."""
 
@@ -163,6 +182,19 @@ class Sandbox:
         finally:
             os.close(write_fd)
         self._output = OutputCapture(read_fd, spec.work_dir / "output.log")
+        self._disk_limit_hit = False
+        threading.Thread(target=self._watch_disk, name="sandbox-disk", daemon=True).start()
+
+    def _watch_disk(self) -> None:
+        while True:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=WATCH_S)
+                return
+            size, entries = _folder_usage(self._run_dir)
+            if size > SOCKET_FOLDER_BYTES or entries > SOCKET_FOLDER_ENTRIES:
+                self._disk_limit_hit = True
+                self._signal_all(signal.SIGKILL, outer=True)
+                return
 
     @property
     def wire_socket(self) -> Path:
@@ -220,8 +252,9 @@ class Sandbox:
             oom_killed=self._confinement.oom_killed(),
             process_limit_hit=self._confinement.process_limit_hit(),
             cpu_limit_hit=cpu_hit,
+            disk_limit_hit=self._disk_limit_hit,
             output_tail=self._output.tail(),
-            limits=asdict(limits),
+            limits={**asdict(limits), "socket_folder_bytes": SOCKET_FOLDER_BYTES},
             limits_backend=self._confinement.backend,
             attempts=self._attempts(),
         )

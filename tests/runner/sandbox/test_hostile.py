@@ -220,3 +220,17 @@ def test_cpu_past_the_limit_is_stopped(sandboxes: StartSandbox, neighbour: Neigh
     assert time.monotonic() - started < 30
     assert classify(diag, was_ready=True)[0] == RunnerFailure.sandbox_refused
     neighbour.assert_answered_throughout()
+
+
+def test_filling_the_socket_folder_is_stopped(
+    sandboxes: StartSandbox, neighbour: Neighbour
+) -> None:
+    """The socket folder is on the host's disk: past its cap the sandbox is killed."""
+    sandbox = sandboxes("disk", "hostile.py", "disk")
+    wait_for(lambda: not sandbox.running(), timeout_s=30)
+    diag = sandbox.stop()
+    assert diag.disk_limit_hit and diag.signal == 9
+    assert "not stopped" not in str(_findings(sandbox).get("disk"))
+    failure, message = classify(diag, was_ready=True)
+    assert failure == RunnerFailure.sandbox_refused and "64 MiB" in message
+    neighbour.assert_answered_throughout()

@@ -5,6 +5,7 @@
     python hostile.py memory MIB           # allocates (and touches) MIB
     python hostile.py cpu                  # spins until stopped
     python hostile.py spam                 # floods stdout, with escape sequences
+    python hostile.py disk                 # writes 100 MiB into the socket folder
 
 Each probe writes {"probe": NAME, "result": ...} on stdout; the test decides
 what counts as contained.
@@ -98,6 +99,17 @@ def cpu() -> None:
         pass
 
 
+def disk() -> None:
+    chunk = b"\x01" * 2**20
+    with Path("/run/proctor/junk").open("wb") as out:
+        for i in range(1024):
+            out.write(chunk)
+            out.flush()
+            if i == 99:  # 100 MiB: then wait to be stopped
+                time.sleep(30)
+    report("disk", "not stopped")
+
+
 def spam() -> None:
     line = "\x1b[31mred\x1b[0m spam \x07 line" + "x" * 100 + "\n"
     for i in range(200_000):
@@ -106,7 +118,7 @@ def spam() -> None:
     sys.stdout.flush()
 
 
-MODES = {"fork": fork, "cpu": cpu, "spam": spam}
+MODES = {"fork": fork, "cpu": cpu, "spam": spam, "disk": disk}
 
 if __name__ == "__main__":
     if sys.argv[1] == "probes":
