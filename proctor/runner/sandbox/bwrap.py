@@ -74,6 +74,10 @@ def sandbox_env(spec: SandboxSpec) -> dict[str, str]:
     env["TMPDIR"] = SANDBOX_TMP
     env["PATH"] = f"{spec.env_dir / 'bin'}:/usr/bin:/bin"
     if spec.gpus:
+        if not _GPUS.match(spec.gpus):
+            raise SandboxConfigError(
+                f"gpus: {spec.gpus!r} is not a comma-separated list of indices"
+            )
         env["CUDA_VISIBLE_DEVICES"] = spec.gpus
     return env
 
@@ -113,13 +117,11 @@ def _etc_binds(etc_dir: Path) -> list[str]:
     return args
 
 
-def _gpu_binds(gpus: str) -> list[str]:
+def _gpu_binds() -> list[str]:
     """The NVIDIA device nodes. UNVERIFIED: the development host has no GPU.
     Every GPU's node is bound and CUDA_VISIBLE_DEVICES picks the server's
     ones: that steers a cooperative server, it does not stop a hostile one
     from opening another GPU on the same host."""
-    if not _GPUS.match(gpus):
-        raise SandboxConfigError(f"gpus: {gpus!r} is not a comma-separated list of indices")
     args: list[str] = []
     for node in sorted(Path("/dev").glob("nvidia*")):
         if node.is_char_device():
@@ -128,8 +130,9 @@ def _gpu_binds(gpus: str) -> list[str]:
 
 
 def bwrap_argv(spec: SandboxSpec, command: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """bwrap's argv running ``command`` (sandbox paths) in ``spec``'s sandbox;
-    ``work_dir`` must hold ``sock/`` and ``etc/`` already (``process.start``)."""
+    """bwrap's argv running ``command`` (sandbox paths) in ``spec``'s sandbox
+    with ``env`` (``sandbox_env``, which validates it); ``work_dir`` must hold
+    ``sock/`` and ``etc/`` already (``process.start``)."""
     work = spec.work_dir
     tmp_bytes = spec.limits.max_file_bytes
     args = [
@@ -177,7 +180,7 @@ def bwrap_argv(spec: SandboxSpec, command: Sequence[str], env: Mapping[str, str]
         "/proc",
         "--dev",
         "/dev",
-        *(_gpu_binds(spec.gpus) if spec.gpus else []),
+        *(_gpu_binds() if spec.gpus else []),
         # the root bwrap builds is a writable tmpfs: read-only once everything
         # is mounted, so only /tmp and the socket folder can be written
         "--remount-ro",

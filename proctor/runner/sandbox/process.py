@@ -52,13 +52,17 @@ def start(spec: SandboxSpec, *, cgroups: str = "auto") -> Sandbox:
     wire = work / "sock" / bwrap.WIRE_SOCKET_NAME
     if len(os.fsencode(wire)) > MAX_SOCKET_PATH:
         raise bwrap.SandboxConfigError(f"work_dir: {wire} is too long for a Unix socket")
+    for name in ("env_dir", "checkpoint_dir"):
+        # bound at their own path or named in the launch: never resolved here
+        if not getattr(spec, name).is_absolute():
+            raise bwrap.SandboxConfigError(f"{name}: {getattr(spec, name)} is not absolute")
     if not (spec.env_dir / "bin" / "python").exists():
         raise bwrap.SandboxConfigError(f"env_dir: {spec.env_dir} has no bin/python")
     if not spec.checkpoint_dir.is_dir():
         raise bwrap.SandboxConfigError(f"checkpoint_dir: {spec.checkpoint_dir} is not a folder")
+    env = bwrap.sandbox_env(spec)  # refuses a bad variable or GPU list: nothing made yet
     _fresh_folder(work / "sock")
     bwrap.write_etc(work / "etc")
-    env = bwrap.sandbox_env(spec)
     argv = bwrap.bwrap_argv(spec, _bridge_command(spec), env)
     confinement = choose(cgroups).confine(spec.limits)
     try:

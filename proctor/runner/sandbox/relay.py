@@ -85,7 +85,8 @@ class Relay:
         self._last_used = time.monotonic()
         self.connections = 0
         self.latencies: list[float] = []  # the last exchanges' latencies, seconds
-        self._listener = socket.create_server((host, port), backlog=BACKLOG, reuse_port=False)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, port), family=family, backlog=BACKLOG)
         self.host, self.port = self._listener.getsockname()[:2]
         self._threads = [
             threading.Thread(target=self._accept, name=f"relay-{self.port}", daemon=True),
@@ -124,6 +125,9 @@ class Relay:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            # small frames (a handshake, an action) go out at once, not after
+            # Nagle's algorithm waits for an acknowledgement
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
