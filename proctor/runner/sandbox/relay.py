@@ -103,12 +103,12 @@ class Relay:
 
     def close(self) -> None:
         """Stop listening and drop every connection (idempotent)."""
-        self._closed.set()
+        with self._lock:
+            self._closed.set()
+            sockets = list(self._open)
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
-        with self._lock:
-            sockets = list(self._open)
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -127,36 +127,50 @@ class Relay:
                 return
             # small frames (a handshake, an action) go out at once, not after
             # Nagle's algorithm waits for an acknowledgement
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
+    def _admit(self, sock: socket.socket, exchange: _Exchange) -> bool:
+        """Track ``sock`` so that ``close`` drops it; False once closed (the
+        check and the tracking under one lock: nothing slips past ``close``)."""
+        with self._lock:
+            if self._closed.is_set():
+                return False
+            self._open[sock] = exchange
+            return True
+
     def _serve(self, client: socket.socket) -> None:
+        exchange = _Exchange()
+        upstream: socket.socket | None = None
         with self._lock:
             self.connections += 1
             self._last_used = time.monotonic()
         try:
-            upstream = connect_unix(self.socket_path)
-        except OSError as exc:
-            log.info("relay %s: the sandbox's socket refused: %s", self.port, exc)
-            client.close()
+            if not self._admit(client, exchange):
+                return
+            try:
+                upstream = connect_unix(self.socket_path)
+            except OSError as exc:
+                log.info("relay %s: the sandbox's socket refused: %s", self.port, exc)
+                return
+            if not self._admit(upstream, exchange):
+                return
+            back = threading.Thread(
+                target=self._pump, args=(upstream, client, exchange, False), daemon=True
+            )
+            back.start()
+            self._pump(client, upstream, exchange, True)
+            back.join()
+        finally:
+            with self._lock:
+                self._open.pop(client, None)
+                if upstream is not None:
+                    self._open.pop(upstream, None)
+            for sock in (client, upstream):
+                if sock is not None:
+                    sock.close()
             self._done()
-            return
-        exchange = _Exchange()
-        with self._lock:
-            self._open[client] = exchange
-            self._open[upstream] = exchange
-        back = threading.Thread(
-            target=self._pump, args=(upstream, client, exchange, False), daemon=True
-        )
-        back.start()
-        self._pump(client, upstream, exchange, True)
-        back.join()
-        with self._lock:
-            self._open.pop(client, None)
-            self._open.pop(upstream, None)
-        client.close()
-        upstream.close()
-        self._done()
 
     def _done(self) -> None:
         with self._lock:

@@ -47,6 +47,10 @@ class Bridge:
         self.child: asyncio.subprocess.Process | None = None
         self.attempt_lines = 0
         self.tripwires: list[asyncio.AbstractServer] = []
+        # the event loop holds tasks only weakly: a connection whose reading
+        # is paused (flow control, a large frame) is referenced by nothing
+        # else, and would be collected mid-transfer, its sockets closed
+        self.open: set[asyncio.Task[None]] = set()
 
     async def run(self) -> int:
         await self._tripwires()
@@ -114,6 +118,15 @@ class Bridge:
         return None
 
     async def _on_wire(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        held = {task} if task is not None else set()
+        self.open |= held
+        try:
+            await self._join(reader, writer)
+        finally:
+            self.open -= held
+
+    async def _join(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream = await self._connect_server()
         if upstream is None:
             writer.close()
