@@ -164,6 +164,7 @@ def set_stage(
     if row is None:
         return False
     row.stage, row.status, row.heartbeat_at = stage[:200], status, now
+    session.flush()
     return True
 
 
@@ -183,6 +184,7 @@ def mark_ready(
     row.status, row.stage = RunnerStatus.ready, "ready"
     row.url, row.dialect, row.device = url, dialect, device
     row.ready_at = row.heartbeat_at = row.last_used_at = now
+    session.flush()
     return True
 
 
@@ -222,6 +224,7 @@ def finish(
     row.stage = "failed" if failure else "stopped"
     row.diagnostics = {**(row.diagnostics or {}), **diagnostics}
     row.finished_at = now
+    session.flush()
     return True
 
 
