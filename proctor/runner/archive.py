@@ -559,8 +559,8 @@ def read_member(path: Path, member: str, *, max_bytes: int = MEMBER_READ_BYTES) 
 class _Unpacker:
     """Writes the entries of an inspected archive into ``dest``: folders and
     regular files only created there (never through a link, never over an
-    existing path), links re-created as the inspection allowed them, hard
-    links as copies, and no permission bits beyond 0o755/0o644."""
+    existing path), links re-created as the inspection allowed them (hard
+    links to an earlier file of the archive), and no permission bits beyond 0o755/0o644."""
 
     dest: Path
     budget: int  # bytes the inspection counted: more means the file changed
@@ -590,9 +590,12 @@ class _Unpacker:
         out.parent.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
         out.symlink_to(target)
 
-    def copy(self, name: str, source: str) -> None:
-        with self.target(source).open("rb") as data:
-            self.file(name, data, executable=False)
+    def hardlink(self, name: str, source: str) -> None:
+        # a link, not a copy: the inspection counted the file's bytes once,
+        # and a hundred copies of it would be a hundred times the disk
+        out = self.target(name)
+        out.parent.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+        os.link(self.target(source), out, follow_symlinks=False)
 
 
 def _unpack_tar(path: Path, out: _Unpacker) -> None:
@@ -606,7 +609,7 @@ def _unpack_tar(path: Path, out: _Unpacker) -> None:
             elif entry.issym():
                 out.link(name, entry.linkname)
             elif entry.islnk():
-                out.copy(name, _check_name(entry.linkname))
+                out.hardlink(name, _check_name(entry.linkname))
             elif entry.isreg():
                 data = tar.extractfile(entry)
                 if data is None:
