@@ -115,15 +115,15 @@ def test_the_check_reads_json_only_and_needs_the_weights(tmp_path: Path) -> None
 def test_the_lerobot_environment_and_launch() -> None:
     manifest = lerobot_manifest("act", "joint_velocity", 7)
     lerobot = FRAMEWORKS["lerobot"]
-    spec = lerobot.env_spec(manifest, Path("."))
+    spec = lerobot.env_spec(manifest, Path())
     assert spec.packages == (f"lerobot=={DEFAULT_LEROBOT_VERSION}", *WIRE_PACKAGES)
     assert all("==" in p for p in spec.packages)  # every one pinned
     pinned = parse_manifest(
         'name = "tiny-act"\n[runner]\nframework = "lerobot"\npolicy_path = "act"\n'
         'lerobot_version = "0.4.3"\n[policy]\naction_space = "joint_position"\nchunk_length = 4\n'
     )
-    assert lerobot.env_spec(pinned, Path(".")).packages[0] == "lerobot==0.4.3"
-    assert lerobot.env_spec(pinned, Path(".")).key() != spec.key()
+    assert lerobot.env_spec(pinned, Path()).packages[0] == "lerobot==0.4.3"
+    assert lerobot.env_spec(pinned, Path()).key() != spec.key()
     launch = lerobot.launch(manifest, 18300)
     assert launch.argv[:6] == (
         "{python}",
