@@ -42,7 +42,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from proctor.runner.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
 
@@ -572,7 +572,7 @@ class _Unpacker:
     def folder(self, name: str) -> None:
         self.target(name).mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
 
-    def file(self, name: str, data: BinaryIO, executable: bool) -> None:
+    def file(self, name: str, data: IO[bytes], executable: bool) -> None:
         out = self.target(name)
         out.parent.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
         mode = _EXEC_MODE if executable else _FILE_MODE
