@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from proctor.core.settings import RunnerSettings
 from proctor.runner.frameworks.base import EnvSpec
 from proctor.runner.requirements import check_requirements
 
@@ -125,6 +126,10 @@ class EnvStore:
     def __init__(self, root: Path, *, build_timeout_s: float) -> None:
         self.root = root
         self.build_timeout_s = build_timeout_s
+
+    @classmethod
+    def from_settings(cls, settings: RunnerSettings) -> EnvStore:
+        return cls(default_env_dir(settings.env_dir), build_timeout_s=settings.build_timeout_s)
 
     def path_of(self, spec: EnvSpec) -> Path:
         return self.root / spec.key()

@@ -5,14 +5,16 @@ requirements must be plain specifiers; launches fill their placeholders."""
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from proctor.runner.frameworks import FRAMEWORKS, framework_for
-from proctor.runner.frameworks.base import ServerLaunch
+from proctor.runner.frameworks.base import HELPERS_DIR, ServerLaunch
 from proctor.runner.frameworks.lerobot import DEFAULT_LEROBOT_VERSION, WIRE_PACKAGES
 from proctor.runner.manifest import parse_manifest
 from proctor.runner.requirements import check_requirements
@@ -234,3 +236,28 @@ def test_openpi_is_refused_naming_runner_framework(tmp_path: Path) -> None:
         assert "not installable from the package index" in problems[0].message
     with pytest.raises(ValueError, match="cannot be served"):
         openpi.launch(manifest, 1)
+
+
+def test_the_in_sandbox_servers_never_import_proctor() -> None:
+    """They run in the framework's environment, where proctor is not installed
+    (and must not be: the sandbox sees only the environment and the checkpoint)."""
+    for script in sorted(HELPERS_DIR.glob("*.py")):
+        tree = ast.parse(script.read_text())
+        imported = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        } | {
+            (node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+        }
+        assert "proctor" not in imported and "tests" not in imported, script.name
+        assert imported <= set(sys.stdlib_module_names) | {
+            "numpy",
+            "torch",
+            "lerobot",
+            "msgpack",
+            "websockets",
+        }, (script.name, imported)
