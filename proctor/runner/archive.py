@@ -653,4 +653,9 @@ def unpack_archive(path: Path, dest: Path, limits: ArchiveLimits) -> ArchiveSumm
             _unpack_tar(path, out)
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError) as exc:
         raise ArchiveRejected(f"the archive cannot be unpacked ({_reason(exc)})") from None
+    except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
+        # a file and a folder of one name ("a", then "a/b"): nothing is overwritten
+        raise ArchiveRejected(
+            f"the archive names a path as both a file and a folder ({type(exc).__name__})"
+        ) from None
     return summary

@@ -130,3 +130,13 @@ def test_unpacking_needs_an_empty_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not empty"):
         unpack_archive(_write(tmp_path, data), dest, LIMITS)
     assert (dest / "policy.toml").read_text() == "mine"
+
+
+def test_a_path_that_is_both_a_file_and_a_folder_overwrites_nothing(tmp_path: Path) -> None:
+    data = tar_bytes(
+        [("policy.toml", "file", manifest()), ("a/b", "file", b"inner"), ("a", "file", b"outer")]
+    )
+    dest = tmp_path / "out"
+    with pytest.raises(ArchiveRejected, match="both a file and a folder"):
+        unpack_archive(_write(tmp_path, data), dest, LIMITS)
+    assert (dest / "a" / "b").read_bytes() == b"inner"
