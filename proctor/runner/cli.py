@@ -42,7 +42,6 @@ def worker(
     Any number of runner hosts may serve one database."""
     from proctor.core.artifacts import open_store
     from proctor.core.db.opening import open_sessions
-    from proctor.runner.envs import EnvStore
     from proctor.runner.worker import RunnerWorker, WorkerConfig
 
     settings = _settings(ctx)
@@ -51,7 +50,6 @@ def worker(
         open_sessions(settings),
         open_store(settings.artifacts_location),
         config,
-        envs=EnvStore(config.env_dir, build_timeout_s=settings.runner.build_timeout_s),
     )
     typer.echo(
         f"runner worker {worker.name}: environments in {config.env_dir}, "
@@ -88,7 +86,7 @@ def serve(
         path,
         port=port,
         config=pipeline,
-        envs=EnvStore(config.env_dir, build_timeout_s=settings.runner.build_timeout_s),
+        envs=EnvStore(config.env_dir, build_timeout_s=config.build_timeout_s),
         say=typer.echo,
         stop=_stop_on_signals(),
         latency_budget_s=settings.runner.latency_budget_s,
@@ -99,6 +97,7 @@ def serve(
         typer.echo("stopped")
         return
     typer.echo(f"failed: {result.failure} ({result.fault}'s fault): {result.message}", err=True)
-    for line in result.diagnostics.get("output_tail", []) or []:  # type: ignore[union-attr]
+    tail = result.diagnostics.get("output_tail")
+    for line in tail if isinstance(tail, list) else []:
         typer.echo(f"  | {line}", err=True)
     raise typer.Exit(1)

@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from proctor.runner.archive import ArchiveLimits, ArchiveRejected, unpack_archiv
 from proctor.runner.envs import BuiltEnv, EnvBuildFailed, EnvStore
 from proctor.runner.failures import classify
 from proctor.runner.frameworks import framework_for
-from proctor.runner.frameworks.base import EnvSpec, ServerLaunch
+from proctor.runner.frameworks.base import EnvSpec
 from proctor.runner.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -133,7 +133,7 @@ class ServerPipeline:
             raise _build_failure(spec, exc) from None
 
     def launch(self, manifest: Manifest, root: Path, env: BuiltEnv, name: str) -> Launched:
-        launch = _resolved(framework_for(manifest).launch(manifest, SANDBOX_PORT), env)
+        launch = framework_for(manifest).launch(manifest, SANDBOX_PORT).fill(env.path)
         server_dir = self.config.work_dir / "servers" / name
         shutil.rmtree(server_dir, ignore_errors=True)
         server_dir.mkdir(parents=True)
@@ -198,26 +198,15 @@ def _members(root: Path) -> list[str]:
     return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.name != ".complete"]
 
 
-def _resolved(launch: ServerLaunch, env: BuiltEnv) -> ServerLaunch:
-    """The framework's argv with the environment filled in: ``{python}`` is
-    the environment's interpreter, ``{env}`` its folder (both bound read-only
-    at their host paths inside the sandbox)."""
-    argv = tuple(
-        part.replace("{python}", str(env.python)).replace("{env}", str(env.path))
-        for part in launch.argv
-    )
-    return replace(launch, argv=argv)
-
-
 def _build_failure(spec: EnvSpec, exc: EnvBuildFailed) -> PipelineFailed:
-    diagnostics = {"build_log_tail": list(exc.log_tail)}
+    diagnostics = {"build_log_tail": exc.log_tail.splitlines()[-40:]}
     if exc.timed_out:
         return PipelineFailed(
             RunnerFailure.wall_clock_exceeded,
-            f"the environment did not build within the time limit: {exc.message}",
+            f"the environment did not build within the time limit: {exc}",
             diagnostics,
         )
     # what the submitter asked to install is theirs to fix; the framework's
     # own packages failing to install is the host's (a network or disk problem)
     failure = RunnerFailure.setup_crash if spec.requirements else RunnerFailure.host_error
-    return PipelineFailed(failure, f"the environment did not build: {exc.message}", diagnostics)
+    return PipelineFailed(failure, f"the environment did not build: {exc}", diagnostics)

@@ -41,7 +41,7 @@ from proctor.core.domain import RunnerFailure, RunnerStatus
 from proctor.core.settings import Settings
 from proctor.runner import queue
 from proctor.runner.archive import ArchiveLimits
-from proctor.runner.envs import EnvStore
+from proctor.runner.envs import EnvStore, default_env_dir
 from proctor.runner.failures import classify
 from proctor.runner.pipeline import Launched, PipelineConfig, PipelineFailed, ServerPipeline
 from proctor.runner.sandbox.base import Limits
@@ -65,6 +65,7 @@ class WorkerConfig:
     max_servers: int
     gpus: tuple[str, ...]
     env_dir: Path
+    build_timeout_s: float
     pipeline: PipelineConfig
 
     @classmethod
@@ -90,7 +91,8 @@ class WorkerConfig:
             latency_budget_s=r.latency_budget_s,
             max_servers=r.max_servers,
             gpus=tuple(g.strip() for g in r.gpus.split(",") if g.strip()),
-            env_dir=r.env_dir or default_env_dir(),
+            env_dir=default_env_dir(r.env_dir),
+            build_timeout_s=r.build_timeout_s,
             pipeline=PipelineConfig(
                 work_dir=(r.work_dir or settings.data_dir / "runner").resolve(),
                 limits=limits,
@@ -102,11 +104,6 @@ class WorkerConfig:
                 ready_timeout_s=r.ready_timeout_s,
             ),
         )
-
-
-def default_env_dir() -> Path:
-    """Shared by every data folder on the host: a LeRobot environment is several GB."""
-    return Path.home() / ".cache" / "proctor" / "runner-envs"
 
 
 class ServedServer:
@@ -194,15 +191,18 @@ class ServedServer:
                 return
             if not self.launched.sandbox.running():
                 diag = self.launched.sandbox.stop()
-                self._end(*classify(diag, was_ready=True), diag.as_json())
+                failure, message = classify(diag, was_ready=True)
+                self._end(failure, message, diag.as_json())
                 return
             if self.latency_over is not None:
                 diag = self.launched.sandbox.stop()
-                self._end(*classify(diag, was_ready=True, latency_exceeded=True), diag.as_json())
+                failure, message = classify(diag, was_ready=True, latency_exceeded=True)
+                self._end(failure, message, diag.as_json())
                 return
             if time.monotonic() - born > self.worker.config.max_lifetime_s:
                 diag = self.launched.sandbox.stop()
-                self._end(*classify(diag, was_ready=True, lifetime_exceeded=True), diag.as_json())
+                failure, message = classify(diag, was_ready=True, lifetime_exceeded=True)
+                self._end(failure, message, diag.as_json())
                 return
             if self._idle():
                 self._end(None, "stopped: idle (it starts again when needed)", self._diag_stop())
@@ -256,7 +256,7 @@ class RunnerWorker:
         self.sessions = sessions
         self.store = store
         self.config = config
-        self.envs = envs or EnvStore(config.env_dir, build_timeout_s=1800.0)
+        self.envs = envs or EnvStore(config.env_dir, build_timeout_s=config.build_timeout_s)
         self.start_sandbox = start_sandbox or start
         self.name = f"{config.host}:{os.getpid()}"
         self.servers: dict[int, ServedServer] = {}

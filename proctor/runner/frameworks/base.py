@@ -122,7 +122,7 @@ class Framework(Protocol):
 FRAMEWORKS: dict[str, Framework] = {}
 
 
-_F = TypeVar("_F", bound=type)
+_F = TypeVar("_F", bound=type[Framework])
 
 
 def register(cls: _F) -> _F:
