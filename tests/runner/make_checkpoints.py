@@ -37,22 +37,23 @@ def features(state: int = 8, action: int = 8) -> tuple[dict, dict]:
 # the ACT checkpoint's actions are unnormalised around this: a reply near it
 # shows the saved post-processor ran
 ACTION_MEAN = 100.0
+GENTLE_STD = 0.05
 
 
-def stats() -> dict:
-    def unit(shape: tuple[int, ...], mean: float = 0.0) -> dict:
-        return {"mean": torch.full(shape, mean), "std": torch.ones(shape)}
+def stats(action_mean: float = ACTION_MEAN, action_std: float = 1.0) -> dict:
+    def unit(shape: tuple[int, ...], mean: float = 0.0, std: float = 1.0) -> dict:
+        return {"mean": torch.full(shape, mean), "std": torch.full(shape, std)}
 
     image = {"mean": torch.zeros(3, 1, 1), "std": torch.ones(3, 1, 1)}
     return {
         "observation.state": unit((8,)),
         "observation.images.exterior": image,
         "observation.images.wrist": image,
-        "action": unit((8,), ACTION_MEAN),
+        "action": unit((8,), action_mean, action_std),
     }
 
 
-def make_act(out: Path) -> None:
+def make_act(out: Path, action_mean: float = ACTION_MEAN, action_std: float = 1.0) -> None:
     inputs, outputs = features()
     config = ACTConfig(
         input_features=inputs,
@@ -73,7 +74,7 @@ def make_act(out: Path) -> None:
     torch.manual_seed(0)
     policy = ACTPolicy(config)
     policy.save_pretrained(out)
-    pre, post = make_pre_post_processors(config, dataset_stats=stats())
+    pre, post = make_pre_post_processors(config, dataset_stats=stats(action_mean, action_std))
     pre.save_pretrained(out)
     post.save_pretrained(out)
 
@@ -105,5 +106,8 @@ def make_diffusion(out: Path) -> None:
 if __name__ == "__main__":
     root = Path(sys.argv[1])
     make_act(root / "act")
+    # small joint velocities around zero (rad/s): a random policy that can run
+    # whole episodes on the simulated cell without the envelope stopping it
+    make_act(root / "act-gentle", action_mean=0.0, action_std=GENTLE_STD)
     make_diffusion(root / "diffusion")
     print("made", root)
