@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect
 
 from proctor.core.domain import EndpointDialect, Role, Visibility
 from proctor.core.errors import Conflict, FieldError
+from proctor.runner.archive import human_bytes
 from proctor.web.auth.identity import Principal
 from proctor.web.deps import (
     AppStateDep,
@@ -35,7 +36,6 @@ from proctor.web.deps import (
 )
 from proctor.web.errors import error_responses
 from proctor.web.submissions import service, staging, uploads
-from proctor.runner.archive import human_bytes
 from proctor.web.submissions.schemas import (
     CompleteIn,
     EndpointIn,
