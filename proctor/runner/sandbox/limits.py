@@ -212,6 +212,13 @@ def _read_keyed(path: Path) -> dict[str, int]:
     return out
 
 
+def _words(path: Path) -> set[str]:
+    try:
+        return set(path.read_text().split())
+    except OSError:
+        return set()
+
+
 def _kill_and_remove(dirs: tuple[Path, ...], procs: tuple[Path, ...]) -> None:
     """SIGKILL every task until the cgroups are empty, then rmdir them. A
     killed task leaves cgroup.procs a moment after the signal."""
@@ -243,8 +250,24 @@ def _kill_and_remove(dirs: tuple[Path, ...], procs: tuple[Path, ...]) -> None:
             log.error("sandbox cgroup %s not removed: still busy", path)
 
 
+CHILD_PREFIX = "proctor-sandbox-"
+# an empty sandbox cgroup older than this was left by a worker that died
+# (its processes died with it: --die-with-parent); a younger one may be a
+# sibling worker's, made an instant before its sandbox enters it
+STALE_AFTER_S = 60.0
+
+
+def sweep_stale(parent: Path) -> None:
+    now = time.time()
+    for path in parent.glob(f"{CHILD_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime > STALE_AFTER_S and not _words(path / "cgroup.procs"):
+                path.rmdir()
+
+
 def _new_child(parent: Path) -> Path:
-    path = parent / f"proctor-sandbox-{uuid.uuid4().hex[:12]}"
+    sweep_stale(parent)
+    path = parent / f"{CHILD_PREFIX}{uuid.uuid4().hex[:12]}"
     path.mkdir(mode=0o755)
     return path
 
@@ -340,13 +363,6 @@ def _v2_dir() -> Path | None:
             path = _own_dir(mount, own)
             return path.parent if path is not None and path.name == V2_LEAF else path
     return None
-
-
-def _words(path: Path) -> set[str]:
-    try:
-        return set(path.read_text().split())
-    except OSError:
-        return set()
 
 
 def _v2_enable(parent: Path) -> None:

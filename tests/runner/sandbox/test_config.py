@@ -3,7 +3,10 @@ it picks."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -12,8 +15,14 @@ from proctor.runner.frameworks.base import ServerLaunch
 from proctor.runner.sandbox import start
 from proctor.runner.sandbox.base import SandboxSpec
 from proctor.runner.sandbox.bwrap import SandboxConfigError, base_prefix, sandbox_env
-from proctor.runner.sandbox.limits import LIMIT_BACKENDS, LimitsUnavailable, choose
-from tests.runner.sandbox.conftest import LIMITS
+from proctor.runner.sandbox.limits import (
+    CHILD_PREFIX,
+    LIMIT_BACKENDS,
+    LimitsUnavailable,
+    _v1_dir,
+    choose,
+)
+from tests.runner.sandbox.conftest import LIMITS, StartSandbox
 
 
 def _spec(env_dir: Path, work: Path, fields: dict[str, object] | None = None) -> SandboxSpec:
@@ -83,3 +92,23 @@ def test_backends_are_found_by_name(caplog: pytest.LogCaptureFixture) -> None:
     assert "NOT bounded" in caplog.text
     with pytest.raises(LimitsUnavailable, match=r"runner\.cgroups: unknown value 'cgroup-v3'"):
         choose("cgroup-v3")
+
+
+def test_a_dead_workers_empty_cgroups_are_swept(sandboxes: StartSandbox) -> None:
+    """A worker that died leaves its sandboxes' cgroups behind, empty; the
+    next sandbox removes those older than a minute, never a young one (a
+    sibling worker's, about to be entered)."""
+    parent = _v1_dir("pids")
+    assert parent is not None
+    old, young = parent / f"{CHILD_PREFIX}test-old", parent / f"{CHILD_PREFIX}test-young"
+    old.mkdir()
+    young.mkdir()
+    try:
+        os.utime(old, (time.time() - 3600, time.time() - 3600))
+        sandboxes("sweep", "echo_server.py", "9000")
+        assert not old.exists()
+        assert young.exists()
+    finally:
+        for path in (old, young):
+            with contextlib.suppress(FileNotFoundError):
+                path.rmdir()
