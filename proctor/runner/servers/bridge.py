@@ -38,7 +38,10 @@ DEFAULT_TRIPWIRES = "5432,3306,6379,8000,8080,8100"
 CHUNK = 1 << 18
 # the attempts file is on the host's disk: a connect loop must not fill it
 MAX_ATTEMPT_LINES = 1000
-CONNECT_RETRY_S = 0.05
+# a connection that arrives while the server loads waits for it, trying
+# again at growing intervals: a readiness probe every few seconds over a
+# ten-minute model load must not cost the server's CPU
+CONNECT_RETRY_S = (0.05, 0.5)
 
 
 class Bridge:
@@ -108,13 +111,15 @@ class Bridge:
 
     async def _connect_server(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         deadline = time.monotonic() + self.args.connect_timeout
+        pause, longest = CONNECT_RETRY_S
         while time.monotonic() < deadline:
             if self.child is not None and self.child.returncode is not None:
                 return None
             try:
                 return await asyncio.open_connection("127.0.0.1", self.args.port)
             except OSError:
-                await asyncio.sleep(CONNECT_RETRY_S)
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, longest)
         return None
 
     async def _on_wire(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
