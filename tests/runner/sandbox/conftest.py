@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,13 +87,23 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
 
 
 def round_trip(connect: Callable[[], socket.socket], payload: bytes) -> bytes:
+    """``payload`` sent and everything echoed back. Sending and reading at
+    once: an echo of a large payload fills every buffer on the way back
+    while the sender is still sending, and a sender that reads only after
+    would wait on itself."""
     with connect() as conn:
-        conn.settimeout(20)
-        conn.sendall(payload)
-        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(60)
+
+        def send() -> None:
+            conn.sendall(payload)
+            conn.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
         chunks = []
         while chunk := conn.recv(1 << 18):
             chunks.append(chunk)
+        sender.join()
         return b"".join(chunks)
 
 

@@ -35,7 +35,7 @@ class Neighbour:
             latency_budget_s=30,
             on_latency_exceeded=lambda s: None,
         )
-        self.answers = 0
+        self.answers = self._seen = 0
         self.failures: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._ask, daemon=True)
@@ -51,12 +51,17 @@ class Neighbour:
             except OSError as exc:
                 self.failures.append(repr(exc))
 
+    def mark(self) -> None:
+        self._seen = self.answers
+
     def assert_answered_throughout(self) -> None:
+        # a few more answers after the hostile sandbox ended (a deadline
+        # for the condition: a loaded machine answers slower, not never)
+        wait_for(lambda: self.answers >= self._seen + 3 or bool(self.failures))
         self._stop.set()
         self._thread.join()
         self.relay.close()
         assert self.failures == []
-        assert self.answers >= 5
 
 
 @pytest.fixture
@@ -64,6 +69,8 @@ def neighbour(sandboxes: StartSandbox) -> Iterator[Neighbour]:
     sandbox = sandboxes("neighbour", "echo_server.py", "9000")
     echo_ready(sandbox)
     n = Neighbour(sandbox)
+    wait_for(lambda: n.answers >= 1)  # it answers before the hostile one starts
+    n.mark()
     yield n
     n.relay.close()
 
