@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import resource
 import signal
 import sys
@@ -70,9 +71,12 @@ class Bridge:
         return code
 
     def _forward(self, sig: int) -> None:
+        # os.kill, not send_signal: that polls first, and a server that the
+        # same signal (sent to the whole sandbox) already ended would be
+        # reaped there, leaving asyncio's child watcher to report 255
         if self.child is not None and self.child.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                self.child.send_signal(sig)
+                os.kill(self.child.pid, sig)
 
     def _write_exit(self, returncode: int) -> None:
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
