@@ -81,6 +81,9 @@ class Dialect:
     # what ``dial_url`` adds to a URL, for the message when that makes it
     # too long (None: the URL is used as given)
     url_path_text: ClassVar[str | None] = None
+    # the server sends a message as soon as a connection opens (openpi's
+    # metadata): a server is ready when it arrives, not just the handshake
+    greets_on_connect: ClassVar[bool] = True
 
     @property
     def ident(self) -> EndpointDialect:

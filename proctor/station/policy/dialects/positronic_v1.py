@@ -80,6 +80,8 @@ class PositronicSession(Session):
 @register
 class PositronicV1(Dialect):
     name = "positronic_v1"
+    # the client speaks first (its hello); the server answers it
+    greets_on_connect = False
     auth_scheme = "Bearer"
     wire_text = "Positronic wire"
     session_text = "session"
