@@ -66,6 +66,10 @@ class Reply:
     # True: the rows are timed from the request (Positronic's waypoints), so a
     # real-time player starts at the row now due; False: at the first row
     timed_from_call: bool = False
+    # what the server says the call cost it, in ms by its own key names (openpi's
+    # server_timing, Positronic's timing), validated by the dialect; None: it said
+    # nothing. Reported beside latency_s, never used to decide anything
+    server_timing: dict[str, float] | None = None
 
     def first_row(self, elapsed_s: float, control_hz: float) -> int:
         """The row playback starts at when the reply is played ``elapsed_s``
@@ -117,6 +121,8 @@ class PolicyClient:
         self.info: ServerInfo | None = None
         self.session_id = uuid.uuid4().hex
         self.calls = 0
+        # the last reply's server-reported timing (``Reply.server_timing``)
+        self.last_server_timing: dict[str, float] | None = None
         # Positronic: the chunk's schedule is sampled on the station's control grid;
         # a model still loading sends a status at least every status_timeout_s
         self.control_hz = control_hz
@@ -230,6 +236,7 @@ class PolicyClient:
         if info is None or session is None:
             raise PolicyDisconnected("not connected to the policy server")
         message = session.request(dict(observation), self.session_id)
+        self.last_server_timing = None
         t0 = self.wall.now()
         raw = self._exchange(message, timeout_s)
         try:
@@ -241,12 +248,14 @@ class PolicyClient:
         except (codec.CodecError, ProtocolError) as exc:
             raise PolicyProtocolError(f"malformed policy reply: {exc}") from None
         self.calls += 1
+        self.last_server_timing = decoded.server_timing
         return Reply(
             actions=decoded.rows,
             latency_s=self.wall.now() - t0,
             t_request=t0,
             space=decoded.space,
             timed_from_call=decoded.timed_from_call,
+            server_timing=decoded.server_timing,
         )
 
     @property
