@@ -202,7 +202,7 @@ def test_the_conformance_check_names_the_missing_token_at_positronics_keepalive(
     readiness = next(f for f in report.findings if f.check == "readiness")
     assert report.verdict == Status.failed
     assert readiness.status == Status.failed and readiness.details["http_status"] == 401
-    assert "none is registered" in readiness.message and "Bearer" in readiness.message
+    assert "no key is registered" in readiness.message and "Bearer" in readiness.message
     # with the token, the same server is ready and the check passes
     report = check_endpoint(
         running.url,

@@ -130,21 +130,21 @@ def _judged(
 
 
 def _refused(check: CheckState, status: int) -> bool:
-    has_key = any(k.lower() == "authorization" for k in check.options.headers)
+    sent = next((v for k, v in check.options.headers.items() if k.lower() == "authorization"), None)
+    if sent is None:
+        why = "no key is registered with the endpoint"
+    elif not sent.startswith("Bearer "):
+        why = "the key registered with the endpoint is not sent as a bearer token"
+    else:
+        why = "it refused the key registered with the endpoint"
     check.add(
         "readiness",
         TITLE,
         Status.failed,
         f"Your server refused POST /api/v1/keepalive with HTTP {status}: it wants a bearer "
-        + (
-            "token, and refused the API key registered with the endpoint. Register the "
-            "token your server was started with (its auth_token)."
-            if has_key
-            else "token, and none is registered with the endpoint. Register the endpoint "
-            "with the token your server was started with (its auth_token)"
-        )
-        + "; the station sends it as 'Authorization: Bearer <token>' on the keepalive "
-        "and the session alike.",
+        f"token, and {why}. Register the endpoint with the token your server was started "
+        "with (its auth_token); the station sends it as 'Authorization: Bearer <key>', as "
+        "Positronic's client does, on the keepalive and the session alike.",
         http_status=status,
     )
     return False
