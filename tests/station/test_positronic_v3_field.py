@@ -91,6 +91,7 @@ class FieldServer:
 
     mode: dict[str, Any] | None = None
     load_s: float = 0.6  # how long "loading" lasts after the start
+    alive: dict[str, Any] = field(default_factory=lambda: {"alive_seconds": 600})
     requests: list[dict[str, Any]] = field(default_factory=list)
     keepalive_answers: list[int] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
@@ -113,9 +114,12 @@ class FieldServer:
 
     def start(self) -> None:
         self._thread.start()
-        threading.Timer(self.load_s, self.loaded.set).start()
+        self._loading = threading.Timer(self.load_s, self.loaded.set)
+        self._loading.daemon = True
+        self._loading.start()
 
     def stop(self) -> None:
+        self._loading.cancel()
         self._server.should_exit = True
         self._thread.join(10)
 
@@ -142,7 +146,7 @@ class FieldServer:
         elif not self.loaded.is_set():
             status, body = 503, {"detail": "loading"}
         else:
-            status, body = 200, {"alive_seconds": 600}
+            status, body = 200, self.alive
         if scope["path"] == "/api/v1/keepalive":
             self.keepalive_answers.append(status)
         payload = json.dumps(body).encode()
@@ -269,6 +273,29 @@ def test_the_conformance_check_refuses_an_impedance_mode_by_name(
     assert replies.status == Status.failed
     assert "'impedance'" in replies.message and "mode" in replies.message
     assert "position_control" in replies.message  # what to send instead
+
+
+def test_a_server_that_never_gets_ready_fails_at_the_load_limit(
+    field_server: Callable[..., FieldServer],
+) -> None:
+    server = field_server(load_s=60.0)
+    started = time.monotonic()
+    report = check_endpoint(server.url, options=_options(load_timeout_s=1.0))
+    readiness = next(f for f in report.findings if f.check == "readiness")
+    assert readiness.status == Status.failed and "not ready within 1 s" in readiness.message
+    assert "HTTP 503" in readiness.message
+    assert time.monotonic() - started < 10
+    assert not server.requests and [f.check for f in report.findings] == ["readiness"]
+
+
+def test_a_keepalive_answer_that_is_not_the_model_servers_is_a_warning(
+    field_server: Callable[..., FieldServer],
+) -> None:
+    server = field_server(load_s=0.0, alive={"ok": True}, mode=POSITION_CONTROL)
+    report = check_endpoint(server.url, options=_options())
+    readiness = next(f for f in report.findings if f.check == "readiness")
+    assert readiness.status == Status.warning and "alive_seconds" in readiness.message
+    assert report.verdict == Status.passed, report.summary  # the session handshake went on
 
 
 def test_the_check_says_the_token_is_missing_when_the_keepalive_answers_401(
