@@ -22,7 +22,13 @@ Protocol versions: a ``ready`` frame without ``protocol_version`` (or with
 ``protocol_version: 3`` (``positronic-model-server`` ≥ 0.3) also carries a
 ``session_id``: each request is ``{"session_id", "observation"}`` and the
 session ends with ``{"session_id", "end_session": true}``, acknowledged in
-kind. Other versions are refused at connect.
+kind. Other versions are refused at connect. Protocol 3's
+``positronic-model-server`` also answers ``POST /api/v1/keepalive`` with
+``{"alive_seconds": …}`` once its model is loaded and warm (401 without the
+token; the conformance check waits on it: ``positronic_ready.py``) and has
+no ``/api/v1/models``. A reply's ``timing`` map (``decode_ms``,
+``queued_ms``, ``model_ms``, ``infer_ms``, ``served_ms``) is kept for
+reporting (``TIMING_KEYS``).
 
 What the station sends (``proctor/station/keys.py``): ``robot_state.q``,
 ``robot_state.dq``, ``robot_state.ee_pose`` (xyz + quaternion **w first**,
@@ -40,6 +46,10 @@ player, a channel keeps its last value until a later waypoint changes it, and
 a waypoint with no channels marks where the chunk ends. The station samples
 that schedule on its own control grid (``control_hz``): step ``k`` runs
 what is in force at ``k / control_hz``.
+
+A command's optional ``mode`` (Positronic's ``drivers/roboarm/command.py``):
+``position_control`` naming no stiffness is the station's own law and runs;
+anything else is refused by name (``_mode``).
 
 Refused with a message that names the reason (nothing half-runs):
 ``joint_delta``, ``reset`` and ``recover`` commands, bimanual channels
