@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.frames import CloseCode
 from websockets.sync.client import ClientConnection
 
@@ -150,6 +150,14 @@ class PolicyClient:
                 compression=None,
                 additional_headers=self._headers or None,
             )
+        except InvalidStatus as exc:
+            code = exc.response.status_code
+            if code in (401, 403):  # the one refusal whose cause the station can name
+                raise PolicyUnavailable(
+                    f"policy server refused the connection (HTTP {code}): the endpoint's "
+                    "API key is missing or was refused"
+                ) from None
+            raise PolicyUnavailable(f"policy endpoint unreachable (HTTP {code})") from None
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             raise PolicyUnavailable(f"policy endpoint unreachable ({type(exc).__name__})") from None
         # the dialect named, or (None) the handshake of those detected from the metadata

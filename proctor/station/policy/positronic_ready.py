@@ -37,7 +37,6 @@ class _Waiting:
 
     calls: int = 0
     not_ready: int = 0
-    unreachable: int = 0
     last: str = "nothing answered"
 
 
@@ -65,7 +64,6 @@ def check_ready(check: CheckState) -> bool:
                 method="POST",
             )
         except (OSError, http.client.HTTPException) as exc:
-            waiting.unreachable += 1
             waiting.last = f"no answer ({type(exc).__name__})"
             # a model server binds only once loaded, but an address nothing listens
             # on looks the same: waited for as long as a connection may take, then
