@@ -288,6 +288,21 @@ def test_a_server_that_never_gets_ready_fails_at_the_load_limit(
     assert not server.requests and [f.check for f in report.findings] == ["readiness"]
 
 
+def test_where_a_failed_connection_may_not_say_why_neither_does_the_keepalive(
+    field_server: Callable[..., FieldServer],
+) -> None:
+    server = field_server(load_s=0.0)
+    report = check_endpoint(server.url, options=_options(headers={}, connect_detail=False))
+    assert report.verdict == Status.failed
+    assert [f.check for f in report.findings] == ["connect"]  # the neutral finding alone
+    assert "401" not in report.findings[0].message and 401 in server.keepalive_answers
+    slow = field_server(load_s=60.0)
+    report = check_endpoint(slow.url, options=_options(load_timeout_s=0.6, connect_detail=False))
+    readiness = report.findings[-1]
+    assert readiness.check == "readiness" and "503" not in readiness.message
+    assert "not ready within" in readiness.message
+
+
 def test_a_keepalive_answer_that_is_not_the_model_servers_is_a_warning(
     field_server: Callable[..., FieldServer],
 ) -> None:

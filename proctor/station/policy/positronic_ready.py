@@ -87,6 +87,10 @@ def _judged(
         waiting.not_ready += 1
         waiting.last = f"HTTP {status}"
         return None
+    if not check.options.connect_detail and not (status == 200 and positronic.alive_answer(body)):
+        # where a failed connection may not say why (CheckOptions.connect_detail), the
+        # keepalive's answer may not either: the handshake's neutral finding follows
+        return True
     if status in (401, 403):
         return _refused(check, status)
     if status in (404, 405):
@@ -154,7 +158,12 @@ def _not_ready(check: CheckState, waiting: _Waiting, limit_s: float) -> bool:
         TITLE,
         Status.failed,
         f"Your server was not ready within {limit_s:g} s: POST /api/v1/keepalive answered "
-        f"{waiting.last} {waiting.not_ready} time(s). Load the model before the check "
+        + (
+            f"{waiting.last} {waiting.not_ready} time(s)"
+            if check.options.connect_detail
+            else "that it was not ready"
+        )
+        + ". Load the model before the check "
         "(positronic-model-server binds its listeners only once loaded), or answer 200 "
         "{'alive_seconds': …} once it is warm.",
         calls=waiting.calls,
