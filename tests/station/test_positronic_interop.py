@@ -123,7 +123,7 @@ def test_the_station_client_speaks_protocol_3_with_positronics_server(
     model_server: Callable[..., _Running],
 ) -> None:
     running = model_server(auth_token="tok")
-    with pytest.raises(PolicyUnavailable, match=r"HTTP 403\): the endpoint's API key is missing"):
+    with pytest.raises(PolicyUnavailable, match=r"HTTP 403\): the key it needs is missing"):
         PolicyClient(
             positronic.session_url(running.url), dialect=EndpointDialect.positronic_v1
         ).connect()  # no bearer token: refused before the session

@@ -154,8 +154,9 @@ class PolicyClient:
             code = exc.response.status_code
             if code in (401, 403):  # the one refusal whose cause the station can name
                 raise PolicyUnavailable(
-                    f"policy server refused the connection (HTTP {code}): the endpoint's "
-                    "API key is missing or was refused"
+                    f"policy endpoint refused the connection (HTTP {code}): the key it needs "
+                    "is missing or was refused (through the gateway: the run's handle is "
+                    "not open to this station)"
                 ) from None
             raise PolicyUnavailable(f"policy endpoint unreachable (HTTP {code})") from None
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
