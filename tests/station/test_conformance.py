@@ -698,8 +698,10 @@ def test_a_positronic_server_with_a_token_and_a_model_path() -> None:
         wrong = check_endpoint(
             server.url, options=replace(POSITRONIC, headers={"Authorization": "Api-Key tok"})
         )
-        f = finding(wrong, "connect")
+        # refused at the readiness call, before any session
+        f = finding(wrong, "readiness")
         assert f.status == Status.failed and "Authorization: Bearer <key>" in f.message
+        assert "not sent as a bearer token" in f.message
         report = check_endpoint(server.session_url("b/c"), options=authed)
         assert report.verdict == Status.passed, "\n".join(format_report(report))
         assert server.last_model == "b/c"

@@ -115,6 +115,8 @@ class WireChecks(CheckState):
         self.progress("connecting")
         if not self.wire.check_url(self):
             return False
+        if not self.wire.check_ready(self):
+            return False
         t0 = time.monotonic()
         if not self.options.connect_detail:
             return self._handshake_without_detail(t0)

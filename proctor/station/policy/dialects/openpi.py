@@ -14,7 +14,7 @@ from proctor.station import keys
 from proctor.station.policy import codec
 from proctor.station.policy.conformance_base import COLUMNS, Status, excerpt, shape_text
 from proctor.station.policy.dialects import register
-from proctor.station.policy.dialects.base import Decoded, Dialect, Session
+from proctor.station.policy.dialects.base import Decoded, Dialect, Session, read_server_timing
 from proctor.station.policy.spec import (
     ErrorReply,
     ProtocolError,
@@ -33,6 +33,13 @@ if TYPE_CHECKING:
     from proctor.station.policy.conformance_base import CheckState
 
 
+# what openpi's WebsocketPolicyServer adds to every reply map: the time its
+# policy.infer took, and from the second reply on the previous cycle's
+# receive-to-sent total (src/openpi/serving/websocket_policy_server.py)
+SERVER_TIMING = "server_timing"
+SERVER_TIMING_KEYS = frozenset({"infer_ms", "prev_total_ms"})
+
+
 class OpenpiSession(Session):
     def decode(self, raw: Any, observation: dict[str, Any]) -> Decoded:
         if isinstance(raw, str):
@@ -43,7 +50,13 @@ class OpenpiSession(Session):
             )
         space = self.info.action_space
         assert space is not None
-        return Decoded(extract_chunk(codec.unpackb(raw), space), space)
+        reply = codec.unpackb(raw)
+        timing = reply.get(SERVER_TIMING) if isinstance(reply, dict) else None
+        return Decoded(
+            extract_chunk(reply, space),
+            space,
+            server_timing=read_server_timing(timing, SERVER_TIMING_KEYS),
+        )
 
 
 @register
