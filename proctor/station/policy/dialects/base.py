@@ -81,6 +81,12 @@ class Dialect:
     # what ``dial_url`` adds to a URL, for the message when that makes it
     # too long (None: the URL is used as given)
     url_path_text: ClassVar[str | None] = None
+    # whether the observation's keys number the exterior cameras
+    # (``observation/exterior_image_{i}_left``), so an endpoint's numbering applies
+    numbers_exterior_cameras: ClassVar[bool] = False
+    # whether a reply's rows are timed from its request (the player starts at the
+    # row due when the reply arrives) rather than played from the first row
+    chunk_timed_from_call: ClassVar[bool] = False
 
     @property
     def ident(self) -> EndpointDialect:

@@ -15,6 +15,7 @@ from proctor.station.policy import codec
 from proctor.station.policy.conformance_base import COLUMNS, Status, excerpt, shape_text
 from proctor.station.policy.dialects import register
 from proctor.station.policy.dialects.base import Decoded, Dialect, Session
+from proctor.station.policy.dialects.server_config import declares_config, read_config
 from proctor.station.policy.spec import (
     ErrorReply,
     ProtocolError,
@@ -45,11 +46,17 @@ class OpenpiSession(Session):
         assert space is not None
         return Decoded(extract_chunk(codec.unpackb(raw), space), space)
 
+    def request(self, observation: dict[str, Any], session_id: str) -> dict[str, Any]:
+        if self.info.needs_session_id:  # a ``PolicyServerConfig`` that asked for it
+            observation[keys.ROBOARENA_SESSION_ID] = session_id
+        return observation
+
 
 @register
 class Openpi(Dialect):
     name = "openpi"
     detect_rank = 100  # the fallback: any metadata without RoboArena's keys
+    numbers_exterior_cameras = True
 
     def claims(self, metadata: Mapping[Any, Any]) -> bool:
         return True
@@ -62,13 +69,33 @@ class Openpi(Dialect):
         n_cameras_available: int,
     ) -> ServerInfo:
         space = parse_action_space(metadata)
-        return ServerInfo(self.ident, space, tuple(default_image_size), 1, True, False)  # type: ignore[arg-type]
+        size = (int(default_image_size[0]), int(default_image_size[1]))
+        if not declares_config(metadata):
+            return ServerInfo(self.ident, space, size, 1, True, False)
+        # a ``PolicyServerConfig`` first frame (vLLM-Omni's robot endpoint, servers
+        # written for RoboArena's clients) on the openpi wire: what it asks for is honoured
+        config = read_config(metadata, n_cameras_available=n_cameras_available)
+        return ServerInfo(
+            dialect=self.ident,
+            action_space=space,
+            image_size=config.image_size or size,
+            n_external_cameras=config.n_external_cameras,
+            needs_wrist_camera=config.needs_wrist_camera,
+            needs_session_id=config.needs_session_id,
+        )
 
     def image_keys(self, info: ServerInfo) -> dict[str, str]:
-        return {
-            keys.OBS_EXTERIOR_IMAGE: keys.CAMERA_EXTERIOR,
-            keys.OBS_WRIST_IMAGE: keys.CAMERA_WRIST,
+        first = info.exterior_first_index
+        wanted = {
+            keys.exterior_image(first + i): keys.CAMERA_EXTERIOR
+            for i in range(info.n_external_cameras)
         }
+        if info.needs_wrist_camera:
+            wanted[keys.OBS_WRIST_IMAGE] = keys.CAMERA_WRIST
+        return wanted
+
+    def public(self, info: ServerInfo) -> dict[str, Any]:
+        return {"exterior_first_index": info.exterior_first_index}
 
     def encode(
         self,
@@ -206,7 +233,9 @@ class Openpi(Dialect):
         detected = parse_metadata(
             metadata, dialect=None, default_image_size=o.default_image_size, n_cameras_available=9
         ).dialect
-        if o.dialect is not None and detected != o.dialect:
+        # a PolicyServerConfig on the openpi wire is read, not a sign of the wrong dialect
+        config_on_openpi = declares_config(metadata) and info.wire.name == Openpi.name
+        if o.dialect is not None and detected != o.dialect and not config_on_openpi:
             check.add(
                 "metadata",
                 "Metadata contents",
@@ -229,11 +258,25 @@ class Openpi(Dialect):
                     if info.image_size
                     else "at the cameras' size"
                 )
-                + ".",
+                + "."
+                + (
+                    " Your first frame is a PolicyServerConfig (RoboArena's keys): on the "
+                    "openpi wire the station sends what it asks for (image size, cameras, "
+                    "session id), without RoboArena's 'endpoint' key or reset (register the "
+                    "roboarena dialect for those)."
+                    if config_on_openpi
+                    else ""
+                ),
                 server=info.public(),
             )
         check.judge_identity(metadata)
         check.judge_action_space(metadata, info)
+
+    def check_extras(self, check: CheckState) -> None:
+        """Which exterior camera numbering the server reads."""
+        from proctor.station.policy.conformance_numbering import check_numbering
+
+        check_numbering(check)
 
     def check_error_convention(self, check: CheckState, ws: ClientConnection) -> None:
         title = "Errors reported as text"
