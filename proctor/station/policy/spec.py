@@ -154,6 +154,21 @@ def parse_metadata(
     return replace(info, exterior_first_index=check_exterior_numbering(exterior_numbering))
 
 
+# where a submission's manifest keeps the wire settings of its endpoint (settings of
+# the protocol, like the dialect: they reach the station with the claim, never a name)
+MANIFEST_WIRE = "wire"
+MANIFEST_EXTERIOR_NUMBERING = "exterior_numbering"
+
+
+def manifest_exterior_numbering(manifest: Any) -> int | None:
+    """The exterior numbering a submission's manifest chose (None: the default)."""
+    wire = manifest.get(MANIFEST_WIRE) if isinstance(manifest, dict) else None
+    value = wire.get(MANIFEST_EXTERIOR_NUMBERING) if isinstance(wire, dict) else None
+    if value is None:
+        return None
+    return check_exterior_numbering(value)
+
+
 def check_exterior_numbering(value: Any) -> int:
     """An endpoint's exterior camera numbering: 0 or 1 (``ValueError`` naming the field)."""
     if isinstance(value, bool) or value not in keys.EXTERIOR_NUMBERINGS:

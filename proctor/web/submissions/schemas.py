@@ -15,8 +15,8 @@ from proctor.core.domain import (
     SubmissionKind,
     Visibility,
 )
-from proctor.station.policy.spec import ActionSpace
 from proctor.runner.manifest import PolicyName, Prompt, PromptKey, Text
+from proctor.station.policy.spec import ActionSpace
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Filename = Annotated[
@@ -78,6 +78,18 @@ class EndpointIn(_In):
         description=(
             "sent as 'Authorization: Api-Key <key>' (openpi, roboarena) or "
             "'Authorization: Bearer <key>' (positronic_v1); stored encrypted, never shown again"
+        ),
+    )
+    exterior_numbering: int | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description=(
+            "openpi and roboarena: the number of the first exterior camera's observation key. "
+            "1 (the default) sends observation/exterior_image_1_left, as openpi's DROID "
+            "policies read it; 0 sends observation/exterior_image_0_left, as RoboArena's test "
+            "script and vLLM-Omni's DreamZero do. The conformance check says which your "
+            "server reads."
         ),
     )
     action_space: ActionSpace | None = Field(
