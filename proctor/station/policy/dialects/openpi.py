@@ -379,7 +379,9 @@ class Openpi(Dialect):
         shapes_seen = ", ".join(shape_text(np.empty(s)) for s in shapes)
         notes: list[str] = []
         status = Status.passed
-        if self.map_replies_only and any(r["bare"] for r in replies):
+        # servers that send a PolicyServerConfig (RoboArena's, vLLM-Omni's) reply bare arrays
+        config = isinstance(check.metadata, dict) and declares_config(check.metadata)
+        if self.map_replies_only and not config and any(r["bare"] for r in replies):
             status = Status.warning
             notes.append(
                 "your replies are bare arrays; openpi clients expect a map "

@@ -1,0 +1,390 @@
+"""Servers written as the field writes them, each from its published protocol
+and with its own msgpack-numpy written here (not the station's codec): an
+openpi DROID server (``droid_policy.py`` reads ``exterior_image_1_left``), a
+RoboArena server written to RoboArena's test script (``exterior_image_0_left``),
+and a vLLM-Omni-style openpi endpoint behind a URL path that sends a
+``PolicyServerConfig`` first frame. Each runs a whole simulated episode with the
+numbering it reads, and the conformance check catches the other numbering,
+saying what to change."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.server import Server, ServerConnection, serve
+
+from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.domain import EndpointDialect, Outcome, Side
+from proctor.station.policy.conformance import CheckOptions, Report, Status, check_endpoint
+from proctor.station.work import Work
+from tests.station.conftest import sim_config, sim_runner
+
+EXT0 = "observation/exterior_image_0_left"
+EXT1 = "observation/exterior_image_1_left"
+WRIST = "observation/wrist_image_left"
+VLLM_PATH = "/v1/realtime/robot/openpi"
+# RoboArena's PolicyServerConfig fields, as vLLM-Omni's robot endpoint sends them
+CONFIG = {
+    "image_resolution": [180, 320],
+    "needs_wrist_camera": True,
+    "n_external_cameras": 1,
+    "needs_stereo_camera": False,
+    "needs_session_id": True,
+    "action_space": "joint_velocity",
+}
+QUICK = dict(observations=2, request_timeout_s=3.0, connect_timeout_s=3.0)
+
+
+# -- msgpack-numpy as openpi_client.msgpack_numpy writes it ---------------------------------
+def _encode(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return {
+            b"__ndarray__": True,
+            b"data": np.ascontiguousarray(obj).tobytes(),
+            b"dtype": obj.dtype.str,
+            b"shape": list(obj.shape),
+        }
+    if isinstance(obj, np.generic):
+        return {b"__npgeneric__": True, b"data": obj.item(), b"dtype": obj.dtype.str}
+    raise TypeError(type(obj).__name__)
+
+
+def _decode(obj: dict[Any, Any]) -> Any:
+    tag = {k.decode() if isinstance(k, bytes) else k: v for k, v in obj.items()}
+    if tag.get("__ndarray__"):
+        return np.frombuffer(tag["data"], dtype=np.dtype(tag["dtype"])).reshape(tag["shape"])
+    if tag.get("__npgeneric__"):
+        return np.dtype(tag["dtype"]).type(tag["data"])
+    return obj
+
+
+def pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, default=_encode, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, object_hook=_decode, raw=False, strict_map_key=False)
+
+
+# -- the servers --------------------------------------------------------------------------
+def _velocities(image: np.ndarray) -> np.ndarray:
+    """A chunk of 8 small joint velocities that follow the image's brightness."""
+    rows = np.zeros((8, 8), np.float32)
+    rows[:, 0] = 0.05 * (float(np.mean(image)) / 255.0 - 0.5)
+    return rows
+
+
+@dataclass
+class FieldServer:
+    """What the server saw: the keys and the exterior image's shape of each request."""
+
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+
+    def note(self, obs: dict[str, Any], key: str) -> None:
+        image = obs.get(key)
+        self.seen.append({"keys": sorted(obs), "shape": getattr(image, "shape", None)})
+
+
+def droid_handler(state: FieldServer) -> Callable[[ServerConnection], None]:
+    """openpi's WebsocketPolicyServer serving a DROID policy: free-form metadata,
+    ``{"actions": …}`` replies; an exception goes back as its traceback in a
+    text frame, then the connection closes 1011."""
+
+    def handle(ws: ServerConnection) -> None:
+        ws.send(pack({"policy": "droid"}))
+        try:
+            for raw in ws:
+                obs = unpack(raw)  # type: ignore[arg-type]
+                try:
+                    state.note(obs, EXT1)
+                    image = obs[EXT1]  # DroidInputs reads exterior_image_1_left
+                    _ = obs[WRIST]
+                    ws.send(pack({"actions": _velocities(image)}))
+                except Exception:
+                    ws.send(traceback.format_exc())
+                    ws.close(1011, "Internal server error")
+                    return
+        except ConnectionClosed:
+            return
+
+    return handle
+
+
+def roboarena_handler(state: FieldServer) -> Callable[[ServerConnection], None]:
+    """A RoboArena server written to RoboArena's test script: it numbers the
+    exterior cameras from 0 and reads them with a default (a missing camera
+    is a black frame), so the other numbering runs blind rather than failing."""
+
+    def handle(ws: ServerConnection) -> None:
+        ws.send(pack(CONFIG))
+        try:
+            for raw in ws:
+                obs = unpack(raw)  # type: ignore[arg-type]
+                if obs.pop("endpoint", "infer") == "reset":
+                    ws.send(pack({"status": "reset"}))
+                    continue
+                state.note(obs, EXT0)
+                image = obs.get(EXT0, np.zeros((180, 320, 3), np.uint8))
+                ws.send(pack(_velocities(image)))  # the bare array
+        except ConnectionClosed:
+            return
+
+    return handle
+
+
+def vllm_handler(state: FieldServer) -> Callable[[ServerConnection], None]:
+    """vLLM-Omni's ``/v1/realtime/robot/openpi``: a PolicyServerConfig first, bare
+    arrays back, ``{"endpoint": "reset"}`` answered with a status, an error as a
+    ``{"type": "error"}`` map on a connection kept open; DreamZero reads its
+    exterior cameras from ``exterior_image_0_left``."""
+
+    def handle(ws: ServerConnection) -> None:
+        ws.send(pack(CONFIG))
+        try:
+            for raw in ws:
+                obs = unpack(raw)  # type: ignore[arg-type]
+                if obs.pop("endpoint", "infer") == "reset":
+                    ws.send(pack({"status": "reset successful"}))
+                    continue
+                state.note(obs, EXT0)
+                try:
+                    image = obs[EXT0]
+                except KeyError:
+                    ws.send(pack({"type": "error", "message": "Internal inference error"}))
+                    continue
+                ws.send(pack(_velocities(image)))
+        except ConnectionClosed:
+            return
+
+    return handle
+
+
+def _only_the_robot_path(connection: ServerConnection, request: Any) -> Any:
+    if request.path != VLLM_PATH:
+        return connection.respond(404, "not found\n")
+    return None
+
+
+@pytest.fixture
+def field_server() -> Iterator[Callable[..., FieldServer]]:
+    servers: list[tuple[Server, threading.Thread]] = []
+
+    def start(
+        make: Callable[[FieldServer], Callable[[ServerConnection], None]], path: str = ""
+    ) -> FieldServer:
+        state = FieldServer()
+        server = serve(
+            make(state),
+            "127.0.0.1",
+            0,
+            compression=None,
+            max_size=None,
+            process_request=_only_the_robot_path if path else None,
+        )
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        state.url = f"ws://127.0.0.1:{server.socket.getsockname()[1]}{path}"
+        return state
+
+    yield start
+    for server, thread in servers:
+        server.shutdown()
+        thread.join(5)
+
+
+def _check(url: str, dialect: EndpointDialect, numbering: int | None = None) -> Report:
+    return check_endpoint(
+        url,
+        options=CheckOptions(dialect=dialect, exterior_numbering=numbering, **QUICK),  # type: ignore[arg-type]
+    )
+
+
+def _finding(report: Report, check: str) -> Any:
+    return next(f for f in report.findings if f.check == check)
+
+
+def _episode(station_db: Any, tmp_path: Path, **work: Any) -> Any:
+    _, sessions = station_db
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    with sim_runner(sessions, store, tmp_path, sim_config()) as runner:
+        runner.arm(
+            Work(
+                run_code="R-FIELD1",
+                object_name="towels",
+                items=1,
+                per_item_cap_s=4.0,
+                tote_side=Side.right,
+                camera_side=Side.left,
+                sim_seed=3,
+                **work,
+            )
+        )
+        runner.start(background=False)
+        return runner.last
+
+
+# -- the openpi DROID server --------------------------------------------------------------
+def test_an_openpi_droid_server_gets_exterior_image_1_and_runs_an_episode(
+    field_server: Callable[..., FieldServer], station_db: Any, tmp_path: Path
+) -> None:
+    server = field_server(droid_handler)
+    report = _check(server.url, EndpointDialect.openpi)
+    numbering = _finding(report, "exterior_numbering")
+    assert numbering.status == Status.passed, numbering.message
+    assert "sends observation/exterior_image_1_left, the key your server reads" in (
+        numbering.message
+    )
+    assert report.passed, report.summary
+
+    server.seen.clear()
+    summary = _episode(station_db, tmp_path, policy_url=server.url, dialect=EndpointDialect.openpi)
+    assert summary.proposed == Outcome.ran_out_of_time, summary.reason
+    assert summary.policy_calls >= 3
+    assert len(server.seen) == summary.policy_calls
+    assert all(EXT1 in s["keys"] and EXT0 not in s["keys"] for s in server.seen)
+
+
+def test_numbering_from_0_is_caught_for_a_droid_server(
+    field_server: Callable[..., FieldServer],
+) -> None:
+    server = field_server(droid_handler)
+    report = _check(server.url, EndpointDialect.openpi, numbering=0)
+    numbering = _finding(report, "exterior_numbering")
+    assert numbering.status == Status.failed
+    assert numbering.message.startswith(
+        "The station numbers exterior cameras from 0: it sends observation/exterior_image_0_left, "
+        "and your server failed on it ("
+    )
+    assert numbering.message.endswith(
+        "but answered when the image came as observation/exterior_image_1_left. Register the "
+        "endpoint again with exterior_numbering = 1 (the station will then send "
+        "observation/exterior_image_1_left), or make your server read "
+        "observation/exterior_image_0_left."
+    )
+    assert numbering.details["outcomes"] == {"0": "failed", "1": "read"}
+    # the first failure is the one the summary leads with
+    assert report.summary.startswith("Failed: The station numbers exterior cameras from 0")
+
+
+# -- the RoboArena server -----------------------------------------------------------------
+def test_a_roboarena_server_reading_0_runs_an_episode_with_numbering_0(
+    field_server: Callable[..., FieldServer], station_db: Any, tmp_path: Path
+) -> None:
+    server = field_server(roboarena_handler)
+    report = _check(server.url, EndpointDialect.roboarena, numbering=0)
+    assert _finding(report, "exterior_numbering").status == Status.passed
+    assert report.passed, report.summary
+
+    server.seen.clear()
+    summary = _episode(
+        station_db,
+        tmp_path,
+        policy_url=server.url,
+        dialect=EndpointDialect.roboarena,
+        exterior_numbering=0,
+    )
+    assert summary.proposed == Outcome.ran_out_of_time, summary.reason
+    assert summary.policy_calls >= 3 and len(server.seen) == summary.policy_calls
+    # the image arrives under its key, at the size the config asked for
+    assert all(s["shape"] == (180, 320, 3) for s in server.seen)
+
+
+def test_the_default_numbering_is_caught_for_a_roboarena_server_reading_0(
+    field_server: Callable[..., FieldServer],
+) -> None:
+    server = field_server(roboarena_handler)
+    report = _check(server.url, EndpointDialect.roboarena)
+    numbering = _finding(report, "exterior_numbering")
+    assert numbering.status == Status.failed
+    assert numbering.message == (
+        "The station numbers exterior cameras from 1: it sends observation/exterior_image_1_left, "
+        "and your server's actions do not change with it, but they do when the image comes as "
+        "observation/exterior_image_0_left: your server reads that key and would run blind. "
+        "Register the endpoint again with exterior_numbering = 0 (the station will then send "
+        "observation/exterior_image_0_left), or make your server read "
+        "observation/exterior_image_1_left."
+    )
+    assert not report.passed
+
+
+# -- an openpi server behind a URL path (vLLM-Omni's robot endpoint) ----------------------
+def test_an_openpi_server_behind_a_path_with_a_policy_server_config(
+    field_server: Callable[..., FieldServer], station_db: Any, tmp_path: Path
+) -> None:
+    server = field_server(vllm_handler, path=VLLM_PATH)
+    assert server.url.endswith(VLLM_PATH)
+    report = _check(server.url, EndpointDialect.openpi, numbering=0)
+    assert report.passed, report.summary
+    metadata = _finding(report, "metadata")
+    assert metadata.status == Status.passed  # not "looks like roboarena's"
+    assert "Your first frame is a PolicyServerConfig" in metadata.message
+    assert _finding(report, "replies").status == Status.passed  # bare arrays are its way
+    sends = _finding(report, "station_sends")
+    assert sends.details["request"][EXT0] == "uint8 (180, 320, 3)"
+    assert sends.details["request"]["session_id"] == "text"
+    assert "endpoint" not in sends.details["request"]
+    assert sends.details["exterior_first_index"] == 0
+
+    server.seen.clear()
+    summary = _episode(
+        station_db,
+        tmp_path,
+        policy_url=server.url,
+        dialect=EndpointDialect.openpi,
+        exterior_numbering=0,
+    )
+    assert summary.proposed == Outcome.ran_out_of_time, summary.reason
+    assert summary.policy_calls >= 3 and len(server.seen) == summary.policy_calls
+    assert all("session_id" in s["keys"] and s["shape"] == (180, 320, 3) for s in server.seen)
+
+
+def test_the_default_numbering_is_caught_behind_the_path(
+    field_server: Callable[..., FieldServer],
+) -> None:
+    server = field_server(vllm_handler, path=VLLM_PATH)
+    report = _check(server.url, EndpointDialect.openpi)
+    numbering = _finding(report, "exterior_numbering")
+    assert numbering.status == Status.failed
+    assert "and your server failed on it (malformed policy reply: reply has no 'actions'" in (
+        numbering.message
+    )
+    assert "Register the endpoint again with exterior_numbering = 0" in numbering.message
+
+
+def test_the_report_lists_what_the_station_sends(
+    field_server: Callable[..., FieldServer],
+) -> None:
+    server = field_server(droid_handler)
+    sends = _finding(_check(server.url, EndpointDialect.openpi), "station_sends")
+    assert sends.status == Status.passed
+    assert sends.details["request"] == {
+        "observation/cartesian_position": "float32 (6,)",
+        EXT1: "uint8 (224, 224, 3)",
+        "observation/gripper_position": "float32 (1,)",
+        "observation/joint_position": "float32 (7,)",
+        WRIST: "uint8 (224, 224, 3)",
+        "prompt": "text",
+    }
+    assert sends.details["exterior_first_index"] == 1
+    assert sends.details["action_space"] == "joint_velocity"
+    assert sends.message.startswith(
+        "With your server the station speaks the openpi dialect. Each request carries "
+        "observation/cartesian_position, observation/exterior_image_1_left, "
+    )
+    assert "fitted into 224×224 (H×W) and padded black" in sends.message
+    assert "exterior cameras numbered from 1" in sends.message
+    assert "actions read as joint_velocity: dq1…dq7 (rad/s), gripper" in sends.message
+    assert "played one per control step at 15 Hz from the first row, at most 8 rows" in (
+        sends.message
+    )
