@@ -440,6 +440,17 @@ def check(
         ),
     ],
     dialect: DialectOpt = None,
+    exterior_numbering: Annotated[
+        int | None,
+        typer.Option(
+            "--exterior-numbering",
+            min=0,
+            max=1,
+            help="openpi, roboarena: the first exterior camera's key, "
+            "observation/exterior_image_1_left (1, the default: DROID policies) or "
+            "…_0_left (0: RoboArena's test script, DreamZero).",
+        ),
+    ] = None,
     action_space: Annotated[
         str | None,
         typer.Option(
@@ -519,7 +530,11 @@ def check(
                 identity_terms=tuple(name or ()),
             ),
             options=CheckOptions(
-                dialect=chosen, headers=headers, request_timeout_s=timeout, sim_keys=sim_keys
+                dialect=chosen,
+                headers=headers,
+                request_timeout_s=timeout,
+                sim_keys=sim_keys,
+                exterior_numbering=exterior_numbering,
             ),
             progress=lambda msg: status.update(f"checking: {msg}…"),
         )

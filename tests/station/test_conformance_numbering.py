@@ -7,6 +7,7 @@ numbering, saying what to change."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.domain import EndpointDialect, Outcome, Side
 from proctor.station.policy.conformance import CheckOptions, Report, Status, check_endpoint
 from proctor.station.work import Work
-from tests.station.conftest import sim_config, sim_runner
+from tests.station.conftest import PROCTOR, ROOT, clean_env, sim_config, sim_runner
 from tests.station.field_servers import (
     EXT0,
     EXT1,
@@ -215,3 +216,17 @@ def test_the_report_lists_what_the_station_sends(
     assert "played one per control step at 15 Hz from the first row, at most 8 rows" in (
         sends.message
     )
+
+
+def test_proctor_policy_check_takes_the_numbering(
+    field_server: Callable[..., FieldServer],
+) -> None:
+    server = field_server(vllm_handler, path=VLLM_PATH)
+    base = [*PROCTOR, "policy", "check", server.url, "--dialect", "openpi", "--json", "-"]
+    run = {"capture_output": True, "text": True, "env": clean_env(), "cwd": ROOT, "timeout": 120}
+    r = subprocess.run(base, **run)  # type: ignore[call-overload]
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Register the endpoint again with exterior_numbering = 0" in r.stdout
+    r = subprocess.run([*base, "--exterior-numbering", "0"], **run)  # type: ignore[call-overload]
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert '"exterior_first_index": 0' in r.stdout
