@@ -158,6 +158,11 @@ def test_an_openpi_server_behind_a_path_with_a_policy_server_config(
     assert metadata.status == Status.passed  # not "looks like roboarena's"
     assert "Your first frame is a PolicyServerConfig" in metadata.message
     assert _finding(report, "replies").status == Status.passed  # bare arrays are its way
+    errors = _finding(report, "error_convention")
+    assert errors.message.startswith(
+        "Sent an observation without images, your server reported the error as a "
+        "{'type': 'error'} map, as vLLM-Omni's robot endpoint does"
+    )
     sends = _finding(report, "station_sends")
     assert sends.details["request"][EXT0] == "uint8 (180, 320, 3)"
     assert sends.details["request"]["session_id"] == "text"
@@ -184,9 +189,10 @@ def test_the_default_numbering_is_caught_behind_the_path(
     report = _check(server.url, EndpointDialect.openpi)
     numbering = _finding(report, "exterior_numbering")
     assert numbering.status == Status.failed
-    assert "and your server failed on it (malformed policy reply: reply has no 'actions'" in (
-        numbering.message
-    )
+    assert (
+        "and your server failed on it (policy server sent an error map instead of actions), "
+        "but answered when the image came as observation/exterior_image_0_left."
+    ) in numbering.message
     assert "Register the endpoint again with exterior_numbering = 0" in numbering.message
 
 

@@ -12,7 +12,13 @@ from websockets.exceptions import ConnectionClosed
 
 from proctor.station import keys
 from proctor.station.policy import codec
-from proctor.station.policy.conformance_base import COLUMNS, Status, excerpt, shape_text
+from proctor.station.policy.conformance_base import (
+    COLUMNS,
+    Status,
+    excerpt,
+    last_line,
+    shape_text,
+)
 from proctor.station.policy.dialects import register
 from proctor.station.policy.dialects.base import Decoded, Dialect, Session
 from proctor.station.policy.dialects.server_config import declares_config, read_config
@@ -34,6 +40,19 @@ if TYPE_CHECKING:
     from proctor.station.policy.conformance_base import CheckState
 
 
+def is_error_map(reply: Any) -> bool:
+    """A ``{"type": "error", "message": …}`` reply (vLLM-Omni's error convention)."""
+    return isinstance(reply, dict) and reply.get("type") == "error" and "actions" not in reply
+
+
+def _error_map(raw: Any) -> bool:
+    """Whether a raw frame is a msgpack error map (undecodable: not one)."""
+    try:
+        return is_error_map(codec.unpackb(raw))
+    except codec.CodecError:
+        return False
+
+
 class OpenpiSession(Session):
     def decode(self, raw: Any, observation: dict[str, Any]) -> Decoded:
         if isinstance(raw, str):
@@ -44,7 +63,12 @@ class OpenpiSession(Session):
             )
         space = self.info.action_space
         assert space is not None
-        return Decoded(extract_chunk(codec.unpackb(raw), space), space)
+        reply = codec.unpackb(raw)
+        if is_error_map(reply):
+            # vLLM-Omni's robot endpoint reports a failed request so, keeping the
+            # connection open; its message may name the policy and is not repeated
+            raise ErrorReply("policy server sent an error map instead of actions")
+        return Decoded(extract_chunk(reply, space), space)
 
     def request(self, observation: dict[str, Any], session_id: str) -> dict[str, Any]:
         if self.info.needs_session_id:  # a ``PolicyServerConfig`` that asked for it
@@ -322,6 +346,15 @@ class Openpi(Dialect):
                 "text frame, as openpi's server does.",
                 server_error=excerpt(raw),
             )
+        elif _error_map(raw):
+            check.add(
+                "error_convention",
+                title,
+                Status.passed,
+                "Sent an observation without images, your server reported the error as a "
+                "{'type': 'error'} map, as vLLM-Omni's robot endpoint does; the station "
+                "ends the episode on it as on openpi's text frame.",
+            )
         else:
             check.add(
                 "error_convention",
@@ -341,6 +374,14 @@ class Openpi(Dialect):
                 "with openpi_client.msgpack_numpy.packb."
             )
         actions = decoded.get("actions") if isinstance(decoded, dict) else decoded
+        if is_error_map(decoded):
+            said = last_line(str(decoded.get("message", "")))
+            return (
+                f"Your server answered observation {n} with an error map "
+                "({'type': 'error', 'message': …}, as vLLM-Omni's robot endpoint reports a "
+                "failed request)" + (f": {said}" if said else "") + ". The station would end "
+                "the episode as a system failure (and never shows the text to the operator)."
+            )
         if isinstance(decoded, dict) and "actions" not in decoded:
             got = ", ".join(sorted(str(k) for k in decoded)) or "none"
             return (
