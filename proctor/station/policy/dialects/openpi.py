@@ -374,7 +374,7 @@ class Openpi(Dialect):
                 "with openpi_client.msgpack_numpy.packb."
             )
         actions = decoded.get("actions") if isinstance(decoded, dict) else decoded
-        if is_error_map(decoded):
+        if isinstance(decoded, dict) and is_error_map(decoded):
             said = last_line(str(decoded.get("message", "")))
             return (
                 f"Your server answered observation {n} with an error map "
