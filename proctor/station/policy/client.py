@@ -98,6 +98,7 @@ class PolicyClient:
         connect_timeout_s: float = 10.0,
         default_image_size: tuple[int, int] = (224, 224),
         exterior_cameras: int = 1,
+        exterior_numbering: int | None = None,
         max_message_bytes: int = 64 * 2**20,
         wall: Clock | None = None,
         control_hz: float = 15.0,
@@ -113,6 +114,8 @@ class PolicyClient:
         self.connect_timeout_s = connect_timeout_s
         self._default_image_size = default_image_size
         self._exterior_cameras = exterior_cameras
+        # the endpoint's choice of exterior camera numbering (None: the station's default)
+        self._exterior_numbering = exterior_numbering
         # a frame announcing more is refused from its header, before its payload is read
         self._max_message_bytes = max_message_bytes
         # latency and timeouts are wall-clock matters even when the cell runs on a virtual clock
@@ -174,6 +177,7 @@ class PolicyClient:
             dialect=self._dialect,
             default_image_size=self._default_image_size,
             n_cameras_available=self._exterior_cameras,
+            exterior_numbering=self._exterior_numbering,
         )
 
     def closed_early(self, exc: ConnectionClosed, before: str) -> PolicyError:

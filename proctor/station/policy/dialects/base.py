@@ -117,6 +117,12 @@ class Dialect:
     # the server sends a message as soon as a connection opens (openpi's
     # metadata): a server is ready when it arrives, not just the handshake
     greets_on_connect: ClassVar[bool] = True
+    # whether the observation's keys number the exterior cameras
+    # (``observation/exterior_image_{i}_left``), so an endpoint's numbering applies
+    numbers_exterior_cameras: ClassVar[bool] = False
+    # whether a reply's rows are timed from its request (the player starts at the
+    # row due when the reply arrives) rather than played from the first row
+    chunk_timed_from_call: ClassVar[bool] = False
 
     @property
     def ident(self) -> EndpointDialect:

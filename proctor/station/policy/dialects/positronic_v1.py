@@ -91,6 +91,7 @@ class PositronicV1(Dialect):
     wire_text = "Positronic wire"
     session_text = "session"
     url_path_text = "Positronic's session path"
+    chunk_timed_from_call = True  # waypoints, timed from the request
 
     def dial_url(self, url: str) -> str:
         return positronic.session_url(str(url))
