@@ -190,6 +190,14 @@ def analyze(
     plots: Annotated[
         Path | None, typer.Option("--plots", help="Write PNG and SVG figures into this folder.")
     ] = None,
+    sequential: Annotated[
+        bool,
+        typer.Option(
+            "--sequential",
+            help="Also give anytime-valid verdicts: the e-process of each pair over its "
+            "episodes in started_at order (docs/methods.md §10).",
+        ),
+    ] = False,
 ) -> None:
     """Score policies from an interchange file: time-to-success CDFs, HRT,
     RMST, macro-KS verdicts (docs/methods.md)."""
@@ -203,6 +211,7 @@ def analyze(
     _check_json_target(json_out)
     _check_plots_target(plots)
     table = _read(file, reference)
+    starts = _sequential_starts(table) if sequential else None
     tau_source = "--tau"
     if tau is None:
         tau, tau_source = default_tau(table)
@@ -235,15 +244,93 @@ def analyze(
         data_version=data_version(table),
         extra_protocol={"tau_source": tau_source, "source": str(file)},
     )
+    runs = _sequential_runs(table, lb, starts) if starts is not None else []
+    for entry, run in zip(result["pairs"], runs, strict=True):
+        entry["sequential"] = run.to_json()
     _print_leaderboard(lb, tau_source)
+    if runs:
+        _print_sequential(runs)
     if json_out is not None:
         write_json_atomic(json_out, result)
         typer.echo(f"wrote {json_out}")
     if plots is not None:
-        from proctor.analysis.plots import leaderboard_figures
+        from proctor.analysis.plots import leaderboard_figures, sequential_figure
 
         written = leaderboard_figures(lb, plots)
+        for run in runs:
+            written += sequential_figure(run, plots)
         typer.echo(f"wrote {len(written)} figures to {plots}")
+
+
+def _sequential_starts(table: Any) -> dict[str, Any]:
+    """Every scored episode's start, or exit 2 naming what is missing; a
+    policy left with no scored episode leaves its pairs with none."""
+    from proctor.analysis.episodes import scored
+    from proctor.analysis.sequential import start_times
+
+    kept, _ = scored(table.episodes)
+    empty = sorted({e.policy for e in table.episodes} - {e.policy for e in kept})
+    if empty:
+        raise UsageError(
+            f"--sequential: policy {empty[0]} has no scored episodes (all system faults), "
+            "so its pairs have no episodes to order"
+        )
+    try:
+        return start_times(kept)
+    except ValueError as exc:
+        raise UsageError(f"--sequential: {exc}") from None
+
+
+def _sequential_runs(table: Any, lb: Any, starts: dict[str, Any]) -> list[Any]:
+    from proctor.analysis.sequential import sequential_pair
+
+    runs = []
+    for pr in lb.pairs:
+        try:
+            runs.append(
+                sequential_pair(
+                    pr.a,
+                    pr.b,
+                    table.episodes,
+                    starts,
+                    alpha=lb.protocol.alpha,
+                    comparisons=len(lb.pairs),
+                )
+            )
+        except ValueError as exc:
+            raise UsageError(f"--sequential: {exc}") from None
+    return runs
+
+
+def _sparkline(path: Any, bar: float, width: int = 24) -> str:
+    """The e-process path as one line of blocks on a log scale from 1/bar to
+    bar (a full block: at or above the threshold)."""
+    import numpy as np
+
+    blocks = " ▁▂▃▄▅▆▇█"
+    idx = np.linspace(0, len(path) - 1, num=min(width, len(path))).round().astype(int)
+    level = np.clip(np.log(path[idx]) / math.log(bar), -1.0, 1.0)
+    return "".join(blocks[round((x + 1) / 2 * (len(blocks) - 1))] for x in level)
+
+
+def _print_sequential(runs: list[Any]) -> None:
+    t = Table(
+        title=f"Anytime-valid verdicts (e-process over episodes in start order, "
+        f"threshold {runs[0].threshold:g} = pairs/α)"
+    )
+    for col in ("pair", "episodes", "matched pairs", "E", "stopped at", "path (log scale)"):
+        t.add_column(col, overflow="fold")
+    for r in runs:
+        stop = "—" if r.stopped_at is None else f"episode {r.stopped_at} ({r.favours} better)"
+        t.add_row(
+            f"{r.a} vs {r.b}",
+            str(r.episodes_total),
+            str(r.matched_pairs),
+            f"{r.e_value:.3g}",
+            stop,
+            _sparkline(r.path, r.threshold),
+        )
+    _stdout().print(t)
 
 
 def _print_leaderboard(lb: Any, tau_source: str) -> None:
