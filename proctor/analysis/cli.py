@@ -419,7 +419,8 @@ def _flat_form_hint(args: list[str]) -> str:
     uses = " and ".join(f"`proctor power {w}`" for w in wanted)
     return (
         f"proctor power: {args[0]!r} is not a subcommand; use {uses} "
-        "(subcommands: pair, detection, calibrate, wilson, connor; see `proctor power --help`)"
+        "(subcommands: pair, sequential, detection, calibrate, wilson, connor; "
+        "see `proctor power --help`)"
     )
 
 
@@ -525,6 +526,103 @@ def power_pair(
             episodes, alpha=alpha, target=target, rho=rho, sims=sims, seed=seed, plots=plots
         )
     _write_power_json(json_out, out)
+
+
+@power_app.command("sequential")
+def power_sequential(
+    file: EpisodesArg,
+    pair: PairOpt = None,
+    reference: ReferenceOpt = None,
+    tau: TauOpt = None,
+    alpha: AlphaOpt = 0.05,
+    target: TargetOpt = 0.8,
+    streams: Annotated[
+        int, typer.Option(help="Simulated campaigns per pair (resampling its episodes).")
+    ] = 2000,
+    sims: Annotated[int, typer.Option(help="Bridge simulations for the fixed design.")] = 2000,
+    seed: SeedOpt = 0,
+    json_out: JsonOpt = None,
+) -> None:
+    """The sequential design against the fixed one: episodes to a verdict.
+
+    For each pair: the fixed design's n per cell for the target power
+    (macro-KS, bridge model, as `power pair`), and, by resampling the pair's
+    episodes into simulated interleaved campaigns, the e-process's power at
+    that n and the expected and 90th-percentile episodes to a verdict when
+    it is given the horizon that reaches the same power
+    (docs/methods.md §10)."""
+    _check_json_target(json_out)
+    _finite_option("--tau", tau, positive=True)
+    _check_seed(seed)
+    _check_alpha(alpha)
+    _check_target(target)
+    if streams < 100:
+        raise UsageError(f"--streams: must be at least 100, got {streams}")
+    if sims < 10:
+        raise UsageError(f"--sims: must be at least 10, got {sims}")
+    episodes = _power_episodes(file, reference, tau, pair)
+    out = _sequential_design(
+        episodes, alpha=alpha, target=target, streams=streams, sims=sims, seed=seed
+    )
+    _write_power_json(json_out, out)
+
+
+def _sequential_design(
+    episodes: _PowerEpisodes, *, alpha: float, target: float, streams: int, sims: int, seed: int
+) -> dict[str, Any]:
+    from proctor.analysis.bootstrap import child_rng
+    from proctor.analysis.cells import build_cell
+    from proctor.analysis.leaderboard import pair_effects
+    from proctor.analysis.operations import extract_operations
+    from proctor.analysis.planning import BridgeModel
+    from proctor.analysis.seqdesign import design
+    from proctor.analysis.sequential import pad_operations, pair_z, threshold
+
+    tau = episodes.tau
+    work = {
+        k: build_cell(k[0], k[1], v, tau=tau, replicates=1, seed=seed)
+        for k, v in episodes.cells.items()
+    }
+    padded = {k: pad_operations(extract_operations(v)) for k, v in episodes.cells.items()}
+    bar = threshold(alpha, 1)
+    result: dict[str, Any] = {**episodes.header(), "alpha": alpha, "power": target, "pairs": []}
+    t = Table(
+        title=f"Sequential vs fixed design (α = {alpha:g}, power {target:g}, episodes of the pair)"
+    )
+    for col in ("pair", "fixed n/cell", "fixed episodes", "seq. power at fixed n",
+                "horizon", "mean episodes", "90th pct", "fraction"):  # fmt: skip
+        t.add_column(col)
+    for a, b in episodes.pairs:
+        objs = episodes.objects(a, b)
+        effects, _, _ = pair_effects(
+            {o: work[(a, o)] for o in objs}, {o: work[(b, o)] for o in objs}, tau=tau, rho=None
+        )
+        first, second = sorted((a, b))
+        model = BridgeModel(effects, sims=sims, rng=child_rng(seed, "power", first, second))
+        n_fixed = model.n_needed(alpha=alpha, target=target)
+        entry: dict[str, Any] = {"a": a, "b": b, "n_fixed_per_cell": n_fixed, "sequential": None}
+        if n_fixed is None:
+            t.add_row(f"{a} vs {b}", "—", "—", "—", "—", "—", "—", "no realistic n")
+        else:
+            z = [pair_z(padded[(a, o)], padded[(b, o)]) for o in objs]
+            d = design(
+                z, n_fixed=n_fixed, target=target, bar=bar, streams=streams,
+                rng=child_rng(seed, "sequential", first, second),
+            )  # fmt: skip
+            entry["sequential"] = dataclasses.asdict(d)
+            t.add_row(
+                f"{a} vs {b}",
+                str(n_fixed),
+                str(d.fixed_episodes),
+                f"{d.power_at_fixed_n:.2f}",
+                _fmt(d.max_episodes, 0),
+                _fmt(d.expected_episodes, 1),
+                _fmt(d.p90_episodes, 0),
+                _fmt(d.fraction, 0, pct=True),
+            )
+        result["pairs"].append(entry)
+    _stdout().print(t)
+    return result
 
 
 @power_app.command("detection")
