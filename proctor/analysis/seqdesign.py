@@ -138,12 +138,15 @@ def naive_peeking(
     pairs_per_object: int,
     alpha: float,
     rng: np.random.Generator,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """The contrast: the stratified operation-level log-rank (as
     :func:`proctor.analysis.significance.logrank`) recomputed after every
     episode, stopping at the first p < α. Returns, per stream, whether it
-    ever rejected within the horizon. ``pools[o]`` = (A's pool, B's pool)
-    of object o (the same pool twice for a null pair)."""
+    ever rejected within the horizon, and whether the single look at the
+    end (the fixed design of that size) rejected: the second separates what
+    ignoring the episode clusters costs from what peeking costs.
+    ``pools[o]`` = (A's pool, B's pool) of object o (the same pool twice
+    for a null pair)."""
     k_obj = len(pools)
     crit = float(special.chdtri(1, alpha))
     state = []
@@ -169,7 +172,7 @@ def naive_peeking(
                 with np.errstate(invalid="ignore", divide="ignore"):
                     chi2 = np.where(total_v > 0, u.sum(axis=0) ** 2 / total_v, 0.0)
                 rejected |= chi2 > crit
-    return rejected
+    return rejected, chi2 > crit
 
 
 def _logrank_parts(rs, w_a: np.ndarray, w_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
