@@ -245,8 +245,9 @@ def analyze(
         extra_protocol={"tau_source": tau_source, "source": str(file)},
     )
     runs = _sequential_runs(table, lb, starts) if starts is not None else []
-    for entry, run in zip(result["pairs"], runs, strict=True):
-        entry["sequential"] = run.to_json()
+    if runs:
+        for entry, run in zip(result["pairs"], runs, strict=True):
+            entry["sequential"] = run.to_json()
     _print_leaderboard(lb, tau_source)
     if runs:
         _print_sequential(runs)
