@@ -131,6 +131,33 @@ def design(
     )
 
 
+def naive_pair_peeking(
+    z_by_object: Sequence[np.ndarray],
+    *,
+    streams: int,
+    pairs_per_object: int,
+    alpha: float,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A second contrast, at the episode level so that clustering plays no
+    part: the same matched pairs' z scores summed, Σz / √(Σz²) (a
+    self-normalised z test, N(0, 1) under H0 for many pairs), with a
+    two-sided p < α looked at after every pair. Returns (ever rejected,
+    rejected at the single look at the end), per stream."""
+    crit = float(special.ndtri(1 - alpha / 2))
+    z = np.empty((streams, len(z_by_object) * pairs_per_object))
+    for o, zo in enumerate(z_by_object):
+        ia = rng.integers(0, zo.shape[0], size=(streams, pairs_per_object))
+        ib = rng.integers(0, zo.shape[1], size=(streams, pairs_per_object))
+        z[:, o :: len(z_by_object)] = zo[ia, ib]
+    total = np.cumsum(z, axis=1)
+    scale = np.sqrt(np.cumsum(z * z, axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        stat = np.where(scale > 0, np.abs(total) / np.where(scale > 0, scale, 1.0), 0.0)
+    hit = stat > crit
+    return hit.any(axis=1), hit[:, -1]
+
+
 def naive_peeking(
     pools: Sequence[tuple[Operations, Operations]],
     *,

@@ -20,7 +20,7 @@ from proctor.analysis.interchange import write_interchange
 from proctor.analysis.leaderboard import pair_effects
 from proctor.analysis.operations import extract_operations
 from proctor.analysis.planning import BridgeModel, wilson_interval
-from proctor.analysis.seqdesign import crossings, design, naive_peeking
+from proctor.analysis.seqdesign import crossings, design, naive_pair_peeking, naive_peeking
 from proctor.analysis.sequential import (
     log_wealth,
     pad_operations,
@@ -181,6 +181,14 @@ def test_type_one_error_under_monitoring_after_every_episode(null_pools: dict) -
     assert lo > bound, (naive, 200)
     # peeking is worse than one look at the end with the same test
     assert naive > int(last.sum())
+    # at the episode level (no clustering to ignore) the same matched pairs'
+    # z test is of size α at one look, and peeking alone breaks it
+    ever, last = naive_pair_peeking(
+        z, streams=streams, pairs_per_object=40, alpha=ALPHA, rng=np.random.default_rng(14)
+    )
+    lo, _ = wilson_interval(int(ever.sum()), streams)
+    assert lo > bound, int(ever.sum())
+    assert int(last.sum()) / streams <= bound
 
 
 # --- episodes to a verdict against the fixed design ----------------------------
