@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from proctor.analysis.km import risk_set
+from proctor.analysis.km import RiskSet, risk_set
 from proctor.analysis.operations import Operations, concat_operations
 from proctor.analysis.sequential import bet_scores, log_wealth
 
@@ -155,7 +155,7 @@ def naive_pair_peeking(
     with np.errstate(invalid="ignore", divide="ignore"):
         stat = np.where(scale > 0, np.abs(total) / np.where(scale > 0, scale, 1.0), 0.0)
     hit = stat > crit
-    return hit.any(axis=1), hit[:, -1]
+    return np.asarray(hit.any(axis=1)), hit[:, -1]
 
 
 def naive_peeking(
@@ -199,10 +199,10 @@ def naive_peeking(
                 with np.errstate(invalid="ignore", divide="ignore"):
                     chi2 = np.where(total_v > 0, u.sum(axis=0) ** 2 / total_v, 0.0)
                 rejected |= chi2 > crit
-    return rejected, chi2 > crit
+    return rejected, np.asarray(chi2 > crit)
 
 
-def _logrank_parts(rs, w_a: np.ndarray, w_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+def _logrank_parts(rs: RiskSet, w_a: np.ndarray, w_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """O_A − E_A and V of one stratum for every column of the weights."""
 
     def risk(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
