@@ -174,7 +174,8 @@ def run_alternative(
         fixed.append(("empirical", n_emp, r))
     for source, n, r in fixed:
         if n is None:
-            rows.append(f"| {label} | {source}: none within reach | | | | | |")
+            reach = "above --empirical-max" if source == "empirical" else "none within 5000"
+            rows.append(f"| {label} | {source}: {reach} | | | | | | |")
             continue
         d = design(
             z, n_fixed=n, target=0.8, bar=threshold(args.alpha, 1), streams=args.streams, rng=rng
