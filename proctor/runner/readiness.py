@@ -1,60 +1,38 @@
-"""Is a sandboxed server ready? Asked through its Unix socket, per wire dialect.
+"""Is a sandboxed server ready? Asked through its Unix socket, on its own wire.
 
-A server is ready when it does what its first client would see: for openpi
-and RoboArena, the WebSocket handshake succeeds and the metadata frame the
-server sends on connect arrives; for Positronic v1, the handshake at its
-session path succeeds. Probes are found by dialect name in ``PROBES``.
+A server is ready when it does what its first client would see: the
+WebSocket handshake at the URL its dialect dials succeeds and, for dialects
+whose server speaks first (openpi's and RoboArena's metadata), that first
+message arrives. What each dialect does is its own module's
+(``proctor.station.policy.dialects``: ``dial_url``, ``greets_on_connect``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import unix_connect
 
-Probe = Callable[[Path, float], bool]
+from proctor.station.policy import dialects
 
 
-def _first_frame(path: Path, timeout_s: float) -> bool:
+def is_ready(dialect: str, socket_path: Path, timeout_s: float = 5.0) -> bool:
+    if not socket_path.exists():
+        return False
+    wire = dialects.get(dialect)
+    path = urlsplit(wire.dial_url("ws://localhost/")).path or "/"
     try:
         with unix_connect(
-            str(path),
-            uri="ws://localhost/",
+            str(socket_path),
+            uri=f"ws://localhost{path}",
             open_timeout=timeout_s,
             max_size=None,
             compression=None,
         ) as ws:
-            ws.recv(timeout=timeout_s)
+            if wire.greets_on_connect:
+                ws.recv(timeout=timeout_s)
             return True
     except (OSError, TimeoutError, WebSocketException):
         return False
-
-
-def _handshake_at(session_path: str) -> Probe:
-    def probe(path: Path, timeout_s: float) -> bool:
-        try:
-            with unix_connect(
-                str(path),
-                uri=f"ws://localhost{session_path}",
-                open_timeout=timeout_s,
-                compression=None,
-            ):
-                return True
-        except (OSError, TimeoutError, WebSocketException):
-            return False
-
-    return probe
-
-
-PROBES: dict[str, Probe] = {
-    "openpi": _first_frame,
-    "roboarena": _first_frame,
-    # Positronic's protocol 1 opens a session at /api/v1/session (its dialect's dial_url)
-    "positronic_v1": _handshake_at("/api/v1/session"),
-}
-
-
-def is_ready(dialect: str, socket_path: Path, timeout_s: float = 5.0) -> bool:
-    return socket_path.exists() and PROBES[dialect](socket_path, timeout_s)

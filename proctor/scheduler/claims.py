@@ -49,6 +49,7 @@ from proctor.core.errors import ProctorError, UsageError
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
 from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
 from proctor.station.episodes import FAULT_POLICY_PROTOCOL
+from proctor.station.policy.spec import manifest_exterior_numbering
 
 # Protocol failures (a malformed reply or metadata) a policy may have in one
 # campaign before they are charged to it; the default of the scheduler's
@@ -84,6 +85,9 @@ class Claim:
     camera_side: Side
     # the wire dialect the policy server speaks (a protocol property, not an identity)
     dialect: EndpointDialect | None
+    # the number of the endpoint's first exterior camera key (None: the station's
+    # default): a wire setting the submitter chose, as protocol as the dialect
+    exterior_numbering: int | None
     # one initial scene per block (the LBM "test bundle"): every policy in a block
     # gets the same simulated layout; derived from the sealed seed, so it says nothing
     scene_seed: int
@@ -114,6 +118,7 @@ def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool
         tote_side=a.tote_side,
         camera_side=a.camera_side,
         dialect=sub.endpoint_dialect if sub else None,
+        exterior_numbering=manifest_exterior_numbering(sub.manifest) if sub else None,
         scene_seed=scene_seed(campaign.allocation_seed or "", a.block_index),
         resumed=resumed,
         teleop_url=sub.endpoint_url if sub and sub.kind == SubmissionKind.teleop else None,

@@ -87,6 +87,7 @@ class CampaignWorkSource:
             sim_seed=claim.scene_seed,
             prompt=claim.prompt,
             dialect=claim.dialect,
+            exterior_numbering=claim.exterior_numbering,
             campaign_id=claim.campaign_id,
             policy_headers=headers,
         )

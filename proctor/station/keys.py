@@ -162,8 +162,18 @@ ROBOARENA_ENDPOINT = "endpoint"  # "infer" | "reset"
 ROBOARENA_SESSION_ID = "session_id"
 
 
-def roboarena_exterior_image(index: int, eye: str = "left") -> str:
-    """RoboArena numbers its exterior cameras from 0."""
+# Where the numbering of exterior cameras starts. The policies served on these
+# wires read from 1: openpi's DROID policies (``openpi/policies/droid_policy.py``
+# reads ``observation/exterior_image_1_left``), the DROID dataset's
+# ``exterior_image_1_left``/``_2_left``, third-party RoboArena clients. RoboArena's
+# own test script and vLLM-Omni's DreamZero (``exterior_image_0_left`` and
+# ``_1_left``) read from 0, so an endpoint may choose either.
+EXTERIOR_FIRST_INDEX = 1
+EXTERIOR_NUMBERINGS = (0, 1)
+
+
+def exterior_image(index: int, eye: str = "left") -> str:
+    """The observation key of exterior camera ``index`` (numbered as the endpoint chose)."""
     return f"observation/exterior_image_{index}_{eye}"
 
 

@@ -230,6 +230,7 @@ class EpisodeRunner:
         client = PolicyClient(
             work.policy_url,
             dialect=work.dialect,
+            exterior_numbering=work.exterior_numbering,
             headers=work.policy_headers,
             connect_timeout_s=cfg.policy_connect_timeout_s,
             default_image_size=cfg.policy_image_size,

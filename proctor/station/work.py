@@ -44,6 +44,9 @@ class Work:
     prompt: str = ""  # language instruction sent to the policy ("" → derived from the object)
     # None: detect from the server's metadata (RoboArena keys → roboarena, else openpi)
     dialect: EndpointDialect | None = None
+    # the number of the first exterior camera's observation key (None: the
+    # station's default, 1); the endpoint's wire setting, like the dialect
+    exterior_numbering: int | None = None
     assignment_id: int | None = None  # set by the campaign source
     campaign_id: int | None = None
     # extra headers for the policy connection (e.g. a gateway token); never shown or stored

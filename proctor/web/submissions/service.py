@@ -36,6 +36,7 @@ from proctor.core.errors import ConfigError, Conflict, FieldError, NotFound
 from proctor.core.settings import Settings
 from proctor.scheduler.endpoint_keys import encrypt_api_key
 from proctor.scheduler.naming import campaign_naming
+from proctor.station.policy.spec import MANIFEST_WIRE
 from proctor.web.auth.access import check_owner_access, owner_filter
 from proctor.web.auth.identity import Principal
 from proctor.web.snapshots import service as snapshots
@@ -245,6 +246,7 @@ def register_endpoint(
     try:
         # a Positronic endpoint is stored with its session path
         url, dialect = endpoints.check_endpoint(body.url, body.dialect)
+        wire = endpoints.check_wire_options(dialect, exterior_numbering=body.exterior_numbering)
         endpoints.check_reachable_publicly(url, settings)
     except endpoints.EndpointProblem as exc:
         raise FieldError(exc.field, exc.message) from None
@@ -276,6 +278,8 @@ def register_endpoint(
         },
         "prompts": dict(body.prompts),
     }
+    if wire:
+        manifest[MANIFEST_WIRE] = wire
     sub = Submission(
         policy_id=policy.id,
         kind=SubmissionKind.endpoint,

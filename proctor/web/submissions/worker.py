@@ -36,7 +36,7 @@ from proctor.station.policy.conformance import (
     Status,
     check_endpoint,
 )
-from proctor.station.policy.spec import ActionSpace, auth_headers
+from proctor.station.policy.spec import ActionSpace, auth_headers, manifest_exterior_numbering
 from proctor.web.submissions import endpoints, queue
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ def _job(session: ProctorSession, run: ConformanceRun, settings: Settings) -> Jo
             # Api-Key (openpi, RoboArena) or Bearer (Positronic), as each dialect's client sends it
             headers=auth_headers(dialect, key),
             sim_keys=settings.submissions.conformance_sim_keys,
+            exterior_numbering=manifest_exterior_numbering(sub.manifest),
         ),
     )
 
