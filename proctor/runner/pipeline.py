@@ -61,6 +61,8 @@ class PipelineConfig:
     archive_limits: ArchiveLimits
     ready_timeout_s: float
     gpus: str = ""  # CUDA_VISIBLE_DEVICES for the sandbox; "" = CPU
+    # where the sandbox's limits are made (RunnerSettings.cgroups)
+    cgroups: str = "auto"
 
 
 @dataclass
@@ -84,7 +86,7 @@ class ServerPipeline:
         config: PipelineConfig,
         envs: EnvStore,
         on_stage: Stage,
-        start: Callable[[SandboxSpec], Sandboxed] = start_sandbox,
+        start: Callable[[SandboxSpec], Sandboxed] | None = None,
     ) -> None:
         self.config = config
         self.envs = envs
@@ -147,7 +149,9 @@ class ServerPipeline:
             env=dict(launch.env),
             gpus=self.config.gpus,
         )
-        sandbox = self._start(spec)
+        sandbox = (
+            self._start(spec) if self._start else start_sandbox(spec, cgroups=self.config.cgroups)
+        )
         return Launched(sandbox, manifest, launch.dialect, env, server_dir)
 
     def wait_ready(self, launched: Launched, stop: Callable[[], bool] = lambda: False) -> None:

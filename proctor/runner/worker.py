@@ -44,7 +44,7 @@ from proctor.runner.archive import ArchiveLimits
 from proctor.runner.envs import EnvStore, default_env_dir
 from proctor.runner.failures import classify
 from proctor.runner.pipeline import Launched, PipelineConfig, PipelineFailed, ServerPipeline
-from proctor.runner.sandbox.base import Limits
+from proctor.runner.sandbox.base import Limits, Sandboxed, SandboxSpec
 from proctor.runner.sandbox.relay import Relay
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ class WorkerConfig:
                     max_ratio=sub.max_compression_ratio,
                 ),
                 ready_timeout_s=r.ready_timeout_s,
+                cgroups=r.cgroups,
             ),
         )
 
@@ -249,15 +250,13 @@ class RunnerWorker:
         config: WorkerConfig,
         *,
         envs: EnvStore | None = None,
-        start_sandbox: Callable[..., Any] | None = None,
+        start_sandbox: Callable[[SandboxSpec], Sandboxed] | None = None,
     ) -> None:
-        from proctor.runner.sandbox import start
-
         self.sessions = sessions
         self.store = store
         self.config = config
         self.envs = envs or EnvStore(config.env_dir, build_timeout_s=config.build_timeout_s)
-        self.start_sandbox = start_sandbox or start
+        self.start_sandbox = start_sandbox
         self.name = f"{config.host}:{os.getpid()}"
         self.servers: dict[int, ServedServer] = {}
         self._lock = threading.Lock()
