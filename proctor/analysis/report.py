@@ -17,6 +17,7 @@ import numpy as np
 
 from proctor.analysis.bootstrap import Interval
 from proctor.analysis.episodes import EpisodeTable
+from proctor.analysis.latency import Latency
 from proctor.analysis.results import (
     AtT,
     Breakdown,
@@ -53,6 +54,9 @@ RESULT_KEYS = frozenset(
         *("completion_welch", "df", "significant", "verdict", "winner", "power", "n_per_cell"),
         *("power_at_current_n", "n_needed_per_cell", "more_episodes_per_cell", "effect"),
         *("m_bar", "rho_estimated", "deff", "episode_id", "reason"),
+        *("latency", "p50_ms", "p95_ms", "p99_ms", "server_p50_ms", "stale_action_rate"),
+        *("calls", "calls_per_episode", "server_calls", "actions", "stale_actions"),
+        *("over_budget",),
     }
 )
 
@@ -203,6 +207,27 @@ def _policy(r: PolicyResult) -> dict[str, Any]:
             },
         },
         "notes": list(r.notes),
+        "latency": _latency(r.latency),
+    }
+
+
+def _latency(x: Latency | None) -> dict[str, Any] | None:
+    """docs/methods.md §4, "Latency": round trips in ms (None: no call recorded)."""
+    if x is None:
+        return None
+    return {
+        "p50_ms": _num(x.p50_ms, 3),
+        "p95_ms": _num(x.p95_ms, 3),
+        "p99_ms": _num(x.p99_ms, 3),
+        "server_p50_ms": _num(x.server_p50_ms, 3),
+        "stale_action_rate": _num(x.stale_action_rate, 6),
+        "calls": x.calls,
+        "calls_per_episode": _num(x.calls_per_episode, 3),
+        "episodes": x.episodes,
+        "server_calls": x.server_calls,
+        "actions": x.actions,
+        "stale_actions": x.stale_actions,
+        "over_budget": x.over_budget,
     }
 
 
