@@ -9,13 +9,18 @@ episodes; a policy with no recorded call has none (unknown, not zero).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 # the slack of comparing station-clock times computed two ways
 _EPS_S = 1e-6
+
+# the columns of the station's per-call table this module reads (the station's
+# ``keys.POLICY_CALL_COLUMNS`` holds them all; a test keeps the two in step)
+TABLE_COLUMNS = ("round_trip_ms", "server_ms", "t_intended_s", "t_start_s", "actions")
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,30 @@ class Latency:
     stale_action_rate: float | None  # stale / played; None: nothing played
     calls_per_episode: float | None
     over_budget: int
+
+
+def calls_from_table(details: Mapping[str, Any]) -> EpisodeCalls | None:
+    """An episode's per-call table as the station's ``policy_calls`` event holds
+    it (None: not that shape, or not one call listed in full)."""
+    columns = details.get("columns")
+    hz = details.get("control_hz")
+    if not isinstance(columns, Mapping) or not isinstance(hz, int | float) or not hz > 0:
+        return None
+    if details.get("calls_not_listed"):
+        return None  # a partial table would bias every quantile
+    try:
+        rtt, server, intended, start, actions = (list(columns[c]) for c in TABLE_COLUMNS)
+        return EpisodeCalls(
+            round_trip_ms=tuple(float(v) for v in rtt),
+            server_ms=tuple(None if v is None else float(v) for v in server),
+            t_intended_s=tuple(float(v) for v in intended),
+            t_start_s=tuple(float(v) for v in start),
+            actions=tuple(int(v) for v in actions),
+            period_s=1.0 / float(hz),
+            over_budget=int(details.get("over_budget") or 0),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def quantiles_ms(values: np.ndarray, qs: Sequence[float]) -> tuple[float | None, ...]:
