@@ -62,18 +62,27 @@ RESULT_KEYS = frozenset(
 
 
 def data_version(table: EpisodeTable) -> str:
-    """SHA-256 of the exact input: every episode's fields (sorted by id), the
-    reference and the exclusions; equal inputs give equal hashes whatever
-    their order."""
+    """SHA-256 of the exact input: every episode's fields (sorted by id; not
+    its per-call table, see ``_scored``), the reference and the exclusions;
+    equal inputs give equal hashes whatever their order."""
     payload = {
         "episodes": sorted(
-            (asdict(e) for e in table.episodes), key=lambda d: (d["episode_id"], d["policy"])
+            (_scored(asdict(e)) for e in table.episodes),
+            key=lambda d: (d["episode_id"], d["policy"]),
         ),
         "reference": table.reference,
         "excluded": sorted(asdict(x)["episode_id"] + "|" + x.reason for x in table.excluded),
     }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=list)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _scored(record: dict[str, Any]) -> dict[str, Any]:
+    """An episode's record as the interchange file carries it: without the
+    per-call table, which stays in the store (an export re-analysed from its
+    file has the same data version; latency is reported from the store only)."""
+    record.pop("calls", None)
+    return record
 
 
 def _num(x: float | None, digits: int | None = None) -> float | None:

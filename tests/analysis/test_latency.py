@@ -19,7 +19,7 @@ from proctor.analysis.latency import (
     stale_actions,
 )
 from proctor.analysis.leaderboard import analyze
-from proctor.analysis.report import to_json
+from proctor.analysis.report import data_version, to_json
 from proctor.analysis.results import Protocol
 from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 from proctor.station import keys
@@ -143,3 +143,11 @@ def test_the_leaderboard_json_carries_latency_for_every_policy() -> None:
         assert lat["calls"] == 2 * p["episodes"] and lat["calls_per_episode"] == 2.0
         assert lat["stale_action_rate"] == 0.0 and lat["server_p50_ms"] is None
         assert lat["p99_ms"] >= lat["p95_ms"] >= lat["p50_ms"] > 10.0
+
+
+def test_the_data_version_is_the_interchange_files_and_ignores_the_call_table() -> None:
+    """An export re-analysed from its file (which has no per-call table) has
+    the snapshot's data version."""
+    eps = _cohort(1, 2)
+    timed = EpisodeTable(tuple(replace(e, calls=_calls([10.0])) for e in eps))
+    assert data_version(timed) == data_version(EpisodeTable(tuple(eps)))
