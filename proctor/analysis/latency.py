@@ -103,15 +103,20 @@ def quantiles_ms(values: np.ndarray, qs: Sequence[float]) -> tuple[float | None,
     return tuple(float(v) for v in np.quantile(values, qs))
 
 
+def late_chunks(t_intended_s: np.ndarray, t_start_s: np.ndarray, period_s: float) -> np.ndarray:
+    """Per call, whether its chunk started late because the reply was: its
+    first played row ran one action period or more after it was intended
+    (less than a period late is the row in force on the control grid, on time)."""
+    late = np.asarray(t_start_s, float) - np.asarray(t_intended_s, float)
+    return np.asarray(late >= period_s - _EPS_S, bool)
+
+
 def stale_actions(
     t_intended_s: np.ndarray, t_start_s: np.ndarray, actions: np.ndarray, period_s: float
 ) -> int:
-    """Rows played late because their reply was: a chunk whose first played row
-    ran one action period or more after it was intended ran every row of it
-    that late, so all its played rows are stale (less than a period late is
-    the row in force on the control grid, on time)."""
-    late = np.asarray(t_start_s, float) - np.asarray(t_intended_s, float)
-    return int(np.asarray(actions, int)[late >= period_s - _EPS_S].sum())
+    """Rows played late because their reply was: a late chunk ran every row of
+    it as late as its first, so all its played rows are stale."""
+    return int(np.asarray(actions, int)[late_chunks(t_intended_s, t_start_s, period_s)].sum())
 
 
 def latency(episodes: Sequence[EpisodeCalls | None]) -> Latency:
