@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from proctor.analysis.latency import calls_from_table, latency
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.models import Episode, EpisodeEvent
@@ -58,12 +59,12 @@ class _SlowPolicy:
         return _SlowSession(self.inner.new_session(), self.delay_s)
 
 
-def _work(url: str, budget: LatencyBudget | None) -> Work:
+def _work(url: str, budget: LatencyBudget | None, cap_s: float = 30.0) -> Work:
     return Work(
         run_code="R-LAT01",
         object_name="towels",
         items=2,
-        per_item_cap_s=30.0,
+        per_item_cap_s=cap_s,
         tote_side=Side.right,
         camera_side=Side.left,
         policy_url=url,
@@ -148,6 +149,32 @@ def test_every_call_is_tabled_and_a_fast_policy_is_within_budget(
     # (the step that handled the last item ends the episode before a sample shows it)
     assert sum(cols["actions"]) - steps in (0, 1)
     assert len(set(cols["actions"][:-1])) == 1 and cols["actions"][0] > 0
+
+
+@once()
+def test_in_real_time_a_late_reply_makes_its_chunks_actions_stale(
+    station_db, tmp_path: Path, backend: str
+) -> None:
+    """A policy that takes 100 ms a reply at 15 Hz (a step is 66.7 ms), chunks
+    asked for when the last one runs out: every chunk starts two steps after
+    it was needed, so every action is stale, as the analysis counts them."""
+    _, sessions = station_db
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    cfg = sim_config(control_hz=15.0, sim={"clock": "monotonic"})
+    with PolicyServer(_SlowPolicy(0.10)) as server:
+        with sim_runner(sessions, store, tmp_path, cfg) as runner:
+            uid = runner.arm(_work(server.url, None, cap_s=0.75))
+            runner.start(background=False)
+    details = _calls_event(sessions, uid)
+    cols = details["columns"]
+    late = np.array(cols["t_start_s"]) - np.array(cols["t_intended_s"])
+    played = np.array(cols["actions"])
+    assert len(late) >= 3 and played.sum() > 0
+    # 100 ms and the wait for the next step: at least two steps (133 ms) late
+    assert np.all(late >= 2 / 15 - 1e-6), late
+    table = calls_from_table(details)
+    assert table is not None
+    assert latency([table]).stale_action_rate == 1.0
 
 
 def _reply(latency_s: float, *, timed: bool = False, timing: Any = None) -> Reply:
