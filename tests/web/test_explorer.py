@@ -257,3 +257,27 @@ def test_the_explorer_breaks_an_episode_down_by_policy_call(web: Web) -> None:
     # an episode without a table has no breakdown
     bare = next(u for u, b in bodies.items() if b["calls"] is None)
     assert parse(c.get(f"/episodes/{bare}").text).find_all("section", id="policy-calls") == []
+
+
+def test_staff_working_blind_do_not_see_the_policys_call_timings(web: Web) -> None:
+    """Before release the per-call timings could single out an arm: reviewers
+    get neither the breakdown nor the event's count; admins get both."""
+    web.add_user("rita", Role.reviewer)
+    web.add_user("root", Role.admin)
+    with web.db() as s:
+        seeded = seed_campaign(s, released=False, episodes_per_cell=1, seed=6)
+    c = web.client()
+    admin = bearer(web.token("root", ("admin",)))
+    uid = next(
+        u
+        for u in seeded.episode_uids
+        if c.get(f"/api/episodes/{u}", headers=admin).json()["calls"] is not None
+    )
+    rita = c.get(f"/api/episodes/{uid}", headers=bearer(web.token("rita", ("reviewer",)))).json()
+    assert rita["calls"] is None
+    messages = {e["message"] for e in rita["events"] if e["kind"] == "policy_calls"}
+    assert messages == {"the policy's calls were tabled"}
+    full = c.get(f"/api/episodes/{uid}", headers=admin).json()
+    assert {e["message"] for e in full["events"] if e["kind"] == "policy_calls"} == {
+        "4 policy calls"
+    }
