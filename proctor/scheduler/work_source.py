@@ -90,6 +90,7 @@ class CampaignWorkSource:
             exterior_numbering=claim.exterior_numbering,
             campaign_id=claim.campaign_id,
             policy_headers=headers,
+            latency_budget=claim.latency_budget,
         )
 
     def completed(self, work: Work, *, episode_uid: str, outcome: Outcome) -> None:
