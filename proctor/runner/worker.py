@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -43,7 +44,13 @@ from proctor.runner import queue
 from proctor.runner.archive import ArchiveLimits
 from proctor.runner.envs import EnvStore, default_env_dir
 from proctor.runner.failures import classify
-from proctor.runner.pipeline import Launched, PipelineConfig, PipelineFailed, ServerPipeline
+from proctor.runner.pipeline import (
+    Launched,
+    PipelineConfig,
+    PipelineFailed,
+    ServerPipeline,
+    default_runtime_dir,
+)
 from proctor.runner.sandbox.base import Limits, Sandboxed, SandboxSpec
 from proctor.runner.sandbox.relay import Relay
 
@@ -103,6 +110,7 @@ class WorkerConfig:
                 ),
                 ready_timeout_s=r.ready_timeout_s,
                 cgroups=r.cgroups,
+                runtime_dir=r.runtime_dir or default_runtime_dir(),
             ),
         )
 
@@ -155,7 +163,9 @@ class ServedServer:
         root, manifest = pipeline.read(folder)
         env = pipeline.build(manifest, root)
         self._stage("starting the sandboxed server", RunnerStatus.starting)
-        self.launched = pipeline.launch(manifest, root, env, f"server-{self.row_id}")
+        self.launched = pipeline.launch(
+            manifest, root, env, f"r{self.row_id}-{secrets.token_hex(4)}"
+        )
         pipeline.on_stage = lambda text: self._stage(text, RunnerStatus.starting)
         pipeline.wait_ready(self.launched, self.stopping.is_set)
         self.relay = w.open_relay(self.launched.sandbox.wire_socket, self._latency_exceeded)

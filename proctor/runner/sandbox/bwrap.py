@@ -186,7 +186,7 @@ def bwrap_argv(spec: SandboxSpec, command: Sequence[str], env: Mapping[str, str]
         "--remount-ro",
         "/",
         "--chdir",
-        SANDBOX_TMP,
+        spec.launch.cwd,
         "--clearenv",
     ]
     for key, value in sorted(env.items()):
