@@ -19,6 +19,7 @@ from proctor.station.policy.conformance_base import (
     last_line,
     shape_text,
 )
+from proctor.station.policy.conformance_units import judge_units
 from proctor.station.policy.dialects import register
 from proctor.station.policy.dialects.base import Decoded, Dialect, Session, read_server_timing
 from proctor.station.policy.dialects.server_config import declares_config, read_config
@@ -491,3 +492,5 @@ class Openpi(Dialect):
         check.judge_chunk_length(chunks)
         if space is not None:
             check.judge_values(chunks, space)
+        if check.info is not None:
+            judge_units(check, chunks, check.info)
