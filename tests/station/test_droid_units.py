@@ -17,11 +17,13 @@ from typing import Any
 
 import msgpack
 import numpy as np
+import sqlalchemy as sa
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import session_scope
+from proctor.core.db.models import Episode, EpisodeEvent
 from proctor.core.domain import Outcome, Side
 from proctor.station import keys
 from proctor.station.recording import load_recording
@@ -215,6 +217,11 @@ def _episode(station_db: Any, tmp_path: Path, url: str, **config: Any) -> Any:
         summary = runner.last
     with session_scope(sessions) as s:
         rec = load_recording(s, store, uid)
+        ep = s.scalar(sa.select(Episode).where(Episode.uid == uid))
+        rec.events = {
+            e.kind: e.message
+            for e in s.scalars(sa.select(EpisodeEvent).where(EpisodeEvent.episode_id == ep.id))
+        }
     return summary, rec
 
 
@@ -242,6 +249,11 @@ def test_a_droid_server_runs_a_whole_episode_at_droids_speed(
         assert server.seen and "observation/joint_position" in server.seen[0]
         policy = rec.manifest["policy"]
         assert policy["action_units"] == "droid" and policy["action_space"] == "joint_velocity"
+        # and what the operator reads when the policy connects
+        assert (
+            rec.events["policy_connected"]
+            == "policy answered (openpi, joint_velocity in droid units)"
+        )
         running = rec.column(keys.PHASE) == keys.TelemetryPhase.running.value
         assert set(rec.column(keys.ACTION_KIND)[running]) == {"joint_position"}
         q, req, sent = _steps(rec)

@@ -113,7 +113,14 @@ class ServerInfo:
 
     @property
     def action_space_text(self) -> str:
-        return self.action_space.value if self.action_space else "named by each reply"
+        if self.action_space is None:
+            return "named by each reply"
+        # the units matter only where they change what is sent: velocities in DROID's
+        if units.get(self.action_units).arm_kind(self.action_space.value) != (
+            self.action_space.arm_kind
+        ):
+            return f"{self.action_space.value} in {self.action_units} units"
+        return self.action_space.value
 
     def public(self) -> dict[str, Any]:
         out: dict[str, Any] = {
