@@ -34,6 +34,14 @@ this step, and send the position target through the envelope like every
 other command. The gripper column stays a position in [0, 1] in both
 conventions (openpi's DROID client runs ``gripper_action_space="position"``).
 Position action spaces are absolute in both conventions and pass unchanged.
+
+Where the station differs from DROID's runtime, and why: a Cartesian row
+becomes the pose target DROID computes (``create_action_dict``'s
+``cartesian_position``), sent to the arm's own Cartesian control, instead of
+DROID's one-step IK (``cartesian_velocity_to_joint_velocity``, a MuJoCo model
+of DROID's Franka with its nullspace terms), which the station's arms do not
+carry. openpi's DROID client also binarises the gripper at 0.5; the station
+keeps the policy's gripper target as sent, as for every other policy.
 """
 
 from __future__ import annotations
