@@ -20,6 +20,7 @@ from proctor.station.control.schedule import Schedule, Tick
 from proctor.station.drivers.arm.base import ArmFault, ArmHalted, ArmState
 from proctor.station.drivers.gripper.base import GripperFault, GripperState
 from proctor.station.envelope import Envelope, EnvelopeStop, envelope_settings
+from proctor.station.policy import units
 from proctor.station.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class ControlLoop:
             real_time=self.real_time,
             grip=cfg.gripper.for_object(act.work.object_name),
             envelope=act.envelope,
+            action_units=units.get(act.client.info.action_units) if act.client.info else None,
         )
         self.calls = PolicyCalls(
             act.worker,

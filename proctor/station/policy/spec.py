@@ -12,9 +12,15 @@ cartesian_position   7     x, y, z (m), roll, pitch, yaw (extrinsic xyz), grippe
 cartesian_velocity   7     vx, vy, vz (m/s), wx, wy, wz (rad/s), gripper
 ==================== ===== ==================================================
 
+The velocity rows' units are the server's ``action_units``
+(``proctor/station/policy/units.py``): ``si`` as in the table, or ``droid``,
+DROID's normalised per-step deltas, which the station turns into position
+targets each step as DROID's runtime does.
+
 A plain openpi server (no RoboArena metadata) gets DROID's defaults: one
 exterior and one wrist image at ``policy_image_size``, joint-velocity
-actions, unless its metadata names an ``action_space``.
+actions in DROID's units, unless its metadata names an ``action_space``
+(then SI units) or ``action_units``.
 """
 
 from __future__ import annotations
@@ -27,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from proctor.core.domain import EndpointDialect
-from proctor.station import geometry as geo
 from proctor.station import keys
-from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
 from proctor.station.drivers.gripper.base import GripperCommand
-from proctor.station.policy import dialects
+from proctor.station.policy import dialects, units
 
 if TYPE_CHECKING:
     from proctor.station.policy.dialects.base import Dialect
@@ -103,10 +108,19 @@ class ServerInfo:
     # (``observation/exterior_image_{i}_left``): 1 as DROID policies read them, or
     # 0 where the endpoint chose it (dialects whose keys number no camera ignore it)
     exterior_first_index: int = keys.EXTERIOR_FIRST_INDEX
+    # what a velocity row's numbers mean (``units.get``): "si" or "droid"
+    action_units: str = "si"
 
     @property
     def action_space_text(self) -> str:
-        return self.action_space.value if self.action_space else "named by each reply"
+        if self.action_space is None:
+            return "named by each reply"
+        # the units matter only where they change what is sent: velocities in DROID's
+        if units.get(self.action_units).arm_kind(self.action_space.value) != (
+            self.action_space.arm_kind
+        ):
+            return f"{self.action_space.value} in {self.action_units} units"
+        return self.action_space.value
 
     def public(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -116,6 +130,7 @@ class ServerInfo:
             "n_external_cameras": self.n_external_cameras,
             "needs_wrist_camera": self.needs_wrist_camera,
             "needs_session_id": self.needs_session_id,
+            "action_units": self.action_units,
         }
         out.update(self.wire.public(self))
         return out
@@ -194,6 +209,19 @@ def parse_action_space(metadata: Any) -> ActionSpace:
         ) from None
 
 
+def parse_action_units(metadata: Any, *, default: str) -> str:
+    """``metadata.action_units`` (absent: ``default``, the dialect's convention)."""
+    raw = metadata.get(units.METADATA_KEY)
+    if raw is None:
+        return default
+    if not isinstance(raw, str) or raw not in units.names():
+        raise ProtocolError(
+            f"metadata.{units.METADATA_KEY}: {peer_value(raw)} is not one of "
+            f"{', '.join(units.names())}"
+        )
+    return raw
+
+
 def extract_chunk(reply: Any, space: ActionSpace) -> np.ndarray:
     """The (H, D) float64 action chunk from a reply, or a ProtocolError saying what is wrong."""
     if isinstance(reply, dict):
@@ -230,19 +258,25 @@ class StepCommands:
 
 
 def to_commands(
-    row: np.ndarray, space: ActionSpace, *, grip_speed: float = 1.0, grip_force: float = 0.5
+    row: np.ndarray,
+    space: ActionSpace,
+    *,
+    grip_speed: float = 1.0,
+    grip_force: float = 0.5,
+    action_units: units.ActionUnits | None = None,
+    state: ArmState | None = None,
+    control_hz: float = units.DROID_CONTROL_HZ,
 ) -> StepCommands:
     """One action row → the arm command and the gripper command it asks for
-    (policies send a position only; speed and force are the station's)."""
+    (policies send a position only; speed and force are the station's).
+    ``action_units`` (default SI) may need ``state``, the arm measured for
+    this step, and the ``control_hz`` the rows are played at."""
+    conv = action_units if action_units is not None else units.get("si")
     arm_part = np.asarray(row[:-1], dtype=np.float64)
     grip = float(min(1.0, max(0.0, row[-1])))
-    if space == ActionSpace.cartesian_position:
-        rot = geo.euler_to_matrix(arm_part[3:6])
-        target = np.concatenate([arm_part[:3], geo.matrix_to_quat(rot)])
-    else:
-        target = arm_part
+    target = conv.arm_target(arm_part, space.value, state, control_hz)
     return StepCommands(
-        arm=ArmCommand(space.arm_kind, target),
+        arm=ArmCommand(conv.arm_kind(space.value), target),
         gripper=GripperCommand(position=grip, speed=grip_speed, force=grip_force),
         requested=target,
         gripper_requested=grip,
