@@ -96,7 +96,7 @@ def test_starting_a_campaign_asks_for_its_checkpoints_runner(db_session) -> None
 
 
 def test_runs_of_a_checkpoint_wait_pending_until_its_runner_is_ready(db_session) -> None:
-    w, c, policy, sub = _campaign_with_checkpoint(db_session)
+    _, c, _, sub = _campaign_with_checkpoint(db_session)
     st = builders.station(db_session)
     (server,) = _servers(db_session, sub)
     _host_moves(server, RunnerStatus.building, stage="building environment")
