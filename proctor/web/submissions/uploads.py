@@ -34,9 +34,6 @@ from proctor.core.db.models import Artifact, Submission, UploadSession, User
 from proctor.core.domain import ArtifactKind, ConformanceStatus, Role, SubmissionKind
 from proctor.core.errors import Conflict, FieldError, NotFound, UsageError
 from proctor.core.settings import Settings
-from proctor.web.auth.access import check_owner_access
-from proctor.web.auth.identity import Principal
-from proctor.web.submissions import service, staging
 from proctor.runner.archive import (
     ArchiveLimits,
     ArchiveRejected,
@@ -49,6 +46,9 @@ from proctor.runner.manifest import (
     check_paths,
     parse_manifest,
 )
+from proctor.web.auth.access import check_owner_access
+from proctor.web.auth.identity import Principal
+from proctor.web.submissions import queue, service, staging
 
 # a staged file without a row (a crash between the two) is removed after this
 ORPHAN_AFTER_S = 3600.0
@@ -468,4 +468,7 @@ def complete_upload(
     session.delete(upload)
     session.flush()
     _remove_after_commit(session, staging.staged_path(folder, upload.id))
+    # checked like an endpoint: the worker asks a runner host to serve it first
+    run = queue.enqueue(session, submission=sub, requested_by_id=owner.id, now=now)
+    queue.dispatch_after_commit(session, settings=settings, run_id=run.id)
     return sub
