@@ -34,8 +34,8 @@ from proctor.core.domain import (
     Visibility,
 )
 from proctor.core.errors import Conflict, FieldError
-from proctor.web.submissions import endpoints
 from proctor.runner.manifest import PolicyName
+from proctor.web.submissions import endpoints
 
 DEFAULT_TELEOP_URL = "ws://127.0.0.1:8010"  # `proctor station teleop`'s default port
 
