@@ -116,6 +116,13 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         "Submissions: run queued conformance checks, clean abandoned uploads, "
         "register the human reference.",
     ),
+    "runner": ServiceCommand(
+        "proctor.runner.cli",
+        "runner_app",
+        True,
+        "Checkpoint runners: serve uploaded checkpoints sandboxed (the runner host), "
+        "or try one archive exactly as the host would run it.",
+    ),
 }
 
 

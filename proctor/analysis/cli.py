@@ -190,6 +190,14 @@ def analyze(
     plots: Annotated[
         Path | None, typer.Option("--plots", help="Write PNG and SVG figures into this folder.")
     ] = None,
+    sequential: Annotated[
+        bool,
+        typer.Option(
+            "--sequential",
+            help="Also give anytime-valid verdicts: the e-process of each pair over its "
+            "episodes in started_at order (docs/methods.md §10).",
+        ),
+    ] = False,
 ) -> None:
     """Score policies from an interchange file: time-to-success CDFs, HRT,
     RMST, macro-KS verdicts (docs/methods.md)."""
@@ -203,6 +211,7 @@ def analyze(
     _check_json_target(json_out)
     _check_plots_target(plots)
     table = _read(file, reference)
+    starts = _sequential_starts(table) if sequential else None
     tau_source = "--tau"
     if tau is None:
         tau, tau_source = default_tau(table)
@@ -235,15 +244,94 @@ def analyze(
         data_version=data_version(table),
         extra_protocol={"tau_source": tau_source, "source": str(file)},
     )
+    runs = _sequential_runs(table, lb, starts) if starts is not None else []
+    if runs:
+        for entry, run in zip(result["pairs"], runs, strict=True):
+            entry["sequential"] = run.to_json()
     _print_leaderboard(lb, tau_source)
+    if runs:
+        _print_sequential(runs)
     if json_out is not None:
         write_json_atomic(json_out, result)
         typer.echo(f"wrote {json_out}")
     if plots is not None:
-        from proctor.analysis.plots import leaderboard_figures
+        from proctor.analysis.plots import leaderboard_figures, sequential_figure
 
         written = leaderboard_figures(lb, plots)
+        for run in runs:
+            written += sequential_figure(run, plots)
         typer.echo(f"wrote {len(written)} figures to {plots}")
+
+
+def _sequential_starts(table: Any) -> dict[str, Any]:
+    """Every scored episode's start, or exit 2 naming what is missing; a
+    policy left with no scored episode leaves its pairs with none."""
+    from proctor.analysis.episodes import scored
+    from proctor.analysis.sequential import start_times
+
+    kept, _ = scored(table.episodes)
+    empty = sorted({e.policy for e in table.episodes} - {e.policy for e in kept})
+    if empty:
+        raise UsageError(
+            f"--sequential: policy {empty[0]} has no scored episodes (all system faults), "
+            "so its pairs have no episodes to order"
+        )
+    try:
+        return start_times(kept)
+    except ValueError as exc:
+        raise UsageError(f"--sequential: {exc}") from None
+
+
+def _sequential_runs(table: Any, lb: Any, starts: dict[str, Any]) -> list[Any]:
+    from proctor.analysis.sequential import sequential_pair
+
+    runs = []
+    for pr in lb.pairs:
+        try:
+            runs.append(
+                sequential_pair(
+                    pr.a,
+                    pr.b,
+                    table.episodes,
+                    starts,
+                    alpha=lb.protocol.alpha,
+                    comparisons=len(lb.pairs),
+                )
+            )
+        except ValueError as exc:
+            raise UsageError(f"--sequential: {exc}") from None
+    return runs
+
+
+def _sparkline(path: Any, bar: float, width: int = 24) -> str:
+    """The e-process path as one line of blocks on a log scale from 1/bar to
+    bar (a full block: at or above the threshold)."""
+    import numpy as np
+
+    blocks = " ▁▂▃▄▅▆▇█"
+    idx = np.linspace(0, len(path) - 1, num=min(width, len(path))).round().astype(int)
+    level = np.clip(np.log(path[idx]) / math.log(bar), -1.0, 1.0)
+    return "".join(blocks[round((x + 1) / 2 * (len(blocks) - 1))] for x in level)
+
+
+def _print_sequential(runs: list[Any]) -> None:
+    t = Table(
+        title=f"Anytime-valid verdicts (e-process over episodes in start order, "
+        f"threshold {runs[0].threshold:g} = pairs/α)"
+    )
+    for col in ("pair", "episodes", "matched pairs", "E", "stopped at", "path (log scale)"):
+        t.add_column(col, overflow="fold")
+    for r in runs:
+        stop = "—" if r.stopped_at is None else f"episode {r.stopped_at} ({r.favours} better)"
+        t.add_row(
+            f"{r.a} vs {r.b}",
+            str(r.episodes_total),
+            str(r.matched_pairs),
+            f"{r.e_value:.3g}",
+            stop,
+            _sparkline(r.path, r.threshold),
+        )
+    _stdout().print(t)
 
 
 def _print_leaderboard(lb: Any, tau_source: str) -> None:
@@ -332,7 +420,8 @@ def _flat_form_hint(args: list[str]) -> str:
     uses = " and ".join(f"`proctor power {w}`" for w in wanted)
     return (
         f"proctor power: {args[0]!r} is not a subcommand; use {uses} "
-        "(subcommands: pair, detection, calibrate, wilson, connor; see `proctor power --help`)"
+        "(subcommands: pair, sequential, detection, calibrate, wilson, connor; "
+        "see `proctor power --help`)"
     )
 
 
@@ -438,6 +527,103 @@ def power_pair(
             episodes, alpha=alpha, target=target, rho=rho, sims=sims, seed=seed, plots=plots
         )
     _write_power_json(json_out, out)
+
+
+@power_app.command("sequential")
+def power_sequential(
+    file: EpisodesArg,
+    pair: PairOpt = None,
+    reference: ReferenceOpt = None,
+    tau: TauOpt = None,
+    alpha: AlphaOpt = 0.05,
+    target: TargetOpt = 0.8,
+    streams: Annotated[
+        int, typer.Option(help="Simulated campaigns per pair (resampling its episodes).")
+    ] = 2000,
+    sims: Annotated[int, typer.Option(help="Bridge simulations for the fixed design.")] = 2000,
+    seed: SeedOpt = 0,
+    json_out: JsonOpt = None,
+) -> None:
+    """The sequential design against the fixed one: episodes to a verdict.
+
+    For each pair: the fixed design's n per cell for the target power
+    (macro-KS, bridge model, as `power pair`), and, by resampling the pair's
+    episodes into simulated interleaved campaigns, the e-process's power at
+    that n and the expected and 90th-percentile episodes to a verdict when
+    it is given the horizon that reaches the same power
+    (docs/methods.md §10)."""
+    _check_json_target(json_out)
+    _finite_option("--tau", tau, positive=True)
+    _check_seed(seed)
+    _check_alpha(alpha)
+    _check_target(target)
+    if streams < 100:
+        raise UsageError(f"--streams: must be at least 100, got {streams}")
+    if sims < 10:
+        raise UsageError(f"--sims: must be at least 10, got {sims}")
+    episodes = _power_episodes(file, reference, tau, pair)
+    out = _sequential_design(
+        episodes, alpha=alpha, target=target, streams=streams, sims=sims, seed=seed
+    )
+    _write_power_json(json_out, out)
+
+
+def _sequential_design(
+    episodes: _PowerEpisodes, *, alpha: float, target: float, streams: int, sims: int, seed: int
+) -> dict[str, Any]:
+    from proctor.analysis.bootstrap import child_rng
+    from proctor.analysis.cells import build_cell
+    from proctor.analysis.leaderboard import pair_effects
+    from proctor.analysis.operations import extract_operations
+    from proctor.analysis.planning import BridgeModel
+    from proctor.analysis.seqdesign import design
+    from proctor.analysis.sequential import pad_operations, pair_z, threshold
+
+    tau = episodes.tau
+    work = {
+        k: build_cell(k[0], k[1], v, tau=tau, replicates=1, seed=seed)
+        for k, v in episodes.cells.items()
+    }
+    padded = {k: pad_operations(extract_operations(v)) for k, v in episodes.cells.items()}
+    bar = threshold(alpha, 1)
+    result: dict[str, Any] = {**episodes.header(), "alpha": alpha, "power": target, "pairs": []}
+    t = Table(
+        title=f"Sequential vs fixed design (α = {alpha:g}, power {target:g}, episodes of the pair)"
+    )
+    for col in ("pair", "fixed n/cell", "fixed episodes", "seq. power at fixed n",
+                "horizon", "mean episodes", "90th pct", "fraction"):  # fmt: skip
+        t.add_column(col)
+    for a, b in episodes.pairs:
+        objs = episodes.objects(a, b)
+        effects, _, _ = pair_effects(
+            {o: work[(a, o)] for o in objs}, {o: work[(b, o)] for o in objs}, tau=tau, rho=None
+        )
+        first, second = sorted((a, b))
+        model = BridgeModel(effects, sims=sims, rng=child_rng(seed, "power", first, second))
+        n_fixed = model.n_needed(alpha=alpha, target=target)
+        entry: dict[str, Any] = {"a": a, "b": b, "n_fixed_per_cell": n_fixed, "sequential": None}
+        if n_fixed is None:
+            t.add_row(f"{a} vs {b}", "—", "—", "—", "—", "—", "—", "no realistic n")
+        else:
+            z = [pair_z(padded[(a, o)], padded[(b, o)]) for o in objs]
+            d = design(
+                z, n_fixed=n_fixed, target=target, bar=bar, streams=streams,
+                rng=child_rng(seed, "sequential", first, second),
+            )  # fmt: skip
+            entry["sequential"] = dataclasses.asdict(d)
+            t.add_row(
+                f"{a} vs {b}",
+                str(n_fixed),
+                str(d.fixed_episodes),
+                f"{d.power_at_fixed_n:.2f}",
+                _fmt(d.max_episodes, 0),
+                _fmt(d.expected_episodes, 1),
+                _fmt(d.p90_episodes, 0),
+                _fmt(d.fraction, 0, pct=True),
+            )
+        result["pairs"].append(entry)
+    _stdout().print(t)
+    return result
 
 
 @power_app.command("detection")

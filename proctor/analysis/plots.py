@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from proctor.analysis.detection import DetectionCurve
 from proctor.analysis.planning import PowerCurve
 from proctor.analysis.results import Leaderboard
+from proctor.analysis.sequential import SequentialResult
 
 FORMATS = ("png", "svg")
 
@@ -185,3 +186,24 @@ def power_figure(curve: PowerCurve, out: Path, name: str, title: str) -> list[Pa
     ax.set_ylabel("predicted power (macro-KS)")
     ax.set_title(title)
     return _save(fig, out, name)
+
+
+def sequential_figure(run: SequentialResult, out: Path) -> list[Path]:
+    """The e-process of one pair over its episodes in start order, on a log
+    scale, with the rejection threshold and the episode where it was crossed."""
+    out.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    x = np.arange(1, run.path.size + 1)
+    ax.step(x, run.path, where="post", color="C0", label="E (e-process)")
+    ax.axhline(run.threshold, color="C3", ls="--", lw=1, label=f"threshold {run.threshold:g}")
+    ax.axhline(1.0, color="grey", ls=":", lw=1)
+    if run.stopped_at is not None:
+        ax.axvline(run.stopped_at, color="C3", ls=":", lw=1)
+        ax.text(run.stopped_at, run.threshold, f" stopped at {run.stopped_at}", color="C3")
+    ax.set_yscale("log")
+    ax.set_xlabel("episodes of the pair (both policies, in start order)")
+    ax.set_ylabel("E")
+    ax.set_title(f"{run.a} vs {run.b}: anytime-valid e-process")
+    ax.legend(fontsize=8)
+    return _save(fig, out, f"sequential_{_slug(run.a)}_vs_{_slug(run.b)}")

@@ -272,8 +272,10 @@ def http_get(
     headers: dict[str, str],
     timeout_s: float,
     max_bytes: int,
+    method: str = "GET",
 ) -> HttpAnswer:
-    """GET ``url`` (http:// or https://) from the pinned address; a redirect
+    """GET ``url`` (http:// or https://; or ``method``, sent without a body)
+    from the pinned address; a redirect
     is an answer like any other, never followed, and no environment proxy is
     used. Raises OSError or http.client.HTTPException when no answer came."""
     parts = urlsplit(url)
@@ -293,7 +295,7 @@ def http_get(
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
-        conn.request("GET", path, headers=headers)
+        conn.request(method, path, headers=headers)
         response = conn.getresponse()
         return HttpAnswer(response.status, response.read(max_bytes))
     finally:

@@ -33,6 +33,7 @@ import contextlib
 import gzip
 import io
 import lzma
+import os
 import posixpath
 import re
 import stat
@@ -41,7 +42,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from proctor.runner.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
 
@@ -508,3 +509,153 @@ def inspect_archive(path: Path, limits: ArchiveLimits) -> ArchiveSummary:
         raise ArchiveRejected("the archive is empty")
     walk.tree.check_final()
     return walk.summary(fmt)
+
+
+# -- reading one member, unpacking --------------------------------------------
+# what a framework's upload check may read of one member (a config file, or
+# the head of a weights file)
+MEMBER_READ_BYTES = 1 << 20
+# an unpacked file's permissions: executable only if the archive said so
+_FILE_MODE = 0o644
+_EXEC_MODE = 0o755
+_DIR_MODE = 0o755
+
+
+def _open_tar(path: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(path, mode="r|*")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ArchiveRejected(f"not a readable tar archive ({_reason(exc)})") from None
+
+
+def read_member(path: Path, member: str, *, max_bytes: int = MEMBER_READ_BYTES) -> bytes | None:
+    """The first ``max_bytes`` of the regular file ``member`` (a normalized
+    path, as in ``ArchiveSummary.members``) of an archive ``inspect_archive``
+    accepted, read from the stream without unpacking; None when the archive
+    has no regular file of that name (a folder, a link or nothing)."""
+    with path.open("rb") as f:
+        fmt = detect_format(f.read(512))
+    try:
+        if fmt == "zip":
+            with zipfile.ZipFile(path) as archive:
+                for info in archive.infolist():
+                    if _check_name(info.filename) == member:
+                        if info.is_dir() or stat.S_IFMT(_zip_mode(info)) not in (0, stat.S_IFREG):
+                            return None
+                        with archive.open(info) as data:
+                            return data.read(max_bytes)
+            return None
+        with _open_tar(path) as tar:
+            for entry in tar:
+                if _check_name(entry.name) == member:
+                    extracted = tar.extractfile(entry) if entry.isreg() else None
+                    return None if extracted is None else extracted.read(max_bytes)
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
+        raise ArchiveRejected(f"'{member}' cannot be read ({_reason(exc)})") from None
+    return None
+
+
+@dataclass
+class _Unpacker:
+    """Writes the entries of an inspected archive into ``dest``: folders and
+    regular files only created there (never through a link, never over an
+    existing path), links re-created as the inspection allowed them (hard
+    links to an earlier file of the archive), and no permission bits beyond 0o755/0o644."""
+
+    dest: Path
+    budget: int  # bytes the inspection counted: more means the file changed
+    written: int = 0
+
+    def target(self, name: str) -> Path:
+        return self.dest.joinpath(*name.split("/"))
+
+    def folder(self, name: str) -> None:
+        self.target(name).mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+
+    def file(self, name: str, data: IO[bytes], executable: bool) -> None:
+        out = self.target(name)
+        out.parent.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+        mode = _EXEC_MODE if executable else _FILE_MODE
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        with os.fdopen(os.open(out, flags, mode), "wb") as f:
+            while block := data.read(_READ):
+                self.written += len(block)
+                if self.written > self.budget:
+                    raise ArchiveRejected("the archive changed after it was checked")
+                f.write(block)
+            os.fchmod(f.fileno(), mode)  # exactly: the umask narrowed O_CREAT's mode
+
+    def link(self, name: str, target: str) -> None:
+        out = self.target(name)
+        out.parent.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+        out.symlink_to(target)
+
+    def hardlink(self, name: str, source: str) -> None:
+        # a link, not a copy: the inspection counted the file's bytes once,
+        # and a hundred copies of it would be a hundred times the disk
+        out = self.target(name)
+        out.parent.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+        os.link(self.target(source), out, follow_symlinks=False)
+
+
+def _unpack_tar(path: Path, out: _Unpacker) -> None:
+    with _open_tar(path) as tar:
+        for entry in tar:
+            name = _check_name(entry.name)
+            if name == ROOT:
+                continue
+            if entry.isdir():
+                out.folder(name)
+            elif entry.issym():
+                out.link(name, entry.linkname)
+            elif entry.islnk():
+                out.hardlink(name, _check_name(entry.linkname))
+            elif entry.isreg():
+                data = tar.extractfile(entry)
+                if data is None:
+                    raise ArchiveRejected(f"'{name}' cannot be read")
+                out.file(name, data, executable=bool(entry.mode & 0o111))
+            else:
+                raise ArchiveRejected(f"'{name}' has an unsupported entry type")
+
+
+def _unpack_zip(path: Path, out: _Unpacker) -> None:
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name = _check_name(info.filename)
+            mode = _zip_mode(info)
+            if name == ROOT:
+                continue
+            if info.is_dir() or stat.S_IFMT(mode) == stat.S_IFDIR:
+                out.folder(name)
+            elif stat.S_IFMT(mode) == stat.S_IFLNK:
+                out.link(name, archive.read(info).decode("utf-8", "replace"))
+            else:
+                with archive.open(info) as data:
+                    out.file(name, data, executable=bool(mode & 0o111))
+
+
+def unpack_archive(path: Path, dest: Path, limits: ArchiveLimits) -> ArchiveSummary:
+    """Unpack the archive at ``path`` into the empty folder ``dest`` (created
+    if missing), after checking it again as at upload (``inspect_archive``):
+    the runner host trusts nothing it did not check itself. The checkpoint's
+    folder is ``dest / summary.manifest_root``. On any failure ``dest`` may
+    hold part of the archive: the caller removes it."""
+    summary = inspect_archive(path, limits)
+    dest.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+    if any(dest.iterdir()):
+        raise ValueError(f"{dest} is not empty: unpack into a fresh folder")
+    out = _Unpacker(dest, budget=summary.unpacked_bytes)
+    try:
+        if summary.format == "zip":
+            _unpack_zip(path, out)
+        else:
+            _unpack_tar(path, out)
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError) as exc:
+        raise ArchiveRejected(f"the archive cannot be unpacked ({_reason(exc)})") from None
+    except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
+        # a file and a folder of one name ("a", then "a/b"): nothing is overwritten
+        raise ArchiveRejected(
+            f"the archive names a path as both a file and a folder ({type(exc).__name__})"
+        ) from None
+    return summary

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -51,6 +52,8 @@ from proctor.scheduler import runners
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
 from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
 from proctor.station.episodes import FAULT_POLICY_PROTOCOL
+from proctor.station.policy.spec import manifest_exterior_numbering
+from proctor.station.work import LatencyBudget
 
 # Protocol failures (a malformed reply or metadata) a policy may have in one
 # campaign before they are charged to it; the default of the scheduler's
@@ -93,6 +96,9 @@ class Claim:
     camera_side: Side
     # the wire dialect the policy server speaks (a protocol property, not an identity)
     dialect: EndpointDialect | None
+    # the number of the endpoint's first exterior camera key (None: the station's
+    # default): a wire setting the submitter chose, as protocol as the dialect
+    exterior_numbering: int | None
     # one initial scene per block (the LBM "test bundle"): every policy in a block
     # gets the same simulated layout; derived from the sealed seed, so it says nothing
     scene_seed: int
@@ -102,6 +108,8 @@ class Claim:
     # It tells the station this run is the reference, which the person driving the
     # arm knows anyway; None for every policy.
     teleop_url: str | None = None
+    # the campaign's bound on the policy's round trip (None: none)
+    latency_budget: LatencyBudget | None = None
 
 
 def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool) -> Claim:
@@ -128,9 +136,19 @@ def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool
         tote_side=a.tote_side,
         camera_side=a.camera_side,
         dialect=dialect,
+        exterior_numbering=manifest_exterior_numbering(sub.manifest) if sub else None,
         scene_seed=scene_seed(campaign.allocation_seed or "", a.block_index),
         resumed=resumed,
         teleop_url=sub.endpoint_url if sub and sub.kind == SubmissionKind.teleop else None,
+        latency_budget=_latency_budget(campaign.latency_budget),
+    )
+
+
+def _latency_budget(stored: dict[str, Any] | None) -> LatencyBudget | None:
+    if not stored:
+        return None
+    return LatencyBudget(
+        budget_ms=float(stored["budget_ms"]), tolerance=int(stored.get("tolerance", 0))
     )
 
 

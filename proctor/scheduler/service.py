@@ -216,6 +216,9 @@ def create_campaign(session: Session, *, protocol: CampaignProtocol, actor: Acto
             {"tote": c.tote.value, "camera": c.camera.value} for c in protocol.spatial_configs
         ],
         protocol_extra=protocol.extra,
+        latency_budget=(
+            protocol.latency_budget.model_dump() if protocol.latency_budget is not None else None
+        ),
         created_by_id=actor.user_id,
     )
     campaign.policies = [

@@ -87,8 +87,10 @@ class CampaignWorkSource:
             sim_seed=claim.scene_seed,
             prompt=claim.prompt,
             dialect=claim.dialect,
+            exterior_numbering=claim.exterior_numbering,
             campaign_id=claim.campaign_id,
             policy_headers=headers,
+            latency_budget=claim.latency_budget,
         )
 
     def completed(self, work: Work, *, episode_uid: str, outcome: Outcome) -> None:

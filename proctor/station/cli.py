@@ -45,6 +45,17 @@ ApiKeyEnvOpt = Annotated[
         "'Authorization: Bearer …' with --dialect positronic_v1, as Positronic's does).",
     ),
 ]
+ExteriorNumberingOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--exterior-numbering",
+        min=0,
+        max=1,
+        help="openpi, roboarena: the first exterior camera's key, "
+        "observation/exterior_image_1_left (1, the default: DROID policies) or "
+        "…_0_left (0: RoboArena's test script, DreamZero).",
+    ),
+]
 StationConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", help="Station config file (TOML); defaults when omitted."),
@@ -184,6 +195,7 @@ def episode(
     object_name: Annotated[str, typer.Option("--object", help="Object type, e.g. spoons.")],
     profile: ProfileOpt = "sim",
     dialect: DialectOpt = None,
+    exterior_numbering: ExteriorNumberingOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     items: Annotated[int, typer.Option(help="Items set out in the source bin.")] = 8,
     seed: Annotated[int | None, typer.Option(help="Simulated cell seed.")] = None,
@@ -246,6 +258,7 @@ def episode(
         policy_url=policy,
         sim_seed=seed if seed is not None else (0 if profile == "sim" else None),
         dialect=chosen,
+        exterior_numbering=exterior_numbering,
         policy_headers=auth_headers(chosen, _api_key(api_key_env)),
     )
     if profile == "sim":
@@ -440,6 +453,7 @@ def check(
         ),
     ],
     dialect: DialectOpt = None,
+    exterior_numbering: ExteriorNumberingOpt = None,
     action_space: Annotated[
         str | None,
         typer.Option(
@@ -519,7 +533,11 @@ def check(
                 identity_terms=tuple(name or ()),
             ),
             options=CheckOptions(
-                dialect=chosen, headers=headers, request_timeout_s=timeout, sim_keys=sim_keys
+                dialect=chosen,
+                headers=headers,
+                request_timeout_s=timeout,
+                sim_keys=sim_keys,
+                exterior_numbering=exterior_numbering,
             ),
             progress=lambda msg: status.update(f"checking: {msg}…"),
         )

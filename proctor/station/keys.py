@@ -51,6 +51,24 @@ ENVELOPE = "envelope"
 # ``details`` = {"reason": the reasons joined by "+", "reasons": [...], "steps": n,
 # "until_s": the run's last step, s from the start}; its ``t_s`` is the run's first step
 ENVELOPE_EVENT = "envelope"
+# the episode event holding the per-call table (one per episode, written when it
+# ends): ``details`` = {"control_hz", "budget_ms", "tolerance", "over_budget",
+# "calls_not_listed", "columns": {column: [value per call]}} with the columns
+# below (proctor/station/control/call_log.py says what each means)
+POLICY_CALLS_EVENT = "policy_calls"
+POLICY_CALL_COLUMNS = (
+    "t_ask_s",
+    "round_trip_ms",
+    "server_ms",
+    "t_intended_s",
+    "t_start_s",
+    "actions",
+    "skipped",
+    "over_budget",
+)
+# the reason (and event) of an episode its policy ended by exceeding the
+# campaign's latency budget past its tolerance: charged to the policy
+LATENCY_BUDGET_EXCEEDED = "latency_budget_exceeded"
 
 TELEMETRY_FLOAT_COLUMNS: tuple[str, ...] = (
     *JOINT_POSITION,
@@ -162,8 +180,18 @@ ROBOARENA_ENDPOINT = "endpoint"  # "infer" | "reset"
 ROBOARENA_SESSION_ID = "session_id"
 
 
-def roboarena_exterior_image(index: int, eye: str = "left") -> str:
-    """RoboArena numbers its exterior cameras from 0."""
+# Where the numbering of exterior cameras starts. The policies served on these
+# wires read from 1: openpi's DROID policies (``openpi/policies/droid_policy.py``
+# reads ``observation/exterior_image_1_left``), the DROID dataset's
+# ``exterior_image_1_left``/``_2_left``, third-party RoboArena clients. RoboArena's
+# own test script and vLLM-Omni's DreamZero (``exterior_image_0_left`` and
+# ``_1_left``) read from 0, so an endpoint may choose either.
+EXTERIOR_FIRST_INDEX = 1
+EXTERIOR_NUMBERINGS = (0, 1)
+
+
+def exterior_image(index: int, eye: str = "left") -> str:
+    """The observation key of exterior camera ``index`` (numbered as the endpoint chose)."""
     return f"observation/exterior_image_{index}_{eye}"
 
 

@@ -17,6 +17,7 @@ manifest or a log line.
 from __future__ import annotations
 
 import importlib
+import math
 import re
 import secrets
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,29 @@ from proctor.core.errors import ConfigError, FieldError
 
 _RUN_CODE = re.compile(r"^[A-Z0-9][A-Z0-9-]{1,15}$")
 _OBJECT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class LatencyBudget:
+    """A campaign's bound on the policy's round trip: a call whose reply took
+    longer than ``budget_ms`` (wall clock, request sent → reply decoded) is over
+    it, and an episode with more than ``tolerance`` calls over it ends, charged
+    to the policy (docs/methods.md §1)."""
+
+    budget_ms: float
+    tolerance: int = 0  # calls over the budget an episode may have
+
+    def __post_init__(self) -> None:
+        budget = self.budget_ms
+        if isinstance(budget, bool) or not isinstance(budget, int | float) or not budget > 0:
+            raise FieldError("latency_budget.budget_ms", f"must be positive, got {budget!r}")
+        if not math.isfinite(budget):
+            raise FieldError("latency_budget.budget_ms", f"must be finite, got {budget!r}")
+        tol = self.tolerance
+        if isinstance(tol, bool) or not isinstance(tol, int) or tol < 0:
+            raise FieldError(
+                "latency_budget.tolerance", f"must be a non-negative integer, got {tol!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -44,10 +68,15 @@ class Work:
     prompt: str = ""  # language instruction sent to the policy ("" → derived from the object)
     # None: detect from the server's metadata (RoboArena keys → roboarena, else openpi)
     dialect: EndpointDialect | None = None
+    # the number of the first exterior camera's observation key (None: the
+    # station's default, 1); the endpoint's wire setting, like the dialect
+    exterior_numbering: int | None = None
     assignment_id: int | None = None  # set by the campaign source
     campaign_id: int | None = None
     # extra headers for the policy connection (e.g. a gateway token); never shown or stored
     policy_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    # the campaign's latency budget (None: latency is measured, never enforced)
+    latency_budget: LatencyBudget | None = None
 
     def __post_init__(self) -> None:
         if not _RUN_CODE.match(self.run_code):

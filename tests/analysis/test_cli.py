@@ -210,12 +210,14 @@ def test_power_planning_formulas(capsys: pytest.CaptureFixture[str], tmp_path: P
 def test_power_is_a_group_whose_subcommands_take_only_their_own_options(
     episodes_csv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Five jobs, five subcommands: an option of one job is refused by another,
+    """Six jobs, six subcommands: an option of one job is refused by another,
     and the old flat form is answered with the subcommand that replaced it."""
     from proctor.cli import load_service_command
 
     group = load_service_command("power")
-    assert sorted(group.commands) == ["calibrate", "connor", "detection", "pair", "wilson"]
+    assert sorted(group.commands) == [
+        "calibrate", "connor", "detection", "pair", "sequential", "wilson",
+    ]  # fmt: skip
     options = {
         name: {o for p in cmd.params for o in p.opts if o.startswith("--")}
         for name, cmd in group.commands.items()

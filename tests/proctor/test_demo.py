@@ -138,6 +138,28 @@ def test_snapshots_and_the_printed_leaderboard_agree(demo_run: tuple[Path, str])
     assert "episodes in" in stdout and "whole demo" in stdout
 
 
+def test_the_leaderboard_carries_every_policys_latency(demo_run: tuple[Path, str]) -> None:
+    """Every policy's round trips, from the per-call tables its episodes left:
+    the simulated cell stands still while a policy thinks, so nothing is stale."""
+    data_dir, _ = demo_run
+    (raw,) = (
+        _db(data_dir)
+        .execute(
+            "SELECT result FROM analysis_snapshots WHERE label_stream = 'auto_and_reviewed' "
+            "ORDER BY id DESC LIMIT 1"
+        )
+        .fetchone()
+    )
+    policies = json.loads(raw)["policies"]
+    assert len(policies) == len(world.POLICY_NAMES)
+    for p in policies:
+        lat = p["latency"]
+        assert lat["calls"] > 0 and lat["calls_per_episode"] > 0, p["policy"]
+        assert 0 < lat["p50_ms"] <= lat["p95_ms"] <= lat["p99_ms"], p["policy"]
+        assert lat["stale_action_rate"] == 0.0 and lat["actions"] > 0
+        assert "server_p50_ms" in lat
+
+
 def test_export_writes_a_verifiable_dataset_that_reanalyses_to_the_snapshot(
     demo_run: tuple[Path, str], tmp_path: Path
 ) -> None:

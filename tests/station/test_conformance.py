@@ -148,6 +148,9 @@ def test_a_demo_policy_passes_with_what_it_declares(served: Callable[..., str]) 
         "connect": "passed",
         "metadata_first": "passed",
         "metadata_encoding": "passed",
+        "station_sends": "passed",
+        # a scripted policy: its actions follow the sim's keys, not the camera
+        "exterior_numbering": "skipped",
         "metadata": "passed",
         "identity": "passed",
         "action_space": "passed",
@@ -301,7 +304,7 @@ def test_the_declared_action_space_and_chunk_length_are_held_to(served: Callable
     # image size the metadata asks for
     obs = policy.seen[0]
     assert isinstance(obs["session_id"], str) and "endpoint" not in obs
-    assert obs["observation/exterior_image_0_left"].shape == (224, 224, 3)
+    assert obs["observation/exterior_image_1_left"].shape == (224, 224, 3)
 
 
 def test_a_policy_declared_deterministic_must_be(served: Callable[..., str]) -> None:
@@ -698,8 +701,10 @@ def test_a_positronic_server_with_a_token_and_a_model_path() -> None:
         wrong = check_endpoint(
             server.url, options=replace(POSITRONIC, headers={"Authorization": "Api-Key tok"})
         )
-        f = finding(wrong, "connect")
+        # refused at the readiness call, before any session
+        f = finding(wrong, "readiness")
         assert f.status == Status.failed and "Authorization: Bearer <key>" in f.message
+        assert "not sent as a bearer token" in f.message
         report = check_endpoint(server.session_url("b/c"), options=authed)
         assert report.verdict == Status.passed, "\n".join(format_report(report))
         assert server.last_model == "b/c"

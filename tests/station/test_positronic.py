@@ -287,6 +287,48 @@ def test_replies_the_station_will_not_run(reply: dict[str, Any], message: str) -
     assert "model_v7" not in str(err.value)  # the server's own words are never repeated
 
 
+def _moded(mode: Any) -> dict[str, Any]:
+    """A joint target pinning ``mode``, its command in the envelope or bare."""
+    command = {"type": "joint_pos", "positions": np.full(7, 0.1), "mode": mode}
+    return {"result": [{keys.POSITRONIC_ROBOT_COMMAND: {CMD: command}}]}
+
+
+@pytest.mark.parametrize(
+    ("mode", "refused"),
+    [
+        (None, None),  # no mode pinned
+        ({"type": "position_control"}, None),  # the station's own law: run
+        ({"type": "position_control", "stiffness": None}, None),
+        ({"type": "position_control", "stiffness": [100.0] * 7}, "'position_control' with a"),
+        (
+            {"type": "impedance", "kq": [40.0] * 7, "kqd": [4.0] * 7, "kx": [1.0] * 6},
+            "'impedance' \\(kq, kqd, kx, kxd gains\\) is not run",
+        ),
+        ({"type": "torque_model_v7"}, "unknown control mode"),
+        ("impedance", "not a control mode"),
+        ({"stiffness": [1.0]}, "not a control mode"),
+    ],
+)
+def test_a_commands_control_mode_is_run_or_refused_by_name(mode: Any, refused: str | None) -> None:
+    if refused is None:
+        chunk = decode_result(_moded(mode), control_hz=15, action_fps=None, **HOLD)
+        np.testing.assert_allclose(chunk.rows[0, :7], 0.1)
+        return
+    with pytest.raises(ProtocolError, match=refused) as err:
+        decode_result(_moded(mode), control_hz=15, action_fps=None, **HOLD)
+    message = str(err.value)
+    assert "result[0].robot_command.mode" in message  # which field, by its path
+    assert "model_v7" not in message  # an unknown mode's name is the server's own words
+
+
+def test_the_modes_a_reply_names_are_listed_for_the_report() -> None:
+    assert positronic.command_modes(_moded({"type": "position_control"})) == ["position_control"]
+    assert positronic.command_modes(_moded({"type": "impedance"})) == ["impedance"]
+    assert positronic.command_modes(_moded({"type": "torque_model_v7"})) == ["other"]
+    assert positronic.command_modes(_moded(None)) == []
+    assert positronic.command_modes({"result": None}) == []
+
+
 def test_a_session_keeps_one_action_space() -> None:
     joint = {keys.POSITRONIC_ROBOT_COMMAND: {"type": "joint_pos", "positions": np.zeros(7)}}
     with pytest.raises(ProtocolError, match="joint_position command in a session of cartesian"):
@@ -332,7 +374,7 @@ def test_an_exchange_with_loading_auth_and_a_named_model() -> None:
     with PositronicServer(
         policy, models=("a/b", "c"), auth_token="tok", loading_frames=3, image_size_wh=(96, 64)
     ) as server:
-        with pytest.raises(PolicyUnavailable, match="unreachable"):
+        with pytest.raises(PolicyUnavailable, match="key it needs is missing or was refused"):
             _client(server.url).connect()  # no bearer token: the upgrade is refused
         client = _client(
             server.session_url("a/b"), headers=auth_headers(EndpointDialect.positronic_v1, "tok")

@@ -123,7 +123,7 @@ def test_the_station_client_speaks_protocol_3_with_positronics_server(
     model_server: Callable[..., _Running],
 ) -> None:
     running = model_server(auth_token="tok")
-    with pytest.raises(PolicyUnavailable):
+    with pytest.raises(PolicyUnavailable, match=r"HTTP 403\): the key it needs is missing"):
         PolicyClient(
             positronic.session_url(running.url), dialect=EndpointDialect.positronic_v1
         ).connect()  # no bearer token: refused before the session
@@ -136,6 +136,12 @@ def test_the_station_client_speaks_protocol_3_with_positronics_server(
     assert info.dialect == EndpointDialect.positronic_v1 and info.action_space is None
     reply = client.infer(_observation(info), timeout_s=10)
     assert reply.space.value == "cartesian_position" and reply.actions.shape[1] == 7
+    # the server's own account of the call, by its key names, beside the round trip
+    assert reply.server_timing is not None and set(reply.server_timing) == set(
+        positronic.TIMING_KEYS
+    )
+    assert reply.server_timing["served_ms"] <= reply.latency_s * 1000
+    assert client.last_server_timing == reply.server_timing
     # what reached Positronic's model: the observation, unwrapped from its session frame
     seen = running.model.observations[-1]
     assert set(seen) >= {keys.POSITRONIC_EE_POSE, keys.POSITRONIC_JOINTS, keys.POSITRONIC_GRIP}
@@ -173,11 +179,41 @@ def test_a_conformance_check_against_positronics_server(
     assert report.verdict == Status.passed, report.summary
     assert by_check["replies"].status == Status.passed
     assert by_check["error_convention"].status == Status.passed
-    # this server has no model list (one model per server): a warning, not a failure
-    assert by_check["models"].status == Status.warning
+    # this server has no model list (one model per server): nothing to warn about
+    assert by_check["models"].status == Status.passed
+    assert "404" in by_check["models"].message
+    # its readiness call was asked before the session, and answered ready
+    assert by_check["readiness"].status == Status.passed
     # its meta names a checkpoint: the submitter is told
     assert by_check["identity"].status == Status.warning
     assert "checkpoint" in by_check["identity"].message
+
+
+def test_the_conformance_check_names_the_missing_token_at_positronics_keepalive(
+    model_server: Callable[..., _Running],
+) -> None:
+    from proctor.station.policy.conformance import CheckOptions, Status, check_endpoint
+
+    running = model_server(auth_token="tok")
+    options = CheckOptions(
+        dialect=EndpointDialect.positronic_v1, observations=2, connect_timeout_s=5
+    )
+    report = check_endpoint(running.url, options=options)
+    readiness = next(f for f in report.findings if f.check == "readiness")
+    assert report.verdict == Status.failed
+    assert readiness.status == Status.failed and readiness.details["http_status"] == 401
+    assert "no key is registered" in readiness.message and "Bearer" in readiness.message
+    # with the token, the same server is ready and the check passes
+    report = check_endpoint(
+        running.url,
+        options=CheckOptions(
+            dialect=EndpointDialect.positronic_v1,
+            observations=2,
+            connect_timeout_s=5,
+            headers=auth_headers(EndpointDialect.positronic_v1, "tok"),
+        ),
+    )
+    assert report.verdict == Status.passed, report.summary
 
 
 @once()  # dialect coverage does not depend on the database

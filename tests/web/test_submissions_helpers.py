@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import struct
 import tarfile
 import warnings
 import zipfile
@@ -39,9 +41,8 @@ name = "{name}"
 description = "a test policy"
 
 [runner]
-framework = "openpi"
-config = "pi05_droid"
-checkpoint_path = "checkpoint"
+framework = "lerobot"
+policy_path = "checkpoint"
 
 [policy]
 action_space = "joint_velocity"
@@ -172,14 +173,46 @@ def noise(n: int, seed: int = 0) -> bytes:
     return np.random.default_rng(seed).bytes(n)
 
 
-def good_checkpoint(name: str = "acme-diffusion", weights: bytes | None = None) -> bytes:
+def lerobot_config(
+    inputs: dict[str, list[int]] | None = None, action: list[int] | None = None
+) -> bytes:
+    """A LeRobot config.json with the station's features (proctor/runner/README.md):
+    state [8], both cameras, an action as wide as joint_velocity's."""
+    features = inputs or {
+        "observation.state": [8],
+        "observation.images.exterior": [3, 96, 96],
+        "observation.images.wrist": [3, 96, 96],
+    }
+    kinds = {"observation.state": "STATE"}
+    return json.dumps(
+        {
+            "type": "diffusion",
+            "input_features": {
+                k: {"type": kinds.get(k, "VISUAL"), "shape": v} for k, v in features.items()
+            },
+            "output_features": {"action": {"type": "ACTION", "shape": action or [8]}},
+        }
+    ).encode()
+
+
+def safetensors(weights: bytes) -> bytes:
+    """A safetensors file of one uint8 tensor holding ``weights``."""
+    header = json.dumps(
+        {"w": {"dtype": "U8", "shape": [len(weights)], "data_offsets": [0, len(weights)]}}
+    ).encode()
+    return struct.pack("<Q", len(header)) + header + weights
+
+
+def good_checkpoint(
+    name: str = "acme-diffusion", weights: bytes | None = None, config: bytes | None = None
+) -> bytes:
     weights = noise(8192) if weights is None else weights
     return tar_bytes(
         [
             ("policy.toml", "file", manifest(name)),
             ("checkpoint", "dir", None),
-            ("checkpoint/params.safetensors", "file", weights),
-            ("checkpoint/norm_stats.json", "file", b'{"mean": [0.0]}'),
+            ("checkpoint/config.json", "file", config or lerobot_config()),
+            ("checkpoint/model.safetensors", "file", safetensors(weights)),
         ]
     )
 

@@ -30,11 +30,13 @@ from tests.web.test_submissions_helpers import (
     begin,
     good_checkpoint,
     leftovers,
+    lerobot_config,
     manifest,
     noise,
     portal_app,
     portal_settings,
     put,
+    safetensors,
     sha,
     submitter,
     tar_bytes,
@@ -64,10 +66,9 @@ def test_a_checkpoint_is_uploaded_in_chunks_stored_and_submitted(portal: Web) ->
     assert out["checkpoint_sha256"] == sha(data) and out["checkpoint_size_bytes"] == len(data)
     assert out["archive"]["format"] == "tar.gz" and out["archive"]["files"] == 3
     assert out["manifest"]["runner"] == {
-        "framework": "openpi",
-        "config": "pi05_droid",
-        "checkpoint_path": "checkpoint",
-        "openpi_version": None,
+        "framework": "lerobot",
+        "policy_path": "checkpoint",
+        "lerobot_version": None,
     }
     assert out["conformance_status"] == "pending"
     assert "runner" in out["conformance_report"]["summary"]  # says why it waits
@@ -375,7 +376,7 @@ def test_a_malformed_manifest_is_refused_field_by_field(portal: Web) -> None:
     h = submitter(portal)
     bad = (
         manifest()
-        .replace(b'framework = "openpi"', b'framework = "tensorflow"')
+        .replace(b'framework = "lerobot"', b'framework = "tensorflow"')
         .replace(b"chunk_length = 10", b"chunk_length = 0\nchunk_lenght = 10")
         .replace(b'action_space = "joint_velocity"', b'action_space = "joints"')
     )
@@ -410,8 +411,8 @@ def test_a_malformed_manifest_is_refused_field_by_field(portal: Web) -> None:
         (b"name = [", "policy.toml is not valid TOML"),
         (b"\xff\xfe", "policy.toml is not UTF-8 text"),
         (
-            manifest().replace(b'checkpoint_path = "checkpoint"', b'checkpoint_path = "ckpt"'),
-            "policy.toml: runner.checkpoint_path: 'ckpt' is not in the archive",
+            manifest().replace(b'policy_path = "checkpoint"', b'policy_path = "ckpt"'),
+            "policy.toml: runner.policy_path: 'ckpt' is not in the archive",
         ),
         (
             manifest().replace(b'name = "acme-diffusion"', b'name = "x"'),
@@ -458,15 +459,22 @@ def test_a_manifest_in_the_single_top_folder_and_a_zip_are_accepted(portal: Web)
     nested = tar_bytes(
         [
             ("acme/policy.toml", "file", manifest()),
-            ("acme/checkpoint/params", "file", b"p"),
-            ("acme/checkpoint/latest", "symlink", "params"),
+            ("acme/checkpoint/config.json", "file", lerobot_config()),
+            ("acme/checkpoint/model.safetensors", "file", safetensors(b"p")),
+            ("acme/checkpoint/latest", "symlink", "model.safetensors"),
         ],
         mode="w:bz2",
     )
     r = upload(c, h, nested, filename="acme.tar.bz2")
     assert r.status_code == 201, r.text
     assert r.json()["archive"]["manifest_root"] == "acme" and r.json()["archive"]["links"] == 1
-    z = zip_bytes([("policy.toml", manifest("acme-zip")), ("checkpoint/params", b"p" * 100)])
+    z = zip_bytes(
+        [
+            ("policy.toml", manifest("acme-zip")),
+            ("checkpoint/config.json", lerobot_config()),
+            ("checkpoint/model.safetensors", safetensors(b"p" * 100)),
+        ]
+    )
     r = upload(c, h, z, filename="acme.zip")
     assert r.status_code == 201, r.text
     assert r.json()["archive"]["format"] == "zip"
@@ -478,8 +486,9 @@ def test_an_archive_of_a_folder_s_contents_is_accepted(portal: Web, tmp_path: Pa
     folder = tmp_path / "acme"
     (folder / "checkpoint").mkdir(parents=True)
     (folder / "policy.toml").write_bytes(manifest())
-    (folder / "checkpoint" / "params").write_bytes(noise(4096))
-    (folder / "checkpoint" / "latest").symlink_to("params")
+    (folder / "checkpoint" / "config.json").write_bytes(lerobot_config())
+    (folder / "checkpoint" / "model.safetensors").write_bytes(safetensors(noise(4096)))
+    (folder / "checkpoint" / "latest").symlink_to("model.safetensors")
     packed = tmp_path / "acme.tar.gz"
     subprocess.run(["tar", "czf", str(packed), "-C", str(folder), "."], check=True)
     data = packed.read_bytes()
@@ -490,10 +499,15 @@ def test_an_archive_of_a_folder_s_contents_is_accepted(portal: Web, tmp_path: Pa
     r = upload(portal.client(), h, data)
     assert r.status_code == 201, r.text
     archive = r.json()["archive"]
-    assert archive["manifest_root"] == "" and archive["files"] == 2
+    assert archive["manifest_root"] == "" and archive["files"] == 3
     assert archive["folders"] == 1 and archive["links"] == 1  # the root is no folder of its own
     zipped = zip_bytes(
-        [("./", b""), ("./policy.toml", manifest("acme-zip")), ("./checkpoint/p", b"p")]
+        [
+            ("./", b""),
+            ("./policy.toml", manifest("acme-zip")),
+            ("./checkpoint/config.json", lerobot_config()),
+            ("./checkpoint/model.safetensors", safetensors(b"p")),
+        ]
     )
     r = upload(portal.client(), h, zipped, filename="acme.zip")
     assert r.status_code == 201, r.text
@@ -660,3 +674,149 @@ def test_an_interrupted_upload_resumes_where_the_connection_dropped(
     assert store.read_bytes(sha(data)) == data
     with server.db() as s:
         assert s.scalar(sa.select(sa.func.count()).select_from(Policy)) == 1
+
+
+# -- the framework's own checks (proctor/runner/frameworks) ---------------------------------
+_STATION_INPUTS = {
+    "observation.state": [8],
+    "observation.images.exterior": [3, 96, 96],
+    "observation.images.wrist": [3, 96, 96],
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            lerobot_config({**_STATION_INPUTS, "observation.environment_state": [4]}),
+            (
+                ["policy.toml", "runner", "policy_path"],
+                "policy.toml: runner.policy_path: config.json: "
+                "input_features.observation.environment_state: the station provides no such "
+                "observation",
+            ),
+        ),
+        (
+            lerobot_config(action=[6]),
+            (
+                ["policy.toml", "runner", "policy_path"],
+                "policy.toml: runner.policy_path: config.json: output_features.action: has "
+                "shape [6]; the joint_velocity action space (policy.action_space) needs [8]",
+            ),
+        ),
+        (
+            lerobot_config({**_STATION_INPUTS, "observation.images.top": [3, 96, 96]}),
+            (
+                ["policy.toml", "runner", "policy_path"],
+                "policy.toml: runner.policy_path: config.json: "
+                "input_features.observation.images.top: the station has no camera 'top'",
+            ),
+        ),
+    ],
+    ids=["environment_state", "action [6]", "unknown camera"],
+)
+def test_a_lerobot_feature_the_station_cannot_provide_is_refused_at_upload(
+    portal: Web, config: bytes, expected: tuple[list[str], str]
+) -> None:
+    h = submitter(portal)
+    data = good_checkpoint(config=config)
+    problems = _problems(upload(portal.client(), h, data, chunk=len(data)))
+    assert len(problems) == 1, problems
+    assert problems[0][0] == expected[0]
+    assert problems[0][1].startswith(expected[1]), problems
+    assert leftovers(portal) == NOTHING
+    assert "upload.rejected" in audit_actions(portal)
+
+
+def test_a_lerobot_folder_without_its_weights_is_refused_at_upload(portal: Web) -> None:
+    h = submitter(portal)
+    data = tar_bytes(
+        [
+            ("policy.toml", "file", manifest()),
+            ("checkpoint/config.json", "file", lerobot_config()),
+            ("checkpoint/model.bin", "file", safetensors(b"w")),
+        ]
+    )
+    problems = _problems(upload(portal.client(), h, data, chunk=len(data)))
+    assert problems == [
+        (
+            ["policy.toml", "runner", "policy_path"],
+            "policy.toml: runner.policy_path: model.safetensors: is missing "
+            "(save with save_pretrained)",
+        )
+    ]
+    assert leftovers(portal) == NOTHING
+
+
+def test_an_openpi_checkpoint_is_refused_at_upload_saying_what_to_do(portal: Web) -> None:
+    h = submitter(portal)
+    text = manifest().replace(
+        b'framework = "lerobot"\npolicy_path = "checkpoint"',
+        b'framework = "openpi"\nconfig = "pi05_droid"\ncheckpoint_path = "checkpoint"',
+    )
+    data = tar_bytes([("policy.toml", "file", text), ("checkpoint/w", "file", b"w")])
+    problems = _problems(upload(portal.client(), h, data, chunk=len(data)))
+    assert [loc for loc, _ in problems] == [["policy.toml", "runner", "framework"]]
+    message = problems[0][1]
+    assert message.startswith("policy.toml: runner.framework: 'openpi' checkpoints cannot be")
+    assert "not installable from the package index" in message
+    assert 'framework = "command"' in message
+    assert leftovers(portal) == NOTHING
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b"-e .", "options are not allowed"),
+        (b"https://example.com/evil-1.0.tar.gz", "URLs and paths are not allowed"),
+        (b"evil @ https://example.com/evil.whl", "URLs and paths are not allowed"),
+        (b"--extra-index-url https://example.com/simple", "options are not allowed"),
+    ],
+    ids=["editable", "url", "direct reference", "index option"],
+)
+def test_a_requirements_line_that_is_not_a_plain_specifier_is_refused_at_upload(
+    portal: Web, line: bytes, why: str
+) -> None:
+    h = submitter(portal)
+    text = manifest().replace(
+        b'framework = "lerobot"\npolicy_path = "checkpoint"',
+        b'framework = "command"\ncommand = ["python", "serve.py", "--port", "{port}"]\n'
+        b'requirements = "requirements.txt"',
+    )
+    data = tar_bytes(
+        [
+            ("policy.toml", "file", text),
+            ("serve.py", "file", b"print('hi')\n"),
+            ("requirements.txt", "file", b"numpy==2.2.6\n" + line + b"\n"),
+        ]
+    )
+    problems = _problems(upload(portal.client(), h, data, chunk=len(data)))
+    shown = line.decode()
+    assert problems == [
+        (
+            ["policy.toml", "runner", "requirements"],
+            problems[0][1],
+        )
+    ]
+    assert problems[0][1].startswith(f"policy.toml: runner.requirements: '{shown}': {why}")
+    assert leftovers(portal) == NOTHING
+
+
+def test_a_command_checkpoint_with_plain_requirements_is_accepted(portal: Web) -> None:
+    h = submitter(portal)
+    text = manifest().replace(
+        b'framework = "lerobot"\npolicy_path = "checkpoint"',
+        b'framework = "command"\ncommand = ["python", "serve.py", "--port", "{port}"]\n'
+        b'requirements = "requirements.txt"',
+    )
+    reqs = b"# pinned\nnumpy==2.2.6\nwebsockets>=15,<18  # the wire\nmsgpack[extra]~=1.1\n"
+    data = tar_bytes(
+        [
+            ("policy.toml", "file", text),
+            ("serve.py", "file", b"print('hi')\n"),
+            ("requirements.txt", "file", reqs),
+        ]
+    )
+    r = upload(portal.client(), h, data, chunk=len(data))
+    assert r.status_code == 201, r.text
+    assert r.json()["manifest"]["runner"]["framework"] == "command"

@@ -25,6 +25,10 @@ SANDBOX_TMP = "/tmp"
 # the folder of our in-sandbox helper scripts on the host (stdlib-only or the
 # framework environment's own packages; they never import proctor)
 HELPERS_DIR = Path(__file__).resolve().parents[1] / "servers"
+# in a ServerLaunch's argv and env: the environment's interpreter and folder
+# (see ServerLaunch.fill)
+PYTHON_PLACEHOLDER = "{python}"
+ENV_PLACEHOLDER = "{env}"
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,16 @@ class EnvSpec:
 @dataclass(frozen=True)
 class ServerLaunch:
     """How to start the policy server inside the sandbox. Paths are the
-    sandbox's (``SANDBOX_*``; the environment is bound at its host path)."""
+    sandbox's (``SANDBOX_*``; the environment is bound at its host path).
+
+    A framework does not know where its environment was built, so ``argv``
+    and ``env``'s values may hold two placeholders the runner fills in with
+    ``fill`` once the environment is built: ``{python}`` (the environment's
+    interpreter, ``<env>/bin/python``) and ``{env}`` (the environment's
+    folder, e.g. ``{env}/bin/uvicorn``). Nothing else in them is a
+    placeholder: a submitter's ``{port}`` is substituted by the framework
+    before, and other braces are left as they are.
+    """
 
     argv: tuple[str, ...]
     # the port the server listens on, on the sandbox's own loopback (the
@@ -59,6 +72,22 @@ class ServerLaunch:
     port: int
     dialect: str  # what it speaks: openpi | roboarena | positronic_v1
     env: Mapping[str, str] = field(default_factory=dict)
+
+    def fill(self, env_path: Path) -> ServerLaunch:
+        """This launch with ``{python}`` and ``{env}`` replaced for the
+        environment at ``env_path`` (its host path, bound as is)."""
+
+        def sub(text: str) -> str:
+            return text.replace(PYTHON_PLACEHOLDER, str(env_path / "bin" / "python")).replace(
+                ENV_PLACEHOLDER, str(env_path)
+            )
+
+        return ServerLaunch(
+            argv=tuple(sub(a) for a in self.argv),
+            port=self.port,
+            dialect=self.dialect,
+            env={k: sub(v) for k, v in self.env.items()},
+        )
 
 
 class Framework(Protocol):
@@ -79,7 +108,10 @@ class Framework(Protocol):
         self, manifest: Manifest, read: Callable[[str], bytes | None]
     ) -> list[ManifestProblem]:
         """The same checks at upload, on the archive unopened: ``read(path)``
-        gives a member's bytes (path relative to policy.toml), or None."""
+        gives a regular file member's bytes (path relative to policy.toml), at
+        most its first ``archive.MEMBER_READ_BYTES`` (a longer member comes
+        back cut there: enough for a config file or a weights file's header),
+        or None when the archive has no such file."""
         ...
 
     def launch(self, manifest: Manifest, port: int) -> ServerLaunch:
@@ -90,7 +122,7 @@ class Framework(Protocol):
 FRAMEWORKS: dict[str, Framework] = {}
 
 
-_F = TypeVar("_F", bound=type)
+_F = TypeVar("_F", bound=type[Framework])
 
 
 def register(cls: _F) -> _F:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.frames import CloseCode
 from websockets.sync.client import ClientConnection
 
@@ -66,6 +66,10 @@ class Reply:
     # True: the rows are timed from the request (Positronic's waypoints), so a
     # real-time player starts at the row now due; False: at the first row
     timed_from_call: bool = False
+    # what the server says the call cost it, in ms by its own key names (openpi's
+    # server_timing, Positronic's timing), validated by the dialect; None: it said
+    # nothing. Reported beside latency_s, never used to decide anything
+    server_timing: dict[str, float] | None = None
 
     def first_row(self, elapsed_s: float, control_hz: float) -> int:
         """The row playback starts at when the reply is played ``elapsed_s``
@@ -94,6 +98,7 @@ class PolicyClient:
         connect_timeout_s: float = 10.0,
         default_image_size: tuple[int, int] = (224, 224),
         exterior_cameras: int = 1,
+        exterior_numbering: int | None = None,
         max_message_bytes: int = 64 * 2**20,
         wall: Clock | None = None,
         control_hz: float = 15.0,
@@ -109,6 +114,8 @@ class PolicyClient:
         self.connect_timeout_s = connect_timeout_s
         self._default_image_size = default_image_size
         self._exterior_cameras = exterior_cameras
+        # the endpoint's choice of exterior camera numbering (None: the station's default)
+        self._exterior_numbering = exterior_numbering
         # a frame announcing more is refused from its header, before its payload is read
         self._max_message_bytes = max_message_bytes
         # latency and timeouts are wall-clock matters even when the cell runs on a virtual clock
@@ -117,6 +124,8 @@ class PolicyClient:
         self.info: ServerInfo | None = None
         self.session_id = uuid.uuid4().hex
         self.calls = 0
+        # the last reply's server-reported timing (``Reply.server_timing``)
+        self.last_server_timing: dict[str, float] | None = None
         # Positronic: the chunk's schedule is sampled on the station's control grid;
         # a model still loading sends a status at least every status_timeout_s
         self.control_hz = control_hz
@@ -144,6 +153,15 @@ class PolicyClient:
                 compression=None,
                 additional_headers=self._headers or None,
             )
+        except InvalidStatus as exc:
+            code = exc.response.status_code
+            if code in (401, 403):  # the one refusal whose cause the station can name
+                raise PolicyUnavailable(
+                    f"policy endpoint refused the connection (HTTP {code}): the key it needs "
+                    "is missing or was refused (through the gateway: the run's handle is "
+                    "not open to this station)"
+                ) from None
+            raise PolicyUnavailable(f"policy endpoint unreachable (HTTP {code})") from None
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             raise PolicyUnavailable(f"policy endpoint unreachable ({type(exc).__name__})") from None
         # the dialect named, or (None) the handshake of those detected from the metadata
@@ -159,6 +177,7 @@ class PolicyClient:
             dialect=self._dialect,
             default_image_size=self._default_image_size,
             n_cameras_available=self._exterior_cameras,
+            exterior_numbering=self._exterior_numbering,
         )
 
     def closed_early(self, exc: ConnectionClosed, before: str) -> PolicyError:
@@ -230,6 +249,7 @@ class PolicyClient:
         if info is None or session is None:
             raise PolicyDisconnected("not connected to the policy server")
         message = session.request(dict(observation), self.session_id)
+        self.last_server_timing = None
         t0 = self.wall.now()
         raw = self._exchange(message, timeout_s)
         try:
@@ -241,12 +261,14 @@ class PolicyClient:
         except (codec.CodecError, ProtocolError) as exc:
             raise PolicyProtocolError(f"malformed policy reply: {exc}") from None
         self.calls += 1
+        self.last_server_timing = decoded.server_timing
         return Reply(
             actions=decoded.rows,
             latency_s=self.wall.now() - t0,
             t_request=t0,
             space=decoded.space,
             timed_from_call=decoded.timed_from_call,
+            server_timing=decoded.server_timing,
         )
 
     @property

@@ -13,9 +13,11 @@ chunk length, the latency percentiles against the station's timeout, the
 determinism of repeated inputs (when declared), how a fresh connection and
 a RoboArena ``reset`` behave, and that the metadata names no one (it
 reaches the station through the gateway, so a name there unblinds). A
-Positronic v1 server is held to its own wire: the status handshake within
-the load limit, its ``meta``, replies of waypoints the station can run (the
-action space is what its commands say), errors as ``{"error": …}``.
+Positronic v1 server is held to its own wire: readiness through its
+keepalive call where it has one, the status handshake within the load
+limit, its ``meta``, replies of waypoints the station can run (the action
+space is what its commands say, a control mode run or refused by name),
+errors as ``{"error": …}``.
 
 The result is a ``Report`` of findings written as advice to the submitter.
 It never contains the endpoint's URL or API key. This module runs in a

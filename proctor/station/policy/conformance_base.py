@@ -75,6 +75,8 @@ class CheckOptions:
     open_loop_steps: int = 8
     default_image_size: tuple[int, int] = (224, 224)
     exterior_cameras: int = 1
+    # the endpoint's exterior camera numbering (None: the station's default, 1)
+    exterior_numbering: int | None = None
     sim_keys: bool = True  # send the sim profile's privileged keys
     observations: int | None = None  # how many recorded observations (default: all)
     prompt: str | None = None  # default: the recording's
@@ -172,8 +174,11 @@ class CheckState:
     def failed(self) -> bool:
         return any(f.status == Status.failed for f in self.findings)
 
-    def client(self) -> RecordingClient:
+    def client(self, *, exterior_numbering: int | None = None) -> RecordingClient:
+        """The station's client as a campaign would use it (``exterior_numbering``:
+        another numbering than the endpoint's, to probe which one the server reads)."""
         o = self.options
+        numbering = o.exterior_numbering if exterior_numbering is None else exterior_numbering
         return RecordingClient(
             self.url,
             dialect=o.dialect,
@@ -181,6 +186,7 @@ class CheckState:
             connect_timeout_s=o.connect_timeout_s,
             default_image_size=o.default_image_size,
             exterior_cameras=o.exterior_cameras,
+            exterior_numbering=numbering,
             control_hz=o.control_hz,
             status_timeout_s=o.connect_timeout_s,
             load_timeout_s=o.load_timeout_s,

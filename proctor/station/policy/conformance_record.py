@@ -134,7 +134,7 @@ def record(out: Path = OUT, count: int = 10, width: int = 320, height: int = 240
         items[i, : len(o[keys.SIM_ITEMS])] = o[keys.SIM_ITEMS]
     np.savez_compressed(
         out,
-        exterior=stack(keys.roboarena_exterior_image(0), np.uint8),
+        exterior=stack(keys.exterior_image(keys.EXTERIOR_FIRST_INDEX), np.uint8),
         wrist=stack(keys.OBS_WRIST_IMAGE, np.uint8),
         joint_position=stack(keys.OBS_JOINT_POSITION, np.float32),
         cartesian_position=stack(keys.OBS_CARTESIAN_POSITION, np.float32),

@@ -21,6 +21,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.sync.client import ClientConnection
 
 from proctor.station.policy.conformance_base import COLUMNS, CheckState, Status
+from proctor.station.policy.conformance_sends import station_sends
 from proctor.station.policy.spec import ProtocolError, ServerInfo, parse_metadata
 
 # metadata keys that usually carry who made a model or where it lives
@@ -114,6 +115,8 @@ class WireChecks(CheckState):
     def handshake(self) -> bool:
         self.progress("connecting")
         if not self.wire.check_url(self):
+            return False
+        if not self.wire.check_ready(self):
             return False
         t0 = time.monotonic()
         if not self.options.connect_detail:
@@ -222,6 +225,7 @@ class WireChecks(CheckState):
                 dialect=o.dialect,
                 default_image_size=o.default_image_size,
                 n_cameras_available=o.exterior_cameras,
+                exterior_numbering=o.exterior_numbering,
             )
         except ProtocolError as exc:
             self.add(
@@ -233,6 +237,7 @@ class WireChecks(CheckState):
             return False
         self.info = info
         info.wire.check_metadata(self, metadata, info)
+        station_sends(self, info)
         return True
 
     def judge_identity(self, metadata: dict[Any, Any]) -> None:

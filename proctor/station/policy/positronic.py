@@ -22,7 +22,13 @@ Protocol versions: a ``ready`` frame without ``protocol_version`` (or with
 ``protocol_version: 3`` (``positronic-model-server`` ≥ 0.3) also carries a
 ``session_id``: each request is ``{"session_id", "observation"}`` and the
 session ends with ``{"session_id", "end_session": true}``, acknowledged in
-kind. Other versions are refused at connect.
+kind. Other versions are refused at connect. Protocol 3's
+``positronic-model-server`` also answers ``POST /api/v1/keepalive`` with
+``{"alive_seconds": …}`` once its model is loaded and warm (401 without the
+token; the conformance check waits on it: ``positronic_ready.py``) and has
+no ``/api/v1/models``. A reply's ``timing`` map (``decode_ms``,
+``queued_ms``, ``model_ms``, ``infer_ms``, ``served_ms``) is kept for
+reporting (``TIMING_KEYS``).
 
 What the station sends (``proctor/station/keys.py``): ``robot_state.q``,
 ``robot_state.dq``, ``robot_state.ee_pose`` (xyz + quaternion **w first**,
@@ -41,6 +47,10 @@ a waypoint with no channels marks where the chunk ends. The station samples
 that schedule on its own control grid (``control_hz``): step ``k`` runs
 what is in force at ``k / control_hz``.
 
+A command's optional ``mode`` (Positronic's ``drivers/roboarm/command.py``):
+``position_control`` naming no stiffness is the station's own law and runs;
+anything else is refused by name (``_mode``).
+
 Refused with a message that names the reason (nothing half-runs):
 ``joint_delta``, ``reset`` and ``recover`` commands, bimanual channels
 (``robot_command.left`` …), ``compress_images: true``, and any rig-side layer
@@ -51,6 +61,7 @@ itself (checkpoint, paths, messages, error texts) is stored or shown.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -67,6 +78,17 @@ from proctor.station.policy.spec import ActionSpace, ProtocolError, ServerInfo, 
 
 SESSION_PATH = "/api/v1/session"
 MODELS_PATH = "/api/v1/models"
+# positronic-model-server's readiness call: POST answers {"alive_seconds": n | null}
+# once the model is loaded and warm (its listeners bind only then), 401 without the token
+KEEPALIVE_PATH = "/api/v1/keepalive"
+ALIVE_SECONDS = "alive_seconds"
+# the phases a protocol 3 reply's "timing" map reports, in ms on the server's clock
+TIMING = "timing"
+TIMING_KEYS = frozenset({"decode_ms", "queued_ms", "model_ms", "infer_ms", "served_ms"})
+# a command's optional "mode": the control law it asks to run under
+# (positronic.drivers.roboarm.command: PositionControl, Impedance)
+MODE = "mode"
+POSITION_CONTROL, IMPEDANCE = "position_control", "impedance"
 
 READY, LOADING, WAITING, ERROR = "ready", "loading", "waiting", "error"
 # the layers Positronic asks a rig to run that the station does by itself:
@@ -110,12 +132,32 @@ def model_id(url: str) -> str | None:
     return path[len(SESSION_PATH) + 1 :] or None
 
 
-def models_url(url: str) -> str:
-    """Where the server lists its models: ``http(s)://host/api/v1/models``."""
+def _api_url(url: str, path: str) -> str:
     parts = urlsplit(session_url(url))
-    return urlunsplit(
-        ("https" if parts.scheme == "wss" else "http", parts.netloc, MODELS_PATH, "", "")
-    )
+    return urlunsplit(("https" if parts.scheme == "wss" else "http", parts.netloc, path, "", ""))
+
+
+def models_url(url: str) -> str:
+    """Where a v1 server lists its models: ``http(s)://host/api/v1/models``."""
+    return _api_url(url, MODELS_PATH)
+
+
+def keepalive_url(url: str) -> str:
+    """Where a model server answers whether it is ready: ``http(s)://host/api/v1/keepalive``."""
+    return _api_url(url, KEEPALIVE_PATH)
+
+
+def alive_answer(body: bytes) -> bool:
+    """Whether a keepalive's 200 body is the model server's answer
+    (``{"alive_seconds": <int> | null}``), not something else answering 200."""
+    try:
+        answer = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(answer, dict) or ALIVE_SECONDS not in answer:
+        return False
+    alive = answer[ALIVE_SECONDS]
+    return alive is None or (isinstance(alive, int) and not isinstance(alive, bool) and alive >= 0)
 
 
 # -- the handshake ------------------------------------------------------------
@@ -355,6 +397,8 @@ def _command(value: Any, where: str) -> tuple[ActionSpace, np.ndarray]:
             value = envelope
     if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
         raise ProtocolError(f"{where}.robot_command is not a command (a map with a 'type')")
+    if MODE in value:
+        _mode(value[MODE], f"{where}.robot_command.mode")
     kind = value["type"]
     if kind == "cartesian_pos":
         if "pose" not in value:
@@ -373,6 +417,54 @@ def _command(value: Any, where: str) -> tuple[ActionSpace, np.ndarray]:
             "(it runs cartesian_pos and joint_pos)"
         )
     raise ProtocolError(f"{where}.robot_command: unknown command type ({peer_value(kind)})")
+
+
+def _mode(value: Any, where: str) -> None:
+    """A command's control mode: run, or refused by name (never ignored).
+
+    The station runs every command as its arm's position servo tracking the
+    references it plays, with the arm's own commissioned stiffness: that is
+    Positronic's ``position_control`` naming no stiffness, so that mode runs.
+    A stiffness, or impedance gains, would change how hard the arm pushes back
+    when it meets the world, which the station's envelope does not bound: refused."""
+    if value is None:  # Positronic writes no mode as its absence; null means the same
+        return
+    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+        raise ProtocolError(f"{where} is not a control mode (a map with a 'type')")
+    kind = value["type"]
+    advice = (
+        "the station runs every command under its arm's own position control; omit "
+        f"'mode', or send {{'type': '{POSITION_CONTROL}'}} without a stiffness"
+    )
+    if kind == POSITION_CONTROL:
+        if value.get("stiffness") is None:
+            return
+        raise ProtocolError(
+            f"{where}: '{POSITION_CONTROL}' with a stiffness is not run by the station "
+            f"(it does not change its arm's stiffness): {advice}"
+        )
+    if kind == IMPEDANCE:
+        raise ProtocolError(
+            f"{where}: '{IMPEDANCE}' (kq, kqd, kx, kxd gains) is not run by the station: {advice}"
+        )
+    raise ProtocolError(f"{where}: unknown control mode ({peer_value(kind)}): {advice}")
+
+
+def command_modes(reply: Any) -> list[str]:
+    """The control modes a reply's commands name (by their type), for the report."""
+    result = reply.get("result") if isinstance(reply, Mapping) else None
+    actions = [result] if isinstance(result, Mapping) else result
+    modes: list[str] = []
+    for action in actions if isinstance(actions, list) else []:
+        command = action.get(keys.POSITRONIC_ROBOT_COMMAND) if isinstance(action, Mapping) else None
+        if isinstance(command, Mapping):
+            command = command.get(b"__cmd__", command.get("__cmd__", command))
+        mode = command.get(MODE) if isinstance(command, Mapping) else None
+        if isinstance(mode, Mapping):
+            kind = mode.get("type")
+            # the server's own words are not repeated: a name the station does not know is "other"
+            modes.append(kind if kind in (POSITION_CONTROL, IMPEDANCE) else "other")
+    return modes
 
 
 def _grip(value: Any, where: str) -> float:

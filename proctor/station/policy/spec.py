@@ -20,7 +20,7 @@ actions, unless its metadata names an ``action_space``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from proctor.core.domain import EndpointDialect
 from proctor.station import geometry as geo
+from proctor.station import keys
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
 from proctor.station.drivers.gripper.base import GripperCommand
 from proctor.station.policy import dialects
@@ -98,6 +99,10 @@ class ServerInfo:
     # True: fitted inside image_size and padded to it (openpi); False: only fitted
     # inside it, never enlarged (Positronic's client; its codec pads)
     pad_images: bool = True
+    # the number of the first exterior camera in the observation's keys
+    # (``observation/exterior_image_{i}_left``): 1 as DROID policies read them, or
+    # 0 where the endpoint chose it (dialects whose keys number no camera ignore it)
+    exterior_first_index: int = keys.EXTERIOR_FIRST_INDEX
 
     @property
     def action_space_text(self) -> str:
@@ -132,15 +137,47 @@ def parse_metadata(
     dialect: EndpointDialect | str | None,
     default_image_size: tuple[int, int],
     n_cameras_available: int = 1,
+    exterior_numbering: int | None = None,
 ) -> ServerInfo:
     """A server's metadata, read by its dialect (None: the dialect is detected
-    from the metadata, ``dialects.detect``)."""
+    from the metadata, ``dialects.detect``). ``exterior_numbering``: where the
+    endpoint numbers its exterior cameras from (None: ``keys.EXTERIOR_FIRST_INDEX``);
+    a wire setting of the endpoint's, never something the server says."""
     if not isinstance(metadata, dict):
         raise ProtocolError(f"server metadata must be a map, got {type(metadata).__name__}")
     wire = dialects.get(dialect) if dialect is not None else dialects.detect(metadata)
-    return wire.parse_metadata(
+    info = wire.parse_metadata(
         metadata, default_image_size=default_image_size, n_cameras_available=n_cameras_available
     )
+    if exterior_numbering is None:
+        return info
+    return replace(info, exterior_first_index=check_exterior_numbering(exterior_numbering))
+
+
+# where a submission's manifest keeps the wire settings of its endpoint (settings of
+# the protocol, like the dialect: they reach the station with the claim, never a name)
+MANIFEST_WIRE = "wire"
+MANIFEST_EXTERIOR_NUMBERING = "exterior_numbering"
+
+
+def manifest_exterior_numbering(manifest: Any) -> int | None:
+    """The exterior numbering a submission's manifest chose (None: the default)."""
+    wire = manifest.get(MANIFEST_WIRE) if isinstance(manifest, dict) else None
+    value = wire.get(MANIFEST_EXTERIOR_NUMBERING) if isinstance(wire, dict) else None
+    if value is None:
+        return None
+    return check_exterior_numbering(value)
+
+
+def check_exterior_numbering(value: Any) -> int:
+    """An endpoint's exterior camera numbering: 0 or 1 (``ValueError`` naming the field)."""
+    if isinstance(value, bool) or value not in keys.EXTERIOR_NUMBERINGS:
+        raise ValueError(
+            "exterior_numbering: must be "
+            + " or ".join(str(n) for n in keys.EXTERIOR_NUMBERINGS)
+            + " (the number of the first exterior camera's key)"
+        )
+    return int(value)
 
 
 def parse_action_space(metadata: Any) -> ActionSpace:

@@ -20,12 +20,14 @@ be a loopback address, so that it cannot point the stations anywhere else.
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 from urllib.parse import urlsplit
 
 from proctor.core import netguard
 from proctor.core.domain import EndpointDialect
 from proctor.core.settings import Settings
 from proctor.station.policy import dialects
+from proctor.station.policy.spec import MANIFEST_EXTERIOR_NUMBERING, check_exterior_numbering
 
 MAX_URL = 512
 SUPPORTED_DIALECTS = tuple(EndpointDialect)
@@ -96,6 +98,26 @@ def endpoint_url(url: str, dialect: EndpointDialect | None) -> str:
             "url", f"is longer than {MAX_URL} characters with {wire.url_path_text}"
         )
     return normalised
+
+
+def check_wire_options(
+    dialect: EndpointDialect, *, exterior_numbering: int | None
+) -> dict[str, Any]:
+    """The endpoint's wire settings as its manifest keeps them (empty: the defaults).
+    The exterior camera numbering applies to dialects whose keys number cameras."""
+    if exterior_numbering is None:
+        return {}
+    try:
+        value = check_exterior_numbering(exterior_numbering)
+    except ValueError as exc:
+        raise EndpointProblem("exterior_numbering", str(exc).split(": ", 1)[-1]) from None
+    if not dialects.get(dialect).numbers_exterior_cameras:
+        raise EndpointProblem(
+            "exterior_numbering",
+            f"the {dialect.value} dialect names its cameras rather than numbering them; "
+            "leave it out",
+        )
+    return {MANIFEST_EXTERIOR_NUMBERING: value}
 
 
 def check_endpoint(url: str, dialect: str | EndpointDialect) -> tuple[str, EndpointDialect]:

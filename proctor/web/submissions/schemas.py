@@ -83,6 +83,18 @@ class EndpointIn(_In):
             "'Authorization: Bearer <key>' (positronic_v1); stored encrypted, never shown again"
         ),
     )
+    exterior_numbering: int | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description=(
+            "openpi and roboarena: the number of the first exterior camera's observation key. "
+            "1 (the default) sends observation/exterior_image_1_left, as openpi's DROID "
+            "policies read it; 0 sends observation/exterior_image_0_left, as RoboArena's test "
+            "script and vLLM-Omni's DreamZero do. The conformance check says which your "
+            "server reads."
+        ),
+    )
     action_space: ActionSpace | None = Field(
         default=None, description="the action space you declare (checked against the metadata)"
     )

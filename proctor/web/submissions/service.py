@@ -38,6 +38,7 @@ from proctor.core.settings import Settings
 from proctor.runner import queue as runner_queue
 from proctor.scheduler.endpoint_keys import encrypt_api_key
 from proctor.scheduler.naming import campaign_naming
+from proctor.station.policy.spec import MANIFEST_WIRE
 from proctor.web.auth.access import check_owner_access, owner_filter
 from proctor.web.auth.identity import Principal
 from proctor.web.snapshots import service as snapshots
@@ -257,6 +258,7 @@ def register_endpoint(
     try:
         # a Positronic endpoint is stored with its session path
         url, dialect = endpoints.check_endpoint(body.url, body.dialect)
+        wire = endpoints.check_wire_options(dialect, exterior_numbering=body.exterior_numbering)
         endpoints.check_reachable_publicly(url, settings)
     except endpoints.EndpointProblem as exc:
         raise FieldError(exc.field, exc.message) from None
@@ -288,6 +290,8 @@ def register_endpoint(
         },
         "prompts": dict(body.prompts),
     }
+    if wire:
+        manifest[MANIFEST_WIRE] = wire
     sub = Submission(
         policy_id=policy.id,
         kind=SubmissionKind.endpoint,

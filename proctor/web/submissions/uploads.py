@@ -9,7 +9,9 @@
    client asks ``GET /api/uploads/{id}`` and resumes from its ``offset``.
 3. ``POST /api/uploads/{id}/complete`` (every byte in; sha256 declared now
    or before): the file is hashed and compared, inspected as an archive,
-   its ``policy.toml`` validated, then stored content-addressed with an
+   its ``policy.toml`` validated, the framework's own checks run on the
+   members it names (``Framework.check_members``: e.g. a LeRobot config's
+   features the station cannot provide), then stored content-addressed with an
    ``Artifact`` of kind ``checkpoint`` and a ``Submission``. Any rejection
    deletes the upload — row and staged bytes — so nothing is left behind.
 
@@ -18,6 +20,7 @@ Nothing uploaded is ever unpacked to disk, imported or run here.
 
 from __future__ import annotations
 
+import posixpath
 import secrets
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -37,12 +40,17 @@ from proctor.core.settings import Settings
 from proctor.runner.archive import (
     ArchiveLimits,
     ArchiveRejected,
+    ArchiveSummary,
     human_bytes,
     inspect_archive,
+    read_member,
 )
+from proctor.runner.frameworks import framework_for
 from proctor.runner.manifest import (
     MANIFEST_NAME,
+    Manifest,
     ManifestError,
+    ManifestProblem,
     check_paths,
     parse_manifest,
 )
@@ -336,6 +344,19 @@ def _manifest_loc(field: str) -> list[str]:
     return [MANIFEST_NAME] if field == MANIFEST_NAME else [MANIFEST_NAME, *field.split(".")]
 
 
+def _framework_problems(
+    manifest: Manifest, summary: ArchiveSummary, path: Path
+) -> list[ManifestProblem]:
+    """The framework's checks of the members it names, read from the archive
+    one by one (bounded, never unpacked)."""
+    root = summary.manifest_root
+
+    def read(rel: str) -> bytes | None:
+        return read_member(path, posixpath.normpath(posixpath.join(root, rel)))
+
+    return framework_for(manifest).check_members(manifest, read)
+
+
 def complete_upload(
     session: ProctorSession,
     *,
@@ -404,6 +425,19 @@ def complete_upload(
                 actor=owner,
                 now=now,
                 problems=[(_manifest_loc(p.field), str(p)) for p in missing],
+            )
+        try:
+            refused = _framework_problems(manifest, summary, path)
+        except ArchiveRejected as exc:
+            raise reject(["upload", "archive"], f"archive: {exc}") from None
+        if refused:
+            raise _reject(
+                session,
+                settings=settings,
+                upload=upload,
+                actor=owner,
+                now=now,
+                problems=[(_manifest_loc(p.field), str(p)) for p in refused],
             )
         try:
             policy = service.policy_for(

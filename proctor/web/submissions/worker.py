@@ -41,7 +41,7 @@ from proctor.station.policy.conformance import (
     Status,
     check_endpoint,
 )
-from proctor.station.policy.spec import ActionSpace, auth_headers
+from proctor.station.policy.spec import ActionSpace, auth_headers, manifest_exterior_numbering
 from proctor.web.submissions import endpoints, queue, runner_wait
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,7 @@ def _job(
             # Api-Key (openpi, RoboArena) or Bearer (Positronic), as each dialect's client sends it
             headers=auth_headers(dialect, key),
             sim_keys=settings.submissions.conformance_sim_keys,
+            exterior_numbering=manifest_exterior_numbering(sub.manifest),
         ),
     )
 
@@ -135,7 +136,11 @@ def _checkpoint_job(
         submission_id=sub.id,
         url=endpoints.endpoint_url(url, dialect),
         expect=_expectations(dict(manifest.get("policy") or {}), _identity_terms(session, sub)),
-        options=CheckOptions(dialect=dialect, sim_keys=settings.submissions.conformance_sim_keys),
+        options=CheckOptions(
+            dialect=dialect,
+            sim_keys=settings.submissions.conformance_sim_keys,
+            exterior_numbering=manifest_exterior_numbering(sub.manifest),
+        ),
         platform_written=True,
     )
 

@@ -8,6 +8,7 @@ overrides what differs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -35,6 +36,38 @@ class Decoded:
     # True: row k is due k control steps after the request went out, so a
     # real-time player skips the rows already past when the reply arrives
     timed_from_call: bool = False
+    # what the server says it spent on the call, in milliseconds under its own
+    # key names (``read_server_timing``); for reporting only, never trusted for
+    # anything the station decides
+    server_timing: dict[str, float] | None = None
+
+
+# a phase reported longer than this is a clock bug, not a measurement
+MAX_SERVER_TIMING_MS = 3_600_000.0
+
+
+def read_server_timing(value: Any, known: frozenset[str]) -> dict[str, float] | None:
+    """A server's own timing map → the ``known`` phases it reports, in ms.
+
+    The server chose these numbers, so each is checked (a real number, finite,
+    0 … ``MAX_SERVER_TIMING_MS``) and one that fails is dropped, as are keys the
+    dialect does not name; a malformed map is no timing at all (None), never a
+    malformed reply: timing is reported, not acted on."""
+    if not isinstance(value, Mapping):
+        return None
+    out: dict[str, float] = {}
+    for key, number in value.items():
+        name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        if not isinstance(name, str) or name not in known:
+            continue
+        if isinstance(number, bool | np.bool_) or not isinstance(
+            number, int | float | np.integer | np.floating
+        ):
+            continue
+        ms = float(number)
+        if math.isfinite(ms) and 0.0 <= ms <= MAX_SERVER_TIMING_MS:
+            out[name] = ms
+    return out or None
 
 
 class Session:
@@ -81,6 +114,15 @@ class Dialect:
     # what ``dial_url`` adds to a URL, for the message when that makes it
     # too long (None: the URL is used as given)
     url_path_text: ClassVar[str | None] = None
+    # the server sends a message as soon as a connection opens (openpi's
+    # metadata): a server is ready when it arrives, not just the handshake
+    greets_on_connect: ClassVar[bool] = True
+    # whether the observation's keys number the exterior cameras
+    # (``observation/exterior_image_{i}_left``), so an endpoint's numbering applies
+    numbers_exterior_cameras: ClassVar[bool] = False
+    # whether a reply's rows are timed from its request (the player starts at the
+    # row due when the reply arrives) rather than played from the first row
+    chunk_timed_from_call: ClassVar[bool] = False
 
     @property
     def ident(self) -> EndpointDialect:
@@ -198,6 +240,11 @@ class Dialect:
 
     def check_url(self, check: CheckState) -> bool:
         """Whether the URL is one the dialect can dial (a failed finding if not)."""
+        return True
+
+    def check_ready(self, check: CheckState) -> bool:
+        """Before the handshake: wait until the server says it is ready, where the
+        dialect has a readiness call (False: a failed finding says why)."""
         return True
 
     def check_handshake(self, check: CheckState, ws: ClientConnection) -> bool:

@@ -12,9 +12,16 @@ from websockets.exceptions import ConnectionClosed
 
 from proctor.station import keys
 from proctor.station.policy import codec
-from proctor.station.policy.conformance_base import COLUMNS, Status, excerpt, shape_text
+from proctor.station.policy.conformance_base import (
+    COLUMNS,
+    Status,
+    excerpt,
+    last_line,
+    shape_text,
+)
 from proctor.station.policy.dialects import register
-from proctor.station.policy.dialects.base import Decoded, Dialect, Session
+from proctor.station.policy.dialects.base import Decoded, Dialect, Session, read_server_timing
+from proctor.station.policy.dialects.server_config import declares_config, read_config
 from proctor.station.policy.spec import (
     ErrorReply,
     ProtocolError,
@@ -33,6 +40,26 @@ if TYPE_CHECKING:
     from proctor.station.policy.conformance_base import CheckState
 
 
+# what openpi's WebsocketPolicyServer adds to every reply map: the time its
+# policy.infer took, and from the second reply on the previous cycle's
+# receive-to-sent total (src/openpi/serving/websocket_policy_server.py)
+SERVER_TIMING = "server_timing"
+SERVER_TIMING_KEYS = frozenset({"infer_ms", "prev_total_ms"})
+
+
+def is_error_map(reply: Any) -> bool:
+    """A ``{"type": "error", "message": …}`` reply (vLLM-Omni's error convention)."""
+    return isinstance(reply, dict) and reply.get("type") == "error" and "actions" not in reply
+
+
+def _error_map(raw: Any) -> bool:
+    """Whether a raw frame is a msgpack error map (undecodable: not one)."""
+    try:
+        return is_error_map(codec.unpackb(raw))
+    except codec.CodecError:
+        return False
+
+
 class OpenpiSession(Session):
     def decode(self, raw: Any, observation: dict[str, Any]) -> Decoded:
         if isinstance(raw, str):
@@ -43,13 +70,29 @@ class OpenpiSession(Session):
             )
         space = self.info.action_space
         assert space is not None
-        return Decoded(extract_chunk(codec.unpackb(raw), space), space)
+        reply = codec.unpackb(raw)
+        if is_error_map(reply):
+            # vLLM-Omni's robot endpoint reports a failed request so, keeping the
+            # connection open; its message may name the policy and is not repeated
+            raise ErrorReply("policy server sent an error map instead of actions")
+        timing = reply.get(SERVER_TIMING) if isinstance(reply, dict) else None
+        return Decoded(
+            extract_chunk(reply, space),
+            space,
+            server_timing=read_server_timing(timing, SERVER_TIMING_KEYS),
+        )
+
+    def request(self, observation: dict[str, Any], session_id: str) -> dict[str, Any]:
+        if self.info.needs_session_id:  # a ``PolicyServerConfig`` that asked for it
+            observation[keys.ROBOARENA_SESSION_ID] = session_id
+        return observation
 
 
 @register
 class Openpi(Dialect):
     name = "openpi"
     detect_rank = 100  # the fallback: any metadata without RoboArena's keys
+    numbers_exterior_cameras = True
 
     def claims(self, metadata: Mapping[Any, Any]) -> bool:
         return True
@@ -62,13 +105,33 @@ class Openpi(Dialect):
         n_cameras_available: int,
     ) -> ServerInfo:
         space = parse_action_space(metadata)
-        return ServerInfo(self.ident, space, tuple(default_image_size), 1, True, False)  # type: ignore[arg-type]
+        size = (int(default_image_size[0]), int(default_image_size[1]))
+        if not declares_config(metadata):
+            return ServerInfo(self.ident, space, size, 1, True, False)
+        # a ``PolicyServerConfig`` first frame (vLLM-Omni's robot endpoint, servers
+        # written for RoboArena's clients) on the openpi wire: what it asks for is honoured
+        config = read_config(metadata, n_cameras_available=n_cameras_available)
+        return ServerInfo(
+            dialect=self.ident,
+            action_space=space,
+            image_size=config.image_size or size,
+            n_external_cameras=config.n_external_cameras,
+            needs_wrist_camera=config.needs_wrist_camera,
+            needs_session_id=config.needs_session_id,
+        )
 
     def image_keys(self, info: ServerInfo) -> dict[str, str]:
-        return {
-            keys.OBS_EXTERIOR_IMAGE: keys.CAMERA_EXTERIOR,
-            keys.OBS_WRIST_IMAGE: keys.CAMERA_WRIST,
+        first = info.exterior_first_index
+        wanted = {
+            keys.exterior_image(first + i): keys.CAMERA_EXTERIOR
+            for i in range(info.n_external_cameras)
         }
+        if info.needs_wrist_camera:
+            wanted[keys.OBS_WRIST_IMAGE] = keys.CAMERA_WRIST
+        return wanted
+
+    def public(self, info: ServerInfo) -> dict[str, Any]:
+        return {"exterior_first_index": info.exterior_first_index}
 
     def encode(
         self,
@@ -206,7 +269,9 @@ class Openpi(Dialect):
         detected = parse_metadata(
             metadata, dialect=None, default_image_size=o.default_image_size, n_cameras_available=9
         ).dialect
-        if o.dialect is not None and detected != o.dialect:
+        # a PolicyServerConfig on the openpi wire is read, not a sign of the wrong dialect
+        config_on_openpi = declares_config(metadata) and info.wire.name == Openpi.name
+        if o.dialect is not None and detected != o.dialect and not config_on_openpi:
             check.add(
                 "metadata",
                 "Metadata contents",
@@ -229,11 +294,25 @@ class Openpi(Dialect):
                     if info.image_size
                     else "at the cameras' size"
                 )
-                + ".",
+                + "."
+                + (
+                    " Your first frame is a PolicyServerConfig (RoboArena's keys): on the "
+                    "openpi wire the station sends what it asks for (image size, cameras, "
+                    "session id), without RoboArena's 'endpoint' key or reset (register the "
+                    "roboarena dialect for those)."
+                    if config_on_openpi
+                    else ""
+                ),
                 server=info.public(),
             )
         check.judge_identity(metadata)
         check.judge_action_space(metadata, info)
+
+    def check_extras(self, check: CheckState) -> None:
+        """Which exterior camera numbering the server reads."""
+        from proctor.station.policy.conformance_numbering import check_numbering
+
+        check_numbering(check)
 
     def check_error_convention(self, check: CheckState, ws: ClientConnection) -> None:
         title = "Errors reported as text"
@@ -279,6 +358,15 @@ class Openpi(Dialect):
                 "text frame, as openpi's server does.",
                 server_error=excerpt(raw),
             )
+        elif _error_map(raw):
+            check.add(
+                "error_convention",
+                title,
+                Status.passed,
+                "Sent an observation without images, your server reported the error as a "
+                "{'type': 'error'} map, as vLLM-Omni's robot endpoint does; the station "
+                "ends the episode on it as on openpi's text frame.",
+            )
         else:
             check.add(
                 "error_convention",
@@ -298,6 +386,14 @@ class Openpi(Dialect):
                 "with openpi_client.msgpack_numpy.packb."
             )
         actions = decoded.get("actions") if isinstance(decoded, dict) else decoded
+        if isinstance(decoded, dict) and is_error_map(decoded):
+            said = last_line(str(decoded.get("message", "")))
+            return (
+                f"Your server answered observation {n} with an error map "
+                "({'type': 'error', 'message': …}, as vLLM-Omni's robot endpoint reports a "
+                "failed request)" + (f": {said}" if said else "") + ". The station would end "
+                "the episode as a system failure (and never shows the text to the operator)."
+            )
         if isinstance(decoded, dict) and "actions" not in decoded:
             got = ", ".join(sorted(str(k) for k in decoded)) or "none"
             return (
@@ -336,7 +432,9 @@ class Openpi(Dialect):
         shapes_seen = ", ".join(shape_text(np.empty(s)) for s in shapes)
         notes: list[str] = []
         status = Status.passed
-        if self.map_replies_only and any(r["bare"] for r in replies):
+        # servers that send a PolicyServerConfig (RoboArena's, vLLM-Omni's) reply bare arrays
+        config = isinstance(check.metadata, dict) and declares_config(check.metadata)
+        if self.map_replies_only and not config and any(r["bare"] for r in replies):
             status = Status.warning
             notes.append(
                 "your replies are bare arrays; openpi clients expect a map "

@@ -22,7 +22,7 @@ from proctor.station.policy import codec, positronic
 from proctor.station.policy.conformance_base import COLUMNS, Status, excerpt
 from proctor.station.policy.conformance_exchange import span_text
 from proctor.station.policy.dialects import register
-from proctor.station.policy.dialects.base import Decoded, Dialect, Session
+from proctor.station.policy.dialects.base import Decoded, Dialect, Session, read_server_timing
 from proctor.station.policy.spec import ActionSpace, ProtocolError, ServerInfo
 
 if TYPE_CHECKING:
@@ -63,7 +63,12 @@ class PositronicSession(Session):
         )
         self.space = chunk.space
         # waypoints are timed from the call, as Positronic's chunk player plays them
-        return Decoded(chunk.rows, chunk.space, timed_from_call=True)
+        return Decoded(
+            chunk.rows,
+            chunk.space,
+            timed_from_call=True,
+            server_timing=read_server_timing(reply.get(positronic.TIMING), positronic.TIMING_KEYS),
+        )
 
     def end_message(self) -> dict[str, Any] | None:
         # a v3 session is ended in words, so the model frees its state at once
@@ -80,10 +85,13 @@ class PositronicSession(Session):
 @register
 class PositronicV1(Dialect):
     name = "positronic_v1"
+    # the client speaks first (its hello); the server answers it
+    greets_on_connect = False
     auth_scheme = "Bearer"
     wire_text = "Positronic wire"
     session_text = "session"
     url_path_text = "Positronic's session path"
+    chunk_timed_from_call = True  # waypoints, timed from the request
 
     def dial_url(self, url: str) -> str:
         return positronic.session_url(str(url))
@@ -194,6 +202,12 @@ class PositronicV1(Dialect):
             return False
         return True
 
+    def check_ready(self, check: CheckState) -> bool:
+        """``POST /api/v1/keepalive`` until the model server is loaded and warm."""
+        from proctor.station.policy.positronic_ready import check_ready
+
+        return check_ready(check)
+
     def check_handshake(self, check: CheckState, ws: ClientConnection) -> bool:
         """Status frames, then ``ready`` with the meta."""
         per_message = check.options.connect_timeout_s
@@ -277,7 +291,8 @@ class PositronicV1(Dialect):
         check.judge_identity(metadata)
 
     def check_extras(self, check: CheckState) -> None:
-        """``GET /api/v1/models``: the catalogue lists the model the URL names."""
+        """``GET /api/v1/models``: the catalogue (a v1 server's) lists the model the
+        URL names; a server with no catalogue (404) is positronic-model-server's kind."""
         title = "Model list"
         url = positronic.models_url(check.url)
         named = positronic.model_id(check.url)
@@ -291,6 +306,18 @@ class PositronicV1(Dialect):
                 timeout_s=check.options.connect_timeout_s,
                 max_bytes=1_000_000,
             )
+            if answer.status == 404:
+                # positronic-model-server serves one model and lists none
+                check.add(
+                    "models",
+                    title,
+                    Status.passed,
+                    "Your server lists no models (GET /api/v1/models answered 404), as "
+                    "positronic-model-server does not: it serves the one model it loaded. "
+                    "The station does not need the list.",
+                    http_status=answer.status,
+                )
+                return
             if answer.status // 100 != 2:
                 redirect = " (redirects are not followed)" if answer.status // 100 == 3 else ""
                 check.add(
@@ -440,9 +467,16 @@ class PositronicV1(Dialect):
         return str(reply["error"]) if isinstance(reply, dict) and "error" in reply else None
 
     def explain_reply(self, check: CheckState, raw: Any, station_says: str, n: str) -> str:
+        said = station_says.removeprefix("malformed policy reply: ")
+        if ".robot_command.mode" in said:
+            # the advice is in what the station said: which mode, and what runs instead
+            return (
+                f"Your reply to observation {n} pins a control mode the station will not "
+                f"run, so the station refuses it rather than ignore it: {said}."
+            )
         return (
             f"The station cannot run your reply to observation {n}: "
-            f"{station_says.removeprefix('malformed policy reply: ')}. A reply is "
+            f"{said}. A reply is "
             "{'result': [action, …]}, each action a map of 'robot_command' (cartesian_pos "
             "or joint_pos), 'target_grip' and 'timestamp' (s after the call)."
         )
@@ -454,6 +488,7 @@ class PositronicV1(Dialect):
             "waypoints": len(actions),
             "stamped": all(isinstance(a, dict) and keys.POSITRONIC_TIMESTAMP in a for a in actions),
             "str_keys": str_keys,
+            "modes": sorted(set(positronic.command_modes(reply))),
         }
 
     def judge_replies(self, check: CheckState, chunks: list[np.ndarray]) -> None:
@@ -475,6 +510,17 @@ class PositronicV1(Dialect):
             notes.append(
                 "your numpy arrays are tagged with text keys ('__ndarray__' as a str); "
                 "Positronic's serialiser writes binary keys (the station reads both)"
+            )
+        modes = sorted({m for r in replies for m in r.get("modes", [])})
+        if modes:
+            check.add(
+                "control_mode",
+                "Control mode",
+                Status.passed,
+                f"Your commands pin the control mode {', '.join(modes)} without a stiffness: "
+                "the station runs them under its arm's own position control, which is that "
+                "mode.",
+                modes=modes,
             )
         check.add(
             "replies",

@@ -13,21 +13,11 @@ from proctor.station import keys
 from proctor.station.policy.dialects import register
 from proctor.station.policy.dialects.base import Session
 from proctor.station.policy.dialects.openpi import Openpi, OpenpiSession
-from proctor.station.policy.spec import ProtocolError, ServerInfo, parse_action_space, peer_value
+from proctor.station.policy.dialects.server_config import declares_config, read_config
+from proctor.station.policy.spec import ServerInfo, parse_action_space
 
 if TYPE_CHECKING:
     from proctor.station.policy.conformance_base import CheckState
-
-# metadata keys only a RoboArena server sends (any of them but the action space,
-# which plain openpi servers may name too, marks one)
-ROBOARENA_KEYS = (
-    "image_resolution",
-    "needs_wrist_camera",
-    "n_external_cameras",
-    "needs_stereo_camera",
-    "needs_session_id",
-    "action_space",
-)
 
 
 class RoboarenaSession(OpenpiSession):
@@ -52,7 +42,7 @@ class Roboarena(Openpi):
     map_replies_only = False  # RoboArena servers may reply with the bare array
 
     def claims(self, metadata: Mapping[Any, Any]) -> bool:
-        return any(k in metadata for k in ROBOARENA_KEYS if k != "action_space")
+        return declares_config(metadata)
 
     def parse_metadata(
         self,
@@ -62,51 +52,15 @@ class Roboarena(Openpi):
         n_cameras_available: int,
     ) -> ServerInfo:
         space = parse_action_space(metadata)
-        res = metadata.get("image_resolution")
-        image_size: tuple[int, int] | None
-        if res is None:
-            image_size = None
-        else:
-            try:
-                h, w = (int(v) for v in res)
-            except (TypeError, ValueError):
-                raise ProtocolError(
-                    f"metadata.image_resolution: expected (H, W), got {peer_value(res)}"
-                ) from None
-            if not (8 <= h <= 4096 and 8 <= w <= 4096):
-                raise ProtocolError(
-                    "metadata.image_resolution: out of range (each side 8 to 4096 pixels)"
-                )
-            image_size = (h, w)
-        n_ext = metadata.get("n_external_cameras", 1)
-        if isinstance(n_ext, bool) or not isinstance(n_ext, int) or n_ext < 0:
-            raise ProtocolError(
-                f"metadata.n_external_cameras: expected 0, 1 or 2, got {peer_value(n_ext)}"
-            )
-        if n_ext > n_cameras_available:
-            raise ProtocolError(
-                "metadata.n_external_cameras: the policy needs more exterior cameras than "
-                f"this station's {n_cameras_available}"
-            )
-        if metadata.get("needs_stereo_camera"):
-            raise ProtocolError("metadata.needs_stereo_camera: this station has no stereo cameras")
+        config = read_config(metadata, n_cameras_available=n_cameras_available)
         return ServerInfo(
             dialect=self.ident,
             action_space=space,
-            image_size=image_size,
-            n_external_cameras=n_ext,
-            needs_wrist_camera=bool(metadata.get("needs_wrist_camera", True)),
-            needs_session_id=bool(metadata.get("needs_session_id", False)),
+            image_size=config.image_size,
+            n_external_cameras=config.n_external_cameras,
+            needs_wrist_camera=config.needs_wrist_camera,
+            needs_session_id=config.needs_session_id,
         )
-
-    def image_keys(self, info: ServerInfo) -> dict[str, str]:
-        wanted = {
-            keys.roboarena_exterior_image(i): keys.CAMERA_EXTERIOR
-            for i in range(info.n_external_cameras)
-        }
-        if info.needs_wrist_camera:
-            wanted[keys.OBS_WRIST_IMAGE] = keys.CAMERA_WRIST
-        return wanted
 
     def served_metadata(self, declared: dict[str, Any], *, action_horizon: int) -> dict[str, Any]:
         return declared
