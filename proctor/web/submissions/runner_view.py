@@ -81,4 +81,5 @@ _LIMIT_HITS = {
     "oom_killed": "memory limit reached",
     "process_limit_hit": "a new process was refused (process limit)",
     "cpu_limit_hit": "CPU time limit reached",
+    "disk_limit_hit": "the socket folder's size or entry limit reached",
 }
