@@ -56,6 +56,7 @@ page_router = APIRouter()
 Submitter = Annotated[Principal, require_role(Role.submitter)]
 # owners act on what they own; admins on anything (the access check decides)
 OwnerOrAdmin = Annotated[Principal, require_role(Role.submitter, Role.admin)]
+Admin = Annotated[Principal, require_role(Role.admin)]
 UploadId = Annotated[
     str, Path(pattern=r"^[0-9a-f]{32}$", description="the upload's id, from POST /api/uploads")
 ]
@@ -547,3 +548,9 @@ def recheck_form(
     service.request_check(session, settings=settings, sub=sub, actor=who.user, now=now)
     state.flash("A new conformance check is queued.")
     return RedirectResponse(f"/submit/submissions/{sub.id}", status_code=303)
+
+
+@page_router.get("/admin/runners")
+def runners_page(request: Request, session: SessionDep, who: Admin) -> Response:
+    """Every runner server, newest first: what each host serves, and why one failed."""
+    return render(request, "submissions/runners.html", {"rows": service.runner_rows(session)})
