@@ -6,10 +6,8 @@ A checkpoint is served by a runner host (``proctor/runner``), which moves a
 ``dialect`` the gateway relays to). The scheduler only reads those rows and
 asks for one: every checkpoint submission of a running campaign with runs
 left must have a live server, so any runner host picks it up. The request is
-the one ``proctor.runner.queue.request_serving`` makes (a live row, or a new
-``queued`` one); the scheduler may not import its sibling unit
-(docs/architecture.md), so it writes the same row here through the kernel's
-model.
+the kernel's ``proctor.core.runner_rows.request_serving`` (a live row, or a
+new ``queued`` one), the same the runner hosts and the conformance worker make.
 """
 
 from __future__ import annotations
@@ -23,20 +21,9 @@ from sqlalchemy.orm import Session
 from proctor.core.db.models import Assignment, CampaignPolicy, RunnerServer, Submission
 from proctor.core.db.types import utcnow
 from proctor.core.domain import AssignmentStatus, RunnerStatus, SubmissionKind
+from proctor.core.runner_rows import live_server, request_serving
 
-# a server in one of these is wanted and may still become (or be) ready
-LIVE = (RunnerStatus.queued, RunnerStatus.building, RunnerStatus.starting, RunnerStatus.ready)
 CAMPAIGN_REASON = "campaign"
-
-
-def live_server(session: Session, submission_id: int) -> RunnerServer | None:
-    """The submission's newest server that is queued, coming up or ready."""
-    return session.scalars(
-        sa.select(RunnerServer)
-        .where(RunnerServer.submission_id == submission_id, RunnerServer.status.in_(LIVE))
-        .order_by(RunnerServer.id.desc())
-        .limit(1)
-    ).first()
 
 
 def ready_server(session: Session, submission_id: int) -> RunnerServer | None:
@@ -45,26 +32,6 @@ def ready_server(session: Session, submission_id: int) -> RunnerServer | None:
     if server is None or server.status != RunnerStatus.ready or not server.url:
         return None
     return server
-
-
-def ensure_served(
-    session: Session, submission_id: int, *, reason: str, now: datetime | None = None
-) -> RunnerServer:
-    """The submission's live server, queued now if there is none (idempotent)."""
-    live = live_server(session, submission_id)
-    if live is not None:
-        return live
-    row = RunnerServer(
-        submission_id=submission_id,
-        status=RunnerStatus.queued,
-        requested_for=reason,
-        requested_at=now or utcnow(),
-        stage="waiting for a runner host",
-        diagnostics={},
-    )
-    session.add(row)
-    session.flush()
-    return row
 
 
 def checkpoints_with_runs_left(session: Session, campaign_id: int) -> list[int]:
@@ -97,7 +64,7 @@ def not_ready(
     a failed or stopped one is asked for again, and a host will take it."""
     waiting: dict[int, str] = {}
     for submission_id in submission_ids:
-        server = ensure_served(session, submission_id, reason=CAMPAIGN_REASON, now=now)
+        server = request_serving(session, submission_id, reason=CAMPAIGN_REASON, now=now)
         if server.status != RunnerStatus.ready or not server.url:
             waiting[submission_id] = waiting_reason(server)
     return waiting

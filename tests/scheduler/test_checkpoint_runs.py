@@ -181,7 +181,7 @@ def _runner_dropped_episode(session, c, sub, st, failure: RunnerFailure):
     """Claim a run of the checkpoint (its server ready), end the episode
     ``system`` (the station saw 1014) and fail the server meanwhile."""
     # the live server: the last claim asked for a new one after a failure
-    server = runners.ensure_served(session, sub.id, reason="campaign")
+    server = runners.request_serving(session, sub.id, reason="campaign")
     now = utcnow()
     if server.status != RunnerStatus.ready:
         _host_moves(

@@ -46,7 +46,7 @@ def request(session: ProctorSession, submission_id: int, *, now: datetime) -> in
     sub = session.get(Submission, submission_id)
     if sub is None or sub.kind != SubmissionKind.checkpoint:
         return None
-    return runner_queue.request_serving(session, sub, reason=REASON, now=now).id
+    return runner_queue.request_serving(session, sub.id, reason=REASON, now=now).id
 
 
 def wait_ready(
