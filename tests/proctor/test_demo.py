@@ -73,6 +73,45 @@ def test_the_campaign_ran_every_slot_blinded_and_was_released(demo_run: tuple[Pa
     assert {r[2] for r in rows} <= {"auto", "reviewed"}
 
 
+def test_one_arm_is_an_uploaded_checkpoint_served_by_the_runner_host(
+    demo_run: tuple[Path, str],
+) -> None:
+    """The checkpoint arm went the submitter's way: uploaded (a stored
+    checkpoint artifact), checked against its sandboxed runner server, served
+    for the campaign (its runs done, its episodes scored), and stopped when
+    the demo ended — never reached by the station except through the gateway."""
+    from proctor.demo.checkpoint import CHECKPOINT_ARM
+
+    data_dir, out = demo_run
+    db = _db(data_dir)
+    name = world.POLICY_NAMES[CHECKPOINT_ARM]
+    (sid, kind, status, sha) = db.execute(
+        "SELECT s.id, s.kind, s.conformance_status, s.checkpoint_sha256 FROM submissions s "
+        "JOIN policies p ON p.id = s.policy_id WHERE p.name = ? ORDER BY s.id DESC",
+        (name,),
+    ).fetchone()
+    assert (kind, status) == ("checkpoint", "passed")
+    stored = db.execute(
+        "SELECT count(*) FROM artifacts WHERE kind = 'checkpoint' AND sha256 = ?", (sha,)
+    ).fetchone()[0]
+    assert stored == 1
+    servers = db.execute(
+        "SELECT status, ready_at, url, failure FROM runner_servers WHERE submission_id = ?",
+        (sid,),
+    ).fetchall()
+    assert servers and all(r[3] is None for r in servers), servers
+    assert any(r[1] is not None and r[2].startswith("ws://127.0.0.1:") for r in servers)
+    assert {r[0] for r in servers} == {"stopped"}  # the demo's runner host stopped them
+    runs = db.execute(
+        "SELECT a.status, e.outcome FROM assignments a JOIN episodes e ON e.assignment_id = a.id "
+        "WHERE a.submission_id = ? AND a.replaces_id IS NULL",
+        (sid,),
+    ).fetchall()
+    assert len(runs) == len(world.OBJECTS)
+    assert all(r[0] == "done" and r[1] != "system" for r in runs), runs
+    assert f"checkpoint '{name}': uploaded, built, sandboxed, checked" in out
+
+
 def test_the_demo_signs_sessions_with_a_key_of_its_own(demo_run: tuple[Path, str]) -> None:
     """Not the published development key: a random one in the data folder,
     readable by its owner only; the admin's one-time password still works."""
