@@ -20,7 +20,8 @@ targets each step as DROID's runtime does.
 A plain openpi server (no RoboArena metadata) gets DROID's defaults: one
 exterior and one wrist image at ``policy_image_size``, joint-velocity
 actions in DROID's units, unless its metadata names an ``action_space``
-(then SI units) or ``action_units``.
+(then SI units) or ``action_units``, or the endpoint selects the units
+(``select_action_units``).
 """
 
 from __future__ import annotations
