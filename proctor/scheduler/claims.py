@@ -52,7 +52,7 @@ from proctor.scheduler import runners
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
 from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
 from proctor.station.episodes import FAULT_POLICY_PROTOCOL
-from proctor.station.policy.spec import manifest_exterior_numbering
+from proctor.station.policy.spec import manifest_action_units, manifest_exterior_numbering
 from proctor.station.work import LatencyBudget
 
 # Protocol failures (a malformed reply or metadata) a policy may have in one
@@ -99,6 +99,9 @@ class Claim:
     # the number of the endpoint's first exterior camera key (None: the station's
     # default): a wire setting the submitter chose, as protocol as the dialect
     exterior_numbering: int | None
+    # the action units the endpoint (or the checkpoint's policy.toml) selects (None:
+    # the server's metadata decides): how its velocities are read, not who sent them
+    action_units: str | None
     # one initial scene per block (the LBM "test bundle"): every policy in a block
     # gets the same simulated layout; derived from the sealed seed, so it says nothing
     scene_seed: int
@@ -137,6 +140,7 @@ def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool
         camera_side=a.camera_side,
         dialect=dialect,
         exterior_numbering=manifest_exterior_numbering(sub.manifest) if sub else None,
+        action_units=manifest_action_units(sub.manifest) if sub else None,
         scene_seed=scene_seed(campaign.allocation_seed or "", a.block_index),
         resumed=resumed,
         teleop_url=sub.endpoint_url if sub and sub.kind == SubmissionKind.teleop else None,

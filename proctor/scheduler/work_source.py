@@ -88,6 +88,7 @@ class CampaignWorkSource:
             prompt=claim.prompt,
             dialect=claim.dialect,
             exterior_numbering=claim.exterior_numbering,
+            action_units=claim.action_units,
             campaign_id=claim.campaign_id,
             policy_headers=headers,
             latency_budget=claim.latency_budget,

@@ -233,6 +233,7 @@ class EpisodeRunner:
             work.policy_url,
             dialect=work.dialect,
             exterior_numbering=work.exterior_numbering,
+            action_units=work.action_units,
             headers=work.policy_headers,
             connect_timeout_s=cfg.policy_connect_timeout_s,
             default_image_size=cfg.policy_image_size,

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from proctor.core.domain import EndpointDialect, Outcome, Side
 from proctor.core.errors import ConfigError, FieldError
+from proctor.station.policy import units
 
 _RUN_CODE = re.compile(r"^[A-Z0-9][A-Z0-9-]{1,15}$")
 _OBJECT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -71,6 +72,9 @@ class Work:
     # the number of the first exterior camera's observation key (None: the
     # station's default, 1); the endpoint's wire setting, like the dialect
     exterior_numbering: int | None = None
+    # the action units the endpoint selects (None: the server's metadata decides,
+    # ``proctor/station/policy/units.py``); a wire setting, like the dialect
+    action_units: str | None = None
     assignment_id: int | None = None  # set by the campaign source
     campaign_id: int | None = None
     # extra headers for the policy connection (e.g. a gateway token); never shown or stored
@@ -104,6 +108,8 @@ class Work:
             raise FieldError("sim_seed", f"must be an integer, got {self.sim_seed!r}")
         if self.dialect is not None:
             object.__setattr__(self, "dialect", EndpointDialect(self.dialect))
+        if self.action_units is not None:
+            _action_units(self.action_units)
 
     @property
     def budget_s(self) -> float:
@@ -123,6 +129,13 @@ class Work:
 
     def with_seed(self, sim_seed: int | None) -> Work:
         return replace(self, sim_seed=sim_seed)
+
+
+def _action_units(value: object) -> str:
+    try:
+        return units.check(value)
+    except ValueError as exc:
+        raise FieldError("action_units", str(exc).split(": ", 1)[-1]) from None
 
 
 def _side(name: str, value: object) -> Side:

@@ -71,9 +71,10 @@ def _actions_text(check: CheckState, info: ServerInfo) -> str:
     said = units.get(info.action_units).velocity_text.get(space.value)
     if said is None:
         return f"actions read as {space.value}: {COLUMNS[space]}"
+    source = ", selected for the endpoint" if check.options.action_units else ""
     return (
         f"actions read as {space.value} in {info.action_units} units "
-        f"({units.METADATA_KEY}): {said}; the last column the gripper"
+        f"({units.METADATA_KEY}{source}): {said}; the last column the gripper"
     )
 
 

@@ -20,7 +20,8 @@ targets each step as DROID's runtime does.
 A plain openpi server (no RoboArena metadata) gets DROID's defaults: one
 exterior and one wrist image at ``policy_image_size``, joint-velocity
 actions in DROID's units, unless its metadata names an ``action_space``
-(then SI units) or ``action_units``.
+(then SI units) or ``action_units``, or the endpoint selects the units
+(``select_action_units``).
 """
 
 from __future__ import annotations
@@ -153,26 +154,61 @@ def parse_metadata(
     default_image_size: tuple[int, int],
     n_cameras_available: int = 1,
     exterior_numbering: int | None = None,
+    action_units: str | None = None,
 ) -> ServerInfo:
     """A server's metadata, read by its dialect (None: the dialect is detected
     from the metadata, ``dialects.detect``). ``exterior_numbering``: where the
     endpoint numbers its exterior cameras from (None: ``keys.EXTERIOR_FIRST_INDEX``);
-    a wire setting of the endpoint's, never something the server says."""
+    a wire setting of the endpoint's, never something the server says.
+    ``action_units``: the convention the endpoint selects (``select_action_units``)."""
     if not isinstance(metadata, dict):
         raise ProtocolError(f"server metadata must be a map, got {type(metadata).__name__}")
     wire = dialects.get(dialect) if dialect is not None else dialects.detect(metadata)
     info = wire.parse_metadata(
         metadata, default_image_size=default_image_size, n_cameras_available=n_cameras_available
     )
+    info = select_action_units(info, metadata, action_units)
     if exterior_numbering is None:
         return info
     return replace(info, exterior_first_index=check_exterior_numbering(exterior_numbering))
+
+
+class UnitsConflict(ProtocolError):
+    """The endpoint selects other action units than the server's metadata
+    declares. Neither is chosen over the other: one of them is wrong, and
+    reading a policy's velocities in the wrong units scores the adapter."""
+
+    def __init__(self, selected: str, declared: str) -> None:
+        super().__init__(
+            f"{units.METADATA_KEY}: the endpoint selects '{selected}' but the server's "
+            f"metadata declares '{declared}'"
+        )
+        self.selected = selected
+        self.declared = declared
+
+
+def select_action_units(info: ServerInfo, metadata: Any, selected: str | None) -> ServerInfo:
+    """``info`` with the action units the endpoint selects (None: as the metadata
+    reads). The selection replaces the dialect's default where the metadata
+    declares nothing; a declaration that differs is a ``UnitsConflict``. A
+    dialect whose replies are positions only has no units to select."""
+    if selected is None or not info.wire.velocity_actions:
+        return info
+    chosen = units.check(selected)
+    # a declaration is a registered name (anything else is refused there)
+    declared = parse_action_units(metadata, default=chosen)
+    if declared != chosen:
+        raise UnitsConflict(chosen, declared)
+    return replace(info, action_units=chosen)
 
 
 # where a submission's manifest keeps the wire settings of its endpoint (settings of
 # the protocol, like the dialect: they reach the station with the claim, never a name)
 MANIFEST_WIRE = "wire"
 MANIFEST_EXTERIOR_NUMBERING = "exterior_numbering"
+MANIFEST_ACTION_UNITS = units.METADATA_KEY
+# a checkpoint's policy.toml section, where its action units are selected
+MANIFEST_POLICY = "policy"
 
 
 def manifest_exterior_numbering(manifest: Any) -> int | None:
@@ -182,6 +218,20 @@ def manifest_exterior_numbering(manifest: Any) -> int | None:
     if value is None:
         return None
     return check_exterior_numbering(value)
+
+
+def manifest_action_units(manifest: Any) -> str | None:
+    """The action units a submission selects (None: the server's metadata
+    decides): an endpoint's among its manifest's wire settings, a checkpoint's
+    in its policy.toml's ``[policy]``, as the manifest keeps it."""
+    if not isinstance(manifest, dict):
+        return None
+    for section in (MANIFEST_WIRE, MANIFEST_POLICY):
+        part = manifest.get(section)
+        value = part.get(MANIFEST_ACTION_UNITS) if isinstance(part, dict) else None
+        if value is not None:
+            return units.check(value)
+    return None
 
 
 def check_exterior_numbering(value: Any) -> int:

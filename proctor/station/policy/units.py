@@ -46,7 +46,7 @@ keeps the policy's gripper target as sent, as for every other policy.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -77,6 +77,8 @@ class ActionUnits:
     """One convention: the arm command an action row's arm part becomes."""
 
     name: ClassVar[str]
+    # a few words on what a velocity number is, for the endpoint form
+    summary: ClassVar[str]
     # how the conformance report and the docs say what a velocity row holds
     velocity_text: ClassVar[dict[str, str]]
 
@@ -111,9 +113,22 @@ def get(name: str) -> ActionUnits:
         raise ValueError(f"{METADATA_KEY} '{name}' is not one of {', '.join(names())}") from None
 
 
+def check(value: Any) -> str:
+    """A convention an endpoint or a checkpoint's policy.toml selects: the name of
+    a registered one (``ValueError`` naming the field; the value is the
+    submitter's, so it is not repeated)."""
+    if not isinstance(value, str) or value not in _units:
+        raise ValueError(
+            f"{METADATA_KEY}: must be one of {', '.join(names())} "
+            "(what the numbers of a velocity action mean)"
+        )
+    return value
+
+
 @register
 class Si(ActionUnits):
     name = "si"
+    summary = "rad/s and m/s"
     velocity_text: ClassVar[dict[str, str]] = {
         "joint_velocity": "joint velocities in rad/s, sent as a velocity command",
         "cartesian_velocity": "tool velocities in m/s and rad/s, sent as a velocity command",
@@ -137,6 +152,7 @@ def _unit_norm(v: np.ndarray) -> np.ndarray:
 @register
 class Droid(ActionUnits):
     name = "droid"
+    summary = "DROID's normalised per-step deltas in [-1, 1] (DROID-trained policies)"
     velocity_text: ClassVar[dict[str, str]] = {
         "joint_velocity": (
             "DROID's normalised joint velocities in [-1, 1]: each step the station adds "
@@ -200,6 +216,7 @@ __all__ = [
     "ActionUnits",
     "Droid",
     "Si",
+    "check",
     "get",
     "names",
     "register",

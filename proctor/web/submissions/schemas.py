@@ -95,6 +95,18 @@ class EndpointIn(_In):
             "server reads."
         ),
     )
+    action_units: str | None = Field(
+        default=None,
+        max_length=32,
+        description=(
+            "openpi and roboarena: what the numbers of a velocity action mean, 'si' (rad/s, "
+            "m/s) or 'droid' (DROID's normalised per-step deltas in [-1, 1]). Left out, the "
+            "server's metadata decides (its action_units, else its dialect's default: DROID's "
+            "units for metadata naming no action space and for RoboArena, SI otherwise). A "
+            "selection that differs from what the metadata declares fails the conformance "
+            "check."
+        ),
+    )
     action_space: ActionSpace | None = Field(
         default=None, description="the action space you declare (checked against the metadata)"
     )

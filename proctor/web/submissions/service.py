@@ -258,7 +258,9 @@ def register_endpoint(
     try:
         # a Positronic endpoint is stored with its session path
         url, dialect = endpoints.check_endpoint(body.url, body.dialect)
-        wire = endpoints.check_wire_options(dialect, exterior_numbering=body.exterior_numbering)
+        wire = endpoints.check_wire_options(
+            dialect, exterior_numbering=body.exterior_numbering, action_units=body.action_units
+        )
         endpoints.check_reachable_publicly(url, settings)
     except endpoints.EndpointProblem as exc:
         raise FieldError(exc.field, exc.message) from None

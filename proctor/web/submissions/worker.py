@@ -41,7 +41,12 @@ from proctor.station.policy.conformance import (
     Status,
     check_endpoint,
 )
-from proctor.station.policy.spec import ActionSpace, auth_headers, manifest_exterior_numbering
+from proctor.station.policy.spec import (
+    ActionSpace,
+    auth_headers,
+    manifest_action_units,
+    manifest_exterior_numbering,
+)
 from proctor.web.submissions import endpoints, queue, runner_wait
 
 log = logging.getLogger(__name__)
@@ -99,6 +104,7 @@ def _job(
             headers=auth_headers(dialect, key),
             sim_keys=settings.submissions.conformance_sim_keys,
             exterior_numbering=manifest_exterior_numbering(sub.manifest),
+            action_units=manifest_action_units(sub.manifest),
         ),
     )
 
@@ -140,6 +146,7 @@ def _checkpoint_job(
             dialect=dialect,
             sim_keys=settings.submissions.conformance_sim_keys,
             exterior_numbering=manifest_exterior_numbering(sub.manifest),
+            action_units=manifest_action_units(sub.manifest),
         ),
         platform_written=True,
     )

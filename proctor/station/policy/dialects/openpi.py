@@ -95,6 +95,7 @@ class Openpi(Dialect):
     name = "openpi"
     detect_rank = 100  # the fallback: any metadata without RoboArena's keys
     numbers_exterior_cameras = True
+    velocity_actions = True
 
     def claims(self, metadata: Mapping[Any, Any]) -> bool:
         return True
