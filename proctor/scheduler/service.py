@@ -219,6 +219,7 @@ def create_campaign(session: Session, *, protocol: CampaignProtocol, actor: Acto
         latency_budget=(
             protocol.latency_budget.model_dump() if protocol.latency_budget is not None else None
         ),
+        cell_profiles=sorted(protocol.cell_profiles) if protocol.cell_profiles else None,
         created_by_id=actor.user_id,
     )
     campaign.policies = [
