@@ -50,6 +50,8 @@ class Episode:
     tote_placement: str | None = None
     external_camera: str | None = None
     station: str | None = None
+    # where the station stands (a lab); results break down by site and station
+    site: str | None = None
     started_at: str | None = None
     reference: bool = False
     object_tags: tuple[str, ...] = ()

@@ -2,10 +2,12 @@
 
 Required columns: ``episode_id, policy, object, items, duration_s,
 placements_s, lost, dropped, outcome``; optional: ``budget_s,
-tote_placement, external_camera, station, started_at, reference`` and, two
-extensions of §8, ``object_tags`` and ``envelope_interventions`` (empty: not
-counted). In CSV, ``placements_s`` and
-``object_tags`` are space-separated lists; in JSON Lines they may be arrays.
+tote_placement, external_camera, station, site, started_at, reference`` and,
+two extensions of §8, ``object_tags`` and ``envelope_interventions`` (empty:
+not counted). A reader that predates a column ignores it with a note, so
+files with ``site`` (where the station stands) still read everywhere. In
+CSV, ``placements_s`` and ``object_tags`` are space-separated lists; in JSON
+Lines they may be arrays.
 
 Reading validates everything first and reports the problems, one line each
 naming the line, the episode and the field (the first ``MAX_REPORTED``, then
@@ -45,6 +47,7 @@ OPTIONAL = (
     "tote_placement",
     "external_camera",
     "station",
+    "site",
     "started_at",
     "reference",
     "object_tags",
@@ -298,6 +301,7 @@ def _episode(line: int, row: dict[str, Any], problems: _Problems) -> Episode | N
         "reference": get("reference", _bool, False, required=False),
         "object_tags": get("object_tags", _words, (), required=False),
         "envelope_interventions": get("envelope_interventions", _int, required=False),
+        "site": get("site", _text, required=False),
     }
     if len(problems) > start:
         return None
@@ -401,6 +405,7 @@ def _row(ep: Episode) -> dict[str, Any]:
         "reference": ep.reference,
         "object_tags": list(ep.object_tags),
         "envelope_interventions": ep.envelope_interventions,
+        "site": ep.site,
     }
 
 

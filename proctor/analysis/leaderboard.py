@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -130,6 +130,8 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
     ref_rmst = {o: c.rmst() for o, c in ref_cells.items()}
 
     configurations = sorted({c for e in kept if (c := e.configuration) is not None})
+    sites = sorted({x for e in kept if (x := e.site) is not None})
+    stations = sorted({x for e in kept if (x := e.station) is not None})
     policy_results = {
         p: _policy_result(
             p,
@@ -141,6 +143,8 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
             protocol=protocol,
             tags=tags,
             configurations=configurations,
+            sites=sites,
+            stations=stations,
         )
         for p in policies
     }
@@ -195,6 +199,8 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
         excluded=excluded,
         notes=tuple(notes),
         configurations=tuple(configurations),
+        sites=tuple(sites),
+        stations=tuple(stations),
     )
 
 
@@ -366,8 +372,11 @@ def _policy_result(
     protocol: Protocol,
     tags: dict[str, tuple[str, ...]],
     configurations: list[str],
+    sites: list[str],
+    stations: list[str],
 ) -> PolicyResult:
     a = protocol.alpha
+    yardstick = ref_rmst if reference is not None else {}
     is_ref = policy == reference
     notes: list[str] = []
     mine = tuple(c.object for c in cells)
@@ -455,6 +464,10 @@ def _policy_result(
             policy, cells, configurations, ref_rmst if reference is not None else {}, protocol
         ),
         per_tag=_per_tag(cells, tags, ref_rmst if reference is not None else {}, protocol),
+        per_site=_per_group(policy, cells, sites, _site, yardstick, protocol, label="site"),
+        per_station=_per_group(
+            policy, cells, stations, _station, yardstick, protocol, label="station"
+        ),
         sweep=_sweep(cells, protocol),
         binary=_binary(episodes, protocol),
         notes=tuple(notes),
@@ -482,27 +495,65 @@ def _per_configuration(
     ref_rmst: dict[str, np.ndarray],
     protocol: Protocol,
 ) -> tuple[Breakdown, ...]:
-    """Completion and HRT per spatial configuration. Sub-cells (object ×
-    configuration) are resampled on their own; the reference's RMST stays the
-    whole reference cell (the human taken as configuration-insensitive), so
-    every configuration of a policy is measured against the same yardstick."""
+    """Completion and HRT per spatial configuration (``_per_group``), each
+    naming its tote placement and camera side."""
+    out = []
+    for b in _per_group(
+        policy, cells, configurations, _configuration, ref_rmst, protocol, label="configuration"
+    ):
+        first = next(e for c in cells for e in c.episodes if e.configuration == b.key)
+        out.append(
+            replace(b, tote_placement=first.tote_placement, external_camera=first.external_camera)
+        )
+    return tuple(out)
+
+
+def _configuration(e: Episode) -> str | None:
+    return e.configuration
+
+
+def _site(e: Episode) -> str | None:
+    return e.site
+
+
+def _station(e: Episode) -> str | None:
+    return e.station
+
+
+def _per_group(
+    policy: str,
+    cells: list[CellWork],
+    keys: Sequence[str],
+    key_of: Callable[[Episode], str | None],
+    ref_rmst: dict[str, np.ndarray],
+    protocol: Protocol,
+    *,
+    label: str,
+) -> tuple[Breakdown, ...]:
+    """Completion, RMST and HRT of the policy's episodes whose ``key_of`` is
+    each of ``keys`` (a spatial configuration, a site, a station); keys it has
+    no episode under are left out. Sub-cells (object × key) are resampled on
+    their own, under random streams named by ``label``; the reference's RMST
+    stays the whole reference cell, so every key of a policy is measured
+    against the same yardstick (the reference's own breakdown shows how much
+    the key moves the human)."""
     out = []
     a = protocol.alpha
-    for conf in configurations:
+    for key in keys:
         subs = []
         objs_list = []
         for c in cells:
-            eps = [e for e in c.episodes if e.configuration == conf]
+            eps = [e for e in c.episodes if key_of(e) == key]
             if eps:
                 subs.append(
                     build_cell(
                         policy,
-                        f"{c.object}|{conf}",  # names the random stream only
+                        f"{c.object}|{key}",  # names the random stream only
                         eps,
                         tau=protocol.tau,
                         replicates=protocol.bootstrap,
                         seed=protocol.seed,
-                        label="configuration",
+                        label=label,
                     )
                 )
                 objs_list.append(c.object)
@@ -515,10 +566,9 @@ def _per_configuration(
             if with_ref
             else None
         )
-        first = subs[0].episodes[0]
         out.append(
             Breakdown(
-                key=conf,
+                key=key,
                 episodes=sum(s.n_episodes for s in subs),
                 objects=objs,
                 completion=_interval(
@@ -526,8 +576,6 @@ def _per_configuration(
                 ),
                 hrt=hrt,
                 rmst=_interval(np.mean([s.rmst() for s in subs], axis=0), a),
-                tote_placement=first.tote_placement,
-                external_camera=first.external_camera,
             )
         )
     return tuple(out)

@@ -56,7 +56,7 @@ RESULT_KEYS = frozenset(
         *("m_bar", "rho_estimated", "deff", "episode_id", "reason"),
         *("latency", "p50_ms", "p95_ms", "p99_ms", "server_p50_ms", "stale_action_rate"),
         *("calls", "calls_per_episode", "server_calls", "actions", "stale_actions"),
-        *("over_budget",),
+        *("over_budget", "sites", "stations", "per_site", "per_station"),
     }
 )
 
@@ -202,6 +202,8 @@ def _policy(r: PolicyResult) -> dict[str, Any]:
         "per_object": [_object(o) for o in r.per_object],
         "per_configuration": [_breakdown(b) for b in r.per_configuration],
         "per_tag": [_breakdown(b) for b in r.per_tag],
+        "per_site": [_breakdown(b) for b in r.per_site],
+        "per_station": [_breakdown(b) for b in r.per_station],
         "tau_sweep": _sweep(r.sweep),
         "binary": {
             "successes": r.binary.successes,
@@ -340,6 +342,8 @@ def to_json(
         "protocol": protocol,
         "objects": [{"object": o, "tags": list(lb.object_tags.get(o, ()))} for o in lb.objects],
         "configurations": list(lb.configurations),
+        "sites": list(lb.sites),
+        "stations": list(lb.stations),
         "policies": [_policy(p) for p in lb.policies],
         "pairs": [_pair(p) for p in lb.pairs],
         "letters": dict(lb.letters),

@@ -156,7 +156,7 @@ class FailureModes:
 @dataclass(frozen=True)
 class Breakdown:
     """Completion and HRT of one policy on a subset of its episodes: one
-    spatial configuration, or the objects carrying one tag."""
+    spatial configuration, the objects carrying one tag, one site or one station."""
 
     key: str
     episodes: int
@@ -209,6 +209,9 @@ class PolicyResult:
     notes: tuple[str, ...] = ()
     # round trips, the server's share and stale actions over the scored episodes
     latency: Latency | None = None
+    # per site and per station the episodes ran at (those that declared one)
+    per_site: tuple[Breakdown, ...] = ()
+    per_station: tuple[Breakdown, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -270,3 +273,6 @@ class Leaderboard:
     excluded: tuple[Exclusion, ...]
     notes: tuple[str, ...] = field(default=())
     configurations: tuple[str, ...] = ()
+    # the sites and stations the scored episodes ran at (those that declared one)
+    sites: tuple[str, ...] = ()
+    stations: tuple[str, ...] = ()

@@ -115,7 +115,7 @@ def load_episodes(
     the analysis reads them under ``stream``."""
     stream = LabelStream(stream)
     q = (
-        sa.select(EpisodeRow, Policy, ObjectType, Station.name)
+        sa.select(EpisodeRow, Policy, ObjectType, Station.name, Station.site)
         .outerjoin(Assignment, EpisodeRow.assignment_id == Assignment.id)
         .outerjoin(Policy, Assignment.policy_id == Policy.id)
         .join(ObjectType, EpisodeRow.object_type_id == ObjectType.id)
@@ -135,7 +135,7 @@ def load_episodes(
     reconciled = 0
     references: set[str] = set()
     sources = _STREAM_SOURCES[stream]
-    for row, policy, obj, station_name in rows:
+    for row, policy, obj, station_name, site in rows:
         policy_name = policy.name if policy is not None else ""
 
         def skip(
@@ -169,6 +169,9 @@ def load_episodes(
             tote_placement=_value(row.tote_side),
             external_camera=_value(row.camera_side),
             station=station_name,
+            # the station's site now: a station moved to another site takes its
+            # past episodes along (stations are re-enrolled, not moved, in practice)
+            site=site,
             started_at=row.started_at.isoformat() if row.started_at else None,
             reference=policy.kind == PolicyKind.reference,
             object_tags=tuple(sorted(obj.tags or ())),

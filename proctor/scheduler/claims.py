@@ -182,6 +182,7 @@ def claim_next(
         sa.update(Station).where(Station.id == station_id).values(last_seen_at=now)
     ).rowcount:
         raise UsageError(f"station_id: no station {station_id}")
+    _check_cell_profile(session, campaign, station_id)
     held = session.scalars(
         sa.select(Assignment)
         .where(
@@ -236,6 +237,30 @@ def claim_next(
     if a is None:
         raise ProctorError("a claimed assignment vanished")  # impossible inside one transaction
     return _claim(session, a, campaign, resumed=False)
+
+
+class ProfileNotAccepted(CampaignStateError):
+    """The station's cell profile is not one the campaign accepts: it gets no
+    work from it (the station API and console answer with the reason)."""
+
+
+def _check_cell_profile(session: Session, campaign: Campaign, station_id: int) -> None:
+    """Refuse a station whose cell is not of a profile the campaign lists (a
+    campaign listing none takes any station). Checked before a held claim is
+    resumed too: a station re-declared as another kind of cell runs nothing."""
+    accepted = campaign.cell_profiles
+    if accepted is None:
+        return
+    name, profile = session.execute(
+        sa.select(Station.name, Station.cell_profile).where(Station.id == station_id)
+    ).one()
+    if profile not in accepted:
+        declared = f"cell profile '{profile}'" if profile else "no cell profile"
+        raise ProfileNotAccepted(
+            f"station '{name}' declares {declared}; campaign '{campaign.name}' accepts "
+            f"only stations of cell profile {', '.join(repr(p) for p in accepted)} "
+            "(set cell_profile in the station's config)"
+        )
 
 
 def _by_run_code(session: Session, run_code: str) -> Assignment:

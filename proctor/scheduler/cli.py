@@ -177,6 +177,8 @@ def _print_status(r: CampaignReport) -> None:
         f"items {r.items_per_episode} × cap {r.per_item_cap_s:g} s, τ {r.tau_s:g} s, "
         f"target {r.episodes_per_cell} per cell"
     )
+    if r.cell_profiles is not None:
+        console.print(f"stations of cell profile {', '.join(r.cell_profiles)} only")
     if r.commitment:
         console.print(f"seed commitment {r.commitment}")
     if r.seed:

@@ -18,6 +18,8 @@ Example ``protocol.toml``::
       { tote = "left", camera = "left" },
       { tote = "right", camera = "left" },
     ]
+    # optional: only stations of these cell profiles run it (default: any)
+    cell_profiles = ["droid-fr3-2f85", "droid-fr3-robotiq"]
     # optional: the policy's round trip bounded; an episode with more than
     # `tolerance` calls slower than `budget_ms` ends charged to the policy
     latency_budget = { budget_ms = 250, tolerance = 3 }
@@ -41,6 +43,7 @@ from pydantic import (
 
 from proctor.core.domain import Side
 from proctor.core.errors import UsageError
+from proctor.station.config import CellLabel
 
 # a guard against typos like episodes_per_cell = 20000, not a methodological limit
 MAX_SLOTS = 100_000
@@ -105,6 +108,9 @@ class CampaignProtocol(BaseModel):
     )
     extra: dict[str, Any] = Field(default_factory=dict)
     latency_budget: LatencyBudgetEntry | None = None
+    # the cell profiles whose stations may run it (``cell_profile`` in a station's
+    # config); None: any station, whatever it declared
+    cell_profiles: Annotated[list[CellLabel], Field(min_length=1, max_length=100)] | None = None
 
     @field_validator("policies", mode="before")
     @classmethod
@@ -154,6 +160,7 @@ class CampaignProtocol(BaseModel):
             if key in cfgs:
                 out.append(f"spatial_configs[{i}]: already listed at spatial_configs[{cfgs[key]}]")
             cfgs.setdefault(key, i)
+        out.extend(_duplicates("cell_profiles", self.cell_profiles or []))
         extra = json.dumps(self.extra)
         if "\\u0000" in extra:
             out.append("extra: must not contain NUL characters")
@@ -165,6 +172,16 @@ class CampaignProtocol(BaseModel):
                 f"episodes_per_cell: {slots} episodes in all exceeds the limit of {MAX_SLOTS}"
             )
         return out
+
+
+def _duplicates(field: str, values: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for i, v in enumerate(values):
+        if v in seen:
+            out.append(f"{field}[{i}]: '{v}' is already listed at {field}[{seen[v]}]")
+        seen.setdefault(v, i)
+    return out
 
 
 def _describe(exc: ValidationError) -> str:

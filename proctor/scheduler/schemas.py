@@ -72,6 +72,8 @@ class CampaignStatusOut(BaseModel):
     config_spread: int
     cells: list[CellOut]
     configs: list[ConfigOut]
+    # the cell profiles whose stations may run it; null: any station
+    cell_profiles: list[str] | None = None
 
     @classmethod
     def of(cls, r: service.CampaignReport) -> CampaignStatusOut:

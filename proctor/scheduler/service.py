@@ -219,6 +219,7 @@ def create_campaign(session: Session, *, protocol: CampaignProtocol, actor: Acto
         latency_budget=(
             protocol.latency_budget.model_dump() if protocol.latency_budget is not None else None
         ),
+        cell_profiles=sorted(protocol.cell_profiles) if protocol.cell_profiles else None,
         created_by_id=actor.user_id,
     )
     campaign.policies = [
@@ -424,6 +425,8 @@ class CampaignReport:
     blocks_complete: int
     cells: list[CellProgress] = field(default_factory=list)
     configs: list[ConfigProgress] = field(default_factory=list)
+    # the cell profiles whose stations may run it; None: any station
+    cell_profiles: list[str] | None = None
 
     @property
     def config_spread(self) -> int:
@@ -566,6 +569,7 @@ def campaign_status(
         commitment=c.seed_commitment,
         seed=None if sealed else c.allocation_seed,
         protocol_digest=proto.digest() if proto else None,
+        cell_profiles=list(c.cell_profiles) if c.cell_profiles is not None else None,
         started_at=c.started_at,
         closed_at=c.closed_at,
         released_at=c.released_at,

@@ -7,6 +7,11 @@ the scheduler::
     source = "proctor.scheduler.work_source:campaign_work_source"
     options = { campaign = "spring-2026", station = "cell-a", gateway = "ws://server:8000" }
 
+The station's ``site`` and ``cell_profile`` (top-level keys of its config,
+handed over by the daemon) are validated and written to its row on every
+start, so a campaign that accepts some cell profiles only sees what the
+station declares now.
+
 Each call is its own transaction on the campaign database (the one in the
 station's Proctor settings, or ``database_url``): ``claim`` commits the claim
 before returning it, so a crash after it resumes the same run on restart.
@@ -35,6 +40,7 @@ from proctor.core.errors import UsageError
 from proctor.scheduler import claims
 from proctor.scheduler.gateway import gateway_url, station_headers
 from proctor.scheduler.service import get_campaign
+from proctor.station.config import label_problem
 from proctor.station.work import Work
 
 
@@ -47,7 +53,13 @@ class CampaignWorkSource:
         station: str,
         gateway: str,
         free_protocol_faults: int = claims.FREE_PROTOCOL_FAULTS,
+        site: str | None = None,
+        cell_profile: str | None = None,
     ) -> None:
+        for field, value in (("site", site), ("cell_profile", cell_profile)):
+            problem = None if value is None else label_problem(value)
+            if problem is not None:
+                raise UsageError(f"{field}: {problem}")
         if not gateway.startswith(("ws://", "wss://", "http://", "https://")):
             raise UsageError(f"gateway: '{gateway}' must be the server's ws:// or http:// origin")
         self._factory = session_factory
@@ -55,7 +67,7 @@ class CampaignWorkSource:
         self._free_protocol_faults = free_protocol_faults
         with session_scope(self._factory) as session:
             self.campaign_id = get_campaign(session, campaign).id
-            self.station_id = _station_id(session, station)
+            self.station_id = _station_id(session, station, site=site, cell_profile=cell_profile)
         self._station_name = station
 
     def claim(self) -> Work | None:
@@ -118,19 +130,27 @@ class CampaignWorkSource:
             )
 
 
-def _station_id(session: Session, name: str) -> int:
-    """The station's row, registered on first use."""
-    found = session.scalar(sa.select(Station.id).where(Station.name == name))
-    if found is not None:
-        return found
-    station = Station(name=name)
-    session.add(station)
+def _station_id(session: Session, name: str, *, site: str | None, cell_profile: str | None) -> int:
+    """The station's row, registered on first use; its site and cell profile
+    are what its config declares now (an undeclared one is cleared, so a
+    station cannot keep a profile it no longer claims to be)."""
+    station = session.scalar(sa.select(Station).where(Station.name == name))
+    if station is None:
+        station = Station(name=name)
+        session.add(station)
+    station.site, station.cell_profile = site, cell_profile
     session.flush()
     return station.id
 
 
 def campaign_work_source(
-    *, campaign: int | str, station: str, gateway: str, database_url: str | None = None
+    *,
+    campaign: int | str,
+    station: str,
+    gateway: str,
+    database_url: str | None = None,
+    site: str | None = None,
+    cell_profile: str | None = None,
 ) -> CampaignWorkSource:
     """The factory the station config names (``[work] options`` are its arguments)."""
     from proctor.core.settings import load_settings
@@ -143,4 +163,6 @@ def campaign_work_source(
         station=station,
         gateway=gateway,
         free_protocol_faults=settings.scheduler.free_protocol_faults,
+        site=site,
+        cell_profile=cell_profile,
     )

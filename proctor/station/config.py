@@ -9,6 +9,8 @@ never in importable code.
 Example::
 
     name = "cell-a"
+    site = "lab-berlin"      # where the cell stands (results break down by it)
+    cell_profile = "droid-fr3-2f85"  # what kind of cell: a campaign may accept some only
     control_hz = 15          # DROID policies are trained at 15 Hz
     telemetry_hz = 100
 
@@ -35,16 +37,42 @@ Example::
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator
 
 from proctor.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from proctor.core.settings import Settings
+
+
+# a site or cell profile: a short slug, so it reads the same in a URL, a file
+# name, a TOML key and the leaderboard, and cannot smuggle markup or spaces
+_LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def label_problem(value: object) -> str | None:
+    """Why ``value`` is not a site or cell-profile label, or None if it is one."""
+    if not isinstance(value, str) or not _LABEL.fullmatch(value):
+        return (
+            f"{value!r} must be 1-64 characters of lowercase letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit"
+        )
+    return None
+
+
+def _label(value: str) -> str:
+    problem = label_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+CellLabel = Annotated[str, AfterValidator(_label)]
 
 
 class CameraSettings(BaseModel):
@@ -172,6 +200,10 @@ class StationConfig(BaseModel):
     model_config = {"extra": "forbid"}
 
     name: str = Field(default="station-1", min_length=1, max_length=64)
+    # where the cell stands and what kind of cell it is; handed to a campaign work
+    # source, which registers them with the station (None: not declared)
+    site: CellLabel | None = None
+    cell_profile: CellLabel | None = None
     # policy action steps per second; DROID-trained policies expect 15 Hz
     control_hz: float = Field(default=15.0, gt=0, le=1000)
     # state samples per second; the annotator needs ≥ 100 Hz to time releases to 10 ms

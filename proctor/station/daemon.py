@@ -24,7 +24,7 @@ from sqlalchemy.orm import sessionmaker
 from proctor.core.artifacts import ArtifactStore
 from proctor.core.db.engine import ProctorSession
 from proctor.core.domain import EndpointDialect, Outcome
-from proctor.core.errors import FieldError, ProctorError
+from proctor.core.errors import ConfigError, FieldError, ProctorError
 from proctor.station import episodes
 from proctor.station.config import StationConfig
 from proctor.station.deadman import ConsoleDeadman
@@ -157,7 +157,23 @@ class StationDaemon:
         if w.source == "adhoc":
             # without options there is nothing to do until work is configured
             return adhoc_source(w.options) if w.options else _empty_source()
-        return load_work_source(w.source, w.options)
+        return load_work_source(w.source, {**w.options, **self._cell_identity()})
+
+    def _cell_identity(self) -> dict[str, str]:
+        """The config's site and cell profile, for a work source that registers
+        the station (only those declared: a source that takes neither still loads)."""
+        declared = {
+            k: v
+            for k, v in (("site", self.config.site), ("cell_profile", self.config.cell_profile))
+            if v is not None
+        }
+        for key, value in declared.items():
+            given = self.config.work.options.get(key, value)
+            if given != value:
+                raise ConfigError(
+                    f"work.options.{key}: {given!r} contradicts the station's {key} {value!r}"
+                )
+        return declared
 
     # -- lifecycle --------------------------------------------------------------------
     def open(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 from proctor.analysis.report import SCHEMA
 from proctor.analysis.results import Protocol
 from proctor.analysis.store import build_snapshot, load_episodes, recompute, stale_campaigns
-from proctor.core.db.models import AnalysisSnapshot, PlacementEvent
+from proctor.core.db.models import AnalysisSnapshot, PlacementEvent, Station
 from proctor.core.domain import (
     EpisodeState,
     LabelStatus,
@@ -297,3 +297,20 @@ def test_the_web_snapshot_package_does_not_compute() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("analysis"):
                 found += [(path.name, a.name) for a in node.names if a.name in _COMPUTING]
     assert found == []
+
+
+def test_each_episode_carries_its_stations_name_and_site(world: World) -> None:
+    w = world
+    at_a = Station(name="cell-a", site="lab-a", cell_profile="droid-fr3")
+    bare = Station(name="cell-b")  # declared no site
+    w.s.add_all([at_a, bare])
+    w.s.flush()
+    one = w.episode(w.bot, w.cup, placed=[5.0])
+    two = w.episode(w.bot, w.cup, placed=[5.0])
+    one.station_id, two.station_id = at_a.id, bare.id
+    w.s.flush()
+    table = load_episodes(w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed)
+    by = {e.episode_id: (e.station, e.site) for e in table.episodes}
+    assert by[one.uid] == ("cell-a", "lab-a")
+    assert by[two.uid] == ("cell-b", None)
+    assert by[w.last_bot.uid] == (None, None)  # recorded by no station

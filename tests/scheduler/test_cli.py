@@ -48,6 +48,7 @@ reference = "{w.reference.name}"
 policies = ["{w.policies[0].name}", {{ name = "{w.policies[1].name}" }}]
 objects = ["{w.objects[0].name}", "{w.objects[1].name}"]
 spatial_configs = [{{ tote = "left", camera = "left" }}, {{ tote = "right", camera = "left" }}]
+cell_profiles = ["sim-droid", "droid-fr3"]
 """,
         encoding="utf-8",
     )
@@ -65,6 +66,7 @@ spatial_configs = [{{ tote = "left", camera = "left" }}, {{ tote = "right", came
     assert "0/4" in out and "arm A" in out and commitment in out
     assert not any(n in out for n in names)
     assert "tote left / camera left" in out and "tote right / camera left" in out
+    assert "stations of cell profile droid-fr3, sim-droid only" in out
 
     code, out, _ = proctor("campaign", "status", name, "--identities")
     assert code == 0 and all(n in out for n in names)

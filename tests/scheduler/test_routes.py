@@ -201,3 +201,24 @@ def test_the_web_app_serves_the_gateway(api: Api) -> None:
         with api.client.websocket_connect(f"/policy/{'x' * 32}"):
             pass
     assert exc.value.code == 1008  # refused before the handshake completes
+
+
+def test_a_campaigns_cell_profiles_over_the_api(api: Api) -> None:
+    with api.db.session() as s:
+        w = builders.world(s, 1)
+    c, admin = api.client, api.as_("admin")
+    bad = c.post("/api/campaigns", json=_body(w, cell_profiles=["Droid FR3"]), headers=admin)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == [
+        "body",
+        "cell_profiles",
+        0,
+    ]
+    twice = c.post("/api/campaigns", json=_body(w, cell_profiles=["a", "a"]), headers=admin)
+    assert twice.status_code == 422
+    assert "cell_profiles[1]: 'a' is already listed at cell_profiles[0]" in twice.json()["detail"]
+    made = c.post("/api/campaigns", json=_body(w, cell_profiles=["ur5", "fr3"]), headers=admin)
+    assert made.status_code == 201, made.text
+    status = c.get(f"/api/campaigns/{made.json()['id']}", headers=admin).json()
+    assert status["cell_profiles"] == ["fr3", "ur5"]
+    anyone = c.post("/api/campaigns", json=_body(w), headers=admin).json()["id"]
+    assert c.get(f"/api/campaigns/{anyone}", headers=admin).json()["cell_profiles"] is None

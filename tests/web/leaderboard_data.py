@@ -144,7 +144,7 @@ def seed_campaign(
             session.add(row)
             session.flush()
         obj_rows[name] = row
-    station = Station(name=f"cell-{tag}", profile="sim")
+    station = Station(name=f"cell-{tag}", profile="sim", site=f"lab-{tag}".lower())
     session.add(station)
     campaign = Campaign(
         name=f"campaign-{tag}",

@@ -55,6 +55,12 @@ def test_the_policy_json_is_the_snapshots(web: Web, released: SeededCampaign) ->
         b["key"] for b in p["per_configuration"]
     ]
     assert [b["key"] for b in body["per_tag"]] == ["deformable", "rigid"]
+    # where its episodes ran: the one seeded station, at its site
+    (site,) = result["sites"]
+    assert [b["key"] for b in body["per_site"]] == [site] and site.startswith("lab-")
+    assert [b["key"] for b in body["per_station"]] == result["stations"]
+    assert body["per_site"][0]["hrt"]["estimate"] == p["per_site"][0]["hrt"]["estimate"]
+    assert body["per_site"][0]["episodes"] == p["episodes"]
     assert set(body["failure_modes"]) == set(p["failure_modes"])
     # released: who it is (never the endpoint URL)
     ident = next(i for i in released.identities if i.name == p["policy"])
@@ -159,6 +165,10 @@ def test_the_policy_page(web: Web, released: SeededCampaign) -> None:
     episodes = doc.find("table", id="episode-table").find_all("tr", data_episode=True)
     assert len(episodes) == sum(1 for v in released.episode_policy.values() if v == p["policy"])
     assert "Lab of" in doc.find("dl", class_="identity").text()
+    (site_row,) = doc.find("section", id="sites").find("tbody").find_all("tr")
+    assert site_row.find("th").text().strip() == result["sites"][0]
+    (station_row,) = doc.find("section", id="stations").find("tbody").find_all("tr")
+    assert station_row.find("th").text().strip() == result["stations"][0]
 
 
 def test_policy_not_found(web: Web, released: SeededCampaign) -> None:

@@ -101,6 +101,9 @@ class PolicyOut(BaseModel):
     per_object: list[ObjectPart]
     per_configuration: list[Breakdown]
     per_tag: list[Breakdown]
+    # where the episodes ran; empty for results computed before sites were recorded
+    per_site: list[Breakdown] = Field(default_factory=list)
+    per_station: list[Breakdown] = Field(default_factory=list)
     tau_sweep: dict[str, Any]
     binary: dict[str, Any]
     notes: list[str]
@@ -265,6 +268,8 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
         per_object=objects,
         per_configuration=[_breakdown(b) for b in p["per_configuration"]],
         per_tag=[_breakdown(b) for b in p["per_tag"]],
+        per_site=[_breakdown(b) for b in p.get("per_site", [])],
+        per_station=[_breakdown(b) for b in p.get("per_station", [])],
         tau_sweep=p["tau_sweep"],
         binary=p["binary"],
         notes=p["notes"],

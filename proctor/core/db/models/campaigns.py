@@ -45,6 +45,9 @@ class Campaign(Base):
     # {"budget_ms": float, "tolerance": int}: the policy's round trip bounded
     # (proctor.scheduler.protocol.LatencyBudgetEntry); None: measured, not enforced
     latency_budget: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # the cell profiles whose stations may run it (``Station.cell_profile``),
+    # sorted; None: any station
+    cell_profiles: Mapped[list[str] | None] = mapped_column(JSONType)
     seed_commitment: Mapped[str | None] = mapped_column(sa.String(64))
     allocation_seed: Mapped[str | None] = mapped_column(sa.String(128))  # sealed until closed
     # the exact input of the allocation derivation, frozen when the campaign starts

@@ -27,6 +27,12 @@ class Station(Base):
     profile: Mapped[str] = mapped_column(sa.String(16), default="sim")  # sim | twin | real
     description: Mapped[str] = mapped_column(sa.Text, default="")
     config: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # where the cell stands (a lab, a building) and what kind of cell it is (its
+    # robot, gripper and layout, e.g. ``droid-fr3-2f85``): set from the station's
+    # config when it registers; a campaign accepts some cell profiles only, and
+    # results break down by site. None: not declared (accepted by an open campaign)
+    site: Mapped[str | None] = mapped_column(sa.String(64))
+    cell_profile: Mapped[str | None] = mapped_column(sa.String(64))
     created_at: Mapped[datetime] = created_at_column()
     last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
