@@ -46,6 +46,7 @@ from proctor.core.domain import (
     SubmissionKind,
 )
 from proctor.core.errors import ProctorError, UsageError
+from proctor.scheduler.adaptation import apply_plan
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
 from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
 from proctor.station.episodes import FAULT_POLICY_PROTOCOL
@@ -173,6 +174,9 @@ def claim_next(
     active = sa.select(CampaignPolicy.policy_id).where(
         CampaignPolicy.campaign_id == campaign_id, CampaignPolicy.active.is_(True)
     )
+    # an adaptive campaign re-plans the slots not handed out, and hands out
+    # none beyond the blocks its rule has already decided
+    horizon = apply_plan(session, campaign)
     pick = (
         sa.select(Assignment.id)
         .where(
@@ -180,6 +184,7 @@ def claim_next(
             Assignment.status == AssignmentStatus.pending,
             sa.or_(Assignment.not_before.is_(None), Assignment.not_before <= now),
             Assignment.policy_id.in_(active),
+            sa.true() if horizon is None else Assignment.block_index <= horizon,
         )
         .order_by(Assignment.sequence)
         .limit(1)
