@@ -84,7 +84,8 @@ class SentinelDrift:
 
     @property
     def flagged(self) -> bool:
-        return bool((self.trend and self.trend.flagged) or (self.stations and self.stations.flagged))
+        trend = self.trend is not None and self.trend.flagged
+        return trend or (self.stations is not None and self.stations.flagged)
 
     def to_json(self) -> dict[str, object]:
         t, st = self.trend, self.stations

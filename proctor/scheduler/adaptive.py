@@ -36,11 +36,9 @@ import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from proctor.analysis.episodes import Episode
-from proctor.analysis.sequential import sequential_pair
+from proctor.analysis.resolution import Outcome, PairStop, pair_crossings, policy_stops
 from proctor.scheduler.allocation import AllocationProtocol, SeedStream, Slot, derive_allocation
 
 RULE = "stop-resolved-v1"
@@ -91,26 +89,6 @@ class AdaptiveRule:
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """A counted episode of an original or replacement slot, as the rule
-    reads it: ``sequence`` orders it (allocation order); ``episode`` has
-    ``policy`` = str(policy id) and ``object`` = str(object type id)."""
-
-    block_index: int
-    sequence: int
-    episode: Episode
-
-
-@dataclass(frozen=True)
-class PairStop:
-    a: int
-    b: int
-    block: int  # the block after which the pair's e-process had crossed
-    episodes: int  # the pair's episodes seen then (sequential ``stopped_at``)
-    e_value: float
-
-
-@dataclass(frozen=True)
 class PolicyStop:
     policy_id: int
     block: int  # decided once blocks 0…block settled
@@ -144,59 +122,6 @@ class Plan:
         ]
 
 
-def _pair_crossings(
-    protocol: AllocationProtocol, rule: AdaptiveRule, outcomes: Sequence[Outcome]
-) -> list[PairStop]:
-    ordered = sorted(outcomes, key=lambda o: (o.block_index, o.sequence))
-    block_of = [o.block_index for o in ordered]
-    episodes = [o.episode for o in ordered]
-    # allocation order stands in for start order: fixed by the seed before
-    # any outcome, so the e-process is read in an order chosen in advance
-    t0 = datetime(2000, 1, 1, tzinfo=UTC)
-    starts = {e.episode_id: t0 + timedelta(seconds=i) for i, e in enumerate(episodes)}
-    pairs = list(itertools.combinations(protocol.policies, 2))
-    out: list[PairStop] = []
-    for a, b in pairs:
-        mine = [i for i, e in enumerate(episodes) if e.policy in (str(a), str(b))]
-        try:
-            res = sequential_pair(
-                str(a), str(b), episodes, starts, alpha=rule.alpha, comparisons=len(pairs)
-            )
-        except ValueError:
-            continue  # no scored episodes on a shared object yet
-        if res.stopped_at is None:
-            continue
-        # the scored episodes of the pair, in order, are a subsequence of ``mine``
-        scored = [i for i in mine if episodes[i].outcome != "system"]
-        shared = _shared_objects(episodes, scored, str(a), str(b))
-        scored = [i for i in scored if episodes[i].object in shared]
-        out.append(
-            PairStop(a, b, block_of[scored[res.stopped_at - 1]], res.stopped_at, res.e_value)
-        )
-    return out
-
-
-def _shared_objects(episodes: Sequence[Episode], idx: Sequence[int], a: str, b: str) -> set[str]:
-    objs_a = {episodes[i].object for i in idx if episodes[i].policy == a}
-    objs_b = {episodes[i].object for i in idx if episodes[i].policy == b}
-    return objs_a & objs_b
-
-
-def _policy_stops(
-    protocol: AllocationProtocol, rule: AdaptiveRule, crossings: Sequence[PairStop]
-) -> dict[int, int]:
-    """policy id → the block after which all its pairs had crossed."""
-    at = {(c.a, c.b): c.block for c in crossings}
-    out: dict[int, int] = {}
-    for p in protocol.policies:
-        if p in rule.sentinels:
-            continue
-        blocks = [at.get((min(p, q), max(p, q))) for q in protocol.policies if q != p]
-        if blocks and all(b is not None for b in blocks):
-            out[p] = max(b for b in blocks if b is not None)
-    return out
-
-
 def replay(
     seed: str, protocol: AllocationProtocol, rule: AdaptiveRule, outcomes: Sequence[Outcome]
 ) -> Plan:
@@ -205,9 +130,9 @@ def replay(
     blocks 0…F, F the last settled block)."""
     base = derive_allocation(seed, protocol)
     plan = Plan(base=base, policy_of={s.sequence: s.policy_id for s in base})
-    crossings = _pair_crossings(protocol, rule, outcomes)
+    crossings = pair_crossings(protocol.policies, rule.alpha, outcomes)
     plan.pair_stops = sorted(crossings, key=lambda c: (c.block, c.a, c.b))
-    stops = _policy_stops(protocol, rule, crossings)
+    stops = policy_stops(protocol.policies, rule.sentinels, crossings)
     stream = SeedStream(seed)
     stopped: set[int] = set()
     for block in sorted(set(stops.values())):

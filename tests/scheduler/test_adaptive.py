@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from proctor.analysis.episodes import Episode
+from proctor.analysis.resolution import Outcome
 from proctor.core.domain import Side
-from proctor.scheduler.adaptive import AdaptiveRule, Outcome, Plan, compare, replay
+from proctor.scheduler.adaptive import AdaptiveRule, Plan, compare, replay
 from proctor.scheduler.allocation import AllocationProtocol, SpatialConfig, derive_allocation
 
 REF, SLOW, PEER = 10, 20, 30
@@ -80,7 +81,7 @@ def three() -> tuple[AllocationProtocol, AdaptiveRule, Plan, list[Outcome]]:
 
 
 def test_the_resolved_policy_stops_and_its_slots_shift_to_the_unresolved_one(three) -> None:
-    protocol, rule, plan, outcomes = three
+    protocol, _rule, plan, outcomes = three
     assert [s.policy_id for s in plan.policy_stops] == [SLOW]
     stop = plan.policy_stops[0]
     assert stop.first_changed_block < protocol.block_count - 4  # early, not at the end
