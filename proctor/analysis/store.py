@@ -586,9 +586,10 @@ def early_stops(session: Session, campaign: Campaign) -> dict[str, Any] | None:
         "alpha": rule["alpha"],
         "lag_blocks": lag,
         "sentinels": [names[p] for p in sentinels],
-        "blocks_settled": -1
-        if reading.first_unsettled == 0
-        else (reading.first_unsettled - 1 if reading.first_unsettled is not None else None),
+        # the last block the rule has read (None: every block; -1: none yet)
+        "blocks_read_through": None
+        if reading.first_unsettled is None
+        else reading.first_unsettled - 1,
         "pairs": [
             {
                 "a": names[c.a],

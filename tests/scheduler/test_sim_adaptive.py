@@ -13,7 +13,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from proctor.core.db.models import Assignment, Campaign, Episode
-from proctor.core.domain import AssignmentStatus
+from proctor.analysis.store import snapshot_result
+from proctor.core.domain import AssignmentStatus, LabelStream
 from proctor.scheduler import service
 from proctor.scheduler.adaptation import current_plan
 from proctor.scheduler.protocol import parse_protocol
@@ -114,7 +115,14 @@ def test_an_adaptive_campaign_stops_a_resolved_pair_early(
     with gateway.db.session() as s:
         service.close_campaign(s, campaign=cid, actor=Actor(label="test"))
         revelation = service.reveal_allocation(s, campaign=cid)
+        # the leaderboard's result says what stopped, and when
+        result, _, _ = snapshot_result(s, campaign_id=cid, stream=LabelStream.detector_only)
     assert revelation.verified, revelation.mismatches
+    board = result["early_stops"]
+    assert [x["policy"] for x in board["stopped"]] == [f"steady-{tag}"]
+    assert board["stopped"][0]["no_slots_from_block"] == stop.first_changed_block
+    assert board["pairs"][0]["resolved_after_block"] == stop.block
+    assert [d["policy"] for d in result["drift"]] == [f"reference-{tag}"]
 
     # a tampered outcome: the slower policy's episodes voided after the fact
     with gateway.db.session() as s:
