@@ -12,8 +12,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from proctor.core.db.models import Assignment, Campaign, Episode
 from proctor.analysis.store import snapshot_result
+from proctor.core.db.models import Assignment, Campaign, Episode
 from proctor.core.domain import AssignmentStatus, LabelStream
 from proctor.scheduler import service
 from proctor.scheduler.adaptation import current_plan
