@@ -578,7 +578,8 @@ def early_stops(session: Session, campaign: Campaign) -> dict[str, Any] | None:
         session.execute(sa.select(Policy.id, Policy.name).where(Policy.id.in_(policies))).all()
     )
     reading = read_outcomes(session, campaign.id)
-    crossings = pair_crossings(policies, float(rule["alpha"]), reading.outcomes)
+    objects = [int(o) for o in committed["objects"]]
+    crossings = pair_crossings(policies, objects, float(rule["alpha"]), reading.outcomes)
     stops = policy_stops(policies, sentinels, crossings)
     lag = int(rule["lag_blocks"])
     return {

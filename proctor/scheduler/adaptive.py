@@ -11,9 +11,9 @@ outcomes re-derives it after the reveal with :func:`replay`.
 Rule ``stop-resolved-v1``:
 
 * after block *b* has settled (every slot of blocks 0…b done), each pair's
-  e-process (``proctor.analysis.sequential``: matched episodes within
-  object, in allocation order; threshold m/α over the protocol's m pairs)
-  is read on the counted episodes of blocks 0…b;
+  e-process (``proctor.analysis.resolution``: matched episodes within
+  object, bet on in an order fixed in advance; threshold m/α over the
+  protocol's m pairs) is read on the counted episodes of blocks 0…b;
 * a policy that is not a sentinel and whose every pair has crossed the
   threshold is *stopped* at b; sentinels (the reference always) never stop;
 * its slots in blocks b + 1 + ``lag_blocks`` onwards go, one by one in
@@ -130,7 +130,7 @@ def replay(
     blocks 0…F, F the last settled block)."""
     base = derive_allocation(seed, protocol)
     plan = Plan(base=base, policy_of={s.sequence: s.policy_id for s in base})
-    crossings = pair_crossings(protocol.policies, rule.alpha, outcomes)
+    crossings = pair_crossings(protocol.policies, protocol.objects, rule.alpha, outcomes)
     plan.pair_stops = sorted(crossings, key=lambda c: (c.block, c.a, c.b))
     stops = policy_stops(protocol.policies, rule.sentinels, crossings)
     stream = SeedStream(seed)

@@ -181,3 +181,31 @@ def test_a_bad_rule_is_refused_naming_its_field(field: str, value: object, messa
 def test_pairs_are_counted_once() -> None:
     protocol, _ = _protocol((REF, SLOW, PEER))
     assert len(list(itertools.combinations(protocol.policies, 2))) == 3
+
+
+def test_on_null_campaigns_no_policy_is_stopped_more_often_than_alpha() -> None:
+    """All three policies alike: until the first crossing the rule changes
+    nothing, so a campaign in which no pair ever crosses on the full fixed
+    allocation is one the rule never touched; the familywise rate of any
+    crossing, watched after every block, must stay within α."""
+    from scipy import stats
+
+    from proctor.analysis.resolution import pair_crossings
+
+    protocol, rule = _protocol((REF, SLOW, PEER))
+    slots = derive_allocation(SEED, protocol)
+    rng = np.random.default_rng(11)
+    reps, crossed = 300, 0
+    for _ in range(reps):
+        outcomes = [
+            Outcome(s.block_index, s.sequence, _episode(s.sequence, PEER, s.object_type_id, rng))
+            for s in slots
+        ]
+        # every arm behaves as PEER; relabel the episodes with their slot's policy
+        outcomes = [
+            replace(o, episode=replace(o.episode, policy=str(s.policy_id)))
+            for o, s in zip(outcomes, slots, strict=True)
+        ]
+        crossed += bool(pair_crossings(protocol.policies, protocol.objects, rule.alpha, outcomes))
+    low = stats.binomtest(crossed, reps).proportion_ci(0.99).low
+    assert low <= rule.alpha, crossed / reps

@@ -9,7 +9,7 @@ import secrets
 import sqlalchemy as sa
 
 from proctor.analysis.store import recompute
-from proctor.core.db.models import Campaign, Policy
+from proctor.core.db.models import Assignment, Campaign, Policy
 from proctor.core.domain import LabelStream, PolicyKind, Role
 from tests.web.conftest import Web
 from tests.web.html_tree import parse
@@ -31,7 +31,14 @@ def _adaptive(web: Web, *, released: bool) -> tuple[int, dict[int, str]]:
         kinds = dict(s.execute(sa.select(Policy.id, Policy.kind).where(Policy.id.in_(ids))).all())
         ref = next(p for p in ids if kinds[p] == PolicyKind.reference)
         rule = {"rule": "stop-resolved-v1", "alpha": 0.05, "lag_blocks": 1, "sentinels": [ref]}
-        c.allocation_protocol = {"policies": sorted(ids), "adaptive": rule}
+        objects = sorted(
+            set(
+                s.scalars(
+                    sa.select(Assignment.object_type_id).where(Assignment.campaign_id == c.id)
+                )
+            )
+        )
+        c.allocation_protocol = {"policies": sorted(ids), "objects": objects, "adaptive": rule}
         c.allocation_rule = {"sentinels": [ref], "adaptive": None}
         s.flush()
         recompute(s, campaign_id=c.id, streams=(STREAM,))
