@@ -711,7 +711,7 @@ def _reveal_adaptive(
     c: Campaign,
     protocol: AllocationProtocol,
     expected: list[Slot],
-    logged: Sequence[sa.Row[Any]],
+    logged: Sequence[Any],  # rows: sequence, block_index, slot, policy, object, sides
     replacements: int,
 ) -> Revelation:
     """Blocks, objects and configurations as derived from the seed; which
