@@ -61,6 +61,9 @@ def apply_plan(session: Session, campaign: Campaign) -> int | None:
             Assignment.status == AssignmentStatus.pending,
             Assignment.replaces_id.is_(None),
         )
+        # one order for every station re-planning at once: no lock-order deadlock
+        .order_by(Assignment.sequence)
+        .with_for_update()
     ).all()
     withdrawn = set(plan.withdrawn)
     for a in pending:
