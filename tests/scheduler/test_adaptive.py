@@ -209,3 +209,26 @@ def test_on_null_campaigns_no_policy_is_stopped_more_often_than_alpha() -> None:
         crossed += bool(pair_crossings(protocol.policies, protocol.objects, rule.alpha, outcomes))
     low = stats.binomtest(crossed, reps).proportion_ci(0.99).low
     assert low <= rule.alpha, crossed / reps
+
+
+def test_the_protocol_names_a_bad_sentinel_or_adaptive_field() -> None:
+    from proctor.core.errors import UsageError
+    from proctor.scheduler.protocol import parse_protocol
+
+    base = {
+        "name": "c",
+        "items_per_episode": 1,
+        "per_item_cap_s": 10,
+        "tau_s": 10,
+        "episodes_per_cell": 2,
+        "reference": "ref",
+        "policies": ["a"],
+        "objects": ["spoons"],
+    }
+    assert parse_protocol({**base, "sentinels": ["a"], "adaptive": {}}).adaptive is not None
+    with pytest.raises(UsageError, match=r"sentinels\[0\]: 'ghost' is not a policy"):
+        parse_protocol({**base, "sentinels": ["ghost"]})
+    with pytest.raises(UsageError, match=r"adaptive\.alpha"):
+        parse_protocol({**base, "adaptive": {"alpha": 2}})
+    with pytest.raises(UsageError, match=r"adaptive\.rule"):
+        parse_protocol({**base, "adaptive": {"rule": "peek-and-stop"}})
