@@ -56,7 +56,8 @@ def apply_plan(session: Session, campaign: Campaign) -> int | None:
         ).all()
     )
     pending = session.scalars(
-        sa.select(Assignment).where(
+        sa.select(Assignment)
+        .where(
             Assignment.campaign_id == campaign.id,
             Assignment.status == AssignmentStatus.pending,
             Assignment.replaces_id.is_(None),
