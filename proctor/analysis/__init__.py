@@ -6,4 +6,4 @@ dataclasses; ``interchange`` (files), ``store`` (the database), ``plots``
 """
 
 # bumped when a change alters any number the analysis produces
-ANALYSIS_VERSION = "2"  # 2: envelope interventions per episode
+ANALYSIS_VERSION = "3"  # 2: envelope interventions per episode; 3: latency

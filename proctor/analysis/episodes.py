@@ -11,6 +11,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from proctor.analysis.latency import EpisodeCalls
+
 # The outcome vocabulary (docs/methods.md §1). It mirrors ``proctor.core.domain.Outcome``
 # (a test keeps the two in step); the pure core may not import the kernel.
 SUCCESS = "success"
@@ -52,6 +54,8 @@ class Episode:
     reference: bool = False
     object_tags: tuple[str, ...] = ()
     envelope_interventions: int | None = None
+    # the station's per-call table (proctor.analysis.latency); None: not recorded
+    calls: EpisodeCalls | None = None
 
     @property
     def placed(self) -> int:
@@ -110,6 +114,7 @@ def validate_episode(ep: Episode) -> list[Problem]:
         bad("budget_s", f"must be a finite number > 0, got {ep.budget_s}")
     if ep.envelope_interventions is not None and ep.envelope_interventions < 0:
         bad("envelope_interventions", f"must not be negative, got {ep.envelope_interventions}")
+    problems.extend(_calls_problems(ep))
 
     placement = _placement_problem(ep)
     if placement is not None:
@@ -118,6 +123,13 @@ def validate_episode(ep: Episode) -> list[Problem]:
     if counts is not None:
         problems.append(counts)
     return problems
+
+
+def _calls_problems(ep: Episode) -> list[Problem]:
+    """What is wrong with the episode's per-call table, each naming its column."""
+    if ep.calls is None:
+        return []
+    return [Problem(name, reason) for name, reason in ep.calls.problems()]
 
 
 def _placement_problem(ep: Episode) -> Problem | None:

@@ -35,6 +35,7 @@ from proctor.analysis.episodes import (
     scored,
 )
 from proctor.analysis.km import at_risk, auc_against, quantile_time, risk_set, rmst, survival
+from proctor.analysis.latency import latency
 from proctor.analysis.notes import NOT_COMPARED
 from proctor.analysis.operations import concat_operations
 from proctor.analysis.planning import BridgeModel, ObjectEffect, indicator_icc
@@ -457,6 +458,7 @@ def _policy_result(
         sweep=_sweep(cells, protocol),
         binary=_binary(episodes, protocol),
         notes=tuple(notes),
+        latency=latency([e.calls for e in episodes]),
     )
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from proctor.analysis.bootstrap import Interval
 from proctor.analysis.episodes import EpisodeTable
+from proctor.analysis.latency import Latency
 from proctor.analysis.results import (
     AtT,
     Breakdown,
@@ -53,23 +54,35 @@ RESULT_KEYS = frozenset(
         *("completion_welch", "df", "significant", "verdict", "winner", "power", "n_per_cell"),
         *("power_at_current_n", "n_needed_per_cell", "more_episodes_per_cell", "effect"),
         *("m_bar", "rho_estimated", "deff", "episode_id", "reason"),
+        *("latency", "p50_ms", "p95_ms", "p99_ms", "server_p50_ms", "stale_action_rate"),
+        *("calls", "calls_per_episode", "server_calls", "actions", "stale_actions"),
+        *("over_budget",),
     }
 )
 
 
 def data_version(table: EpisodeTable) -> str:
-    """SHA-256 of the exact input: every episode's fields (sorted by id), the
-    reference and the exclusions; equal inputs give equal hashes whatever
-    their order."""
+    """SHA-256 of the exact input: every episode's fields (sorted by id; not
+    its per-call table, see ``_scored``), the reference and the exclusions;
+    equal inputs give equal hashes whatever their order."""
     payload = {
         "episodes": sorted(
-            (asdict(e) for e in table.episodes), key=lambda d: (d["episode_id"], d["policy"])
+            (_scored(asdict(e)) for e in table.episodes),
+            key=lambda d: (d["episode_id"], d["policy"]),
         ),
         "reference": table.reference,
         "excluded": sorted(asdict(x)["episode_id"] + "|" + x.reason for x in table.excluded),
     }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=list)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _scored(record: dict[str, Any]) -> dict[str, Any]:
+    """An episode's record as the interchange file carries it: without the
+    per-call table, which stays in the store (an export re-analysed from its
+    file has the same data version; latency is reported from the store only)."""
+    record.pop("calls", None)
+    return record
 
 
 def _num(x: float | None, digits: int | None = None) -> float | None:
@@ -203,6 +216,27 @@ def _policy(r: PolicyResult) -> dict[str, Any]:
             },
         },
         "notes": list(r.notes),
+        "latency": _latency(r.latency),
+    }
+
+
+def _latency(x: Latency | None) -> dict[str, Any] | None:
+    """docs/methods.md §4, "Latency": round trips in ms (None: no call recorded)."""
+    if x is None:
+        return None
+    return {
+        "p50_ms": _num(x.p50_ms, 3),
+        "p95_ms": _num(x.p95_ms, 3),
+        "p99_ms": _num(x.p99_ms, 3),
+        "server_p50_ms": _num(x.server_p50_ms, 3),
+        "stale_action_rate": _num(x.stale_action_rate, 6),
+        "calls": x.calls,
+        "calls_per_episode": _num(x.calls_per_episode, 3),
+        "episodes": x.episodes,
+        "server_calls": x.server_calls,
+        "actions": x.actions,
+        "stale_actions": x.stale_actions,
+        "over_budget": x.over_budget,
     }
 
 

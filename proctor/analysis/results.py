@@ -10,6 +10,7 @@ import numpy as np
 from proctor.analysis.binary import Posterior
 from proctor.analysis.bootstrap import Interval
 from proctor.analysis.episodes import Exclusion
+from proctor.analysis.latency import Latency
 from proctor.analysis.significance import LogRank, MacroKS
 
 
@@ -206,6 +207,8 @@ class PolicyResult:
     sweep: Sweep
     binary: BinarySummary
     notes: tuple[str, ...] = ()
+    # round trips, the server's share and stale actions over the scored episodes
+    latency: Latency | None = None
 
 
 @dataclass(frozen=True)

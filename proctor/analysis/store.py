@@ -43,6 +43,7 @@ from proctor.analysis.episodes import (
     Exclusion,
     validate_episode,
 )
+from proctor.analysis.latency import EpisodeCalls, calls_from_table
 from proctor.analysis.leaderboard import analyze
 from proctor.analysis.notes import REFERENCE_UNSCORED, REFERENCES_IN_SCOPE
 from proctor.analysis.report import data_version, to_json
@@ -53,6 +54,7 @@ from proctor.core.db.models import (
     AnalysisSnapshot,
     Assignment,
     Campaign,
+    EpisodeEvent,
     ObjectType,
     PlacementEvent,
     Policy,
@@ -71,6 +73,10 @@ from proctor.core.domain import (
     PolicyKind,
 )
 from proctor.core.errors import ProctorError, UsageError
+
+# the station's event holding an episode's per-call table (its
+# ``keys.POLICY_CALLS_EVENT``; a test keeps the two in step)
+POLICY_CALLS_EVENT = "policy_calls"
 
 # which placement rows each stream reads for an episode of a given label status
 _Sources = dict[LabelStatus, tuple[PlacementSource, set[PlacementStatus]]]
@@ -125,6 +131,7 @@ def load_episodes(
     rows = session.execute(q).all()
 
     placements = _placements(session, [r[0].id for r in rows])
+    calls = _calls(session, [r[0].id for r in rows])
 
     episodes: list[Episode] = []
     excluded: list[Exclusion] = []
@@ -170,6 +177,7 @@ def load_episodes(
             reference=policy.kind == PolicyKind.reference,
             object_tags=tuple(sorted(obj.tags or ())),
             envelope_interventions=row.envelope_interventions,
+            calls=calls.get(row.id),
         )
         if _value(row.outcome) == SYSTEM:
             # only its identity matters: the analysis lists it and scores nothing
@@ -254,6 +262,23 @@ def _placements(
                 (float(ev.t_s), PlacementSource(ev.source), PlacementStatus(ev.status))
             )
     return placements
+
+
+def _calls(session: Session, ids: list[int]) -> dict[int, EpisodeCalls]:
+    """The per-call table of each episode ``ids`` that has one, from the
+    station's ``policy_calls`` event (at most one an episode)."""
+    out: dict[int, EpisodeCalls] = {}
+    for chunk in range(0, len(ids), 500):
+        part = ids[chunk : chunk + 500]
+        for episode_id, details in session.execute(
+            sa.select(EpisodeEvent.episode_id, EpisodeEvent.details).where(
+                EpisodeEvent.episode_id.in_(part), EpisodeEvent.kind == POLICY_CALLS_EVENT
+            )
+        ):
+            table = calls_from_table(details) if isinstance(details, dict) else None
+            if table is not None:
+                out[episode_id] = table
+    return out
 
 
 def _unready(row: EpisodeRow) -> str | None:

@@ -193,8 +193,12 @@ class RunnerSettings(BaseModel):
     # across checkpoints and runs (default: ~/.cache/proctor/runner-envs, shared
     # by every data folder on the host: a LeRobot environment is several GB)
     env_dir: Path | None = None
-    # unpacked checkpoints and each server's private temp (default: data_dir/runner)
+    # unpacked checkpoints and downloaded archives (default: data_dir/runner)
     work_dir: Path | None = None
+    # each running server's folder: its wire socket, temp and output log. A
+    # Unix socket's path has at most 107 bytes, so keep it short
+    # (default: /tmp/proctor-runner-<uid>)
+    runtime_dir: Path | None = None
     # an environment build (pip) that takes longer than this is stopped: setup_crash
     build_timeout_s: float = Field(default=1800.0, gt=0)
     # from the sandbox's start to the server answering the wire; a cold start

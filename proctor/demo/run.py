@@ -33,9 +33,11 @@ from proctor.core.domain import AssignmentStatus, EndpointDialect, LabelStream, 
 from proctor.core.errors import ProctorError
 from proctor.core.settings import Settings
 from proctor.demo import pipeline, world
+from proctor.demo.checkpoint import CHECKPOINT_ARM
 from proctor.demo.report import print_leaderboard, verdict_counts
 from proctor.demo.servers import PolicyServers, WebServer, free_port, start_policy_servers
 from proctor.demo.stations import StationJob, StationPool
+from proctor.demo.uploaded import RunnerHost, start_runner_host, upload_checkpoint_arm
 
 
 @dataclass(frozen=True)
@@ -113,9 +115,14 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
     web = WebServer(create_app(settings), host=options.host, port=port).start()
     policies: PolicyServers | None = None
     pool: StationPool | None = None
+    runner: RunnerHost | None = None
     try:
-        policies = start_policy_servers(world.ARMS, seed=options.seed)
-        accounts, campaign_id, campaign_name, slots = _register(ctx, options, policies, console)
+        served = tuple(arm for arm in world.ARMS if arm != CHECKPOINT_ARM)
+        policies = start_policy_servers(served, seed=options.seed)
+        runner = start_runner_host(settings, ctx.sessions, ctx.store)
+        accounts, campaign_id, campaign_name, slots = _register(
+            ctx, options, policies, console, origin=web.origin
+        )
         timings["setup"] = time.monotonic() - t0
 
         t = time.monotonic()
@@ -192,12 +199,14 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
             pool.stop()
         if policies is not None:
             policies.stop()
+        if runner is not None:
+            runner.stop()
         web.stop()
         ctx.engine.dispose()
 
 
 def _register(
-    ctx: _Context, options: DemoOptions, policies: PolicyServers, console: Console
+    ctx: _Context, options: DemoOptions, policies: PolicyServers, console: Console, *, origin: str
 ) -> tuple[world.Accounts, int, str, int]:
     from proctor.scheduler.protocol import parse_protocol
     from proctor.scheduler.service import Actor, create_campaign, start_campaign
@@ -221,8 +230,8 @@ def _register(
         TextColumn("{task.fields[last]}"),
         console=console,
     ) as progress:
-        task = progress.add_task("check", total=len(world.ARMS), last="")
-        for arm in world.ARMS:
+        task = progress.add_task("check", total=len(policies.servers), last="")
+        for arm in policies.servers:
             url = policies.url(arm)
             dialect = EndpointDialect(demo_profile(arm).dialect)
             report = check_endpoint(url, options=CheckOptions(dialect=dialect))
@@ -242,6 +251,16 @@ def _register(
                     f"demo policy '{arm}' failed its conformance check: {report.summary}"
                 )
             progress.update(task, advance=1, last=f"{arm}: {report.summary}")
+
+    # the last arm comes as a lab's checkpoint: uploaded, served by the runner host
+    upload_checkpoint_arm(
+        ctx.settings,
+        ctx.sessions,
+        origin=origin,
+        submitter=accounts.submitter,
+        seed=options.seed,
+        console=console,
+    )
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     name = f"demo-s{options.seed}-{stamp}"

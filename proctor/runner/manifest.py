@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from proctor.analysis.report import RESULT_KEYS
+from proctor.station.policy import dialects, units
 from proctor.station.policy.spec import ActionSpace
 
 MANIFEST_NAME = "policy.toml"
@@ -210,6 +211,21 @@ class PolicySpec(_Section):
     )
     # the same observations always give the same actions
     deterministic: bool = False
+    # what a velocity action's numbers mean (``proctor/station/policy/units.py``);
+    # None: as the runner server's metadata says (openpi's default: DROID's units
+    # when it names no action space)
+    action_units: str | None = None
+
+    @field_validator("action_units")
+    @classmethod
+    def _units(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return units.check(value)
+        except ValueError as exc:
+            # the problem's field already names it
+            raise ValueError(str(exc).split(": ", 1)[-1]) from None
 
     @field_validator("image_size")
     @classmethod
@@ -298,13 +314,26 @@ def _message(err: dict[str, Any]) -> str:
 
 def validate_manifest(data: dict[str, Any]) -> Manifest:
     try:
-        return Manifest.model_validate(data)
+        manifest = Manifest.model_validate(data)
     except ValidationError as exc:
         problems = [
             ManifestProblem(_field_path(e.get("loc", ()), e.get("type", "")), _message(dict(e)))
             for e in exc.errors()
         ]
         raise ManifestError(problems) from None
+    if manifest.policy.action_units is not None and not (
+        dialects.get(manifest.runner.serves).velocity_actions
+    ):
+        raise ManifestError(
+            [
+                ManifestProblem(
+                    "policy.action_units",
+                    f"the {manifest.runner.serves} dialect's commands are positions, which "
+                    "have no units to select; leave it out",
+                )
+            ]
+        )
+    return manifest
 
 
 def parse_manifest(raw: bytes | str) -> Manifest:

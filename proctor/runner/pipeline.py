@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from proctor.runner.manifest import (
 )
 from proctor.runner.sandbox import start as start_sandbox
 from proctor.runner.sandbox.base import Limits, Sandboxed, SandboxSpec
+from proctor.runner.sandbox.bwrap import SandboxConfigError
 
 # the port the server listens on inside its own network namespace: nothing
 # else lives there, so any port will do; the bridge reaches it on loopback
@@ -61,6 +63,11 @@ class PipelineConfig:
     archive_limits: ArchiveLimits
     ready_timeout_s: float
     gpus: str = ""  # CUDA_VISIBLE_DEVICES for the sandbox; "" = CPU
+    # where the sandbox's limits are made (RunnerSettings.cgroups)
+    cgroups: str = "auto"
+    # each server's folder (its wire socket, temp and output log): a short
+    # path, because a Unix socket's path may have at most 107 bytes
+    runtime_dir: Path = field(default_factory=lambda: default_runtime_dir())
 
 
 @dataclass
@@ -84,7 +91,7 @@ class ServerPipeline:
         config: PipelineConfig,
         envs: EnvStore,
         on_stage: Stage,
-        start: Callable[[SandboxSpec], Sandboxed] = start_sandbox,
+        start: Callable[[SandboxSpec], Sandboxed] | None = None,
     ) -> None:
         self.config = config
         self.envs = envs
@@ -134,9 +141,11 @@ class ServerPipeline:
 
     def launch(self, manifest: Manifest, root: Path, env: BuiltEnv, name: str) -> Launched:
         launch = framework_for(manifest).launch(manifest, SANDBOX_PORT).fill(env.path)
-        server_dir = self.config.work_dir / "servers" / name
+        server_dir = self.config.runtime_dir / name
         shutil.rmtree(server_dir, ignore_errors=True)
-        server_dir.mkdir(parents=True)
+        # private: another local user must not reach a server's socket
+        self.config.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        server_dir.mkdir()
         self.on_stage("starting the sandboxed server")
         spec = SandboxSpec(
             launch=launch,
@@ -147,7 +156,14 @@ class ServerPipeline:
             env=dict(launch.env),
             gpus=self.config.gpus,
         )
-        sandbox = self._start(spec)
+        try:
+            sandbox = (
+                self._start(spec)
+                if self._start
+                else start_sandbox(spec, cgroups=self.config.cgroups)
+            )
+        except SandboxConfigError as exc:  # the host's configuration, not the checkpoint
+            raise PipelineFailed(RunnerFailure.host_error, f"the sandbox: {exc}") from None
         return Launched(sandbox, manifest, launch.dialect, env, server_dir)
 
     def wait_ready(self, launched: Launched, stop: Callable[[], bool] = lambda: False) -> None:
@@ -178,6 +194,11 @@ class ServerPipeline:
         launched = self.launch(manifest, root, env, name)
         self.wait_ready(launched, stop)
         return launched
+
+
+def default_runtime_dir() -> Path:
+    """``/tmp/proctor-runner-<uid>``: short enough for every server's socket."""
+    return Path(tempfile.gettempdir()) / f"proctor-runner-{os.getuid()}"
 
 
 def find_root(folder: Path) -> Path:

@@ -24,7 +24,6 @@ from proctor.core.db.models import (
     RunnerServer,
     Submission,
 )
-from proctor.core.db.types import utcnow
 from proctor.core.domain import (
     AssignmentStatus,
     CampaignStatus,
@@ -33,49 +32,10 @@ from proctor.core.domain import (
     RunnerStatus,
     SubmissionKind,
 )
+from proctor.core.runner_rows import LIVE, latest_server, live_server, request_serving
 
-LIVE = (RunnerStatus.queued, RunnerStatus.building, RunnerStatus.starting, RunnerStatus.ready)
-
-
-def live_server(session: Session, submission_id: int) -> RunnerServer | None:
-    """The submission's server that is queued, coming up or ready, if any."""
-    return session.scalars(
-        sa.select(RunnerServer)
-        .where(RunnerServer.submission_id == submission_id, RunnerServer.status.in_(LIVE))
-        .order_by(RunnerServer.id.desc())
-        .limit(1)
-    ).first()
-
-
-def latest_server(session: Session, submission_id: int) -> RunnerServer | None:
-    """The submission's most recent server, whatever its state (for its page)."""
-    return session.scalars(
-        sa.select(RunnerServer)
-        .where(RunnerServer.submission_id == submission_id)
-        .order_by(RunnerServer.id.desc())
-        .limit(1)
-    ).first()
-
-
-def request_serving(
-    session: Session, submission: Submission, *, reason: str, now: datetime | None = None
-) -> RunnerServer:
-    """The submission's live server, queued now if there is none. Idempotent:
-    a second request while one is live returns it."""
-    live = live_server(session, submission.id)
-    if live is not None:
-        return live
-    row = RunnerServer(
-        submission_id=submission.id,
-        status=RunnerStatus.queued,
-        requested_for=reason,
-        requested_at=now or utcnow(),
-        stage="waiting for a runner host",
-        diagnostics={},
-    )
-    session.add(row)
-    session.flush()
-    return row
+# what queue users need of the rows, in one place for every unit
+__all__ = ["LIVE", "latest_server", "live_server", "request_serving"]
 
 
 # ------------------------------------------------------------ demand
@@ -114,7 +74,7 @@ def sync_demand(session: Session, now: datetime) -> list[RunnerServer]:
         if live_server(session, sid) is None:
             sub = session.get(Submission, sid)
             if sub is not None:
-                queued.append(request_serving(session, sub, reason=reason, now=now))
+                queued.append(request_serving(session, sub.id, reason=reason, now=now))
     return queued
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from websockets.exceptions import WebSocketException
-from websockets.sync.client import unix_connect
+from websockets.sync.client import connect
 
+from proctor.runner.sandbox.relay import connect_unix
 from proctor.station.policy import dialects
 
 
@@ -24,9 +25,13 @@ def is_ready(dialect: str, socket_path: Path, timeout_s: float = 5.0) -> bool:
     wire = dialects.get(dialect)
     path = urlsplit(wire.dial_url("ws://localhost/")).path or "/"
     try:
-        with unix_connect(
-            str(socket_path),
-            uri=f"ws://localhost{path}",
+        # the socket folder is the sandbox's to write: a link planted there
+        # must not lead the probe to a host socket (connect_unix never follows one)
+        sock = connect_unix(socket_path)
+        sock.settimeout(timeout_s)
+        with connect(
+            f"ws://localhost{path}",
+            sock=sock,
             open_timeout=timeout_s,
             max_size=None,
             compression=None,

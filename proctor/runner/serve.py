@@ -7,6 +7,7 @@ archive before uploading it, and how an operator reproduces a failure.
 from __future__ import annotations
 
 import hashlib
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ def serve_checkpoint(
     pipeline = ServerPipeline(config, envs, lambda text: say(f"· {text}"))
     try:
         folder = _folder(pipeline, path)
-        launched = pipeline.run(folder, f"serve-{port}", stop.is_set)
+        launched = pipeline.run(folder, f"serve-{port}-{secrets.token_hex(4)}", stop.is_set)
     except PipelineFailed as exc:
         return ServeResult(exc.failure.value, exc.failure.fault.value, exc.message, exc.diagnostics)
     over: list[float] = []

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -43,8 +44,14 @@ from proctor.runner import queue
 from proctor.runner.archive import ArchiveLimits
 from proctor.runner.envs import EnvStore, default_env_dir
 from proctor.runner.failures import classify
-from proctor.runner.pipeline import Launched, PipelineConfig, PipelineFailed, ServerPipeline
-from proctor.runner.sandbox.base import Limits
+from proctor.runner.pipeline import (
+    Launched,
+    PipelineConfig,
+    PipelineFailed,
+    ServerPipeline,
+    default_runtime_dir,
+)
+from proctor.runner.sandbox.base import Limits, Sandboxed, SandboxSpec
 from proctor.runner.sandbox.relay import Relay
 
 log = logging.getLogger(__name__)
@@ -102,6 +109,8 @@ class WorkerConfig:
                     max_ratio=sub.max_compression_ratio,
                 ),
                 ready_timeout_s=r.ready_timeout_s,
+                cgroups=r.cgroups,
+                runtime_dir=r.runtime_dir or default_runtime_dir(),
             ),
         )
 
@@ -154,7 +163,9 @@ class ServedServer:
         root, manifest = pipeline.read(folder)
         env = pipeline.build(manifest, root)
         self._stage("starting the sandboxed server", RunnerStatus.starting)
-        self.launched = pipeline.launch(manifest, root, env, f"server-{self.row_id}")
+        self.launched = pipeline.launch(
+            manifest, root, env, f"r{self.row_id}-{secrets.token_hex(4)}"
+        )
         pipeline.on_stage = lambda text: self._stage(text, RunnerStatus.starting)
         pipeline.wait_ready(self.launched, self.stopping.is_set)
         self.relay = w.open_relay(self.launched.sandbox.wire_socket, self._latency_exceeded)
@@ -249,15 +260,13 @@ class RunnerWorker:
         config: WorkerConfig,
         *,
         envs: EnvStore | None = None,
-        start_sandbox: Callable[..., Any] | None = None,
+        start_sandbox: Callable[[SandboxSpec], Sandboxed] | None = None,
     ) -> None:
-        from proctor.runner.sandbox import start
-
         self.sessions = sessions
         self.store = store
         self.config = config
         self.envs = envs or EnvStore(config.env_dir, build_timeout_s=config.build_timeout_s)
-        self.start_sandbox = start_sandbox or start
+        self.start_sandbox = start_sandbox
         self.name = f"{config.host}:{os.getpid()}"
         self.servers: dict[int, ServedServer] = {}
         self._lock = threading.Lock()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -42,20 +43,30 @@ from proctor.core.domain import (
     EndpointDialect,
     EpisodeState,
     Outcome,
+    RunnerFault,
     Side,
     SubmissionKind,
 )
 from proctor.core.errors import ProctorError, UsageError
+from proctor.scheduler import runners
 from proctor.scheduler.adaptation import apply_plan
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
 from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
 from proctor.station.episodes import FAULT_POLICY_PROTOCOL
-from proctor.station.policy.spec import manifest_exterior_numbering
+from proctor.station.policy.spec import manifest_action_units, manifest_exterior_numbering
+from proctor.station.work import LatencyBudget
 
 # Protocol failures (a malformed reply or metadata) a policy may have in one
 # campaign before they are charged to it; the default of the scheduler's
 # ``free_protocol_faults`` setting (docs/methods.md §1)
 FREE_PROTOCOL_FAULTS = 3
+
+# a checkpoint's runner server that failed by the submitter's fault during an
+# episode (it crashed, ran out of memory, …): charged like a protocol failure
+FAULT_POLICY_SERVER = "policy_server"
+POLICY_FAULTS = frozenset({FAULT_POLICY_PROTOCOL, FAULT_POLICY_SERVER})
+# the event the scheduler adds to such an episode when it settles it
+POLICY_FAULT_EVENT = "policy_fault"
 
 # an endpoint that fails its pre-flight is usually down for minutes (a restart,
 # a redeploy): retry its slot after 5 min, doubling per attempt, at most 1 h
@@ -89,6 +100,9 @@ class Claim:
     # the number of the endpoint's first exterior camera key (None: the station's
     # default): a wire setting the submitter chose, as protocol as the dialect
     exterior_numbering: int | None
+    # the action units the endpoint (or the checkpoint's policy.toml) selects (None:
+    # the server's metadata decides): how its velocities are read, not who sent them
+    action_units: str | None
     # one initial scene per block (the LBM "test bundle"): every policy in a block
     # gets the same simulated layout; derived from the sealed seed, so it says nothing
     scene_seed: int
@@ -98,6 +112,8 @@ class Claim:
     # It tells the station this run is the reference, which the person driving the
     # arm knows anyway; None for every policy.
     teleop_url: str | None = None
+    # the campaign's bound on the policy's round trip (None: none)
+    latency_budget: LatencyBudget | None = None
 
 
 def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool) -> Claim:
@@ -105,6 +121,11 @@ def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool
     if obj is None:  # a foreign key makes this impossible short of corruption
         raise ProctorError(f"run {a.run_code}: its object type is missing")
     sub = session.get(Submission, a.submission_id) if a.submission_id else None
+    dialect = sub.endpoint_dialect if sub else None
+    if sub is not None and sub.kind == SubmissionKind.checkpoint:
+        # the wire its runner server speaks (the station talks it through the gateway)
+        server = runners.ready_server(session, sub.id)
+        dialect = EndpointDialect(server.dialect) if server and server.dialect else None
     return Claim(
         run_code=a.run_code,
         endpoint_handle=a.endpoint_handle,
@@ -118,11 +139,21 @@ def _claim(session: Session, a: Assignment, campaign: Campaign, *, resumed: bool
         budget_s=campaign.items_per_episode * campaign.per_item_cap_s,
         tote_side=a.tote_side,
         camera_side=a.camera_side,
-        dialect=sub.endpoint_dialect if sub else None,
+        dialect=dialect,
         exterior_numbering=manifest_exterior_numbering(sub.manifest) if sub else None,
+        action_units=manifest_action_units(sub.manifest) if sub else None,
         scene_seed=scene_seed(campaign.allocation_seed or "", a.block_index),
         resumed=resumed,
         teleop_url=sub.endpoint_url if sub and sub.kind == SubmissionKind.teleop else None,
+        latency_budget=_latency_budget(campaign.latency_budget),
+    )
+
+
+def _latency_budget(stored: dict[str, Any] | None) -> LatencyBudget | None:
+    if not stored:
+        return None
+    return LatencyBudget(
+        budget_ms=float(stored["budget_ms"]), tolerance=int(stored.get("tolerance", 0))
     )
 
 
@@ -174,6 +205,10 @@ def claim_next(
     active = sa.select(CampaignPolicy.policy_id).where(
         CampaignPolicy.campaign_id == campaign_id, CampaignPolicy.active.is_(True)
     )
+    # a checkpoint whose runner server is not ready yet cannot be reached: its
+    # runs stay pending (asked for again here, so a runner host serves it) and
+    # the station takes another run meanwhile
+    waiting = runners.request_for_campaign(session, campaign_id, now=now)
     # an adaptive campaign re-plans the slots not handed out, and hands out
     # none beyond the blocks its rule has already decided
     horizon = apply_plan(session, campaign)
@@ -184,6 +219,7 @@ def claim_next(
             Assignment.status == AssignmentStatus.pending,
             sa.or_(Assignment.not_before.is_(None), Assignment.not_before <= now),
             Assignment.policy_id.in_(active),
+            Assignment.submission_id.not_in(list(waiting)),
             sa.true() if horizon is None else Assignment.block_index <= horizon,
         )
         .order_by(Assignment.sequence)
@@ -308,9 +344,10 @@ def complete(
     A closed episode (operator log saved) counts: the slot is ``done``. A
     ``system`` episode, or one ``interrupted`` by a daemon crash, says
     nothing about the policy: the slot is ``requeued`` and a fresh slot
-    replaces it — except a policy protocol failure once the policy has had
-    ``free_protocol_faults`` of them in this campaign: that one is charged
-    to the policy (``_charge_protocol_fault``) and counts. Repeating a
+    replaces it — except a policy protocol failure, or a checkpoint's runner
+    server failing by the submitter's fault during the episode, once the
+    policy has had ``free_protocol_faults`` of them in this campaign: that
+    one is charged to the policy (``_charge_protocol_fault``) and counts. Repeating a
     completion that already happened is a no-op.
     """
     a = _by_run_code(session, run_code)
@@ -332,13 +369,10 @@ def complete(
                 f"episode {episode_id}.{name}: the episode ran with {got}, run {a.run_code} "
                 f"prescribes {want}"
             )
-    if (
-        ep.state == EpisodeState.closed
-        and ep.outcome == Outcome.system
-        and _is_protocol_fault(session, ep.id)
-        and _free_protocol_faults_used(session, a, ep) >= free_protocol_faults
-    ):
-        _charge_protocol_fault(session, a, ep, free_protocol_faults, station_id)
+    if ep.state == EpisodeState.closed and ep.outcome == Outcome.system:
+        fault = _policy_fault(session, a, ep)
+        if fault is not None and _free_protocol_faults_used(session, a, ep) >= free_protocol_faults:
+            _charge_protocol_fault(session, a, ep, free_protocol_faults, station_id, fault=fault)
     requeue = ep.state == EpisodeState.interrupted or ep.outcome == Outcome.system
     if not requeue and not _counts(ep):
         raise CampaignStateError(
@@ -349,19 +383,47 @@ def complete(
 
 
 def _protocol_fault_episodes(session: Session, *where: sa.ColumnElement[bool]) -> set[int]:
-    """Ids of the episodes (among ``where``) whose system fault was a policy protocol failure."""
+    """Ids of the episodes (among ``where``) whose system fault was the policy's:
+    a protocol failure (the station's ``system_fault`` event), or its runner
+    server failing by the submitter's fault (the ``policy_fault`` event
+    ``_runner_fault`` writes)."""
     rows = session.execute(
         sa.select(EpisodeEvent.episode_id, EpisodeEvent.details)
         .join(Episode, Episode.id == EpisodeEvent.episode_id)
-        .where(EpisodeEvent.kind == "system_fault", *where)
+        .where(EpisodeEvent.kind.in_(("system_fault", POLICY_FAULT_EVENT)), *where)
     )
     # the fault class sits in the event's JSON details; read in Python, so the
     # query is the same on SQLite and PostgreSQL (a policy has few of these)
-    return {eid for eid, details in rows if (details or {}).get("fault") == FAULT_POLICY_PROTOCOL}
+    return {eid for eid, details in rows if (details or {}).get("fault") in POLICY_FAULTS}
 
 
-def _is_protocol_fault(session: Session, episode_id: int) -> bool:
-    return bool(_protocol_fault_episodes(session, Episode.id == episode_id))
+def _policy_fault(session: Session, a: Assignment, ep: Episode) -> str | None:
+    """The policy's fault class behind this system episode, or None."""
+    if _protocol_fault_episodes(session, Episode.id == ep.id):
+        return FAULT_POLICY_PROTOCOL
+    return _runner_fault(session, a, ep)
+
+
+def _runner_fault(session: Session, a: Assignment, ep: Episode) -> str | None:
+    """Whether the checkpoint's runner server failed by the submitter's fault
+    during this episode (the station saw the connection drop: 1014, a system
+    ending). If so, a ``policy_fault`` event records it on the episode (the
+    fault class only: nothing of the runner) and the fault class is returned.
+    A platform fault (the runner host stopped reporting, or failed itself) is
+    never the policy's: that episode is requeued like any system episode."""
+    server = runners.failed_during(session, a.submission_id, ep.started_at, ep.ended_at)
+    if server is None or server.fault != RunnerFault.submitter:
+        return None
+    session.add(
+        EpisodeEvent(
+            episode_id=ep.id,
+            kind=POLICY_FAULT_EVENT,
+            message="the policy's server failed during the episode",
+            details={"fault": FAULT_POLICY_SERVER},
+        )
+    )
+    session.flush()
+    return FAULT_POLICY_SERVER
 
 
 def _free_protocol_faults_used(session: Session, a: Assignment, ep: Episode) -> int:
@@ -380,7 +442,13 @@ def _free_protocol_faults_used(session: Session, a: Assignment, ep: Episode) -> 
 
 
 def _charge_protocol_fault(
-    session: Session, a: Assignment, ep: Episode, allowance: int, station_id: int | None
+    session: Session,
+    a: Assignment,
+    ep: Episode,
+    allowance: int,
+    station_id: int | None,
+    *,
+    fault: str = FAULT_POLICY_PROTOCOL,
 ) -> None:
     """A protocol failure past the policy's free ones counts against it.
 
@@ -391,16 +459,16 @@ def _charge_protocol_fault(
     safety stop. Its reason and a ``protocol_fault_charged`` event say why.
     """
     ep.outcome = Outcome.safety
+    what = "policy server failure" if fault == FAULT_POLICY_SERVER else "policy protocol failure"
     ep.outcome_reason = (
-        f"policy protocol failure, charged to the policy (it had {allowance} free ones "
-        "in this campaign)"
+        f"{what}, charged to the policy (it had {allowance} free ones in this campaign)"
     )
     session.add(
         EpisodeEvent(
             episode_id=ep.id,
             kind="protocol_fault_charged",
             message=ep.outcome_reason,
-            details={"fault": FAULT_POLICY_PROTOCOL, "free_protocol_faults": allowance},
+            details={"fault": fault, "free_protocol_faults": allowance},
         )
     )
     # an outcome the operator logged is changed by rule: on the record, like every override

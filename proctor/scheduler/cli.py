@@ -197,6 +197,9 @@ def _print_status(r: CampaignReport) -> None:
     progress.add_column("skipped", justify="right")
     for arm in arms:
         row = [arm + (" (reference)" if cells[(arm, objects[0])].is_reference else "")]
+        waiting = next((cells[(arm, o)].waiting for o in objects if cells[(arm, o)].waiting), None)
+        if waiting:
+            row[0] += f" — {waiting}"
         for o in objects:
             c = cells[(arm, o)]
             row.append(f"{c.done}/{c.target}" + (f" +{c.claimed}" if c.claimed else ""))

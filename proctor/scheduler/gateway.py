@@ -2,7 +2,10 @@
 
 The station knows only an opaque handle. The server resolves it (a claimed
 run of a running campaign → the submission's endpoint URL, dialect and
-decrypted API key), opens the upstream connection itself, and relays
+decrypted API key; for an uploaded checkpoint, the URL and dialect of its
+``ready`` runner server, which the platform's runner host wrote and which is
+therefore exempt from the private-address refusal that applies to
+submitters' endpoints), opens the upstream connection itself, and relays
 WebSocket messages both ways: binary frames byte for byte, text frames as
 text, the upstream's metadata message (sent on connect) first. The station
 never sees the endpoint, the policy's name or its owner.
@@ -14,7 +17,8 @@ What the station sees when something is wrong (see ``proctor/scheduler/README.md
   name the claiming station (``X-Proctor-Station``), or a second connection
   while the handle already has one open: the handshake is refused with HTTP
   403, identically in every case;
-* the policy server cannot be reached, or its host now resolves to an address
+* an uploaded checkpoint's runner server is not ready (building, starting,
+  failed, stopped), the policy server cannot be reached, or its host now resolves to an address
   the deployment does not connect to (``proctor.core.netguard``; redirects are not
   followed): accepted, then closed with **1013** (try again later) — a
   pre-flight failure, the run is skipped;
@@ -42,6 +46,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import sqlalchemy as sa
 from fastapi import APIRouter, WebSocket
@@ -52,9 +57,11 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from proctor.core import netguard
-from proctor.core.db.models import Assignment, Campaign, Submission
+from proctor.core.db.models import Assignment, Campaign, RunnerServer, Submission
+from proctor.core.db.types import utcnow
 from proctor.core.domain import AssignmentStatus, CampaignStatus, EndpointDialect, SubmissionKind
 from proctor.core.errors import ProctorError
+from proctor.scheduler import runners
 from proctor.scheduler.codes import is_endpoint_handle
 from proctor.scheduler.endpoint_keys import decrypt_api_key
 from proctor.station.policy.spec import auth_headers
@@ -110,9 +117,20 @@ class GatewayConfig:
 class UpstreamTarget:
     run_code: str
     station_id: int | None  # the station holding the claim
-    url: str = field(repr=False)
+    url: str = field(repr=False)  # empty: nothing serves the policy now (answered 1013)
     dialect: EndpointDialect | None
     api_key: str | None = field(repr=False)
+    # the runner server serving an uploaded checkpoint (its last use is recorded);
+    # None for a submitter's endpoint
+    runner_id: int | None = None
+
+    @property
+    def platform_written(self) -> bool:
+        """Whether the URL was written by the platform's own runner host, not by
+        a submitter: a runner listens on the inference host's own (usually
+        private) network, so the private-address refusal, which keeps
+        submitters from pointing the server inward, does not apply to it."""
+        return self.runner_id is not None
 
 
 def resolve_handle(
@@ -132,6 +150,8 @@ def resolve_handle(
     assignment, campaign_status, submission = row
     if assignment.status != AssignmentStatus.claimed or campaign_status != CampaignStatus.running:
         return None
+    if submission.kind == SubmissionKind.checkpoint:
+        return _runner_target(session, assignment, submission)
     if submission.kind != SubmissionKind.endpoint or not submission.endpoint_url:
         return None
     api_key = None
@@ -146,6 +166,55 @@ def resolve_handle(
         dialect=submission.endpoint_dialect,
         api_key=api_key,
     )
+
+
+def _runner_target(
+    session: Session, assignment: Assignment, submission: Submission
+) -> UpstreamTarget:
+    """An uploaded checkpoint is reached at its ready runner server; while it
+    has none (building, failed, stopped) the policy is unavailable, exactly as
+    an endpoint that does not answer: the station hears 1013, nothing more."""
+    server = runners.ready_server(session, submission.id)
+    if server is None or server.url is None:
+        return UpstreamTarget(
+            run_code=assignment.run_code,
+            station_id=assignment.station_id,
+            url="",
+            dialect=None,
+            api_key=None,
+        )
+    return UpstreamTarget(
+        run_code=assignment.run_code,
+        station_id=assignment.station_id,
+        url=server.url,
+        dialect=EndpointDialect(server.dialect) if server.dialect else None,
+        api_key=None,
+        runner_id=server.id,
+    )
+
+
+def touch_runner(session: Session, runner_id: int, *, now: datetime | None = None) -> None:
+    """Record that a relay to the runner server started or ended (its host
+    stops a server nothing has used for a while)."""
+    session.execute(
+        sa.update(RunnerServer)
+        .where(RunnerServer.id == runner_id)
+        .values(last_used_at=now or utcnow()),
+        execution_options={"synchronize_session": False},
+    )
+
+
+def _touch(config: GatewayConfig, runner_id: int) -> None:
+    session = config.session_factory()
+    try:
+        touch_runner(session, runner_id)
+        session.commit()
+    except sa.exc.SQLAlchemyError:
+        # a busy database must not end a relay: the host only stops the server sooner
+        session.rollback()
+        log.warning("policy gateway: could not record the runner's last use", exc_info=True)
+    finally:
+        session.close()
 
 
 def _lookup(config: GatewayConfig, handle: str) -> UpstreamTarget | None:
@@ -240,8 +309,12 @@ class HandleRedaction(logging.Filter):
 
 
 async def _open_upstream(config: GatewayConfig, target: UpstreamTarget) -> ClientConnection:
-    # resolved and judged now, not trusted from registration; raises AddressRefused
-    pinned = await netguard.pin_async(target.url, allow_private=config.allow_private_endpoints)
+    # resolved and judged now, not trusted from registration; raises AddressRefused.
+    # A runner's URL is the platform's own (target.platform_written): still resolved
+    # and pinned, but a private address is where runners live
+    pinned = await netguard.pin_async(
+        target.url, allow_private=config.allow_private_endpoints or target.platform_written
+    )
     # the key as the dialect's own client sends it: Api-Key (openpi, RoboArena),
     # Bearer (Positronic, whose stored URL already has its session path)
     headers = auth_headers(target.dialect, target.api_key)
@@ -327,6 +400,8 @@ async def _relay_target(
     station_gone: Callable[[], None],
 ) -> None:
     try:
+        if not target.url:
+            raise ConnectionRefusedError("no runner server is ready")
         upstream = await _open_upstream(config, target)
     except (OSError, TimeoutError, InvalidHandshake, InvalidURI, ValueError) as exc:
         # ValueError includes netguard.AddressRefused: the host resolves inward now
@@ -340,6 +415,21 @@ async def _relay_target(
         return
     await websocket.accept()
     log.info("policy gateway: run %s: relaying", target.run_code)
+    if target.runner_id is not None:
+        await run_in_threadpool(_touch, config, target.runner_id)
+    try:
+        await _relay_open(websocket, upstream, target, station_gone)
+    finally:
+        if target.runner_id is not None:
+            await run_in_threadpool(_touch, config, target.runner_id)
+
+
+async def _relay_open(
+    websocket: WebSocket,
+    upstream: ClientConnection,
+    target: UpstreamTarget,
+    station_gone: Callable[[], None],
+) -> None:
     pumps = {
         asyncio.create_task(_pump_from_station(websocket, upstream)),
         asyncio.create_task(_pump_from_upstream(websocket, upstream)),

@@ -18,6 +18,9 @@ Example ``protocol.toml``::
       { tote = "left", camera = "left" },
       { tote = "right", camera = "left" },
     ]
+    # optional: the policy's round trip bounded; an episode with more than
+    # `tolerance` calls slower than `budget_ms` ends charged to the policy
+    latency_budget = { budget_ms = 250, tolerance = 3 }
     sentinels = ["openpi-droid"]   # optional: recur in every block, watched for drift
     [adaptive]                     # optional: stop resolved policies early
     alpha = 0.05
@@ -74,6 +77,17 @@ class ConfigEntry(BaseModel):
     camera: Side
 
 
+class LatencyBudgetEntry(BaseModel):
+    """The policy's round trip bounded: a call whose reply takes longer than
+    ``budget_ms`` is over it, and an episode with more than ``tolerance`` such
+    calls ends charged to the policy (docs/methods.md §1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budget_ms: Annotated[float, Field(gt=0, le=600_000, allow_inf_nan=False)]
+    tolerance: Annotated[int, Field(ge=0, le=100_000)] = 0
+
+
 def _entry(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
@@ -108,6 +122,7 @@ class CampaignProtocol(BaseModel):
     sentinels: list[Name] = Field(default_factory=list)
     adaptive: AdaptiveEntry | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+    latency_budget: LatencyBudgetEntry | None = None
 
     @field_validator("policies", mode="before")
     @classmethod

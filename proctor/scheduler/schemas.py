@@ -35,6 +35,8 @@ class CellOut(BaseModel):
     requeued: int
     skipped: int
     done_by_config: dict[str, int]
+    # why its pending runs wait ("waiting for runner: building environment"), or null
+    waiting: str | None = None
 
 
 class ConfigOut(BaseModel):
@@ -87,6 +89,7 @@ class CampaignStatusOut(BaseModel):
                     requeued=c.requeued,
                     skipped=c.skipped,
                     done_by_config=c.done_by_config,
+                    waiting=c.waiting,
                 )
                 for c in r.cells
             ],

@@ -42,6 +42,7 @@ from proctor.core.domain import (
     SubmissionKind,
 )
 from proctor.core.errors import Conflict, NotFound, UsageError
+from proctor.scheduler import runners
 from proctor.scheduler.adaptation import apply_plan, verify_plan
 from proctor.scheduler.adaptive import AdaptiveRule
 from proctor.scheduler.allocation import (
@@ -120,8 +121,10 @@ def _choose_submission(
             problems.append(f"{where}.submission: submission {sub.id} {problem}")
             return None
         return sub
+    # an uploaded checkpoint runs like an endpoint once its runner passed the
+    # check: the runner host serves it on demand (proctor/runner/queue.py)
     runnable = sa.and_(
-        Submission.kind == SubmissionKind.endpoint,
+        Submission.kind.in_((SubmissionKind.endpoint, SubmissionKind.checkpoint)),
         Submission.conformance_status == ConformanceStatus.passed,
     )
     if policy.kind == PolicyKind.reference:
@@ -135,7 +138,8 @@ def _choose_submission(
     ).first()
     if sub is None:
         problems.append(
-            f"{where}: '{policy.name}' has no endpoint submission that passed the conformance check"
+            f"{where}: '{policy.name}' has no endpoint or checkpoint submission that passed "
+            "the conformance check"
             + (
                 " (register the teleop reference: proctor submission reference)"
                 if policy.kind == PolicyKind.reference
@@ -149,14 +153,15 @@ def _unrunnable(sub: Submission) -> str | None:
     """Why a submission cannot be evaluated now, or None. A ``teleop``
     submission (only a reference has one: ``proctor/web/submissions/reference.py``)
     runs without a conformance verdict: the server cannot reach it, and each
-    station checks it in its pre-flight before every episode."""
+    station checks it in its pre-flight before every episode. An uploaded
+    ``checkpoint`` runs like an endpoint once its check passed: a runner host
+    serves it while the campaign has runs left."""
     if sub.kind == SubmissionKind.teleop and sub.endpoint_url:
         return None
-    if sub.kind != SubmissionKind.endpoint or not sub.endpoint_url:
-        return (
-            "is an uploaded checkpoint; only endpoint submissions can run until the "
-            "checkpoint runners exist"
-        )
+    if sub.kind == SubmissionKind.teleop:
+        return "is a teleop reference without a teleop server url"
+    if sub.kind == SubmissionKind.endpoint and not sub.endpoint_url:
+        return "is an endpoint submission without an endpoint url"
     if sub.conformance_status != ConformanceStatus.passed:
         return f"has not passed the conformance check (it is {sub.conformance_status.value})"
     return None
@@ -214,6 +219,9 @@ def create_campaign(session: Session, *, protocol: CampaignProtocol, actor: Acto
             {"tote": c.tote.value, "camera": c.camera.value} for c in protocol.spatial_configs
         ],
         protocol_extra=protocol.extra,
+        latency_budget=(
+            protocol.latency_budget.model_dump() if protocol.latency_budget is not None else None
+        ),
         created_by_id=actor.user_id,
     )
     campaign.policies = [
@@ -347,6 +355,9 @@ def start_campaign(
     c.allocation_protocol = protocol.to_json()
     c.started_at = now
     session.flush()
+    # checkpoints are served by a runner host from now on: ask for them at once,
+    # so their environments build while the first runs of the others go by
+    runners.request_for_campaign(session, c.id, now=now)
     result = StartResult(
         campaign_id=c.id,
         commitment=c.seed_commitment,
@@ -400,6 +411,9 @@ class CellProgress:
     requeued: int
     skipped: int
     done_by_config: dict[str, int]
+    # why its pending runs are not handed out now ("waiting for runner: building
+    # environment"), or None: an uploaded checkpoint waits for its runner server
+    waiting: str | None = None
 
 
 @dataclass(frozen=True)
@@ -528,9 +542,11 @@ def campaign_status(
         arm_ids.sort(key=lambda pid: (pol_rows[pid].kind != PolicyKind.reference, labels[pid]))
     else:
         arm_ids.sort(key=lambda pid: labels[pid])
+    waiting = runners.waiting_now(session, c.id) if c.status == CampaignStatus.running else {}
     cells = []
     for pid in arm_ids:
         policy = pol_rows[pid]
+        why = waiting.get(policies[pid].submission_id or 0)
         for oid, obj in obj_rows.items():
             n = counts[(pid, oid)]
             cells.append(
@@ -545,6 +561,7 @@ def campaign_status(
                     requeued=n[AssignmentStatus.requeued],
                     skipped=n[AssignmentStatus.skipped],
                     done_by_config={cfg.label: by_config[(pid, oid)][cfg.label] for cfg in configs},
+                    waiting=why if n[AssignmentStatus.pending] else None,
                 )
             )
     n_arms = len(arm_ids)

@@ -88,8 +88,10 @@ class CampaignWorkSource:
             prompt=claim.prompt,
             dialect=claim.dialect,
             exterior_numbering=claim.exterior_numbering,
+            action_units=claim.action_units,
             campaign_id=claim.campaign_id,
             policy_headers=headers,
+            latency_budget=claim.latency_budget,
         )
 
     def completed(self, work: Work, *, episode_uid: str, outcome: Outcome) -> None:

@@ -56,6 +56,16 @@ ExteriorNumberingOpt = Annotated[
         "…_0_left (0: RoboArena's test script, DreamZero).",
     ),
 ]
+ActionUnitsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--action-units",
+        help="openpi, roboarena: what the numbers of a velocity action mean, si (rad/s, "
+        "m/s) or droid (DROID's normalised per-step deltas); default: as the server's "
+        "metadata says (its action_units, else its dialect's default). A server whose "
+        "metadata declares other units is refused.",
+    ),
+]
 StationConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", help="Station config file (TOML); defaults when omitted."),
@@ -87,6 +97,25 @@ def _policy_url(name: str, url: str, dialect: EndpointDialect | None) -> str:
         return dialects.get_or_detected(dialect).dial_url(url)
     except ValueError as exc:
         raise UsageError(f"{name}: {exc}") from None
+
+
+def _action_units_option(value: str | None, dialect: EndpointDialect | None) -> str | None:
+    """``--action-units``: a registered convention, for a dialect whose replies may be
+    velocities (None: the server's metadata decides)."""
+    from proctor.station.policy import units
+
+    if value is None:
+        return None
+    try:
+        chosen = units.check(value)
+    except ValueError as exc:
+        raise UsageError(f"--action-units: {str(exc).split(': ', 1)[-1]}") from None
+    if dialect is not None and not dialects.get(dialect).velocity_actions:
+        raise UsageError(
+            f"--action-units: the {dialect.value} dialect's commands are positions, which "
+            "have no units to select; leave it out"
+        )
+    return chosen
 
 
 def _api_key(env_var: str | None) -> str | None:
@@ -196,6 +225,7 @@ def episode(
     profile: ProfileOpt = "sim",
     dialect: DialectOpt = None,
     exterior_numbering: ExteriorNumberingOpt = None,
+    action_units: ActionUnitsOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     items: Annotated[int, typer.Option(help="Items set out in the source bin.")] = 8,
     seed: Annotated[int | None, typer.Option(help="Simulated cell seed.")] = None,
@@ -259,6 +289,7 @@ def episode(
         sim_seed=seed if seed is not None else (0 if profile == "sim" else None),
         dialect=chosen,
         exterior_numbering=exterior_numbering,
+        action_units=_action_units_option(action_units, chosen),
         policy_headers=auth_headers(chosen, _api_key(api_key_env)),
     )
     if profile == "sim":
@@ -454,6 +485,7 @@ def check(
     ],
     dialect: DialectOpt = None,
     exterior_numbering: ExteriorNumberingOpt = None,
+    action_units: ActionUnitsOpt = None,
     action_space: Annotated[
         str | None,
         typer.Option(
@@ -521,6 +553,7 @@ def check(
             f"--action-space: '{action_space}' is not one of "
             f"{', '.join(a.value for a in ActionSpace)}"
         ) from None
+    units = _action_units_option(action_units, chosen)
     headers = auth_headers(chosen, _api_key(api_key_env))
     err = Console(stderr=True)
     with err.status("checking…") as status:
@@ -538,6 +571,7 @@ def check(
                 request_timeout_s=timeout,
                 sim_keys=sim_keys,
                 exterior_numbering=exterior_numbering,
+                action_units=units,
             ),
             progress=lambda msg: status.update(f"checking: {msg}…"),
         )

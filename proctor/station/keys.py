@@ -51,6 +51,24 @@ ENVELOPE = "envelope"
 # ``details`` = {"reason": the reasons joined by "+", "reasons": [...], "steps": n,
 # "until_s": the run's last step, s from the start}; its ``t_s`` is the run's first step
 ENVELOPE_EVENT = "envelope"
+# the episode event holding the per-call table (one per episode, written when it
+# ends): ``details`` = {"control_hz", "budget_ms", "tolerance", "over_budget",
+# "calls_not_listed", "columns": {column: [value per call]}} with the columns
+# below (proctor/station/control/call_log.py says what each means)
+POLICY_CALLS_EVENT = "policy_calls"
+POLICY_CALL_COLUMNS = (
+    "t_ask_s",
+    "round_trip_ms",
+    "server_ms",
+    "t_intended_s",
+    "t_start_s",
+    "actions",
+    "skipped",
+    "over_budget",
+)
+# the reason (and event) of an episode its policy ended by exceeding the
+# campaign's latency budget past its tolerance: charged to the policy
+LATENCY_BUDGET_EXCEEDED = "latency_budget_exceeded"
 
 TELEMETRY_FLOAT_COLUMNS: tuple[str, ...] = (
     *JOINT_POSITION,

@@ -57,6 +57,7 @@ from proctor.station.cell import Cell
 from proctor.station.clock import MonotonicClock
 from proctor.station.config import StationConfig
 from proctor.station.control.attribution import Origin, attribute_fault
+from proctor.station.control.call_log import CallLog
 from proctor.station.control.finishing import EpisodeFinish, EpisodeSummary
 from proctor.station.control.loop import ControlLoop
 from proctor.station.control.sampling import TelemetrySampler, TelemetryTicks
@@ -135,6 +136,7 @@ class _Active:
     # what the station logged while it ran (proctor.station.logs), for the manifest
     fault_lines: EpisodeFaultLines | None = None
     envelope: Envelope | None = None  # the episode's envelope, once the control loop runs
+    call_log: CallLog | None = None  # its policy calls, once the control loop runs
 
 
 class EpisodeRunner:
@@ -231,6 +233,7 @@ class EpisodeRunner:
             work.policy_url,
             dialect=work.dialect,
             exterior_numbering=work.exterior_numbering,
+            action_units=work.action_units,
             headers=work.policy_headers,
             connect_timeout_s=cfg.policy_connect_timeout_s,
             default_image_size=cfg.policy_image_size,

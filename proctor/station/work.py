@@ -17,6 +17,7 @@ manifest or a log line.
 from __future__ import annotations
 
 import importlib
+import math
 import re
 import secrets
 from dataclasses import dataclass, field, replace
@@ -24,9 +25,33 @@ from typing import Any, Protocol, runtime_checkable
 
 from proctor.core.domain import EndpointDialect, Outcome, Side
 from proctor.core.errors import ConfigError, FieldError
+from proctor.station.policy import units
 
 _RUN_CODE = re.compile(r"^[A-Z0-9][A-Z0-9-]{1,15}$")
 _OBJECT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class LatencyBudget:
+    """A campaign's bound on the policy's round trip: a call whose reply took
+    longer than ``budget_ms`` (wall clock, request sent → reply decoded) is over
+    it, and an episode with more than ``tolerance`` calls over it ends, charged
+    to the policy (docs/methods.md §1)."""
+
+    budget_ms: float
+    tolerance: int = 0  # calls over the budget an episode may have
+
+    def __post_init__(self) -> None:
+        budget = self.budget_ms
+        if isinstance(budget, bool) or not isinstance(budget, int | float) or not budget > 0:
+            raise FieldError("latency_budget.budget_ms", f"must be positive, got {budget!r}")
+        if not math.isfinite(budget):
+            raise FieldError("latency_budget.budget_ms", f"must be finite, got {budget!r}")
+        tol = self.tolerance
+        if isinstance(tol, bool) or not isinstance(tol, int) or tol < 0:
+            raise FieldError(
+                "latency_budget.tolerance", f"must be a non-negative integer, got {tol!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -47,10 +72,15 @@ class Work:
     # the number of the first exterior camera's observation key (None: the
     # station's default, 1); the endpoint's wire setting, like the dialect
     exterior_numbering: int | None = None
+    # the action units the endpoint selects (None: the server's metadata decides,
+    # ``proctor/station/policy/units.py``); a wire setting, like the dialect
+    action_units: str | None = None
     assignment_id: int | None = None  # set by the campaign source
     campaign_id: int | None = None
     # extra headers for the policy connection (e.g. a gateway token); never shown or stored
     policy_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    # the campaign's latency budget (None: latency is measured, never enforced)
+    latency_budget: LatencyBudget | None = None
 
     def __post_init__(self) -> None:
         if not _RUN_CODE.match(self.run_code):
@@ -78,6 +108,8 @@ class Work:
             raise FieldError("sim_seed", f"must be an integer, got {self.sim_seed!r}")
         if self.dialect is not None:
             object.__setattr__(self, "dialect", EndpointDialect(self.dialect))
+        if self.action_units is not None:
+            _action_units(self.action_units)
 
     @property
     def budget_s(self) -> float:
@@ -97,6 +129,13 @@ class Work:
 
     def with_seed(self, sim_seed: int | None) -> Work:
         return replace(self, sim_seed=sim_seed)
+
+
+def _action_units(value: object) -> str:
+    try:
+        return units.check(value)
+    except ValueError as exc:
+        raise FieldError("action_units", str(exc).split(": ", 1)[-1]) from None
 
 
 def _side(name: str, value: object) -> Side:

@@ -27,6 +27,7 @@ NAV: tuple[NavItem, ...] = (
     NavItem("Review", "/review", (Role.reviewer,)),
     NavItem("Campaigns", "/campaigns", (Role.admin,)),
     NavItem("Users", "/admin/users", (Role.admin,)),
+    NavItem("Runners", "/admin/runners", (Role.admin,)),
     NavItem("API", "/api/docs"),
 )
 

@@ -73,6 +73,45 @@ def test_the_campaign_ran_every_slot_blinded_and_was_released(demo_run: tuple[Pa
     assert {r[2] for r in rows} <= {"auto", "reviewed"}
 
 
+def test_one_arm_is_an_uploaded_checkpoint_served_by_the_runner_host(
+    demo_run: tuple[Path, str],
+) -> None:
+    """The checkpoint arm went the submitter's way: uploaded (a stored
+    checkpoint artifact), checked against its sandboxed runner server, served
+    for the campaign (its runs done, its episodes scored), and stopped when
+    the demo ended — never reached by the station except through the gateway."""
+    from proctor.demo.checkpoint import CHECKPOINT_ARM
+
+    data_dir, out = demo_run
+    db = _db(data_dir)
+    name = world.POLICY_NAMES[CHECKPOINT_ARM]
+    (sid, kind, status, sha) = db.execute(
+        "SELECT s.id, s.kind, s.conformance_status, s.checkpoint_sha256 FROM submissions s "
+        "JOIN policies p ON p.id = s.policy_id WHERE p.name = ? ORDER BY s.id DESC",
+        (name,),
+    ).fetchone()
+    assert (kind, status) == ("checkpoint", "passed")
+    stored = db.execute(
+        "SELECT count(*) FROM artifacts WHERE kind = 'checkpoint' AND sha256 = ?", (sha,)
+    ).fetchone()[0]
+    assert stored == 1
+    servers = db.execute(
+        "SELECT status, ready_at, url, failure FROM runner_servers WHERE submission_id = ?",
+        (sid,),
+    ).fetchall()
+    assert servers and all(r[3] is None for r in servers), servers
+    assert any(r[1] is not None and r[2].startswith("ws://127.0.0.1:") for r in servers)
+    assert {r[0] for r in servers} == {"stopped"}  # the demo's runner host stopped them
+    runs = db.execute(
+        "SELECT a.status, e.outcome FROM assignments a JOIN episodes e ON e.assignment_id = a.id "
+        "WHERE a.submission_id = ? AND a.replaces_id IS NULL",
+        (sid,),
+    ).fetchall()
+    assert len(runs) == len(world.OBJECTS)
+    assert all(r[0] == "done" and r[1] != "system" for r in runs), runs
+    assert f"checkpoint '{name}': uploaded, built, sandboxed, checked" in out
+
+
 def test_the_demo_signs_sessions_with_a_key_of_its_own(demo_run: tuple[Path, str]) -> None:
     """Not the published development key: a random one in the data folder,
     readable by its owner only; the admin's one-time password still works."""
@@ -136,6 +175,28 @@ def test_snapshots_and_the_printed_leaderboard_agree(demo_run: tuple[Path, str])
     assert len(result["pairs"]) == pairs
     assert "pairs:" in stdout and "resolved" in stdout
     assert "episodes in" in stdout and "whole demo" in stdout
+
+
+def test_the_leaderboard_carries_every_policys_latency(demo_run: tuple[Path, str]) -> None:
+    """Every policy's round trips, from the per-call tables its episodes left:
+    the simulated cell stands still while a policy thinks, so nothing is stale."""
+    data_dir, _ = demo_run
+    (raw,) = (
+        _db(data_dir)
+        .execute(
+            "SELECT result FROM analysis_snapshots WHERE label_stream = 'auto_and_reviewed' "
+            "ORDER BY id DESC LIMIT 1"
+        )
+        .fetchone()
+    )
+    policies = json.loads(raw)["policies"]
+    assert len(policies) == len(world.POLICY_NAMES)
+    for p in policies:
+        lat = p["latency"]
+        assert lat["calls"] > 0 and lat["calls_per_episode"] > 0, p["policy"]
+        assert 0 < lat["p50_ms"] <= lat["p95_ms"] <= lat["p99_ms"], p["policy"]
+        assert lat["stale_action_rate"] == 0.0 and lat["actions"] > 0
+        assert "server_p50_ms" in lat
 
 
 def test_export_writes_a_verifiable_dataset_that_reanalyses_to_the_snapshot(

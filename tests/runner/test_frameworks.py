@@ -167,6 +167,8 @@ def test_a_command_launch_runs_bare_names_from_its_environment() -> None:
         argv=("{env}/bin/python", "serve.py", "--port=18400", "--x", "{y}"),
         port=18400,
         dialect="roboarena",
+        # the submitter's files are named relative to policy.toml
+        cwd="/checkpoint",
     )
     assert launch.fill(Path("/e")).argv == (
         "/e/bin/python",

@@ -36,11 +36,11 @@ def _checkpoint(session: ProctorSession) -> Submission:
 
 def test_request_serving_is_idempotent_while_a_server_lives(db_session: ProctorSession) -> None:
     sub = _checkpoint(db_session)
-    first = queue.request_serving(db_session, sub, reason="conformance")
-    again = queue.request_serving(db_session, sub, reason="campaign")
+    first = queue.request_serving(db_session, sub.id, reason="conformance")
+    again = queue.request_serving(db_session, sub.id, reason="campaign")
     assert again.id == first.id and first.status == RunnerStatus.queued
     queue.finish(db_session, first.id, now=utcnow(), failure=None, message="idle", diagnostics={})
-    third = queue.request_serving(db_session, sub, reason="campaign")
+    third = queue.request_serving(db_session, sub.id, reason="campaign")
     assert third.id != first.id and third.requested_for == "campaign"
 
 
@@ -72,7 +72,7 @@ def test_demand_comes_from_checks_and_running_campaigns_only(db_session: Proctor
 
 def test_a_queued_server_is_claimed_once(db_session: ProctorSession) -> None:
     sub = _checkpoint(db_session)
-    row = queue.request_serving(db_session, sub, reason="conformance")
+    row = queue.request_serving(db_session, sub.id, reason="conformance")
     now = utcnow()
     got = queue.claim(db_session, host="a", worker="a:1", now=now)
     assert got is not None and got.id == row.id and got.status == RunnerStatus.building
@@ -83,7 +83,7 @@ def test_a_queued_server_is_claimed_once(db_session: ProctorSession) -> None:
 
 def test_only_the_holder_may_move_its_row(db_session: ProctorSession) -> None:
     sub = _checkpoint(db_session)
-    row = queue.request_serving(db_session, sub, reason="conformance")
+    row = queue.request_serving(db_session, sub.id, reason="conformance")
     queue.claim(db_session, host="a", worker="a:1", now=utcnow())
     assert not queue.set_stage(
         db_session, row.id, "b:2", "x", utcnow(), status=RunnerStatus.starting
@@ -104,7 +104,7 @@ def test_a_silent_host_is_the_platforms_fault_and_the_checkpoint_is_served_again
 ) -> None:
     sub = _checkpoint(db_session)
     db_session.add(ConformanceRun(submission_id=sub.id, status=ConformanceRunStatus.running))
-    row = queue.request_serving(db_session, sub, reason="conformance")
+    row = queue.request_serving(db_session, sub.id, reason="conformance")
     then = utcnow() - timedelta(minutes=5)
     queue.claim(db_session, host="a", worker="a:1", now=then)
     queue.mark_ready(
@@ -131,7 +131,7 @@ def test_a_failure_records_whose_fault_it_is(
     db_session: ProctorSession, failure: RunnerFailure, fault: RunnerFault
 ) -> None:
     sub = _checkpoint(db_session)
-    row = queue.request_serving(db_session, sub, reason="conformance")
+    row = queue.request_serving(db_session, sub.id, reason="conformance")
     assert queue.finish(
         db_session, row.id, now=utcnow(), failure=failure, message="m",
         diagnostics={"exit_code": 1},
@@ -139,3 +139,23 @@ def test_a_failure_records_whose_fault_it_is(
     db_session.refresh(row)
     assert (row.status, row.failure, row.fault) == (RunnerStatus.failed, failure, fault)
     assert row.diagnostics == {"exit_code": 1}
+
+
+def test_the_database_holds_one_live_server_per_submission(db_session: ProctorSession) -> None:
+    """Two askers racing past the "is one live?" read (two stations claiming at
+    once) cannot both insert: the second live row is refused by the index, and
+    request_serving returns the row that won."""
+    import sqlalchemy as sa
+
+    sub = _checkpoint(db_session)
+    first = queue.request_serving(db_session, sub.id, reason="campaign")
+    with pytest.raises(sa.exc.IntegrityError), db_session.begin_nested():
+        db_session.add(
+            RunnerServer(submission_id=sub.id, status=RunnerStatus.queued, diagnostics={})
+        )
+    # a finished life does not count: a new one may be queued beside it
+    queue.finish(db_session, first.id, now=utcnow(), failure=None, message="", diagnostics={})
+    with db_session.begin_nested():
+        db_session.add(
+            RunnerServer(submission_id=sub.id, status=RunnerStatus.queued, diagnostics={})
+        )

@@ -4,7 +4,8 @@ no way to read who a run belongs to. Checked by walking its source:
 
 * it never names the tables that hold identity: ``Policy``, ``Submission``,
   ``CampaignPolicy``, ``Assignment`` (whose ``policy_id`` / ``submission_id``
-  columns are the sealed mapping) — not by import, not as an attribute
+  columns are the sealed mapping), ``RunnerServer`` (a checkpoint's server:
+  its host, url and failure) — not by import, not as an attribute
   (``models.Policy``), not as a string (``getattr(models, "Policy")``);
 * it never reads the identity columns (``.policy_id``, ``.submission_id``,
   ``.endpoint_url``, ``.endpoint_api_key_encrypted``, ``.owner_id``);
@@ -30,7 +31,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND_PACKAGES = ("proctor/station", "proctor/web/console")
-IDENTITY_CLASSES = {"Policy", "Submission", "CampaignPolicy", "Assignment"}
+IDENTITY_CLASSES = {"Policy", "Submission", "CampaignPolicy", "Assignment", "RunnerServer"}
 IDENTITY_ATTRS = {
     "policy_id",
     "submission_id",
@@ -38,7 +39,13 @@ IDENTITY_ATTRS = {
     "endpoint_api_key_encrypted",
     "owner_id",
 }
-IDENTITY_TABLES = {"policies", "submissions", "campaign_policies", "assignments"}
+IDENTITY_TABLES = {
+    "policies",
+    "submissions",
+    "campaign_policies",
+    "assignments",
+    "runner_servers",
+}
 # a table name right after a SQL keyword: `FROM policies`, `JOIN "assignments"`
 _SQL = re.compile(
     r"\b(from|join|update|into)\s+\"?(" + "|".join(sorted(IDENTITY_TABLES)) + r")\b",
@@ -124,6 +131,8 @@ def test_blind_code_cannot_read_policy_identity() -> None:
         "q = 'SELECT name FROM policies WHERE id = 1'",
         "q = 'select * from episodes join assignments on true'",
         'q = """UPDATE "submissions" SET x = 1"""',
+        "from proctor.core.db.models import RunnerServer",
+        "q = 'SELECT url FROM runner_servers'",
         "from proctor.scheduler.claims import claim_next",
         "import proctor.scheduler.gateway",
         "from proctor import scheduler",

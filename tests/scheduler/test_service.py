@@ -75,7 +75,7 @@ def test_create_reports_every_unresolvable_name_and_writes_nothing(db_session) -
         policy_id=w.policies[1].id,
         kind=SubmissionKind.checkpoint,
         checkpoint_sha256="0" * 64,
-        conformance_status=ConformanceStatus.passed,
+        conformance_status=ConformanceStatus.pending,
     )
     db_session.add(checkpoint)
     w.submissions[w.policies[0].name].conformance_status = ConformanceStatus.failed
@@ -91,7 +91,10 @@ def test_create_reports_every_unresolvable_name_and_writes_nothing(db_session) -
         service.create_campaign(db_session, protocol=proto, actor=ADMIN)
     msg = str(exc.value)
     assert f"reference: '{w.policies[1].name}' is a policy, not a reference" in msg
-    assert f"policies[0]: '{w.policies[0].name}' has no endpoint submission that passed" in msg
+    assert (
+        f"policies[0]: '{w.policies[0].name}' has no endpoint or checkpoint submission "
+        "that passed" in msg
+    )
     assert f"policies[1]: no policy named '{w.policies[1].name}x'" in msg
     assert f"policies[2]: '{w.reference.name}' is a reference, not a policy" in msg
     assert "objects[1]: no object type named 'ghost-object'" in msg
@@ -100,8 +103,10 @@ def test_create_reports_every_unresolvable_name_and_writes_nothing(db_session) -
     proto = builders.protocol(
         w, policies=[{"name": w.policies[1].name, "submission": checkpoint.id}]
     )
+    # a checkpoint runs like an endpoint, once its runner passed the check
     with pytest.raises(
-        UsageError, match=r"policies\[0\]\.submission: .* is an uploaded checkpoint"
+        UsageError,
+        match=r"policies\[0\]\.submission: .* has not passed the conformance check",
     ):
         service.create_campaign(db_session, protocol=proto, actor=ADMIN)
     other = w.submissions[w.reference.name].id

@@ -183,3 +183,48 @@ def test_the_free_protocol_faults_setting_reaches_the_completion(
         status = s.scalar(sa.select(Assignment.status).where(Assignment.run_code == work.run_code))
         outcome = s.scalar(sa.select(Episode.outcome).where(Episode.uid == uid))
     assert (status, outcome) == (AssignmentStatus.done, Outcome.safety)
+
+
+def test_a_protocols_latency_budget_reaches_the_stations_work(committed_db: CommittedDb) -> None:
+    _, cid, _ = _campaign(
+        committed_db, episodes_per_cell=1, latency_budget={"budget_ms": 250, "tolerance": 3}
+    )
+    source = CampaignWorkSource(
+        session_factory=committed_db.factory, campaign=cid, station="cell-lat", gateway="ws://gw"
+    )
+    work = source.claim()
+    assert work is not None and work.latency_budget is not None
+    assert (work.latency_budget.budget_ms, work.latency_budget.tolerance) == (250.0, 3)
+    # without one, latency is measured and never enforced
+    _, other, _ = _campaign(committed_db, episodes_per_cell=1)
+    plain = CampaignWorkSource(
+        session_factory=committed_db.factory, campaign=other, station="cell-lat2", gateway="ws://gw"
+    )
+    unbounded = plain.claim()
+    assert unbounded is not None and unbounded.latency_budget is None
+
+
+@pytest.mark.parametrize(
+    ("budget", "field"),
+    [
+        ({"budget_ms": 0}, "latency_budget.budget_ms"),
+        ({"budget_ms": 100, "tolerance": -1}, "latency_budget.tolerance"),
+        ({"budget_ms": 100, "slack": 1}, "latency_budget.slack"),
+    ],
+)
+def test_a_bad_latency_budget_is_refused_naming_its_field(budget: dict, field: str) -> None:
+    from proctor.scheduler.protocol import parse_protocol
+
+    data = {
+        "name": "c",
+        "items_per_episode": 2,
+        "per_item_cap_s": 30,
+        "tau_s": 60,
+        "episodes_per_cell": 1,
+        "reference": "human",
+        "policies": ["p"],
+        "objects": ["spoons"],
+        "latency_budget": budget,
+    }
+    with pytest.raises(UsageError, match=field.replace(".", r"\.")):
+        parse_protocol(data)

@@ -218,7 +218,12 @@ def test_the_report_lists_what_the_station_sends(
     )
     assert "fitted into 224×224 (H×W) and padded black" in sends.message
     assert "exterior cameras numbered from 1" in sends.message
-    assert "actions read as joint_velocity: dq1…dq7 (rad/s), gripper" in sends.message
+    # DROID's server names no action space: DROID's joint velocities, in DROID's units
+    assert sends.details["action_units"] == "droid"
+    assert (
+        "actions read as joint_velocity in droid units (action_units): DROID's normalised "
+        "joint velocities in [-1, 1]: each step the station adds v × 0.2 rad"
+    ) in sends.message
     assert "played one per control step at 15 Hz from the first row, at most 8 rows" in (
         sends.message
     )

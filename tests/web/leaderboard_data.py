@@ -282,12 +282,49 @@ def seed_campaign(
                 session.add(row)
                 session.flush()
                 _labels(session, row, ep.placements_s, reviewed=reviewed, rng=rng)
+                if not m.reference:
+                    late = a.block_index % 2 == 0
+                    session.add(policy_calls_event(row.id, sequence, late=late))
                 seeded.episode_uids.append(uid)
                 seeded.episode_policy[uid] = m.name
     session.flush()
     if compute:
         seeded.outcomes = recompute(session, campaign_id=campaign.id, streams=streams)
     return seeded
+
+
+def policy_calls_event(episode_id: int, sequence: int, *, late: bool) -> EpisodeEvent:
+    """A seeded episode's per-call table as the station writes it, without
+    drawing from the shared generator: four calls of 8 rows at 15 Hz, round
+    trips 20–70 ms, the server reporting its time on every other call, and,
+    when ``late``, the third chunk two steps late (8 stale actions). The
+    reference's episodes have none (its page shows that nothing was recorded)."""
+    dt = 1 / 15
+    delay = 2 * dt if late else 0.0
+    intended = [round(8 * dt * i, 6) for i in range(4)]
+    return EpisodeEvent(
+        episode_id=episode_id,
+        t_s=None,
+        kind="policy_calls",
+        message="4 policy calls",
+        details={
+            "control_hz": 15.0,
+            "budget_ms": None,
+            "tolerance": None,
+            "over_budget": 0,
+            "calls_not_listed": 0,
+            "columns": {
+                "t_ask_s": intended,
+                "round_trip_ms": [20.0 + (sequence % 7) + 15.0 * i for i in range(4)],
+                "server_ms": [12.0 if i % 2 == 0 else None for i in range(4)],
+                "t_intended_s": intended,
+                "t_start_s": [t + (delay if i == 2 else 0.0) for i, t in enumerate(intended)],
+                "actions": [8, 8, 8, 8],
+                "skipped": [0, 0, 0, 0],
+                "over_budget": [False] * 4,
+            },
+        },
+    )
 
 
 def envelope_count(sequence: int, *, reference: bool) -> int | None:

@@ -37,11 +37,20 @@ from proctor.core.db.models import (
     Campaign,
     Episode,
     EpisodeEvent,
+    RunnerServer,
+    Submission,
     User,
     UserRole,
 )
 from proctor.core.db.types import utcnow
-from proctor.core.domain import ArtifactKind, CampaignStatus, Role, Side
+from proctor.core.domain import (
+    ArtifactKind,
+    CampaignStatus,
+    Role,
+    RunnerFailure,
+    RunnerStatus,
+    Side,
+)
 from proctor.web.app import api_routes
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.leaderboard_data import ALL_STREAMS, SeededCampaign, seed_campaign
@@ -65,6 +74,8 @@ ADMIN_IDENTITY_TOOLS = (
     "/account",
     "/api/submissions",
     "/submit",
+    # the runner servers of submitted checkpoints, by policy (as /submit lists them)
+    "/admin/runners",
 )
 
 
@@ -263,8 +274,31 @@ def test_nothing_names_a_policy_before_release(web: Web, blinded) -> None:
         for r in c.get(f"/api/leaderboard/{seeded.campaign_id}", headers=admin).json()["rows"]
     ]
     assert len(arms) == len(seeded.identities) and all(a.startswith("arm ") for a in arms)
+    # a runner server of one arm's submission, failed (what a runner host writes):
+    # its host, url and failure are the admins' and the submitter's alone
+    runner_secrets = ["runner-host-7.internal", "ws://10.9.8.7:18555", "CUDA out of memory"]
+    with web.db() as s:
+        sub_id = s.scalar(
+            sa.select(Submission.id).where(Submission.policy_id == seeded.identities[1].policy_id)
+        )
+        s.add(
+            RunnerServer(
+                submission_id=sub_id,
+                status=RunnerStatus.failed,
+                host=runner_secrets[0],
+                url=runner_secrets[1],
+                dialect="openpi",
+                failure=RunnerFailure.out_of_memory,
+                fault=RunnerFailure.out_of_memory.fault,
+                message=runner_secrets[2],
+                diagnostics={"output_tail": [runner_secrets[2]]},
+            )
+        )
     # the .rrd a reviewer downloads is built from the recording alone
     responses = _crawl(web, seeded, uid, shas, arms)
+    not_admin = [x for x in responses if x[0] != "admin"]
+    runner_leaks = _search(not_admin, runner_secrets)
+    assert runner_leaks == [], "\n".join(runner_leaks)
     statuses = {(who, path): r.status_code for who, path, r in responses}
     assert statuses[("anonymous", f"/api/leaderboard/{seeded.campaign_id}")] == 404
     assert statuses[("reviewer", f"/api/episodes/{uid}")] == 200

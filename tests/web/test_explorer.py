@@ -228,3 +228,56 @@ def test_the_envelope_count_is_shown_and_an_uncounted_episode_says_so(
     section = doc.find("table", id="intervention-table")
     assert "None in the episode's log." in section.text()
     assert "The station counted 2; 0 are in the episode's log." in doc.text()
+
+
+def test_the_explorer_breaks_an_episode_down_by_policy_call(web: Web) -> None:
+    with web.db() as s:
+        seeded = seed_campaign(s, released=True, episodes_per_cell=2, seed=5)
+    c = web.client()
+    bodies = {uid: c.get(f"/api/episodes/{uid}").json() for uid in seeded.episode_uids}
+    tabled = {uid: b["calls"] for uid, b in bodies.items() if b["calls"] is not None}
+    # the seeded tables (tests/web/leaderboard_data.py): every arm's episodes but the
+    # reference's, four calls each, the third chunk two 15 Hz steps late in block 0
+    assert 0 < len(tabled) < len(bodies)
+    uid, calls = next((u, t) for u, t in tabled.items() if t["stale_actions"])
+    assert [k["n"] for k in calls["calls"]] == [1, 2, 3, 4]
+    third = calls["calls"][2]
+    assert third["stale"] and third["late_ms"] == pytest.approx(2000 / 15, abs=1e-3)
+    assert [k["stale"] for k in calls["calls"]] == [False, False, True, False]
+    assert calls["stale_actions"] == 8 and calls["actions"] == 32
+    assert [k["server_ms"] for k in calls["calls"]] == [12.0, None, 12.0, None]
+    rtt = [k["round_trip_ms"] for k in calls["calls"]]
+    assert calls["p50_ms"] == pytest.approx(float(np.quantile(rtt, 0.5)))
+    doc = parse(c.get(f"/episodes/{uid}").text)
+    rows = doc.find("table", id="call-table").find_all("tr", data_call=True)
+    assert [r.get("data-call") for r in rows] == ["1", "2", "3", "4"]
+    assert [r.get("class") == "stale" for r in rows] == [False, False, True, False]
+    assert rows[2].find("td", data_key="late_ms").text() == "133.3"
+    assert "8 of 32 actions stale" in doc.find("p", data_calls="summary").text()
+    # an episode without a table has no breakdown
+    bare = next(u for u, b in bodies.items() if b["calls"] is None)
+    assert parse(c.get(f"/episodes/{bare}").text).find_all("section", id="policy-calls") == []
+
+
+def test_staff_working_blind_do_not_see_the_policys_call_timings(web: Web) -> None:
+    """Before release the per-call timings could single out an arm: reviewers
+    get neither the breakdown nor the event's count; admins get both."""
+    web.add_user("rita", Role.reviewer)
+    web.add_user("root", Role.admin)
+    with web.db() as s:
+        seeded = seed_campaign(s, released=False, episodes_per_cell=1, seed=6)
+    c = web.client()
+    admin = bearer(web.token("root", ("admin",)))
+    uid = next(
+        u
+        for u in seeded.episode_uids
+        if c.get(f"/api/episodes/{u}", headers=admin).json()["calls"] is not None
+    )
+    rita = c.get(f"/api/episodes/{uid}", headers=bearer(web.token("rita", ("reviewer",)))).json()
+    assert rita["calls"] is None
+    messages = {e["message"] for e in rita["events"] if e["kind"] == "policy_calls"}
+    assert messages == {"the policy's calls were tabled"}
+    full = c.get(f"/api/episodes/{uid}", headers=admin).json()
+    assert {e["message"] for e in full["events"] if e["kind"] == "policy_calls"} == {
+        "4 policy calls"
+    }

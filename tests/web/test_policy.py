@@ -235,3 +235,45 @@ def test_a_policy_that_never_succeeds_on_an_object_is_shown_with_dashes(web: Web
     assert api.status_code == 200
     api_towels = next(o for o in api.json()["per_object"] if o["object"] == "towels")
     assert api_towels["median"] == {"estimate": None, "lo": None, "hi": None}
+
+
+def test_the_policy_page_and_json_show_its_latency(web: Web, released: SeededCampaign) -> None:
+    result = _result(web, released.campaign_id)
+    p = next(q for q in result["policies"] if not q["reference"])
+    lat = p["latency"]
+    # the seeded tables: 4 calls an episode, the server's time 12 ms where reported
+    assert lat["calls_per_episode"] == 4.0 and lat["server_p50_ms"] == 12.0
+    assert 0 < lat["stale_action_rate"] < 1 and 20.0 <= lat["p50_ms"] <= lat["p99_ms"] <= 71.0
+    path = f"/leaderboard/{released.campaign_id}/policies/{quote(p['policy'], safe='')}"
+    c = web.client()
+    body = c.get("/api" + path).json()
+    assert body["latency"]["p95_ms"] == lat["p95_ms"]
+    assert body["latency"]["stale_action_rate"] == lat["stale_action_rate"]
+    doc = parse(c.get(path).text)
+    section = doc.find("section", id="latency")
+    rtt = section.find("tr", data_latency="round_trip").text()
+    assert f"{lat['p50_ms']:.1f} / {lat['p95_ms']:.1f} / {lat['p99_ms']:.1f} ms" in rtt
+    assert "12.0 ms" in section.find("tr", data_latency="server").text()
+    stale = section.find("tr", data_latency="stale").text()
+    assert f"{100 * lat['stale_action_rate']:.1f} %" in stale
+    assert "4.0 (" in section.find("tr", data_latency="calls").text()
+    # the reference's episodes recorded no call: said so, not shown as zero
+    ref = next(q for q in result["policies"] if q["reference"])
+    ref_doc = parse(
+        c.get(f"/leaderboard/{released.campaign_id}/policies/{quote(ref['policy'], safe='')}").text
+    )
+    ref_section = ref_doc.find("section", id="latency")
+    assert "No policy calls were recorded" in ref_section.find("p", data_latency="none").text()
+    assert ref_section.find_all("tr") == []
+
+
+def test_the_leaderboard_rows_carry_each_policys_latency(
+    web: Web, released: SeededCampaign
+) -> None:
+    result = _result(web, released.campaign_id)
+    rows = web.client().get(f"/api/leaderboard/{released.campaign_id}").json()["rows"]
+    by_label = {r["label"]: r for r in rows}
+    for p in result["policies"]:
+        got = by_label[p["policy"]]["latency"]
+        for key in ("p50_ms", "p95_ms", "p99_ms", "server_p50_ms", "stale_action_rate"):
+            assert got[key] == p["latency"][key]

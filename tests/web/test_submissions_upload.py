@@ -418,6 +418,10 @@ def test_a_malformed_manifest_is_refused_field_by_field(portal: Web) -> None:
             manifest().replace(b'name = "acme-diffusion"', b'name = "x"'),
             "policy.toml: name: 3–128 characters",
         ),
+        (
+            manifest().replace(b"chunk_length = 10", b'chunk_length = 10\naction_units = "rad/s"'),
+            "policy.toml: policy.action_units: must be one of si, droid",
+        ),
     ],
 )
 def test_manifest_problems_name_the_field(portal: Web, text: bytes, expected: str) -> None:

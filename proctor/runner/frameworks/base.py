@@ -72,6 +72,9 @@ class ServerLaunch:
     port: int
     dialect: str  # what it speaks: openpi | roboarena | positronic_v1
     env: Mapping[str, str] = field(default_factory=dict)
+    # the server's working folder inside the sandbox: a submitter's command
+    # names its files relative to policy.toml (``python serve.py``)
+    cwd: str = SANDBOX_TMP
 
     def fill(self, env_path: Path) -> ServerLaunch:
         """This launch with ``{python}`` and ``{env}`` replaced for the
@@ -87,6 +90,7 @@ class ServerLaunch:
             port=self.port,
             dialect=self.dialect,
             env={k: sub(v) for k, v in self.env.items()},
+            cwd=self.cwd,
         )
 
 

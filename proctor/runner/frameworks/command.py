@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from proctor.runner.frameworks.base import (
     ENV_PLACEHOLDER,
+    SANDBOX_CHECKPOINT,
     EnvSpec,
     ServerLaunch,
     register,
@@ -79,4 +80,6 @@ class Command:
         runner = self._runner(manifest)
         argv = [part.replace("{port}", str(port)) for part in runner.command]
         argv[0] = _program(argv[0])
-        return ServerLaunch(argv=tuple(argv), port=port, dialect=runner.dialect)
+        return ServerLaunch(
+            argv=tuple(argv), port=port, dialect=runner.dialect, cwd=SANDBOX_CHECKPOINT
+        )

@@ -53,11 +53,16 @@ class Diagnostics:
     oom_killed: bool = False  # the memory limit was reached
     process_limit_hit: bool = False  # a fork was refused by the process limit
     cpu_limit_hit: bool = False
+    # it wrote more into its socket folder (on the host's disk) than allowed
+    disk_limit_hit: bool = False
     # the last lines of the server's stdout and stderr (stripped of control chars)
     output_tail: tuple[str, ...] = ()
     limits: Mapping[str, int] = field(default_factory=dict)
     # which limit backend enforced them ("cgroup-v1", "cgroup-v2", "rlimit")
     limits_backend: str = ""
+    # what the server tried to reach: each connection to a tripwire port
+    # inside the sandbox ("connect 127.0.0.1:5432 at 2026-01-01T00:00:00Z")
+    attempts: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -68,9 +73,11 @@ class Diagnostics:
             "oom_killed": self.oom_killed,
             "process_limit_hit": self.process_limit_hit,
             "cpu_limit_hit": self.cpu_limit_hit,
+            "disk_limit_hit": self.disk_limit_hit,
             "output_tail": list(self.output_tail),
             "limits": dict(self.limits),
             "limits_backend": self.limits_backend,
+            "attempts": list(self.attempts),
         }
 
 

@@ -110,6 +110,7 @@ class EpisodeFinish:
             )
             self._add_outcome_event(s, ep, ending, t_end)
             self._add_envelope_events(s, ep)
+            self._add_calls_event(s, ep)
         archived = archive_recording(
             sessions=self.sessions,
             store=self.store,
@@ -212,6 +213,22 @@ class EpisodeFinish:
             details=details or None,
         )
 
+    def _add_calls_event(self, s: ProctorSession, ep: episodes.Episode) -> None:
+        """The per-call table, one event for the episode: the analysis and the
+        explorer read it from the database, where they read everything else
+        of an episode, without opening its artifacts."""
+        calls = self.act.call_log
+        if calls is None:
+            return
+        episodes.add_event(
+            s,
+            episode=ep,
+            kind=keys.POLICY_CALLS_EVENT,
+            message=f"{len(calls.calls)} policy calls"
+            + (f", {calls.over_budget} over the latency budget" if calls.budget else ""),
+            details=calls.event_details(),
+        )
+
     def _add_envelope_events(self, s: ProctorSession, ep: episodes.Episode) -> None:
         """One ``envelope`` event per run of action steps the envelope changed."""
         env = self.act.envelope
@@ -274,6 +291,12 @@ class EpisodeFinish:
                 "calls": details["policy_calls"],
                 "latency_p50_s": details["latency_p50_s"],
                 "latency_p99_s": details["latency_p99_s"],
+                # calls slower than the campaign's latency budget (None: it set none)
+                "calls_over_budget": (
+                    act.call_log.over_budget
+                    if act.call_log is not None and act.call_log.budget is not None
+                    else None
+                ),
                 # camera frames resized to the policy's image size, and of those how
                 # many on the camera's thread before the query asked
                 "images_resized": act.resizer.resized,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from proctor.core.domain import Outcome
 from proctor.station import keys
 from proctor.station.control.attribution import Attribution, Cause, attribute_fault, attribute_state
+from proctor.station.control.call_log import CallLog
 from proctor.station.control.playback import ChunkPlayer
 from proctor.station.control.policy_calls import PolicyCalls, Waited
 from proctor.station.control.sampling import TelemetrySampler
@@ -19,6 +20,7 @@ from proctor.station.control.schedule import Schedule, Tick
 from proctor.station.drivers.arm.base import ArmFault, ArmHalted, ArmState
 from proctor.station.drivers.gripper.base import GripperFault, GripperState
 from proctor.station.envelope import Envelope, EnvelopeStop, envelope_settings
+from proctor.station.policy import units
 from proctor.station.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ class ControlLoop:
             real_time=self.real_time,
             grip=cfg.gripper.for_object(act.work.object_name),
             envelope=act.envelope,
+            action_units=units.get(act.client.info.action_units) if act.client.info else None,
         )
         self.calls = PolicyCalls(
             act.worker,
@@ -77,6 +80,8 @@ class ControlLoop:
             latencies=act.latencies,
         )
         self.sampler = TelemetrySampler(recorder, prev_t=act.t0)
+        act.call_log = CallLog(act.t0, cfg.control_hz, act.work.latency_budget)
+        self.call_log = act.call_log
 
     def run(self) -> Ending:
         while True:
@@ -127,11 +132,15 @@ class ControlLoop:
         player, calls = self.player, self.calls
         if player.exhausted:
             player.drop()
+            self.call_log.needed(t)
             reply = calls.next_chunk(t, player.halt)
             if reply is Waited.interrupted:
                 return reply
             if reply is not None:
                 player.load(reply, t, calls.asked_at)
+                self.call_log.replied(reply, asked_at=calls.asked_at, t=t, first_row=player.row)
+                if self.call_log.exceeded:
+                    return self._over_latency_budget(t)
                 ahead = max(0, player.rows_left - calls.lookahead)
                 self.act.next_query_t = t + ahead * self.schedule.dt_act
         if player.playing:
@@ -145,6 +154,21 @@ class ControlLoop:
             self.runner._stop_arm_now()
             return Outcome.success, "all items handled (the simulated cell's operator ends it)"
         return None
+
+    def _over_latency_budget(self, t: float) -> Ending:
+        """The policy's replies were late past the campaign's tolerance: the arm
+        stops and the episode ends charged to the policy, a scored failure
+        (``safety``: its unfinished operation is a ghost, docs/methods.md §1),
+        never to the station."""
+        self.runner._stop_arm_now()
+        log_ = self.call_log
+        self.act.end_details[keys.LATENCY_BUDGET_EXCEEDED] = {
+            "t_s": round(t - self.act.t0, 4),
+            "over_budget": log_.over_budget,
+            "budget_ms": log_.budget.budget_ms if log_.budget else None,
+            "tolerance": log_.budget.tolerance if log_.budget else None,
+        }
+        return Outcome.safety, log_.exceeded_reason()
 
     def _play(self) -> Ending | None:
         try:
@@ -171,6 +195,7 @@ class ControlLoop:
             # of the policy's making (the arm holds where it is)
             self.runner._stop_arm_now()
             return Outcome.safety, str(exc)
+        self.call_log.played()
         return None
 
     def _observe(self, t: float) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import numpy as np
 from proctor.station.cell import Cell
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
 from proctor.station.envelope import Envelope
+from proctor.station.policy import units
 from proctor.station.policy.client import Reply
 from proctor.station.policy.spec import ActionSpace, StepCommands, to_commands
 
@@ -28,16 +29,21 @@ class ChunkPlayer:
         real_time: bool,
         grip: tuple[float, float] = (1.0, 0.5),
         envelope: Envelope,
+        action_units: units.ActionUnits | None = None,
     ) -> None:
         self.arm, self.gripper = cell.arm, cell.gripper
+        # what a velocity row means (the server's ``action_units``; SI by default)
+        self.units = action_units if action_units is not None else units.get("si")
         self.grip_speed, self.grip_force = grip  # the object's, from the station config
         self.envelope = envelope
         self.open_loop_steps = open_loop_steps
         self.control_hz = control_hz
         self.real_time = real_time
         # a velocity command must not outlive its chunk: the kind of the zero that halts it
-        velocity = space in (ActionSpace.joint_velocity, ActionSpace.cartesian_velocity)
-        self.halt_kind: ArmCommandKind | None = space.arm_kind if velocity and space else None
+        # (DROID's units make velocity rows position targets: nothing to halt)
+        kind = self.units.arm_kind(space.value) if space is not None else None
+        velocity = kind in (ArmCommandKind.joint_velocity, ArmCommandKind.cartesian_velocity)
+        self.halt_kind: ArmCommandKind | None = kind if velocity else None
         self.chunk: np.ndarray | None = None
         self.space = space  # the space the chunk's rows are in
         self.row = 0  # the next row to play
@@ -78,13 +84,21 @@ class ChunkPlayer:
         """Send the next row to the arm, through the envelope, and the gripper
         (raises their faults, and ``EnvelopeStop``)."""
         assert self.chunk is not None and self.space is not None
+        # the MEASURED state, read just now: DROID's units add their delta to it,
+        # and the envelope holds the command against it
+        state = self.arm.read_state()
         self.current = to_commands(
-            self.chunk[self.row], self.space, grip_speed=self.grip_speed, grip_force=self.grip_force
+            self.chunk[self.row],
+            self.space,
+            grip_speed=self.grip_speed,
+            grip_force=self.grip_force,
+            action_units=self.units,
+            state=state,
+            control_hz=self.control_hz,
         )
         self.row += 1
         self.step += 1
-        # against the MEASURED state, read just now
-        guarded = self.envelope.guard(self.current.arm, self.arm.read_state())
+        guarded = self.envelope.guard(self.current.arm, state)
         self.envelope_mask = guarded.mask
         self.sent_arm = self.arm.send(guarded.command)
         self.gripper.send(self.current.gripper)

@@ -99,6 +99,7 @@ class PolicyClient:
         default_image_size: tuple[int, int] = (224, 224),
         exterior_cameras: int = 1,
         exterior_numbering: int | None = None,
+        action_units: str | None = None,
         max_message_bytes: int = 64 * 2**20,
         wall: Clock | None = None,
         control_hz: float = 15.0,
@@ -116,6 +117,8 @@ class PolicyClient:
         self._exterior_cameras = exterior_cameras
         # the endpoint's choice of exterior camera numbering (None: the station's default)
         self._exterior_numbering = exterior_numbering
+        # the endpoint's choice of action units (None: as the server's metadata reads)
+        self._action_units = action_units
         # a frame announcing more is refused from its header, before its payload is read
         self._max_message_bytes = max_message_bytes
         # latency and timeouts are wall-clock matters even when the cell runs on a virtual clock
@@ -178,6 +181,7 @@ class PolicyClient:
             default_image_size=self._default_image_size,
             n_cameras_available=self._exterior_cameras,
             exterior_numbering=self._exterior_numbering,
+            action_units=self._action_units,
         )
 
     def closed_early(self, exc: ConnectionClosed, before: str) -> PolicyError:

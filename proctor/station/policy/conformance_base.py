@@ -77,6 +77,8 @@ class CheckOptions:
     exterior_cameras: int = 1
     # the endpoint's exterior camera numbering (None: the station's default, 1)
     exterior_numbering: int | None = None
+    # the action units the endpoint selects (None: as the server's metadata reads)
+    action_units: str | None = None
     sim_keys: bool = True  # send the sim profile's privileged keys
     observations: int | None = None  # how many recorded observations (default: all)
     prompt: str | None = None  # default: the recording's
@@ -187,6 +189,7 @@ class CheckState:
             default_image_size=o.default_image_size,
             exterior_cameras=o.exterior_cameras,
             exterior_numbering=numbering,
+            action_units=o.action_units,
             control_hz=o.control_hz,
             status_timeout_s=o.connect_timeout_s,
             load_timeout_s=o.load_timeout_s,

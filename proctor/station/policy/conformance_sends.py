@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from proctor.station import keys
+from proctor.station.policy import units
 from proctor.station.policy.conformance_base import COLUMNS, CheckState, Status
 from proctor.station.policy.conformance_observations import observations_for
 from proctor.station.policy.spec import ServerInfo
@@ -66,7 +67,15 @@ def _actions_text(check: CheckState, info: ServerInfo) -> str:
     space = info.action_space or check.expect.action_space
     if space is None:
         return "actions in the space each reply's commands name"
-    return f"actions read as {space.value}: {COLUMNS[space]}"
+    # a velocity row's meaning depends on the server's action units (SI or DROID's)
+    said = units.get(info.action_units).velocity_text.get(space.value)
+    if said is None:
+        return f"actions read as {space.value}: {COLUMNS[space]}"
+    source = ", selected for the endpoint" if check.options.action_units else ""
+    return (
+        f"actions read as {space.value} in {info.action_units} units "
+        f"({units.METADATA_KEY}{source}): {said}; the last column the gripper"
+    )
 
 
 def _playback_text(check: CheckState, info: ServerInfo) -> str:
@@ -112,6 +121,7 @@ def station_sends(check: CheckState, info: ServerInfo) -> None:
             info.exterior_first_index if info.wire.numbers_exterior_cameras else None
         ),
         action_space=str(info.action_space or check.expect.action_space or "") or None,
+        action_units=info.action_units,
         control_hz=check.options.control_hz,
         open_loop_steps=check.options.open_loop_steps,
     )

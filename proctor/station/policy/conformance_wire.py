@@ -14,6 +14,7 @@ import re
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ from websockets.sync.client import ClientConnection
 
 from proctor.station.policy.conformance_base import COLUMNS, CheckState, Status
 from proctor.station.policy.conformance_sends import station_sends
-from proctor.station.policy.spec import ProtocolError, ServerInfo, parse_metadata
+from proctor.station.policy.conformance_units import judge_conflict
+from proctor.station.policy.spec import ProtocolError, ServerInfo, UnitsConflict, parse_metadata
 
 # metadata keys that usually carry who made a model or where it lives
 _SUSPICIOUS_KEYS = {
@@ -219,14 +221,26 @@ class WireChecks(CheckState):
     def judge_metadata(self, metadata: dict[Any, Any]) -> bool:
         """The metadata as the dialect reads it, and the findings it makes of it."""
         o = self.options
-        try:
-            info = parse_metadata(
+
+        def read(action_units: str | None) -> ServerInfo:
+            return parse_metadata(
                 metadata,
                 dialect=o.dialect,
                 default_image_size=o.default_image_size,
                 n_cameras_available=o.exterior_cameras,
                 exterior_numbering=o.exterior_numbering,
+                action_units=action_units,
             )
+
+        try:
+            try:
+                info = read(o.action_units)
+            except UnitsConflict as conflict:
+                # reported with what to change; the station's client would refuse the
+                # server, so the rest of the check reads it as its metadata declares
+                judge_conflict(self, conflict)
+                self.options = replace(o, action_units=None)
+                info = read(None)
         except ProtocolError as exc:
             self.add(
                 "metadata",

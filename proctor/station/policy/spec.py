@@ -12,9 +12,16 @@ cartesian_position   7     x, y, z (m), roll, pitch, yaw (extrinsic xyz), grippe
 cartesian_velocity   7     vx, vy, vz (m/s), wx, wy, wz (rad/s), gripper
 ==================== ===== ==================================================
 
+The velocity rows' units are the server's ``action_units``
+(``proctor/station/policy/units.py``): ``si`` as in the table, or ``droid``,
+DROID's normalised per-step deltas, which the station turns into position
+targets each step as DROID's runtime does.
+
 A plain openpi server (no RoboArena metadata) gets DROID's defaults: one
 exterior and one wrist image at ``policy_image_size``, joint-velocity
-actions, unless its metadata names an ``action_space``.
+actions in DROID's units, unless its metadata names an ``action_space``
+(then SI units) or ``action_units``, or the endpoint selects the units
+(``select_action_units``).
 """
 
 from __future__ import annotations
@@ -27,11 +34,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from proctor.core.domain import EndpointDialect
-from proctor.station import geometry as geo
 from proctor.station import keys
-from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
+from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
 from proctor.station.drivers.gripper.base import GripperCommand
-from proctor.station.policy import dialects
+from proctor.station.policy import dialects, units
 
 if TYPE_CHECKING:
     from proctor.station.policy.dialects.base import Dialect
@@ -103,10 +109,19 @@ class ServerInfo:
     # (``observation/exterior_image_{i}_left``): 1 as DROID policies read them, or
     # 0 where the endpoint chose it (dialects whose keys number no camera ignore it)
     exterior_first_index: int = keys.EXTERIOR_FIRST_INDEX
+    # what a velocity row's numbers mean (``units.get``): "si" or "droid"
+    action_units: str = "si"
 
     @property
     def action_space_text(self) -> str:
-        return self.action_space.value if self.action_space else "named by each reply"
+        if self.action_space is None:
+            return "named by each reply"
+        # the units matter only where they change what is sent: velocities in DROID's
+        if units.get(self.action_units).arm_kind(self.action_space.value) != (
+            self.action_space.arm_kind
+        ):
+            return f"{self.action_space.value} in {self.action_units} units"
+        return self.action_space.value
 
     def public(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -116,6 +131,7 @@ class ServerInfo:
             "n_external_cameras": self.n_external_cameras,
             "needs_wrist_camera": self.needs_wrist_camera,
             "needs_session_id": self.needs_session_id,
+            "action_units": self.action_units,
         }
         out.update(self.wire.public(self))
         return out
@@ -138,26 +154,61 @@ def parse_metadata(
     default_image_size: tuple[int, int],
     n_cameras_available: int = 1,
     exterior_numbering: int | None = None,
+    action_units: str | None = None,
 ) -> ServerInfo:
     """A server's metadata, read by its dialect (None: the dialect is detected
     from the metadata, ``dialects.detect``). ``exterior_numbering``: where the
     endpoint numbers its exterior cameras from (None: ``keys.EXTERIOR_FIRST_INDEX``);
-    a wire setting of the endpoint's, never something the server says."""
+    a wire setting of the endpoint's, never something the server says.
+    ``action_units``: the convention the endpoint selects (``select_action_units``)."""
     if not isinstance(metadata, dict):
         raise ProtocolError(f"server metadata must be a map, got {type(metadata).__name__}")
     wire = dialects.get(dialect) if dialect is not None else dialects.detect(metadata)
     info = wire.parse_metadata(
         metadata, default_image_size=default_image_size, n_cameras_available=n_cameras_available
     )
+    info = select_action_units(info, metadata, action_units)
     if exterior_numbering is None:
         return info
     return replace(info, exterior_first_index=check_exterior_numbering(exterior_numbering))
+
+
+class UnitsConflict(ProtocolError):
+    """The endpoint selects other action units than the server's metadata
+    declares. Neither is chosen over the other: one of them is wrong, and
+    reading a policy's velocities in the wrong units scores the adapter."""
+
+    def __init__(self, selected: str, declared: str) -> None:
+        super().__init__(
+            f"{units.METADATA_KEY}: the endpoint selects '{selected}' but the server's "
+            f"metadata declares '{declared}'"
+        )
+        self.selected = selected
+        self.declared = declared
+
+
+def select_action_units(info: ServerInfo, metadata: Any, selected: str | None) -> ServerInfo:
+    """``info`` with the action units the endpoint selects (None: as the metadata
+    reads). The selection replaces the dialect's default where the metadata
+    declares nothing; a declaration that differs is a ``UnitsConflict``. A
+    dialect whose replies are positions only has no units to select."""
+    if selected is None or not info.wire.velocity_actions:
+        return info
+    chosen = units.check(selected)
+    # a declaration is a registered name (anything else is refused there)
+    declared = parse_action_units(metadata, default=chosen)
+    if declared != chosen:
+        raise UnitsConflict(chosen, declared)
+    return replace(info, action_units=chosen)
 
 
 # where a submission's manifest keeps the wire settings of its endpoint (settings of
 # the protocol, like the dialect: they reach the station with the claim, never a name)
 MANIFEST_WIRE = "wire"
 MANIFEST_EXTERIOR_NUMBERING = "exterior_numbering"
+MANIFEST_ACTION_UNITS = units.METADATA_KEY
+# a checkpoint's policy.toml section, where its action units are selected
+MANIFEST_POLICY = "policy"
 
 
 def manifest_exterior_numbering(manifest: Any) -> int | None:
@@ -167,6 +218,20 @@ def manifest_exterior_numbering(manifest: Any) -> int | None:
     if value is None:
         return None
     return check_exterior_numbering(value)
+
+
+def manifest_action_units(manifest: Any) -> str | None:
+    """The action units a submission selects (None: the server's metadata
+    decides): an endpoint's among its manifest's wire settings, a checkpoint's
+    in its policy.toml's ``[policy]``, as the manifest keeps it."""
+    if not isinstance(manifest, dict):
+        return None
+    for section in (MANIFEST_WIRE, MANIFEST_POLICY):
+        part = manifest.get(section)
+        value = part.get(MANIFEST_ACTION_UNITS) if isinstance(part, dict) else None
+        if value is not None:
+            return units.check(value)
+    return None
 
 
 def check_exterior_numbering(value: Any) -> int:
@@ -192,6 +257,19 @@ def parse_action_space(metadata: Any) -> ActionSpace:
             f"metadata.action_space: {peer_value(raw_space)} is not one of "
             f"{', '.join(a.value for a in ActionSpace)}"
         ) from None
+
+
+def parse_action_units(metadata: Any, *, default: str) -> str:
+    """``metadata.action_units`` (absent: ``default``, the dialect's convention)."""
+    raw = metadata.get(units.METADATA_KEY)
+    if raw is None:
+        return default
+    if not isinstance(raw, str) or raw not in units.names():
+        raise ProtocolError(
+            f"metadata.{units.METADATA_KEY}: {peer_value(raw)} is not one of "
+            f"{', '.join(units.names())}"
+        )
+    return raw
 
 
 def extract_chunk(reply: Any, space: ActionSpace) -> np.ndarray:
@@ -230,19 +308,25 @@ class StepCommands:
 
 
 def to_commands(
-    row: np.ndarray, space: ActionSpace, *, grip_speed: float = 1.0, grip_force: float = 0.5
+    row: np.ndarray,
+    space: ActionSpace,
+    *,
+    grip_speed: float = 1.0,
+    grip_force: float = 0.5,
+    action_units: units.ActionUnits | None = None,
+    state: ArmState | None = None,
+    control_hz: float = units.DROID_CONTROL_HZ,
 ) -> StepCommands:
     """One action row → the arm command and the gripper command it asks for
-    (policies send a position only; speed and force are the station's)."""
+    (policies send a position only; speed and force are the station's).
+    ``action_units`` (default SI) may need ``state``, the arm measured for
+    this step, and the ``control_hz`` the rows are played at."""
+    conv = action_units if action_units is not None else units.get("si")
     arm_part = np.asarray(row[:-1], dtype=np.float64)
     grip = float(min(1.0, max(0.0, row[-1])))
-    if space == ActionSpace.cartesian_position:
-        rot = geo.euler_to_matrix(arm_part[3:6])
-        target = np.concatenate([arm_part[:3], geo.matrix_to_quat(rot)])
-    else:
-        target = arm_part
+    target = conv.arm_target(arm_part, space.value, state, control_hz)
     return StepCommands(
-        arm=ArmCommand(space.arm_kind, target),
+        arm=ArmCommand(conv.arm_kind(space.value), target),
         gripper=GripperCommand(position=grip, speed=grip_speed, force=grip_force),
         requested=target,
         gripper_requested=grip,

@@ -17,7 +17,9 @@ can read goes through here:
 * the manifest artifact: served without its ``policy`` block, and its
   ``envelope`` block without the count by reason;
 * telemetry (the JSON columns, the Parquet artifact, the ``.rrd``): served
-  without the policy's timing columns.
+  without the policy's timing columns;
+* the per-call table (the ``policy_calls`` event): its message replaced, and
+  the explorer's breakdown of it withheld.
 
 Nothing stored changes: the analysis, admins, and everyone after release
 get the records in full.
@@ -47,6 +49,8 @@ ENVELOPE_WITHHELD_KEYS = frozenset({"by_reason"})
 EVENT_MESSAGES: dict[str, str] = {
     "policy_connected": "policy answered",
     keys.ENVELOPE_EVENT: "the safety envelope intervened",
+    # its count of calls (and the explorer's per-call breakdown, withheld) time the policy
+    keys.POLICY_CALLS_EVENT: "the policy's calls were tabled",
 }
 # the longest envelope reason shown: a word from the envelope's vocabulary, not a message
 MAX_REASON = 64

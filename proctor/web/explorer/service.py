@@ -20,6 +20,7 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from pydantic import BaseModel, Field
 
+from proctor.analysis.store import POLICY_CALLS_EVENT
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import (
     AnnotationCandidate,
@@ -40,6 +41,7 @@ from proctor.scheduler.naming import WITHHELD_NOTE, campaign_naming
 from proctor.web.artifacts import redaction
 from proctor.web.artifacts.access import EpisodeAccess, is_staff
 from proctor.web.auth.identity import Principal, viewer
+from proctor.web.explorer.calls import CallsOut, calls_view
 
 # how the public (and the export) names a person who reviewed an episode
 ANONYMOUS_REVIEWER = "a reviewer"
@@ -144,6 +146,11 @@ class EpisodeOut(BaseModel):
     telemetry_sha256: str | None
     telemetry_rows: int | None
     links: dict[str, str]
+    calls: CallsOut | None = Field(
+        default=None,
+        description="every policy call: round trip, the server's time, its chunk's "
+        "lateness and stale actions (null: the station tabled none)",
+    )
 
 
 def episode_bundle(
@@ -326,4 +333,16 @@ def episode_bundle(
         telemetry_sha256=telemetry[-1].sha256 if telemetry else None,
         telemetry_rows=(telemetry[-1].details or {}).get("rows") if telemetry else None,
         links=links,
+        # the per-call timings could single out an arm (proctor.web.artifacts.redaction)
+        calls=None if access.redacted else _calls(session, episode),
     )
+
+
+def _calls(session: ProctorSession, episode: Episode) -> CallsOut | None:
+    details = session.scalar(
+        sa.select(EpisodeEvent.details)
+        .where(EpisodeEvent.episode_id == episode.id, EpisodeEvent.kind == POLICY_CALLS_EVENT)
+        .order_by(EpisodeEvent.id.desc())
+        .limit(1)
+    )
+    return calls_view(details) if isinstance(details, dict) else None

@@ -30,6 +30,37 @@ class IntervalOut(BaseModel):
         return cls(estimate=iv.get("estimate"), lo=lo, hi=hi)
 
 
+class LatencyOut(BaseModel):
+    """A policy's latency (docs/methods.md §4, "Latency"); null values: not recorded."""
+
+    p50_ms: float | None = Field(description="round trip, request sent → reply decoded")
+    p95_ms: float | None
+    p99_ms: float | None
+    server_p50_ms: float | None = Field(description="the server's own time, where it reported")
+    stale_action_rate: float | None = Field(
+        description="actions played an action period or more after their intended time"
+    )
+    calls: int = 0
+    calls_per_episode: float | None = None
+    over_budget: int = 0
+
+    @classmethod
+    def of(cls, x: dict[str, Any] | None) -> LatencyOut | None:
+        """From a result's ``latency`` (snapshots computed before it have none)."""
+        if not x:
+            return None
+        return cls(
+            p50_ms=x.get("p50_ms"),
+            p95_ms=x.get("p95_ms"),
+            p99_ms=x.get("p99_ms"),
+            server_p50_ms=x.get("server_p50_ms"),
+            stale_action_rate=x.get("stale_action_rate"),
+            calls=x.get("calls") or 0,
+            calls_per_episode=x.get("calls_per_episode"),
+            over_budget=x.get("over_budget") or 0,
+        )
+
+
 class CampaignOut(BaseModel):
     id: int
     name: str
@@ -112,6 +143,7 @@ class RowOut(BaseModel):
     uph: IntervalOut
     mtbfa: IntervalOut
     objects_missing: list[str]
+    latency: LatencyOut | None = None
     links: Links
 
 
@@ -231,6 +263,7 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
                 uph=_iv(p["uph"]),
                 mtbfa=_iv(p["mtbfa"]),
                 objects_missing=p["objects_missing"],
+                latency=LatencyOut.of(p.get("latency")),
                 links=Links(policy=board.policy_url(label), episodes=board.episodes_url(label)),
             )
         )

@@ -14,7 +14,7 @@ from proctor.analysis.leaderboard import QQ_PROBABILITIES
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import CampaignPolicy, Policy, Submission, User
 from proctor.web.leaderboard.board import Board
-from proctor.web.leaderboard.schemas import IntervalOut
+from proctor.web.leaderboard.schemas import IntervalOut, LatencyOut
 from proctor.web.policies import compare
 
 
@@ -105,6 +105,7 @@ class PolicyOut(BaseModel):
     binary: dict[str, Any]
     notes: list[str]
     links: dict[str, str]
+    latency: LatencyOut | None = None
 
 
 def _iv(x: dict[str, Any] | None) -> IntervalOut | None:
@@ -267,6 +268,7 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
         tau_sweep=p["tau_sweep"],
         binary=p["binary"],
         notes=p["notes"],
+        latency=LatencyOut.of(p.get("latency")),
         links={
             "leaderboard": board.board_url(),
             "episodes": board.episodes_url(label),

@@ -26,8 +26,12 @@ from urllib.parse import urlsplit
 from proctor.core import netguard
 from proctor.core.domain import EndpointDialect
 from proctor.core.settings import Settings
-from proctor.station.policy import dialects
-from proctor.station.policy.spec import MANIFEST_EXTERIOR_NUMBERING, check_exterior_numbering
+from proctor.station.policy import dialects, units
+from proctor.station.policy.spec import (
+    MANIFEST_ACTION_UNITS,
+    MANIFEST_EXTERIOR_NUMBERING,
+    check_exterior_numbering,
+)
 
 MAX_URL = 512
 SUPPORTED_DIALECTS = tuple(EndpointDialect)
@@ -101,14 +105,22 @@ def endpoint_url(url: str, dialect: EndpointDialect | None) -> str:
 
 
 def check_wire_options(
-    dialect: EndpointDialect, *, exterior_numbering: int | None
+    dialect: EndpointDialect, *, exterior_numbering: int | None, action_units: str | None = None
 ) -> dict[str, Any]:
     """The endpoint's wire settings as its manifest keeps them (empty: the defaults).
-    The exterior camera numbering applies to dialects whose keys number cameras."""
-    if exterior_numbering is None:
-        return {}
+    The exterior camera numbering applies to dialects whose keys number cameras,
+    the action units to dialects whose replies may be velocities."""
+    wire: dict[str, Any] = {}
+    if exterior_numbering is not None:
+        wire[MANIFEST_EXTERIOR_NUMBERING] = _numbering(dialect, exterior_numbering)
+    if action_units is not None:
+        wire[MANIFEST_ACTION_UNITS] = _action_units(dialect, action_units)
+    return wire
+
+
+def _numbering(dialect: EndpointDialect, value: int) -> int:
     try:
-        value = check_exterior_numbering(exterior_numbering)
+        checked = check_exterior_numbering(value)
     except ValueError as exc:
         raise EndpointProblem("exterior_numbering", str(exc).split(": ", 1)[-1]) from None
     if not dialects.get(dialect).numbers_exterior_cameras:
@@ -117,7 +129,21 @@ def check_wire_options(
             f"the {dialect.value} dialect names its cameras rather than numbering them; "
             "leave it out",
         )
-    return {MANIFEST_EXTERIOR_NUMBERING: value}
+    return checked
+
+
+def _action_units(dialect: EndpointDialect, value: str) -> str:
+    try:
+        checked = units.check(value)
+    except ValueError as exc:
+        raise EndpointProblem(MANIFEST_ACTION_UNITS, str(exc).split(": ", 1)[-1]) from None
+    if not dialects.get(dialect).velocity_actions:
+        raise EndpointProblem(
+            MANIFEST_ACTION_UNITS,
+            f"the {dialect.value} dialect's commands are positions, which have no units to "
+            "select; leave it out",
+        )
+    return checked
 
 
 def check_endpoint(url: str, dialect: str | EndpointDialect) -> tuple[str, EndpointDialect]:

@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import ConformanceRun, Submission
-from proctor.core.domain import ConformanceRunStatus
+from proctor.core.domain import ConformanceRunStatus, SubmissionKind
 from proctor.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -112,14 +112,23 @@ def claim(session: ProctorSession, *, now: datetime, run_id: int | None = None) 
     return claimed
 
 
-def requeue_stale(session: ProctorSession, *, now: datetime) -> int:
-    """Queue again the runs whose worker vanished mid-check."""
+def requeue_stale(
+    session: ProctorSession, *, now: datetime, checkpoint_wait: timedelta = timedelta(0)
+) -> int:
+    """Queue again the runs whose worker vanished mid-check (running longer
+    than ``STALE_AFTER``; a checkpoint's run longer than that plus
+    ``checkpoint_wait``, since it first waits for its runner server)."""
+    checkpoints = sa.select(Submission.id).where(Submission.kind == SubmissionKind.checkpoint)
+    stale = sa.or_(
+        sa.and_(
+            ConformanceRun.submission_id.not_in(checkpoints),
+            ConformanceRun.started_at < now - STALE_AFTER,
+        ),
+        ConformanceRun.started_at < now - STALE_AFTER - checkpoint_wait,
+    )
     result = session.execute(
         sa.update(ConformanceRun)
-        .where(
-            ConformanceRun.status == ConformanceRunStatus.running,
-            ConformanceRun.started_at < now - STALE_AFTER,
-        )
+        .where(ConformanceRun.status == ConformanceRunStatus.running, stale)
         .values(status=ConformanceRunStatus.queued, started_at=None, worker=None)
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
@@ -183,6 +192,8 @@ def worker_env(settings: Settings) -> dict[str, str]:
     env["PROCTOR_DATABASE_URL"] = settings.db_url
     env["PROCTOR_ARTIFACTS"] = settings.artifacts_location
     env["PROCTOR_SUBMISSIONS"] = settings.submissions.model_dump_json()
+    # how long a checkpoint's check waits for its runner server
+    env["PROCTOR_RUNNER"] = settings.runner.model_dump_json()
     if settings.encryption_key is not None:
         env["PROCTOR_ENCRYPTION_KEY"] = settings.encryption_key.get_secret_value()
     if settings.env == "prod":

@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect
 from proctor.core.domain import EndpointDialect, Role, Visibility
 from proctor.core.errors import Conflict, FieldError
 from proctor.runner.archive import human_bytes
+from proctor.station.policy import units
 from proctor.web.auth.identity import Principal
 from proctor.web.deps import (
     AppStateDep,
@@ -56,6 +57,7 @@ page_router = APIRouter()
 Submitter = Annotated[Principal, require_role(Role.submitter)]
 # owners act on what they own; admins on anything (the access check decides)
 OwnerOrAdmin = Annotated[Principal, require_role(Role.submitter, Role.admin)]
+Admin = Annotated[Principal, require_role(Role.admin)]
 UploadId = Annotated[
     str, Path(pattern=r"^[0-9a-f]{32}$", description="the upload's id, from POST /api/uploads")
 ]
@@ -406,6 +408,8 @@ def _portal(
             "max_upload_bytes": settings.submissions.max_upload_bytes,
             "chunk_bytes": chunk_bytes(settings.submissions.max_upload_bytes),
             "dialects": [d for d in EndpointDialect],
+            # the action-unit conventions an endpoint may select, with what each means
+            "action_units": [(n, units.get(n).summary) for n in units.names()],
             "errors": errors or {},
             "values": values or {},
             "is_submitter": who.has_role(Role.submitter),
@@ -427,6 +431,7 @@ _ENDPOINT_FIELDS = (
     "url",
     "dialect",
     "exterior_numbering",
+    "action_units",
     "api_key",
     "action_space",
     "chunk_length",
@@ -451,6 +456,7 @@ def register_endpoint_form(
         "url": values["url"],
         "dialect": values["dialect"] or "openpi",
         "exterior_numbering": values["exterior_numbering"] or None,
+        "action_units": values["action_units"] or None,
         "api_key": values["api_key"] or None,
         "action_space": values["action_space"] or None,
         "chunk_length": values["chunk_length"] or None,
@@ -547,3 +553,9 @@ def recheck_form(
     service.request_check(session, settings=settings, sub=sub, actor=who.user, now=now)
     state.flash("A new conformance check is queued.")
     return RedirectResponse(f"/submit/submissions/{sub.id}", status_code=303)
+
+
+@page_router.get("/admin/runners")
+def runners_page(request: Request, session: SessionDep, who: Admin) -> Response:
+    """Every runner server, newest first: what each host serves, and why one failed."""
+    return render(request, "submissions/runners.html", {"rows": service.runner_rows(session)})

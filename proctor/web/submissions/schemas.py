@@ -12,6 +12,9 @@ from proctor.core.domain import (
     ConformanceRunStatus,
     ConformanceStatus,
     EndpointDialect,
+    RunnerFailure,
+    RunnerFault,
+    RunnerStatus,
     SubmissionKind,
     Visibility,
 )
@@ -92,6 +95,18 @@ class EndpointIn(_In):
             "server reads."
         ),
     )
+    action_units: str | None = Field(
+        default=None,
+        max_length=32,
+        description=(
+            "openpi and roboarena: what the numbers of a velocity action mean, 'si' (rad/s, "
+            "m/s) or 'droid' (DROID's normalised per-step deltas in [-1, 1]). Left out, the "
+            "server's metadata decides (its action_units, else its dialect's default: DROID's "
+            "units for metadata naming no action space and for RoboArena, SI otherwise). A "
+            "selection that differs from what the metadata declares fails the conformance "
+            "check."
+        ),
+    )
     action_space: ActionSpace | None = Field(
         default=None, description="the action space you declare (checked against the metadata)"
     )
@@ -112,6 +127,34 @@ class RunOut(BaseModel):
     error: str | None = Field(description="why the check itself could not run")
 
 
+class RunnerOut(BaseModel):
+    """A checkpoint's latest runner server, for its owner and the admins only."""
+
+    id: int
+    status: RunnerStatus
+    stage: str = Field(description="what the runner host is doing now, in words")
+    requested_for: str
+    requested_at: datetime
+    ready_at: datetime | None
+    last_used_at: datetime | None
+    finished_at: datetime | None
+    device: str | None = Field(description='"cpu" or "cuda:N"')
+    failure: RunnerFailure | None
+    failure_words: str | None
+    fault: RunnerFault | None = Field(description="a platform fault never counts against a policy")
+    fault_words: str | None
+    message: str | None
+    exit_code: int | None
+    signal: int | None
+    memory_peak_bytes: int | None
+    gpu_memory_peak_bytes: int | None
+    output_tail: str | None = Field(description="the last lines of the server's output")
+    build_log_tail: str | None
+    limits_hit: list[str] = Field(description="the sandbox limits the server reached")
+    limits: dict[str, Any]
+    sandbox_attempts: list[Any] = Field(description="what the sandbox refused or recorded")
+
+
 class SubmissionOut(BaseModel):
     id: int
     policy_id: int
@@ -128,6 +171,9 @@ class SubmissionOut(BaseModel):
     conformance_status: ConformanceStatus
     conformance_report: dict[str, Any]
     check: RunOut | None = Field(description="the latest conformance run")
+    runner: RunnerOut | None = Field(
+        default=None, description="a checkpoint's latest runner server (null for an endpoint)"
+    )
 
 
 class SubmissionBrief(BaseModel):

@@ -22,6 +22,7 @@ from proctor.core.db.models import (
     ConformanceRun,
     ObjectType,
     Policy,
+    RunnerServer,
     Submission,
     User,
 )
@@ -34,13 +35,14 @@ from proctor.core.domain import (
 )
 from proctor.core.errors import ConfigError, Conflict, FieldError, NotFound
 from proctor.core.settings import Settings
+from proctor.runner import queue as runner_queue
 from proctor.scheduler.endpoint_keys import encrypt_api_key
 from proctor.scheduler.naming import campaign_naming
 from proctor.station.policy.spec import MANIFEST_WIRE
 from proctor.web.auth.access import check_owner_access, owner_filter
 from proctor.web.auth.identity import Principal
 from proctor.web.snapshots import service as snapshots
-from proctor.web.submissions import endpoints, queue
+from proctor.web.submissions import endpoints, queue, runner_view
 from proctor.web.submissions.schemas import (
     CampaignProgressOut,
     EndpointIn,
@@ -49,6 +51,7 @@ from proctor.web.submissions.schemas import (
     PolicyOut,
     PolicyPatch,
     ResultOut,
+    RunnerOut,
     RunOut,
     SubmissionBrief,
     SubmissionOut,
@@ -72,10 +75,9 @@ def checkpoint_report() -> dict[str, Any]:
     return {
         "format": REPORT_FORMAT,
         "verdict": "pending",
-        "summary": "Stored and inspected. Uploaded checkpoints are checked once Proctor's "
-        "inference host serves them with the runner your policy.toml names; that runner is "
-        "not built yet, so this checkpoint cannot join a campaign until then. To be "
-        "evaluated now, serve it yourself and register the endpoint.",
+        "summary": "Stored and inspected. Queued: a runner host will build its environment "
+        "and serve it with the runner your policy.toml names (in a sandbox, with no network), "
+        "then a worker runs the check against that server.",
         "findings": [],
     }
 
@@ -140,7 +142,17 @@ def submission_out(session: ProctorSession, sub: Submission) -> SubmissionOut:
         conformance_status=sub.conformance_status,
         conformance_report=dict(sub.conformance_report or {}),
         check=_run_out(queue.latest_run(session, sub.id)),
+        runner=_runner_out(session, sub),
     )
+
+
+def _runner_out(session: ProctorSession, sub: Submission) -> RunnerOut | None:
+    """The checkpoint's latest runner server; ``submission_out`` is only ever
+    shown to the owner and the admins (``get_submission``)."""
+    if sub.kind != SubmissionKind.checkpoint:
+        return None
+    server = runner_queue.latest_server(session, sub.id)
+    return RunnerOut(**runner_view.runner_fields(server)) if server is not None else None
 
 
 def _briefs(session: ProctorSession, policy: Policy) -> list[SubmissionBrief]:
@@ -246,7 +258,9 @@ def register_endpoint(
     try:
         # a Positronic endpoint is stored with its session path
         url, dialect = endpoints.check_endpoint(body.url, body.dialect)
-        wire = endpoints.check_wire_options(dialect, exterior_numbering=body.exterior_numbering)
+        wire = endpoints.check_wire_options(
+            dialect, exterior_numbering=body.exterior_numbering, action_units=body.action_units
+        )
         endpoints.check_reachable_publicly(url, settings)
     except endpoints.EndpointProblem as exc:
         raise FieldError(exc.field, exc.message) from None
@@ -316,11 +330,8 @@ def request_check(
     actor: User,
     now: datetime,
 ) -> ConformanceRun:
-    if sub.kind != SubmissionKind.endpoint:
-        raise Conflict(
-            "uploaded checkpoints are checked once the inference host's runner serves them "
-            "(not built yet); register an endpoint serving the checkpoint to check it now"
-        )
+    if sub.kind not in (SubmissionKind.endpoint, SubmissionKind.checkpoint):
+        raise Conflict("only endpoint and checkpoint submissions are checked here")
     if queue.active_run(session, sub.id) is not None:
         raise Conflict("a conformance check of this submission is already queued or running")
     run = queue.enqueue(session, submission=sub, requested_by_id=actor.id, now=now)
@@ -494,3 +505,28 @@ def campaign_progress(
             )
         )
     return out
+
+
+def runner_rows(session: ProctorSession, *, limit: int = 500) -> list[dict[str, Any]]:
+    """The admins' list of runner servers (``/admin/runners``), newest first:
+    each with its submission, policy, host and what ``runner_view`` says."""
+    rows = session.execute(
+        sa.select(RunnerServer, Policy.name)
+        .join(Submission, Submission.id == RunnerServer.submission_id)
+        .join(Policy, Policy.id == Submission.policy_id)
+        .order_by(RunnerServer.id.desc())
+        .limit(limit)
+    ).all()
+    return [
+        {
+            **runner_view.runner_fields(server),
+            "submission_id": server.submission_id,
+            "policy_name": name,
+            "host": server.host,
+            "worker": server.worker,
+            "url": server.url,
+            "dialect": server.dialect,
+            "diagnostics": dict(server.diagnostics or {}),
+        }
+        for server, name in rows
+    ]

@@ -56,7 +56,7 @@ from proctor.runner.manifest import (
 )
 from proctor.web.auth.access import check_owner_access
 from proctor.web.auth.identity import Principal
-from proctor.web.submissions import service, staging
+from proctor.web.submissions import queue, service, staging
 
 # a staged file without a row (a crash between the two) is removed after this
 ORPHAN_AFTER_S = 3600.0
@@ -502,4 +502,7 @@ def complete_upload(
     session.delete(upload)
     session.flush()
     _remove_after_commit(session, staging.staged_path(folder, upload.id))
+    # checked like an endpoint: the worker asks a runner host to serve it first
+    run = queue.enqueue(session, submission=sub, requested_by_id=owner.id, now=now)
+    queue.dispatch_after_commit(session, settings=settings, run_id=run.id)
     return sub

@@ -42,6 +42,9 @@ class Campaign(Base):
     # [{"tote": "left", "camera": "right"}, ...]: the configurations to balance
     spatial_configs: Mapped[list[dict[str, str]]] = mapped_column(JSONType, default=list)
     protocol_extra: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # {"budget_ms": float, "tolerance": int}: the policy's round trip bounded
+    # (proctor.scheduler.protocol.LatencyBudgetEntry); None: measured, not enforced
+    latency_budget: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     seed_commitment: Mapped[str | None] = mapped_column(sa.String(64))
     allocation_seed: Mapped[str | None] = mapped_column(sa.String(128))  # sealed until closed
     # the exact input of the allocation derivation, frozen when the campaign starts

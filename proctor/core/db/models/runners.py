@@ -23,11 +23,21 @@ from proctor.core.db.models.base import Base, created_at_column
 from proctor.core.db.types import JSONType, UTCDateTime, enum_column
 from proctor.core.domain import RunnerFailure, RunnerFault, RunnerStatus
 
+_LIVE_SQL = "status IN ('queued', 'building', 'starting', 'ready')"
+
 
 class RunnerServer(Base):
     __tablename__ = "runner_servers"
     __table_args__ = (
         sa.Index("ix_runner_servers_status_id", "status", "id"),
+        # one live server per submission (proctor.core.runner_rows.request_serving)
+        sa.Index(
+            "uq_runner_servers_live_submission",
+            "submission_id",
+            unique=True,
+            sqlite_where=sa.text(_LIVE_SQL),
+            postgresql_where=sa.text(_LIVE_SQL),
+        ),
         sa.CheckConstraint(
             "(status = 'failed') = (failure IS NOT NULL)", name="failed_has_failure"
         ),

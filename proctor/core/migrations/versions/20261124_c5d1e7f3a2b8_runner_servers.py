@@ -81,10 +81,20 @@ def upgrade() -> None:
         batch_op.create_index(
             batch_op.f("ix_runner_servers_submission_id"), ["submission_id"], unique=False
         )
+        # one live server per submission: two racing requests queue one
+        live = sa.text("status IN ('queued', 'building', 'starting', 'ready')")
+        batch_op.create_index(
+            "uq_runner_servers_live_submission",
+            ["submission_id"],
+            unique=True,
+            sqlite_where=live,
+            postgresql_where=live,
+        )
 
 
 def downgrade() -> None:
     with op.batch_alter_table("runner_servers", schema=None) as batch_op:
+        batch_op.drop_index("uq_runner_servers_live_submission")
         batch_op.drop_index(batch_op.f("ix_runner_servers_submission_id"))
         batch_op.drop_index("ix_runner_servers_status_id")
     op.drop_table("runner_servers")

@@ -120,6 +120,9 @@ class Dialect:
     # whether the observation's keys number the exterior cameras
     # (``observation/exterior_image_{i}_left``), so an endpoint's numbering applies
     numbers_exterior_cameras: ClassVar[bool] = False
+    # whether a reply's rows may be velocities, whose units (``units.py``) the
+    # metadata declares or an endpoint selects; a wire of positions only has none
+    velocity_actions: ClassVar[bool] = False
     # whether a reply's rows are timed from its request (the player starts at the
     # row due when the reply arrives) rather than played from the first row
     chunk_timed_from_call: ClassVar[bool] = False

@@ -19,6 +19,7 @@ from proctor.station.policy.conformance_base import (
     last_line,
     shape_text,
 )
+from proctor.station.policy.conformance_units import judge_units
 from proctor.station.policy.dialects import register
 from proctor.station.policy.dialects.base import Decoded, Dialect, Session, read_server_timing
 from proctor.station.policy.dialects.server_config import declares_config, read_config
@@ -28,6 +29,7 @@ from proctor.station.policy.spec import (
     ServerInfo,
     extract_chunk,
     parse_action_space,
+    parse_action_units,
     parse_metadata,
 )
 
@@ -93,6 +95,7 @@ class Openpi(Dialect):
     name = "openpi"
     detect_rank = 100  # the fallback: any metadata without RoboArena's keys
     numbers_exterior_cameras = True
+    velocity_actions = True
 
     def claims(self, metadata: Mapping[Any, Any]) -> bool:
         return True
@@ -106,8 +109,14 @@ class Openpi(Dialect):
     ) -> ServerInfo:
         space = parse_action_space(metadata)
         size = (int(default_image_size[0]), int(default_image_size[1]))
+        # metadata naming no action space gets DROID's defaults, its units
+        # included (openpi's DROID policies send none); a named space is SI
+        # unless the metadata says otherwise
+        units = parse_action_units(
+            metadata, default="si" if "action_space" in metadata else "droid"
+        )
         if not declares_config(metadata):
-            return ServerInfo(self.ident, space, size, 1, True, False)
+            return ServerInfo(self.ident, space, size, 1, True, False, action_units=units)
         # a ``PolicyServerConfig`` first frame (vLLM-Omni's robot endpoint, servers
         # written for RoboArena's clients) on the openpi wire: what it asks for is honoured
         config = read_config(metadata, n_cameras_available=n_cameras_available)
@@ -118,6 +127,7 @@ class Openpi(Dialect):
             n_external_cameras=config.n_external_cameras,
             needs_wrist_camera=config.needs_wrist_camera,
             needs_session_id=config.needs_session_id,
+            action_units=units,
         )
 
     def image_keys(self, info: ServerInfo) -> dict[str, str]:
@@ -483,3 +493,5 @@ class Openpi(Dialect):
         check.judge_chunk_length(chunks)
         if space is not None:
             check.judge_values(chunks, space)
+        if check.info is not None:
+            judge_units(check, chunks, check.info)

@@ -14,7 +14,7 @@ from proctor.station.policy.dialects import register
 from proctor.station.policy.dialects.base import Session
 from proctor.station.policy.dialects.openpi import Openpi, OpenpiSession
 from proctor.station.policy.dialects.server_config import declares_config, read_config
-from proctor.station.policy.spec import ServerInfo, parse_action_space
+from proctor.station.policy.spec import ServerInfo, parse_action_space, parse_action_units
 
 if TYPE_CHECKING:
     from proctor.station.policy.conformance_base import CheckState
@@ -60,6 +60,8 @@ class Roboarena(Openpi):
             n_external_cameras=config.n_external_cameras,
             needs_wrist_camera=config.needs_wrist_camera,
             needs_session_id=config.needs_session_id,
+            # RoboArena's servers are DROID policies: its velocities are DROID's
+            action_units=parse_action_units(metadata, default="droid"),
         )
 
     def served_metadata(self, declared: dict[str, Any], *, action_horizon: int) -> dict[str, Any]:
