@@ -26,13 +26,14 @@ silently fixed.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from proctor.analysis import ANALYSIS_VERSION
+from proctor.analysis.drift import sentinel_drift
 from proctor.analysis.episodes import (
     OPERATOR_STOP,
     SUCCESS,
@@ -46,7 +47,9 @@ from proctor.analysis.latency import EpisodeCalls, calls_from_table
 from proctor.analysis.leaderboard import analyze
 from proctor.analysis.notes import REFERENCE_UNSCORED, REFERENCES_IN_SCOPE
 from proctor.analysis.report import data_version, to_json
+from proctor.analysis.resolution import Outcome, pair_crossings, policy_stops
 from proctor.analysis.results import Protocol
+from proctor.analysis.sequential import start_times
 from proctor.core.db.models import (
     AnalysisSnapshot,
     Assignment,
@@ -61,6 +64,7 @@ from proctor.core.db.models import (
     Episode as EpisodeRow,
 )
 from proctor.core.domain import (
+    AssignmentStatus,
     EpisodeState,
     LabelStatus,
     LabelStream,
@@ -367,6 +371,9 @@ def snapshot_result(
         data_version=data_version(table),
         extra_protocol={"label_stream": LabelStream(stream).value, "campaign_id": campaign_id},
     )
+    if campaign is not None:
+        result["early_stops"] = early_stops(session, campaign)
+        result["drift"] = campaign_drift(session, campaign, table, alpha=protocol.alpha)
     return result, protocol, table
 
 
@@ -527,3 +534,120 @@ def stale_campaigns(session: Session) -> list[int]:
         if data_version(table) != stored:
             stale.append(campaign_id)
     return stale
+
+
+# ------------------------------------------------- adaptive campaigns' outcomes
+# What the adaptive rule (proctor/scheduler/adaptive.py, docs/methods.md §11)
+# reads, and the board's view of its early stops. A block is *settled* when
+# none of its slots is pending or claimed and every counted episode of it is
+# readable in the detector stream; the rule reads blocks 0…F, F the last block
+# before the first unsettled one. The detector's placements are fixed once the
+# annotator has run, so a later review cannot change what a decision read,
+# and re-reading after the reveal gives what the scheduler read.
+
+ADAPTIVE_STREAM = LabelStream.detector_only
+_OPEN_SLOTS = (AssignmentStatus.pending, AssignmentStatus.claimed)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The outcomes of the settled blocks and the first block not settled
+    (None: all settled)."""
+
+    outcomes: list[Outcome]
+    first_unsettled: int | None
+
+
+def read_outcomes(session: Session, campaign_id: int) -> Reading:
+    table = load_episodes(session, campaign_id=campaign_id, stream=ADAPTIVE_STREAM)
+    loaded = {e.episode_id: e for e in table.episodes}
+    rows = session.execute(
+        sa.select(
+            EpisodeRow.uid,
+            Assignment.block_index,
+            Assignment.sequence,
+            Assignment.policy_id,
+            Assignment.object_type_id,
+        )
+        .join(Assignment, EpisodeRow.assignment_id == Assignment.id)
+        .where(Assignment.campaign_id == campaign_id, Assignment.status == AssignmentStatus.done)
+    ).all()
+    unsettled = set(
+        session.scalars(
+            sa.select(Assignment.block_index).where(
+                Assignment.campaign_id == campaign_id, Assignment.status.in_(_OPEN_SLOTS)
+            )
+        )
+    )
+    outcomes: list[Outcome] = []
+    for uid, block, seq, pid, oid in rows:
+        ep = loaded.get(uid)
+        if ep is None:
+            unsettled.add(block)  # counted, but not readable yet (labels pending)
+            continue
+        # the rule reads ids, so names (and their blinding) play no part
+        outcomes.append(Outcome(block, seq, replace(ep, policy=str(pid), object=str(oid))))
+    first = min(unsettled) if unsettled else None
+    if first is not None:
+        outcomes = [o for o in outcomes if o.block_index < first]
+    return Reading(outcomes=outcomes, first_unsettled=first)
+
+
+def early_stops(session: Session, campaign: Campaign) -> dict[str, Any] | None:
+    """For the board: which pairs resolved and which policies stopped, and
+    when (block, and the pair's episodes then); None for a fixed campaign."""
+    committed = campaign.allocation_protocol or {}
+    rule = committed.get("adaptive")
+    if not rule:
+        return None
+    policies = [int(p) for p in committed["policies"]]
+    sentinels = [int(p) for p in rule["sentinels"]]
+    names = dict(
+        session.execute(sa.select(Policy.id, Policy.name).where(Policy.id.in_(policies))).all()
+    )
+    reading = read_outcomes(session, campaign.id)
+    objects = [int(o) for o in committed["objects"]]
+    crossings = pair_crossings(policies, objects, float(rule["alpha"]), reading.outcomes)
+    stops = policy_stops(policies, sentinels, crossings)
+    lag = int(rule["lag_blocks"])
+    return {
+        "rule": rule["rule"],
+        "alpha": rule["alpha"],
+        "lag_blocks": lag,
+        "sentinels": [names[p] for p in sentinels],
+        # the last block the rule has read (None: every block; -1: none yet)
+        "blocks_read_through": None
+        if reading.first_unsettled is None
+        else reading.first_unsettled - 1,
+        "pairs": [
+            {
+                "a": names[c.a],
+                "b": names[c.b],
+                "resolved_after_block": c.block,
+                "episodes": c.episodes,
+                "e_value": c.e_value,
+            }
+            for c in sorted(crossings, key=lambda c: (c.block, c.a, c.b))
+        ],
+        "stopped": [
+            {"policy": names[p], "after_block": b, "no_slots_from_block": b + 1 + lag}
+            for p, b in sorted(stops.items(), key=lambda kv: (kv[1], kv[0]))
+        ],
+    }
+
+
+def campaign_drift(
+    session: Session, campaign: Campaign, table: EpisodeTable, *, alpha: float
+) -> list[dict[str, Any]] | None:
+    """The drift sentinels' tests (proctor/analysis/drift.py) on the scored
+    episodes: the reference, and the policies the protocol marks; None when
+    the episodes lack start times (then there is no order to test)."""
+    ids = (campaign.allocation_rule or {}).get("sentinels") or []
+    names = set(session.scalars(sa.select(Policy.name).where(Policy.id.in_([int(i) for i in ids]))))
+    if table.reference:
+        names.add(table.reference)
+    try:
+        starts = start_times(table.episodes)
+    except ValueError:
+        return None
+    return [d.to_json() for d in sentinel_drift(table.episodes, sorted(names), starts, alpha=alpha)]

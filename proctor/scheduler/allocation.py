@@ -72,6 +72,9 @@ class AllocationProtocol:
     configs: tuple[SpatialConfig, ...]
     episodes_per_cell: int
     algorithm: str = ALGORITHM
+    # the adaptive rule (proctor.scheduler.adaptive), validated there; it
+    # changes only which policy later slots go to, never the blocks
+    adaptive: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -101,22 +104,28 @@ class AllocationProtocol:
         objects: Sequence[int],
         configs: Sequence[SpatialConfig],
         episodes_per_cell: int,
+        adaptive: dict[str, Any] | None = None,
     ) -> AllocationProtocol:
         return cls(
             policies=tuple(sorted(policies)),
             objects=tuple(sorted(objects)),
             configs=tuple(sorted(configs)),
             episodes_per_cell=episodes_per_cell,
+            adaptive=adaptive,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "algorithm": self.algorithm,
             "policies": list(self.policies),
             "objects": list(self.objects),
             "spatial_configs": [c.as_dict() for c in self.configs],
             "episodes_per_cell": self.episodes_per_cell,
         }
+        # absent, not null, when fixed: older campaigns' digests stay as published
+        if self.adaptive is not None:
+            out["adaptive"] = self.adaptive
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AllocationProtocol:
@@ -130,6 +139,7 @@ class AllocationProtocol:
                 ),
                 episodes_per_cell=int(data["episodes_per_cell"]),
                 algorithm=str(data["algorithm"]),
+                adaptive=dict(data["adaptive"]) if data.get("adaptive") is not None else None,
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not an allocation protocol: {exc!r}") from None

@@ -49,6 +49,7 @@ from proctor.core.domain import (
 )
 from proctor.core.errors import ProctorError, UsageError
 from proctor.scheduler import runners
+from proctor.scheduler.adaptation import apply_plan
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
 from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
 from proctor.station.episodes import FAULT_POLICY_PROTOCOL
@@ -209,6 +210,9 @@ def claim_next(
     # runs stay pending (asked for again here, so a runner host serves it) and
     # the station takes another run meanwhile
     waiting = runners.request_for_campaign(session, campaign_id, now=now)
+    # an adaptive campaign re-plans the slots not handed out, and hands out
+    # none beyond the blocks its rule has already decided
+    horizon = apply_plan(session, campaign)
     pick = (
         sa.select(Assignment.id)
         .where(
@@ -217,6 +221,7 @@ def claim_next(
             sa.or_(Assignment.not_before.is_(None), Assignment.not_before <= now),
             Assignment.policy_id.in_(active),
             Assignment.submission_id.not_in(list(waiting)),
+            sa.true() if horizon is None else Assignment.block_index <= horizon,
         )
         .order_by(Assignment.sequence)
         .limit(1)

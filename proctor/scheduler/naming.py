@@ -178,8 +178,9 @@ def relabel_result(result: dict[str, Any], labels: Mapping[str, str]) -> dict[st
     JSON") with each policy name replaced by its label (``labels``: name →
     label; names it lacks stay), in exactly the fields that hold names: the
     reference, each policy row, each pair's members and winner, the letter
-    tables' keys, the matrix, the exclusions, and the notes written about
-    policies (``proctor.analysis.notes``). Nothing else is touched: a name that is
+    tables' keys, the matrix, the exclusions, the notes written about
+    policies (``proctor.analysis.notes``), an adaptive campaign's early stops
+    and the drift sentinels. Nothing else is touched: a name that is
     also a word of the result (a key, an object, free text) stays that word,
     so the labels never tell which name they stand for. Nested parts not
     relabelled are shared with ``result``, which is not modified."""
@@ -212,6 +213,16 @@ def relabel_result(result: dict[str, Any], labels: Mapping[str, str]) -> dict[st
     out["notes"] = [
         relabel_note(n, labels) if isinstance(n, str) else n for n in result.get("notes", [])
     ]
+    stops = result.get("early_stops")
+    if isinstance(stops, dict):
+        out["early_stops"] = {
+            **stops,
+            "sentinels": [name(n) for n in stops.get("sentinels", [])],
+            "pairs": [{**q, "a": name(q.get("a")), "b": name(q.get("b"))} for q in stops["pairs"]],
+            "stopped": [{**q, "policy": name(q.get("policy"))} for q in stops["stopped"]],
+        }
+    if isinstance(result.get("drift"), list):
+        out["drift"] = [{**d, "policy": name(d.get("policy"))} for d in result["drift"]]
     return out
 
 

@@ -23,6 +23,10 @@ Example ``protocol.toml``::
     # optional: the policy's round trip bounded; an episode with more than
     # `tolerance` calls slower than `budget_ms` ends charged to the policy
     latency_budget = { budget_ms = 250, tolerance = 3 }
+    sentinels = ["openpi-droid"]   # optional: recur in every block, watched for drift
+    [adaptive]                     # optional: stop resolved policies early
+    alpha = 0.05
+    lag_blocks = 1
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -91,6 +95,18 @@ def _entry(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
 
+class AdaptiveEntry(BaseModel):
+    """The adaptive allocation rule (``proctor.scheduler.adaptive``), committed
+    with the seed: its familywise α and how many blocks stations may run
+    ahead of the last settled one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: Literal["stop-resolved-v1"] = "stop-resolved-v1"
+    alpha: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    lag_blocks: Annotated[int, Field(ge=0, le=100)] = 1
+
+
 class CampaignProtocol(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
@@ -106,6 +122,8 @@ class CampaignProtocol(BaseModel):
     spatial_configs: list[ConfigEntry] = Field(
         default_factory=lambda: [ConfigEntry(tote=t, camera=c) for t in Side for c in Side]
     )
+    sentinels: list[Name] = Field(default_factory=list)
+    adaptive: AdaptiveEntry | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
     latency_budget: LatencyBudgetEntry | None = None
     # the cell profiles whose stations may run it (``cell_profile`` in a station's
@@ -122,6 +140,16 @@ class CampaignProtocol(BaseModel):
     def _reference_name(cls, value: Any) -> Any:
         return _entry(value)
 
+    def _sentinel_problems(self) -> list[str]:
+        out: list[str] = []
+        listed = {p.name for p in self.policies} | {self.reference.name}
+        for i, name in enumerate(self.sentinels):
+            if name not in listed:
+                out.append(f"sentinels[{i}]: '{name}' is not a policy of this campaign")
+        if len(set(self.sentinels)) != len(self.sentinels):
+            out.append("sentinels: a policy is listed more than once")
+        return out
+
     def problems(self) -> list[str]:
         """Cross-field checks pydantic cannot express per field."""
         out: list[str] = []
@@ -136,6 +164,7 @@ class CampaignProtocol(BaseModel):
                 out.append(
                     f"policies[{i}]: '{p.name}' is the reference; name it only under `reference`"
                 )
+        out.extend(self._sentinel_problems())
         objs: dict[str, int] = {}
         for i, o in enumerate(self.objects):
             if o in objs:

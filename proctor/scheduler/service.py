@@ -43,8 +43,11 @@ from proctor.core.domain import (
 )
 from proctor.core.errors import Conflict, NotFound, UsageError
 from proctor.scheduler import runners
+from proctor.scheduler.adaptation import apply_plan, verify_plan
+from proctor.scheduler.adaptive import AdaptiveRule
 from proctor.scheduler.allocation import (
     AllocationProtocol,
+    Slot,
     SpatialConfig,
     commitment,
     derive_allocation,
@@ -227,6 +230,7 @@ def create_campaign(session: Session, *, protocol: CampaignProtocol, actor: Acto
         for p, s in arms
     ]
     campaign.objects = [CampaignObject(object_type_id=objects[n].id) for n in protocol.objects]
+    campaign.allocation_rule = _allocation_rule(protocol, found)
     session.add(campaign)
     session.flush()
     record_audit(
@@ -238,6 +242,26 @@ def create_campaign(session: Session, *, protocol: CampaignProtocol, actor: Acto
         details={"name": campaign.name},
     )
     return campaign
+
+
+def _allocation_rule(protocol: CampaignProtocol, found: dict[str, Policy]) -> dict[str, Any]:
+    """Sentinels by id (the reference always) and the adaptive rule, if any."""
+    names = {protocol.reference.name, *protocol.sentinels}
+    return {
+        "sentinels": sorted(found[n].id for n in names),
+        "adaptive": protocol.adaptive.model_dump() if protocol.adaptive else None,
+    }
+
+
+def _adaptive_json(c: Campaign, active: set[int]) -> dict[str, Any] | None:
+    rule = c.allocation_rule or {}
+    if not rule.get("adaptive"):
+        return None
+    sentinels = tuple(p for p in rule.get("sentinels", []) if p in active)
+    try:
+        return AdaptiveRule(sentinels=sentinels, **rule["adaptive"]).to_json()
+    except (TypeError, ValueError) as exc:
+        raise CampaignStateError(f"campaign '{c.name}' cannot start: {exc}") from None
 
 
 # ---------------------------------------------------------------- start
@@ -294,6 +318,7 @@ def start_campaign(
         objects=[co.object_type_id for co in c.objects],
         configs=_configs(c),
         episodes_per_cell=c.episodes_per_cell,
+        adaptive=_adaptive_json(c, {cp.policy_id for cp in active}),
     )
     seed = seed if seed is not None else secrets.token_hex(32)
     slots = derive_allocation(seed, protocol)
@@ -351,6 +376,7 @@ def start_campaign(
             "commitment": result.commitment,
             "protocol_digest": result.protocol_digest,
             "algorithm": protocol.algorithm,
+            "adaptive": protocol.adaptive,
             "slots": result.slots,
         },
     )
@@ -596,6 +622,9 @@ def close_campaign(session: Session, *, campaign: int | str, actor: Actor) -> st
     seed = c.allocation_seed
     if seed is None:
         raise CampaignStateError(f"campaign '{c.name}' is running without a sealed seed")
+    # the rule's last word, on the outcomes since the last claim, so the
+    # log of never-run slots is what the replay after reveal gives
+    apply_plan(session, c)
     c.status = CampaignStatus.closed
     c.closed_at = utcnow()
     unfinished = session.scalar(
@@ -668,6 +697,8 @@ def reveal_allocation(session: Session, *, campaign: int | str) -> Revelation:
         .select_from(Assignment)
         .where(Assignment.campaign_id == c.id, Assignment.replaces_id.is_not(None))
     )
+    if protocol.adaptive is not None:
+        return _reveal_adaptive(session, c, protocol, expected, logged, replacements or 0)
     mismatches: list[str] = []
     if len(logged) != len(expected):
         mismatches.append(f"the log has {len(logged)} slots; the derivation gives {len(expected)}")
@@ -692,6 +723,40 @@ def reveal_allocation(session: Session, *, campaign: int | str) -> Revelation:
         protocol_digest=protocol.digest(),
         slots_checked=min(len(logged), len(expected)),
         replacements=replacements or 0,
+        mismatches=mismatches,
+    )
+
+
+def _reveal_adaptive(
+    session: Session,
+    c: Campaign,
+    protocol: AllocationProtocol,
+    expected: list[Slot],
+    logged: Sequence[Any],  # rows: sequence, block_index, slot, policy, object, sides
+    replacements: int,
+) -> Revelation:
+    """Blocks, objects and configurations as derived from the seed; which
+    policy each slot went to (or its withdrawal) as the rule replays it on
+    the recorded outcomes."""
+    by_seq = {s.sequence: s for s in expected}
+    mismatches: list[str] = []
+    for row in logged:
+        slot = by_seq.get(row.sequence)
+        want = slot and (slot.block_index, slot.slot, slot.object_type_id, slot.config.tote)
+        got = (row.block_index, row.slot, row.object_type_id, row.tote_side)
+        if slot is None or want != got or slot.config.camera != row.camera_side:
+            mismatches.append(f"sequence {row.sequence}: logged {tuple(row)}, not derived")
+    mismatches.extend(verify_plan(session, c))
+    assert c.allocation_seed is not None and c.seed_commitment is not None
+    return Revelation(
+        campaign_id=c.id,
+        seed=c.allocation_seed,
+        commitment=c.seed_commitment,
+        commitment_verified=verify_commitment(c.allocation_seed, c.seed_commitment),
+        protocol=protocol.to_json(),
+        protocol_digest=protocol.digest(),
+        slots_checked=len(logged),
+        replacements=replacements,
         mismatches=mismatches,
     )
 

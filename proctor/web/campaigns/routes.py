@@ -9,16 +9,18 @@ the campaign is released, as in ``proctor campaign status``.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Request, Response
 
 from proctor.core.db.models import AnalysisSnapshot, Campaign
-from proctor.core.domain import Role
+from proctor.core.domain import LabelStream, Role
+from proctor.scheduler.naming import blind_result, campaign_naming
 from proctor.web.auth.identity import Principal
 from proctor.web.campaigns import api as campaigns_api
 from proctor.web.deps import DbId, SessionDep, require_role
+from proctor.web.snapshots import service as snapshots
 from proctor.web.templating import render
 
 page_router = APIRouter(include_in_schema=False)
@@ -41,6 +43,24 @@ def campaigns_page(request: Request, session: SessionDep, who: AdminUser) -> Res
         "campaigns/list.html",
         {"campaigns": rows, "reports": reports, "scored": scored},
     )
+
+
+def _watch(session: SessionDep, campaign: Campaign) -> dict[str, Any] | None:
+    """Drift sentinels and early stops from the latest snapshot, under the
+    labels the rest of this page uses."""
+    meta = snapshots.latest_meta(
+        session, campaign_id=campaign.id, stream=LabelStream.auto_and_reviewed
+    )
+    if meta is None:
+        return None
+    result = blind_result(
+        snapshots.read_result(session, meta.id), campaign_naming(session, campaign).labels()
+    )
+    return {
+        "snapshot": meta.id,
+        "drift": result.get("drift") or [],
+        "early_stops": result.get("early_stops"),
+    }
 
 
 @page_router.get("/campaigns/{campaign_id}")
@@ -68,5 +88,6 @@ def campaign_page(
             "arms": arms,
             "grid": grid,
             "scored": bool(scored),
+            "watch": _watch(session, campaign),
         },
     )

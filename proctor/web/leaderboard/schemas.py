@@ -166,6 +166,42 @@ class PairOut(BaseModel):
     links: dict[str, str]
 
 
+class PairStopOut(BaseModel):
+    a: str
+    b: str
+    resolved_after_block: int = Field(description="the block after which its e-process crossed")
+    episodes: int = Field(description="the pair's episodes seen when it crossed")
+    e_value: float
+
+
+class PolicyStopOut(BaseModel):
+    policy: str
+    after_block: int
+    no_slots_from_block: int = Field(description="its later slots went elsewhere or were withdrawn")
+
+
+class EarlyStopsOut(BaseModel):
+    """An adaptive campaign's rule (docs/methods.md §11) and what it stopped."""
+
+    rule: str
+    alpha: float
+    lag_blocks: int
+    sentinels: list[str]
+    blocks_read_through: int | None
+    pairs: list[PairStopOut]
+    stopped: list[PolicyStopOut]
+
+
+class DriftOut(BaseModel):
+    """A drift sentinel's trend and station tests (docs/methods.md §12)."""
+
+    policy: str
+    flagged: bool
+    level: float
+    trend: dict[str, Any] | None
+    stations: dict[str, Any] | None
+
+
 class LeaderboardOut(BaseModel):
     campaign: CampaignOut
     blinded: bool = Field(description="true on an admin's preview of an unreleased campaign")
@@ -182,6 +218,10 @@ class LeaderboardOut(BaseModel):
     notes: list[str]
     streams: list[LabelStream] = Field(description="label streams with a snapshot")
     links: dict[str, str]
+    early_stops: EarlyStopsOut | None = Field(
+        default=None, description="adaptive campaigns: pairs resolved and policies stopped early"
+    )
+    drift: list[DriftOut] = Field(default_factory=list, description="drift sentinels' tests")
 
 
 def _iv(x: dict[str, Any] | None) -> IntervalOut:
@@ -280,6 +320,8 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
         pairs=pairs,
         excluded_episodes=len(r["excluded"]),
         notes=r["notes"],
+        early_stops=EarlyStopsOut(**r["early_stops"]) if r.get("early_stops") else None,
+        drift=[DriftOut(**d) for d in r.get("drift") or []],
         streams=board.streams,
         links={
             "page": board.board_url(),

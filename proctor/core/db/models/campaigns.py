@@ -53,6 +53,9 @@ class Campaign(Base):
     # the exact input of the allocation derivation, frozen when the campaign starts
     # (proctor/scheduler/allocation.py: canonical policy and object ids, configs, algorithm)
     allocation_protocol: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # {"sentinels": [policy ids], "adaptive": {rule, alpha, lag_blocks} | null}, from the
+    # protocol at creation; start folds it into allocation_protocol (committed with the seed)
+    allocation_rule: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_by_id: Mapped[int | None] = mapped_column(sa.ForeignKey("users.id"))
     created_at: Mapped[datetime] = created_at_column()
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
