@@ -1,7 +1,7 @@
 """scheduler: the campaign's allocation rule (sentinels, adaptive stopping)
 
 Revision ID: f2b8d4a6c913
-Revises: f2b9d4a6c813
+Revises: 9e4c1b7d2f60
 Create Date: 2026-11-24
 """
 
@@ -13,7 +13,7 @@ from sqlalchemy import Text
 from sqlalchemy.dialects import postgresql
 
 revision: str = "f2b8d4a6c913"
-down_revision: str | None = "f2b9d4a6c813"
+down_revision: str | None = "9e4c1b7d2f60"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
