@@ -53,7 +53,8 @@ def propose_episode(
         raise IntegrityError(f"episode {uid}: telemetry is unreadable ({exc})") from None
     layout = layout_for(thresholds, tote_side=episode.tote_side.value, manifest=manifest)
     signals = Signals.from_table(table, t0=episode.clock_start_s)
-    before = [t for t in tags_of(session, [episode.id], live_only=False) if t.automatic]
+    # anyone's tag of the mode at that moment, live or retracted, already says it
+    before = tags_of(session, [episode.id], live_only=False)
     duration = float(episode.duration_s or 0.0)
     made = []
     for p in propose(signals, layout, thresholds, pth):

@@ -19,6 +19,7 @@ from proctor.web.leaderboard.episodes import episode_list
 from proctor.web.leaderboard.format import FORMATS
 from proctor.web.leaderboard.public_pages import public_page
 from proctor.web.leaderboard.routes import StreamQuery
+from proctor.web.policies.behaviour import tags_version
 from proctor.web.policies.view import PolicyOut, policy_view
 from proctor.web.templating import render
 
@@ -48,13 +49,14 @@ def get_policy(
 ) -> Response:
     board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     public = not board.blinded and who is None
+    tags = tags_version(session, campaign_id)
     etag = caching.etag_for(
-        "policy", board.meta.id, board.meta.data_version, board.cache_key(), label, vs
+        "policy", board.meta.id, board.meta.data_version, board.cache_key(), label, vs, tags
     )
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit
-    key = ("policy-json", board.meta.id, board.cache_key(), label, vs)
+    key = ("policy-json", board.meta.id, board.cache_key(), label, vs, tags)
     body = results.get(key)
     if body is None:
         body = results.put(key, policy_view(session, board, label, vs).model_dump_json().encode())
@@ -74,7 +76,15 @@ def policy_page(
     stream: StreamQuery = None,
     vs: VsQuery = None,
 ) -> Response:
-    page = public_page("policy-page", request, session, who, campaign_id, stream)
+    page = public_page(
+        "policy-page",
+        request,
+        session,
+        who,
+        campaign_id,
+        stream,
+        extra=tags_version(session, campaign_id),
+    )
     if page.hit is not None:
         return page.hit
     board = open_board(session, campaign_id, parse_stream(stream), who, results=results)

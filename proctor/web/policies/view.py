@@ -16,6 +16,7 @@ from proctor.core.db.models import CampaignPolicy, Policy, Submission, User
 from proctor.web.leaderboard.board import Board
 from proctor.web.leaderboard.schemas import IntervalOut
 from proctor.web.policies import compare
+from proctor.web.policies.behaviour import BehaviourOut, TaggedMoment, policy_behaviour
 
 
 class Identity(BaseModel):
@@ -103,6 +104,14 @@ class PolicyOut(BaseModel):
     per_tag: list[Breakdown]
     tau_sweep: dict[str, Any]
     binary: dict[str, Any]
+    behaviour: list[BehaviourOut] = Field(
+        default_factory=list,
+        description="behavioural failure modes per object: share of episodes tagged, "
+        "from the review log's live tags",
+    )
+    tagged_moments: list[TaggedMoment] = Field(
+        default_factory=list, description="every live tag, with a link to its moment"
+    )
     notes: list[str]
     links: dict[str, str]
 
@@ -202,6 +211,7 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
     comp_km = {o["object"]: o["km"] for o in comp["per_object"]} if comp else {}
     ks = _pair_ks(board, label, comparator)
     fm = p["failure_modes"]
+    behaviour, moments = policy_behaviour(session, board, label)
     objects = [
         ObjectPart(
             object=o["object"],
@@ -266,6 +276,8 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
         per_tag=[_breakdown(b) for b in p["per_tag"]],
         tau_sweep=p["tau_sweep"],
         binary=p["binary"],
+        behaviour=behaviour,
+        tagged_moments=moments,
         notes=p["notes"],
         links={
             "leaderboard": board.board_url(),
