@@ -57,7 +57,9 @@ def _tag_rows(session: ProctorSession, episode_ids: Collection[int]) -> list[Rev
             sa.select(ReviewAction)
             .where(
                 ReviewAction.episode_id.in_(list(episode_ids)),
-                ReviewAction.action.in_([ReviewActionKind.tag_failure, ReviewActionKind.retract_tag]),
+                ReviewAction.action.in_(
+                    [ReviewActionKind.tag_failure, ReviewActionKind.retract_tag]
+                ),
             )
             .order_by(ReviewAction.id)
         )
@@ -75,11 +77,12 @@ def tags_of(
         for r in rows
         if r.action == ReviewActionKind.retract_tag and "tag_id" in (r.before or {})
     }
-    uids = dict(
-        session.execute(sa.select(Episode.id, Episode.uid).where(Episode.id.in_(list(episode_ids))))
-        .tuples()
-        .all()
-    )
+    uids: dict[int, str] = {
+        int(eid): str(uid)
+        for eid, uid in session.execute(
+            sa.select(Episode.id, Episode.uid).where(Episode.id.in_(list(episode_ids)))
+        )
+    }
     out = []
     for r in rows:
         if r.action != ReviewActionKind.tag_failure or (live_only and r.id in retracted):
