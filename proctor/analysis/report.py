@@ -17,6 +17,7 @@ import numpy as np
 
 from proctor.analysis.bootstrap import Interval
 from proctor.analysis.episodes import EpisodeTable
+from proctor.analysis.interaction import InteractionResult
 from proctor.analysis.results import (
     AtT,
     Breakdown,
@@ -53,6 +54,8 @@ RESULT_KEYS = frozenset(
         *("completion_welch", "df", "significant", "verdict", "winner", "power", "n_per_cell"),
         *("power_at_current_n", "n_needed_per_cell", "more_episodes_per_cell", "effect"),
         *("m_bar", "rho_estimated", "deff", "episode_id", "reason"),
+        *("interaction_factors", "hrt_interactions", "interactions", "factor", "levels"),
+        *("per_level", "permutations", "note"),
     }
 )
 
@@ -203,6 +206,22 @@ def _policy(r: PolicyResult) -> dict[str, Any]:
             },
         },
         "notes": list(r.notes),
+        "hrt_interactions": [_interaction(x) for x in r.hrt_interactions],
+    }
+
+
+def _interaction(x: InteractionResult) -> dict[str, Any]:
+    return {
+        "factor": x.factor,
+        "effect": x.effect,
+        "policies": list(x.policies),
+        "objects": list(x.objects),
+        "levels": list(x.levels),
+        "per_level": [_num(v) for v in x.per_level],
+        "statistic": _num(x.statistic),
+        "p": x.p,
+        "permutations": x.permutations,
+        "note": x.note,
     }
 
 
@@ -240,6 +259,7 @@ def _pair(p: PairResult) -> dict[str, Any]:
             }
         ),
         "significant": p.significant,
+        "interactions": [_interaction(x) for x in p.interactions],
         "verdict": p.verdict,
         "winner": p.winner,
         "power": (
@@ -296,6 +316,7 @@ def to_json(
         "success_at": list(pr.success_at),
         "power_target": pr.power_target,
         "rho": pr.rho,
+        "interaction_factors": list(pr.interaction_factors),
         "interval": "percentile, episode-clustered bootstrap",
         **(extra_protocol or {}),
     }
