@@ -87,7 +87,10 @@ def closed_on_nothing(
             Proposal(
                 "closed_on_nothing",
                 float(sig.t[i_full]),
-                {"closure_start_s": round(float(sig.t[s]), 4), "finger_position": float(pos[i_full])},
+                {
+                    "closure_start_s": round(float(sig.t[s]), 4),
+                    "finger_position": float(pos[i_full]),
+                },
             )
         )
     return out
