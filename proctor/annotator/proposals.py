@@ -58,8 +58,8 @@ Rule = Callable[[Signals, CellLayout, Thresholds, ProposalThresholds], list[Prop
 def _closures(target: np.ndarray, level: float) -> list[tuple[int, int]]:
     closed = target >= level
     edges = np.diff(closed.astype(np.int8))
-    starts = list(np.flatnonzero(edges == 1) + 1)
-    ends = list(np.flatnonzero(edges == -1) + 1)
+    starts = [int(i) for i in np.flatnonzero(edges == 1) + 1]
+    ends = [int(i) for i in np.flatnonzero(edges == -1) + 1]
     if len(closed) and closed[0]:
         starts.insert(0, 0)
     if len(closed) and closed[-1]:
@@ -145,7 +145,7 @@ def no_motion(
     edges = np.diff(np.concatenate([[0], still.astype(np.int8), [0]]))
     for s, e in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
         # the stretch runs from the sample before the first still step to its last sample
-        t0, t1 = float(t[max(s - 1, 0)]), float(t[e - 1])
+        t0, t1 = float(t[max(int(s) - 1, 0)]), float(t[int(e) - 1])
         if t1 - t0 >= pth.still_s:
             out.append(Proposal("no_motion", t0, {"still_s": round(t1 - t0, 3)}))
     return out
