@@ -224,6 +224,7 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
                     "b": board.policy_url(q["b"], "cdf"),
                     "a_episodes": board.episodes_url(q["a"]),
                     "b_episodes": board.episodes_url(q["b"]),
+                    "compare": board.compare_url(q["a"], q["b"]),
                 },
             )
         )

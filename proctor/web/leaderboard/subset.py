@@ -48,7 +48,7 @@ def subset_query(
     try:
         return Subset.of(given)
     except ValueError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
 
 
 SubsetDep = Annotated[Subset, Depends(subset_query)]
@@ -76,7 +76,7 @@ def filtered_board(
             lb = analyze(table, campaign_protocol(campaign))
         except (ValueError, UsageError) as exc:
             raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_ENTITY, f"{subset.describe()}: {exc}"
+                status.HTTP_422_UNPROCESSABLE_CONTENT, f"{subset.describe()}: {exc}"
             ) from None
         raw = to_json(
             lb,
