@@ -92,3 +92,33 @@ def test_the_filter_on_the_page_and_its_errors(web: Web, released: SeededCampaig
     assert r.status_code == 404 and "station = nowhere" in r.json()["detail"]
     r = c.get(f"/api/leaderboard/{cid}", params={"camera_side": "x" * 300})
     assert r.status_code == 422
+
+
+def test_pre_registered_interactions_are_shown_with_the_pair_and_the_policy(web: Web) -> None:
+    from proctor.analysis.store import recompute
+    from tests.web.leaderboard_data import TEST_ANALYSIS
+
+    with web.db() as s:
+        seeded = seed_campaign(s, released=True, episodes_per_cell=6, seed=37, compute=False)
+        campaign = s.get(Campaign, seeded.campaign_id)
+        assert campaign is not None
+        campaign.protocol_extra = {
+            "analysis": {**TEST_ANALYSIS, "interaction_factors": ["camera_side"]}
+        }
+        s.flush()
+        recompute(s, campaign_id=campaign.id, streams=(LabelStream.auto_and_reviewed,))
+    c = web.client()
+    board = c.get(f"/api/leaderboard/{seeded.campaign_id}").json()
+    for pair in board["pairs"]:
+        [x] = pair["interactions"]
+        assert x["factor"] == "camera_side" and x["levels"] == ["left", "right"]
+        assert 0 < x["p"] <= 1
+    doc = parse(c.get(f"/leaderboard/{seeded.campaign_id}").text)
+    cells = doc.find_all("span", class_="interaction")
+    assert len(cells) == len(board["pairs"])
+    label = next(r["label"] for r in board["rows"] if not r["reference"])
+    policy = c.get(f"/api/leaderboard/{seeded.campaign_id}/policies/{label}").json()
+    [h] = policy["hrt_interactions"]
+    assert h["effect"] == "hrt" and h["factor"] == "camera_side"
+    page = parse(c.get(f"/leaderboard/{seeded.campaign_id}/policies/{label}").text)
+    assert "camera side" in page.find("p", data_testid="hrt-interactions").text()

@@ -112,6 +112,11 @@ class PolicyOut(BaseModel):
     tagged_moments: list[TaggedMoment] = Field(
         default_factory=list, description="every live tag, with a link to its moment"
     )
+    hrt_interactions: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the pre-registered tests of whether a scene factor changes this policy's "
+        "HRT: factor, levels, per_level HRT, p (permutation)",
+    )
     notes: list[str]
     links: dict[str, str]
 
@@ -278,6 +283,8 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
         binary=p["binary"],
         behaviour=behaviour,
         tagged_moments=moments,
+        # snapshots computed before the interaction tests have no such key
+        hrt_interactions=list(p.get("hrt_interactions", [])),
         notes=p["notes"],
         links={
             "leaderboard": board.board_url(),
