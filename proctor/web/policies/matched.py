@@ -69,6 +69,8 @@ def _videos(session: ProctorSession, ids: list[int]) -> dict[int, Artifact]:
         .order_by(Artifact.id)
     )
     for art in rows:
+        if art.episode_id is None:
+            continue
         held = best.get(art.episode_id)
         # the exterior view shows the whole scene; otherwise whichever came first
         if held is None or (art.camera == "exterior" and held.camera != "exterior"):
@@ -121,7 +123,8 @@ def compare_view(session: ProctorSession, board: Board, a: str, b: str) -> Compa
     if a == b:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "b: pick a policy other than a")
     sa_, sb = _strata(_episodes(session, board, a)), _strata(_episodes(session, board, b))
-    strata, pairs = [], []
+    strata: list[StratumOut] = []
+    pairs: list[tuple[tuple[str, str], Episode, Episode]] = []
     for key in sorted(set(sa_) | set(sb)):
         ea, eb = sa_.get(key, []), sb.get(key, [])
         strata.append(StratumOut(object=key[0], configuration=key[1], a_episodes=len(ea),
