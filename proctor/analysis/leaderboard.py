@@ -34,6 +34,7 @@ from proctor.analysis.episodes import (
     resolve_reference,
     scored,
 )
+from proctor.analysis.interaction import InteractionResult, interaction_test
 from proctor.analysis.km import at_risk, auc_against, quantile_time, risk_set, rmst, survival
 from proctor.analysis.latency import latency
 from proctor.analysis.notes import NOT_COMPARED
@@ -169,7 +170,13 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
         else:
             notes.append(NOT_COMPARED.render(a=a, b=b))
     n_pairs = len(comparable)
-    pairs = [_pair_result(a, b, cells, objects, protocol, n_pairs) for a, b in comparable]
+    pairs = [
+        replace(
+            _pair_result(a, b, cells, objects, protocol, n_pairs),
+            interactions=_interactions(kept, (a, b), "rmst_difference", protocol),
+        )
+        for a, b in comparable
+    ]
     letters = compact_letters(order, [(pr.a, pr.b) for pr in pairs if pr.significant])
     letters_completion = compact_letters(
         order,
@@ -185,7 +192,19 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
         r = policy_results[p]
         if not r.is_reference:
             rank += 1
-        ranked.append(replace(r, rank=None if r.is_reference else rank, letters=letters[p]))
+        hrt_tests = (
+            _interactions(kept, (p, reference), "hrt", protocol)
+            if reference is not None and not r.is_reference
+            else ()
+        )
+        ranked.append(
+            replace(
+                r,
+                rank=None if r.is_reference else rank,
+                letters=letters[p],
+                hrt_interactions=hrt_tests,
+            )
+        )
     excluded = (*table.excluded, *system)
     return Leaderboard(
         protocol=protocol,
@@ -202,6 +221,26 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
         sites=tuple(sites),
         stations=tuple(stations),
     )
+
+
+def _interactions(
+    kept: Sequence[Episode], policies: tuple[str, str], effect: str, protocol: Protocol
+) -> tuple[InteractionResult, ...]:
+    """The pre-registered interaction tests of one pair or one policy's HRT."""
+    out = []
+    for factor in protocol.interaction_factors:
+        result = interaction_test(
+            kept,
+            policies=policies,
+            factor=factor,
+            effect=effect,
+            tau=protocol.tau,
+            permutations=protocol.resamples,
+            rng=child_rng(protocol.seed, "interaction", effect, factor, *sorted(policies)),
+        )
+        if result is not None:
+            out.append(result)
+    return tuple(out)
 
 
 def _object_tags(episodes: Sequence[Episode]) -> dict[str, tuple[str, ...]]:

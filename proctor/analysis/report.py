@@ -18,6 +18,7 @@ import numpy as np
 from proctor.analysis.bootstrap import Interval
 from proctor.analysis.episodes import EpisodeTable
 from proctor.analysis.latency import Latency
+from proctor.analysis.interaction import InteractionResult
 from proctor.analysis.results import (
     AtT,
     Breakdown,
@@ -57,6 +58,8 @@ RESULT_KEYS = frozenset(
         *("latency", "p50_ms", "p95_ms", "p99_ms", "server_p50_ms", "stale_action_rate"),
         *("calls", "calls_per_episode", "server_calls", "actions", "stale_actions"),
         *("over_budget", "sites", "stations", "per_site", "per_station"),
+        *("interaction_factors", "hrt_interactions", "interactions", "factor", "levels"),
+        *("per_level", "permutations", "note"),
     }
 )
 
@@ -239,6 +242,22 @@ def _latency(x: Latency | None) -> dict[str, Any] | None:
         "actions": x.actions,
         "stale_actions": x.stale_actions,
         "over_budget": x.over_budget,
+        "hrt_interactions": [_interaction(x) for x in r.hrt_interactions],
+    }
+
+
+def _interaction(x: InteractionResult) -> dict[str, Any]:
+    return {
+        "factor": x.factor,
+        "effect": x.effect,
+        "policies": list(x.policies),
+        "objects": list(x.objects),
+        "levels": list(x.levels),
+        "per_level": [_num(v) for v in x.per_level],
+        "statistic": _num(x.statistic),
+        "p": x.p,
+        "permutations": x.permutations,
+        "note": x.note,
     }
 
 
@@ -276,6 +295,7 @@ def _pair(p: PairResult) -> dict[str, Any]:
             }
         ),
         "significant": p.significant,
+        "interactions": [_interaction(x) for x in p.interactions],
         "verdict": p.verdict,
         "winner": p.winner,
         "power": (
@@ -332,6 +352,7 @@ def to_json(
         "success_at": list(pr.success_at),
         "power_target": pr.power_target,
         "rho": pr.rho,
+        "interaction_factors": list(pr.interaction_factors),
         "interval": "percentile, episode-clustered bootstrap",
         **(extra_protocol or {}),
     }

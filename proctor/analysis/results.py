@@ -11,6 +11,7 @@ from proctor.analysis.binary import Posterior
 from proctor.analysis.bootstrap import Interval
 from proctor.analysis.episodes import Exclusion
 from proctor.analysis.latency import Latency
+from proctor.analysis.interaction import InteractionResult, factor_named
 from proctor.analysis.significance import LogRank, MacroKS
 
 
@@ -36,6 +37,9 @@ class Protocol:
     power_sims: int = 1000
     rho: float | None = None
     sweep_points: int = 10
+    # scene factors whose interaction with each pair (and each policy's HRT)
+    # is tested: named before the data are seen (proctor.analysis.interaction)
+    interaction_factors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.tau > 0 and np.isfinite(self.tau)):
@@ -57,6 +61,9 @@ class Protocol:
             raise ValueError(f"rho: must be in [0, 1], got {self.rho}")
         if self.sweep_points < 2:
             raise ValueError("sweep_points: need at least 2")
+        object.__setattr__(self, "interaction_factors", tuple(self.interaction_factors))
+        for name in self.interaction_factors:
+            factor_named(name)  # an unknown factor is refused here, naming it
 
     @property
     def resamples(self) -> int:
@@ -212,6 +219,8 @@ class PolicyResult:
     # per site and per station the episodes ran at (those that declared one)
     per_site: tuple[Breakdown, ...] = ()
     per_station: tuple[Breakdown, ...] = ()
+    # the pre-registered factors' tests of this policy's HRT (against the reference)
+    hrt_interactions: tuple[InteractionResult, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,6 +267,8 @@ class PairResult:
     verdict: str
     winner: str | None
     power: PowerPrediction | None
+    # the pre-registered factors' tests of this pair's effect
+    interactions: tuple[InteractionResult, ...] = ()
 
 
 @dataclass(frozen=True)

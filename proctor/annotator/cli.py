@@ -2,6 +2,12 @@
 
     proctor annotate --episode UID       # one episode
     proctor annotate --all-pending       # every closed, logged, unannotated episode
+    proctor annotate ... --propose-failures   # also tag evident failure modes
+
+With ``--propose-failures`` the telemetry proposer (``proctor.annotator.autopropose``)
+tags each annotated episode's evident failures (a grasp that closed on
+nothing, an item lost in transit, a stall) as labelled review records, in
+the same transaction.
 
 Each episode is annotated in its own transaction, so an interrupted run
 keeps what it finished and a failing recording does not hold back the
@@ -42,11 +48,19 @@ def annotate(
             help="Thresholds file (default: the calibrated proctor/annotator/thresholds.toml).",
         ),
     ] = None,
+    propose_failures: Annotated[
+        bool,
+        typer.Option(
+            "--propose-failures",
+            help="Also tag the failure modes telemetry makes evident (labelled review records).",
+        ),
+    ] = False,
 ) -> None:
     """Detect placements in recorded telemetry and reconcile them with the operator's count."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from proctor.annotator.autopropose import propose_episode
     from proctor.annotator.config import load_thresholds
     from proctor.annotator.reconcile import (
         annotate_episode,
@@ -93,6 +107,10 @@ def annotate(
                         result = annotate_episode(
                             s, store=store, episode=find_episode(s, uid), thresholds=th
                         )
+                        if propose_failures:
+                            counts["proposed"] += len(
+                                propose_episode(s, store=store, uid=uid, thresholds=th)
+                            )
                     counts[result.label_status.value] += 1
                     last = f"{uid}: {result.label_status.value}"
                 except ProctorError as exc:
@@ -109,6 +127,7 @@ def annotate(
             ("auto", "auto (detector agrees with the operator)"),
             ("needs_review", "needs review (queued for a reviewer)"),
             ("failed", "failed"),
+            *((("proposed", "failure-mode tags proposed"),) if propose_failures else ()),
         ):
             table.add_row(label, str(counts.get(key, 0)))
         console.print(table)

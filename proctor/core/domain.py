@@ -190,6 +190,8 @@ class ReviewActionKind(StrEnum):
     flag_count = "flag_count"  # operator's count looks wrong: goes to an admin
     resolve_flag = "resolve_flag"
     correct_log = "correct_log"  # an admin's correction of the operator log
+    tag_failure = "tag_failure"  # a behavioural failure mode at a moment of the episode
+    retract_tag = "retract_tag"  # a failure-mode tag withdrawn (the tag's row stays)
 
 
 class LabelStream(StrEnum):

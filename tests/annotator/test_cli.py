@@ -158,3 +158,39 @@ def test_a_broken_recording_is_listed_and_the_rest_annotated(
     assert "telemetry" in out and "is unreadable" in out
     assert "1 of 2 episode(s) could not be annotated" in err
     assert statuses(url) == {good: LabelStatus.auto, broken: LabelStatus.pending}
+
+
+def test_propose_failures_tags_what_telemetry_makes_evident(
+    site: tuple[str, LocalArtifactStore], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from proctor.core.db.models import ReviewAction
+    from proctor.core.domain import ReviewActionKind
+
+    url, store = site
+    engine = make_engine(url)
+    try:
+        with session_scope(make_session_factory(engine)) as s:
+            uid = store_episode(
+                s, store, ops=[Op(1.0, 3.0), Op(4.0, 5.0, held=False)], duration=7, items=2,
+                placed=1,
+            ).uid  # fmt: skip
+    finally:
+        engine.dispose()
+    code, out, _ = run(capsys, "--episode", uid, "--propose-failures")
+    assert code == 0, out
+    assert "failure-mode tags proposed" in out
+    engine = make_engine(url)
+    try:
+        with session_scope(make_session_factory(engine)) as s:
+            rows = list(
+                s.scalars(
+                    sa.select(ReviewAction).where(
+                        ReviewAction.action == ReviewActionKind.tag_failure
+                    )
+                )
+            )
+    finally:
+        engine.dispose()
+    assert [(r.after["mode"], r.reviewer_label) for r in rows] == [
+        ("missed_grasp", "failure-proposer/1")
+    ]

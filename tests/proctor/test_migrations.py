@@ -142,3 +142,51 @@ def test_episodes_recorded_before_the_envelope_count_are_unknown_not_zero(
         assert uids == ["old-episode"]
     finally:
         engine.dispose()
+
+
+def test_failure_mode_tags_widen_the_review_action_check_and_narrow_back(
+    fresh_db_url: str,
+) -> None:
+    """Before the migration a tag record is refused by the CHECK; after it, it
+    is kept, and the table is still append-only (SQLite rebuilds the table);
+    the downgrade refuses to drop existing tags."""
+    migrate.upgrade(fresh_db_url, "c5d1e7f3a2b8")
+    engine = make_engine(fresh_db_url)
+    insert = sa.text(
+        "INSERT INTO review_actions (episode_id, reviewer_label, at, action, before, after, "
+        "note) VALUES (1, 'x', CURRENT_TIMESTAMP, 'tag_failure', '{}', '{}', '')"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO object_types (id, name, display_name, tags, description, "
+                    "prompt, created_at) VALUES (1, 'cup', 'Cup', '[]', '', '', "
+                    "CURRENT_TIMESTAMP)"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO episodes (id, uid, object_type_id, items, budget_s, tote_side, "
+                    "camera_side, state, outcome_reason, operator_notes, label_status, "
+                    "created_at) VALUES (1, 'ep', 1, 3, 90, 'left', 'left', 'closed', "
+                    "'', '', 'pending', CURRENT_TIMESTAMP)"
+                )
+            )
+        with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+            conn.execute(insert)
+        engine.dispose()
+        migrate.upgrade(fresh_db_url, "f2a9c4e7b1d3")
+        with engine.begin() as conn:
+            conn.execute(insert)
+        for statement in (
+            "UPDATE review_actions SET note = 'edited'",
+            "DELETE FROM review_actions",
+        ):
+            with pytest.raises(sa.exc.DBAPIError, match="append-only"), engine.begin() as conn:
+                conn.execute(sa.text(statement))
+        engine.dispose()
+        with pytest.raises(RuntimeError, match="failure-mode tag record"):
+            migrate.downgrade(fresh_db_url, "c5d1e7f3a2b8")
+    finally:
+        engine.dispose()

@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from pydantic import BaseModel, Field
 
 from proctor.analysis.store import POLICY_CALLS_EVENT
+from proctor.annotator.tags import tags_of
+from proctor.annotator.taxonomy import load_taxonomy
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import (
     AnnotationCandidate,
@@ -99,6 +101,14 @@ class ReviewOut(BaseModel):
     note: str
 
 
+class FailureTagOut(BaseModel):
+    id: int
+    mode: str
+    label: str
+    t_s: float
+    automatic: bool = Field(description="proposed from telemetry by software, not a reviewer")
+
+
 class EpisodeOut(BaseModel):
     uid: str
     run_code: str | None
@@ -142,6 +152,9 @@ class EpisodeOut(BaseModel):
     candidates: list[CandidateOut]
     placements: list[PlacementOut]
     reviews: list[ReviewOut]
+    failure_tags: list[FailureTagOut] = Field(
+        default_factory=list, description="live behavioural failure-mode tags, by time"
+    )
     cameras: list[CameraOut]
     telemetry_sha256: str | None
     telemetry_rows: int | None
@@ -151,6 +164,16 @@ class EpisodeOut(BaseModel):
         description="every policy call: round trip, the server's time, its chunk's "
         "lateness and stale actions (null: the station tabled none)",
     )
+
+
+def _failure_tags(session: ProctorSession, episode: Episode) -> list[FailureTagOut]:
+    taxonomy = load_taxonomy()
+    return [
+        FailureTagOut(
+            id=t.id, mode=t.mode, label=taxonomy.label(t.mode), t_s=t.t_s, automatic=t.automatic
+        )
+        for t in sorted(tags_of(session, [episode.id]), key=lambda t: (t.t_s, t.id))
+    ]
 
 
 def episode_bundle(
@@ -329,6 +352,7 @@ def episode_bundle(
             )
         ],
         reviews=reviews,
+        failure_tags=_failure_tags(session, episode),
         cameras=cameras,
         telemetry_sha256=telemetry[-1].sha256 if telemetry else None,
         telemetry_rows=(telemetry[-1].details or {}).get("rows") if telemetry else None,

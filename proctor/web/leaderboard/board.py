@@ -119,6 +119,10 @@ class Board:
             + (f"#{anchor}" if anchor else "")
         )
 
+    def compare_url(self, a: str, b: str) -> str:
+        """Two policies side by side on matched episodes (proctor.web.policies.matched)."""
+        return f"/leaderboard/{self.campaign.id}/compare" + self._q(a=a, b=b)
+
     def episodes_url(self, label: str | None = None, obj: str | None = None) -> str:
         return f"/leaderboard/{self.campaign.id}/episodes" + self._q(policy=label, object=obj)
 

@@ -55,14 +55,23 @@ def public_page(
     who: Principal | None,
     campaign_id: int,
     stream: str | None,
+    extra: tuple[object, ...] = (),
 ) -> PublicPage:
+    """``extra``: what else the page shows that the snapshot does not version."""
     if not anonymous(request, who):
         return PublicPage()
     version = board_version(session, campaign_id, parse_stream(stream))
     if version is None or not version.released:
         return PublicPage()
     app = request.app.state.web
-    key = (kind, *version.key(), request.url.path, request.url.query, app.static_version)
+    key = (
+        kind,
+        *version.key(),
+        *extra,
+        request.url.path,
+        request.url.query,
+        app.static_version,
+    )
     etag = caching.etag_for(*key)
     hit = caching.conditional(request, etag, public=True)
     if hit is None:

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
+from proctor.analysis.subsets import Subset
 from proctor.web.deps import DbId, OptionalUser, ResultsDep, SessionDep
 from proctor.web.errors import error_responses
 from proctor.web.leaderboard import caching
@@ -30,6 +31,7 @@ from proctor.web.leaderboard.episodes import MAX_PAGE, EpisodeListOut, episode_l
 from proctor.web.leaderboard.format import FORMATS
 from proctor.web.leaderboard.public_pages import public_page
 from proctor.web.leaderboard.schemas import CampaignOut, LeaderboardOut, leaderboard_view
+from proctor.web.leaderboard.subset import SubsetDep, filtered_board
 from proctor.web.snapshots.service import ResultCache
 from proctor.web.templating import render
 
@@ -73,8 +75,11 @@ def _view(
     campaign_id: int,
     stream: str | None,
     results: ResultCache,
+    subset: Subset | None = None,
 ) -> tuple[Board, LeaderboardOut, str, bool]:
     board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
+    if subset:
+        board = filtered_board(session, board, subset, results)
     public = not board.blinded and who is None
     etag = caching.etag_for(
         "leaderboard",
@@ -84,12 +89,15 @@ def _view(
         request.url.path,
         request.url.query,
     )
-    view = caching_view(board, results)
+    view = caching_view(board, results, subset)
     return board, view, etag, public
 
 
-def caching_view(board: Board, results: ResultCache) -> LeaderboardOut:
-    key = ("leaderboard-view", board.meta.id, board.cache_key(), board.stream)
+def caching_view(
+    board: Board, results: ResultCache, subset: Subset | None = None
+) -> LeaderboardOut:
+    conditions = subset.conditions if subset else ()
+    key = ("leaderboard-view", board.meta.id, board.cache_key(), board.stream, conditions)
     view = results.get(key)
     if view is None:
         view = results.put(key, leaderboard_view(board))
@@ -108,9 +116,10 @@ def get_leaderboard(
     session: SessionDep,
     who: OptionalUser,
     results: ResultsDep,
+    subset: SubsetDep,
     stream: StreamQuery = None,
 ) -> Response:
-    if who is None:  # the public's fast path: one query says which snapshot
+    if who is None and not subset:  # the public's fast path: one query says which snapshot
         version = board_version(session, campaign_id, parse_stream(stream))
         if version is not None and version.released:
             key = ("leaderboard-json-public", *version.key(), stream)
@@ -132,11 +141,11 @@ def get_leaderboard(
                 media_type="application/json",
                 headers=caching.cache_headers(public=True, etag=etag),
             )
-    board, view, etag, public = _view(request, session, who, campaign_id, stream, results)
+    board, view, etag, public = _view(request, session, who, campaign_id, stream, results, subset)
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit
-    key = ("leaderboard-json", view.snapshot.id, board.cache_key())
+    key = ("leaderboard-json", view.snapshot.id, board.cache_key(), subset.conditions)
     body = results.get(key)
     if body is None:
         body = results.put(key, view.model_dump_json().encode())
@@ -223,7 +232,9 @@ def leaderboard_home(
     campaigns = listed_campaigns(session, who)
     if not campaigns:
         return render(request, "leaderboard/empty.html", {})
-    return leaderboard_page(campaigns[0].id, request, session, who, results, stream)
+    return leaderboard_page(
+        campaigns[0].id, request, session, who, results, subset=Subset(()), stream=stream
+    )
 
 
 @page_router.get("/leaderboard/{campaign_id}", response_class=HTMLResponse)
@@ -233,12 +244,13 @@ def leaderboard_page(
     session: SessionDep,
     who: OptionalUser,
     results: ResultsDep,
+    subset: SubsetDep,
     stream: StreamQuery = None,
 ) -> Response:
     page = public_page("leaderboard-page", request, session, who, campaign_id, stream)
     if page.hit is not None:
         return page.hit
-    board, view, etag, public = _view(request, session, who, campaign_id, stream, results)
+    board, view, etag, public = _view(request, session, who, campaign_id, stream, results, subset)
     page_etag = caching.etag_for(etag, caching.audience(who), request.app.state.web.static_version)
     hrt_max = max(
         [r.hrt.hi or r.hrt.estimate or 0 for r in view.rows if r.hrt is not None] + [100.0]
@@ -281,11 +293,25 @@ def leaderboard_page(
             "chart": chart,
             "labels": labels,
             "verdicts": verdicts,
+            "subset": subset,
+            "filters": _filter_choices(board),
         },
         etag=page.etag or page_etag,
         public=public,
     )
     return page.keep(response)
+
+
+def _filter_choices(board: Board) -> dict[str, list[str]]:
+    """The values the page offers to filter by (those the result has)."""
+    r = board.result
+    # configurations read "tote=<side> camera=<side>" (proctor.analysis.episodes)
+    parts = [dict(w.split("=", 1) for w in c.split()) for c in r.get("configurations", [])]
+    return {
+        "tote_side": sorted({p["tote"] for p in parts if "tote" in p}),
+        "camera_side": sorted({p["camera"] for p in parts if "camera" in p}),
+        "object_tag": sorted({t for o in r.get("objects", []) for t in o.get("tags", [])}),
+    }
 
 
 @page_router.get("/leaderboard/{campaign_id}/episodes", response_class=HTMLResponse)

@@ -163,6 +163,11 @@ class PairOut(BaseModel):
         description="unresolved pairs: episodes per cell the power model says are still needed"
     )
     power_at_current_n: float | None
+    interactions: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the pre-registered scene-factor interaction tests of this pair: factor, "
+        "levels, per_level effect (macro RMST a − b at each level), p (permutation)",
+    )
     links: dict[str, str]
 
 
@@ -283,6 +288,8 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
                 rmst_diff=_iv(q["rmst_diff"]),
                 auc=_iv(q["auc"]),
                 per_object_ks={o["object"]: o["statistic"] for o in q["macro_ks"]["per_object"]},
+                # snapshots computed before the interaction tests have no such key
+                interactions=list(q.get("interactions", [])),
                 more_episodes_per_cell=power.get("more_episodes_per_cell"),
                 power_at_current_n=power.get("power_at_current_n"),
                 links={
@@ -290,6 +297,7 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
                     "b": board.policy_url(q["b"], "cdf"),
                     "a_episodes": board.episodes_url(q["a"]),
                     "b_episodes": board.episodes_url(q["b"]),
+                    "compare": board.compare_url(q["a"], q["b"]),
                 },
             )
         )

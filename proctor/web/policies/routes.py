@@ -19,6 +19,8 @@ from proctor.web.leaderboard.episodes import episode_list
 from proctor.web.leaderboard.format import FORMATS
 from proctor.web.leaderboard.public_pages import public_page
 from proctor.web.leaderboard.routes import StreamQuery
+from proctor.web.policies.behaviour import tags_version
+from proctor.web.policies.matched import CompareOut, compare_view
 from proctor.web.policies.view import PolicyOut, policy_view
 from proctor.web.templating import render
 
@@ -48,13 +50,14 @@ def get_policy(
 ) -> Response:
     board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     public = not board.blinded and who is None
+    tags = tags_version(session, campaign_id)
     etag = caching.etag_for(
-        "policy", board.meta.id, board.meta.data_version, board.cache_key(), label, vs
+        "policy", board.meta.id, board.meta.data_version, board.cache_key(), label, vs, tags
     )
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit
-    key = ("policy-json", board.meta.id, board.cache_key(), label, vs)
+    key = ("policy-json", board.meta.id, board.cache_key(), label, vs, tags)
     body = results.get(key)
     if body is None:
         body = results.put(key, policy_view(session, board, label, vs).model_dump_json().encode())
@@ -74,7 +77,15 @@ def policy_page(
     stream: StreamQuery = None,
     vs: VsQuery = None,
 ) -> Response:
-    page = public_page("policy-page", request, session, who, campaign_id, stream)
+    page = public_page(
+        "policy-page",
+        request,
+        session,
+        who,
+        campaign_id,
+        stream,
+        extra=tags_version(session, campaign_id),
+    )
     if page.hit is not None:
         return page.hit
     board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
@@ -108,3 +119,45 @@ def policy_page(
         headers=page.headers(),
     )
     return page.keep(response)
+
+
+PolicyQuery = Annotated[str, Query(min_length=1, max_length=200, description="a policy's label")]
+
+
+@api_router.get(
+    "/leaderboard/{campaign_id}/compare",
+    summary="Two policies side by side on matched episodes (same object and configuration)",
+    response_model=CompareOut,
+)
+def get_compare(
+    campaign_id: DbId,
+    a: PolicyQuery,
+    b: PolicyQuery,
+    session: SessionDep,
+    who: OptionalUser,
+    results: ResultsDep,
+    stream: StreamQuery = None,
+) -> CompareOut:
+    board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
+    return compare_view(session, board, a, b)
+
+
+@page_router.get("/leaderboard/{campaign_id}/compare", response_class=HTMLResponse)
+def compare_page(
+    campaign_id: DbId,
+    a: PolicyQuery,
+    b: PolicyQuery,
+    request: Request,
+    session: SessionDep,
+    who: OptionalUser,
+    results: ResultsDep,
+    stream: StreamQuery = None,
+) -> Response:
+    board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
+    view = compare_view(session, board, a, b)
+    return render(
+        request,
+        "policies/compare.html",
+        {**FORMATS, "board": board, "view": view, "data": view.model_dump(mode="json")},
+        headers={"cache-control": "private, no-cache"},
+    )

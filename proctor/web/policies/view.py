@@ -16,6 +16,7 @@ from proctor.core.db.models import CampaignPolicy, Policy, Submission, User
 from proctor.web.leaderboard.board import Board
 from proctor.web.leaderboard.schemas import IntervalOut, LatencyOut
 from proctor.web.policies import compare
+from proctor.web.policies.behaviour import BehaviourOut, TaggedMoment, policy_behaviour
 
 
 class Identity(BaseModel):
@@ -106,6 +107,19 @@ class PolicyOut(BaseModel):
     per_station: list[Breakdown] = Field(default_factory=list)
     tau_sweep: dict[str, Any]
     binary: dict[str, Any]
+    behaviour: list[BehaviourOut] = Field(
+        default_factory=list,
+        description="behavioural failure modes per object: share of episodes tagged, "
+        "from the review log's live tags",
+    )
+    tagged_moments: list[TaggedMoment] = Field(
+        default_factory=list, description="every live tag, with a link to its moment"
+    )
+    hrt_interactions: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the pre-registered tests of whether a scene factor changes this policy's "
+        "HRT: factor, levels, per_level HRT, p (permutation)",
+    )
     notes: list[str]
     links: dict[str, str]
     latency: LatencyOut | None = None
@@ -206,6 +220,7 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
     comp_km = {o["object"]: o["km"] for o in comp["per_object"]} if comp else {}
     ks = _pair_ks(board, label, comparator)
     fm = p["failure_modes"]
+    behaviour, moments = policy_behaviour(session, board, label)
     objects = [
         ObjectPart(
             object=o["object"],
@@ -272,6 +287,10 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
         per_station=[_breakdown(b) for b in p.get("per_station", [])],
         tau_sweep=p["tau_sweep"],
         binary=p["binary"],
+        behaviour=behaviour,
+        tagged_moments=moments,
+        # snapshots computed before the interaction tests have no such key
+        hrt_interactions=list(p.get("hrt_interactions", [])),
         notes=p["notes"],
         latency=LatencyOut.of(p.get("latency")),
         links={

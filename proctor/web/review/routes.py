@@ -7,7 +7,9 @@ gripper and height traces with the candidates marked, and the decisions).
 
 API under ``/api/review``: the queue, one episode's review state, and one
 POST per decision — confirm, move, reject, add, flag (reviewers) and
-resolve (admins). Each decision calls the same service function
+resolve (admins) — and the failure-mode tags: tag a moment, retract a tag
+(``proctor.annotator.tags``; on any closed episode, queued or not). Each
+decision calls the same service function
 (``proctor.annotator.review``) the demo's automatic reviewer calls, inside the
 request's transaction, and answers with the episode's new review state.
 Video bytes, frame tables and telemetry come from the recordings API
@@ -30,6 +32,8 @@ from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import HTMLResponse
 
 from proctor.annotator import review as svc
+from proctor.annotator import tags as tags_svc
+from proctor.annotator.taxonomy import load_taxonomy
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Episode
 from proctor.core.domain import ArtifactKind, LabelStatus, Outcome, Role
@@ -41,12 +45,16 @@ from proctor.web.review.schemas import (
     AddIn,
     CameraMedia,
     ConfirmIn,
+    FailureModeOut,
     FlagIn,
     MoveIn,
     QueueEntryOut,
     RejectIn,
     ResolveIn,
+    RetractIn,
     ReviewOut,
+    TagIn,
+    TagOut,
 )
 from proctor.web.snapshots.worker import recompute_after_commit
 from proctor.web.templating import render
@@ -111,7 +119,11 @@ def after_decision(
 
 def _out(session: SessionDep, state: svc.ReviewState) -> ReviewOut:
     cameras, telemetry = _media(session, state.uid)
-    return ReviewOut.of(state, cameras, telemetry)
+    out = ReviewOut.of(state, cameras, telemetry)
+    taxonomy = load_taxonomy()
+    out.tags = [TagOut.of(t, taxonomy) for t in tags_svc.episode_tags(session, uid=state.uid)]
+    out.failure_modes = [FailureModeOut(**vars(m)) for m in taxonomy.modes]
+    return out
 
 
 def _decided(
@@ -236,6 +248,41 @@ def resolve(
         ),
         resolved=True,
     )
+
+
+@api_router.post("/episodes/{uid}/tags", summary="Tag a moment with a behavioural failure mode")
+def tag(
+    uid: EpisodeUid, body: TagIn, session: SessionDep, who: ReviewerDep, now: NowDep
+) -> ReviewOut:
+    tags_svc.tag_failure(
+        session,
+        uid=uid,
+        mode=body.mode,
+        t_s=body.t_s,
+        reviewer=reviewer_of(who),
+        taxonomy=load_taxonomy(),
+        note=body.note,
+        now=now,
+    )
+    return _out(session, svc.review_state(session, uid=uid))
+
+
+@api_router.post(
+    "/episodes/{uid}/tags/{tag_id}/retract",
+    summary="Withdraw a failure-mode tag (a new record; the tag's stays)",
+)
+def retract(
+    uid: EpisodeUid,
+    tag_id: Annotated[int, Path(ge=1, le=2**31 - 1)],
+    body: RetractIn,
+    session: SessionDep,
+    who: ReviewerDep,
+    now: NowDep,
+) -> ReviewOut:
+    tags_svc.retract_tag(
+        session, uid=uid, tag_id=tag_id, reviewer=reviewer_of(who), note=body.note, now=now
+    )
+    return _out(session, svc.review_state(session, uid=uid))
 
 
 # -- pages ---------------------------------------------------------------------------

@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proctor.annotator import review as svc
+from proctor.annotator.tags import FailureTag
+from proctor.annotator.taxonomy import Taxonomy
 
 Note = Field(default="", max_length=2000, description="why (kept with the review record)")
 TimeS = Field(
@@ -73,6 +75,51 @@ class ResolveIn(_Body):
         if self.outcome is not None and not all(given):
             raise ValueError("outcome: give it with the corrected counts")
         return self
+
+
+class TagIn(_Body):
+    mode: str = Field(min_length=1, max_length=32, description="a key of the failure-mode taxonomy")
+    t_s: float = TimeS
+    note: str = Note
+
+
+class RetractIn(_Body):
+    note: str = Note
+
+
+class FailureModeOut(BaseModel):
+    key: str
+    label: str
+    description: str
+    proposed_from: str = Field(description="the telemetry rule that proposes it ('' if none)")
+
+
+class TagOut(BaseModel):
+    id: int = Field(description="the tag's review record")
+    mode: str
+    label: str
+    t_s: float
+    who: str
+    automatic: bool = Field(description="proposed by software from telemetry, not a person")
+    at: datetime
+    note: str
+    retracted: bool
+    evidence: dict[str, Any]
+
+    @classmethod
+    def of(cls, t: FailureTag, taxonomy: Taxonomy) -> TagOut:
+        return cls(
+            id=t.id,
+            mode=t.mode,
+            label=taxonomy.label(t.mode),
+            t_s=t.t_s,
+            who=t.who,
+            automatic=t.automatic,
+            at=t.at,
+            note=t.note,
+            retracted=t.retracted,
+            evidence=t.evidence,
+        )
 
 
 class QueueEntryOut(BaseModel):
@@ -162,6 +209,12 @@ class ReviewOut(BaseModel):
     actions: list[ActionOut]
     cameras: list[CameraMedia] = Field(default_factory=list)
     telemetry_url: str | None = None
+    tags: list[TagOut] = Field(
+        default_factory=list, description="failure-mode tags, retracted ones included (marked)"
+    )
+    failure_modes: list[FailureModeOut] = Field(
+        default_factory=list, description="the taxonomy a tag's mode comes from"
+    )
 
     @classmethod
     def of(

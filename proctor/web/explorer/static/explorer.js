@@ -12,6 +12,7 @@
 (() => {
   const COLORS = {
     placement: "#27ae60",
+    failure: "#b42318",
     candidate: "#d68910",
     event: "#7f8c8d",
     intervention: "#c0392b",
@@ -166,6 +167,9 @@
         }
         out.push({ id: `event-${i}`, x: e.t_s, color: COLORS.event, dash: "2 3", label: `${e.kind} at ${e.t_s.toFixed(3)} s: ${e.message}` });
       });
+      for (const f of data.failure_tags || []) {
+        out.push({ id: `failure-${f.id}`, x: f.t_s, color: COLORS.failure, width: 2, label: `failure mode at ${f.t_s.toFixed(3)} s: ${f.label}${f.automatic ? " (proposed)" : ""}` });
+      }
       for (const m of out) m.onClick = (mk) => { if (primary) primary.pause(); seekTo(mk.x, mk.id); };
       return out;
     }
@@ -208,6 +212,9 @@
       if (state.ready) return;
       state.ready = true;
       updateClock(primary ? primary.currentTime : 0);
+      // ?t=SECONDS (a tagged moment's link): open the episode at that moment
+      const at = Number(new URLSearchParams(window.location.search).get("t"));
+      if (primary && Number.isFinite(at) && at > 0) seekTo(Math.min(at, duration));
       document.body.dataset.explorerReady = "1";
       if (window.performance && performance.mark) performance.mark("explorer-ready");
     }

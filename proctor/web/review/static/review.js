@@ -385,6 +385,8 @@
     const flagForm = $('[data-testid="flag-form"]');
     flagForm.querySelector("button").disabled = !editable;
 
+    renderTags(s);
+
     const hbody = $('[data-testid="history"] tbody');
     hbody.replaceChildren();
     for (const a of [...s.actions].reverse()) {
@@ -404,6 +406,32 @@
     if (!s.actions.length) hbody.append(el("tr", {}, el("td", { colSpan: 6, class: "muted", text: "No review actions yet." })));
     draw();
     markRows();
+  }
+
+  // failure-mode tags: open to any closed episode, in the queue or not
+  function renderTags(s) {
+    const select = $('[data-testid="tag-mode"]');
+    if (!select.options.length) {
+      for (const m of s.failure_modes) select.append(el("option", { value: m.key, text: m.label, title: m.description }));
+    }
+    const tbody = $('[data-testid="tags"] tbody');
+    tbody.replaceChildren();
+    for (const t of s.tags) {
+      const actions = el("td", { class: "actions" }, button("Jump", "jump", { "data-t": String(t.t_s) }));
+      if (!t.retracted) actions.append(button("Retract", "retract-tag", { "data-tag": String(t.id) }));
+      tbody.append(
+        el(
+          "tr",
+          { "data-tag-row": String(t.id), "data-t": String(t.t_s), "data-mode": t.mode, class: t.retracted ? "retracted" : "" },
+          el("td", { text: fmt(t.t_s) }),
+          el("td", { text: t.retracted ? `${t.label} (retracted)` : t.label }),
+          el("td", { text: t.automatic ? `${t.who} (automatic)` : t.who }),
+          el("td", { text: t.note }),
+          actions,
+        ),
+      );
+    }
+    if (!s.tags.length) tbody.append(el("tr", {}, el("td", { colSpan: 5, class: "muted", text: "No failure-mode tags." })));
   }
 
   function describe(obj) {
@@ -456,10 +484,17 @@
       case "move": decide("move", { ...ids, t_s: t }); break;
       case "reject": decide("reject", ids); break;
       case "add": decide("add", { t_s: t }); break;
+      case "retract-tag": decide(`tags/${Number(b.dataset.tag)}/retract`, {}); break;
       default: break;
     }
   });
 
+  $('[data-testid="tag-form"]').addEventListener("submit", (event) => {
+    event.preventDefault();
+    const f = event.target.elements;
+    decide("tags", { mode: f.mode.value, t_s: Number(currentT().toFixed(4)), note: f.note.value.trim() });
+    f.note.value = "";
+  });
   $('[data-testid="flag-form"]').addEventListener("submit", (event) => {
     event.preventDefault();
     const note = event.target.elements.note.value.trim();
