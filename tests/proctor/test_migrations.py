@@ -150,7 +150,7 @@ def test_failure_mode_tags_widen_the_review_action_check_and_narrow_back(
     """Before the migration a tag record is refused by the CHECK; after it, it
     is kept, and the table is still append-only (SQLite rebuilds the table);
     the downgrade refuses to drop existing tags."""
-    migrate.upgrade(fresh_db_url, "c5d1e7f3a2b8")
+    migrate.upgrade(fresh_db_url, "f2b8d4a6c913")
     engine = make_engine(fresh_db_url)
     insert = sa.text(
         "INSERT INTO review_actions (episode_id, reviewer_label, at, action, before, after, "
@@ -187,6 +187,6 @@ def test_failure_mode_tags_widen_the_review_action_check_and_narrow_back(
                 conn.execute(sa.text(statement))
         engine.dispose()
         with pytest.raises(RuntimeError, match="failure-mode tag record"):
-            migrate.downgrade(fresh_db_url, "c5d1e7f3a2b8")
+            migrate.downgrade(fresh_db_url, "f2b8d4a6c913")
     finally:
         engine.dispose()

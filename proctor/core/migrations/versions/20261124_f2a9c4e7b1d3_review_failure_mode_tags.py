@@ -6,7 +6,7 @@ later ``retract_tag`` record, never by deleting or editing the first. Both
 are review records like the others, so only the action's CHECK widens.
 
 Revision ID: f2a9c4e7b1d3
-Revises: c5d1e7f3a2b8
+Revises: f2b8d4a6c913
 Create Date: 2026-11-24
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "f2a9c4e7b1d3"
-down_revision: str | None = "c5d1e7f3a2b8"
+down_revision: str | None = "f2b8d4a6c913"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
