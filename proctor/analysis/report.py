@@ -222,6 +222,7 @@ def _policy(r: PolicyResult) -> dict[str, Any]:
         },
         "notes": list(r.notes),
         "latency": _latency(r.latency),
+        "hrt_interactions": [_interaction(x) for x in r.hrt_interactions],
     }
 
 
@@ -242,7 +243,6 @@ def _latency(x: Latency | None) -> dict[str, Any] | None:
         "actions": x.actions,
         "stale_actions": x.stale_actions,
         "over_budget": x.over_budget,
-        "hrt_interactions": [_interaction(x) for x in r.hrt_interactions],
     }
 
 
