@@ -2,7 +2,7 @@
 start in the sandbox, and what the sandbox costs each call.
 
     ./run bench runners [--calls 300] [--warmup 30] [--cold-starts 3]
-                        [--lerobot-cold] [--json PATH]
+                        [--lerobot-cold] [--builds-only | --skip-builds] [--json PATH]
 
 1. **Environment build** — through the runner's own path
    (``ServerPipeline.read`` then ``.build``, i.e. ``EnvStore.ensure``):
@@ -23,12 +23,16 @@ start in the sandbox, and what the sandbox costs each call.
    interleaved with it: the same server started *without* the sandbox (the
    environment's python on a loopback port), polled at the same interval
    until it greets.
-3. **Per-call latency** of that policy, from this process with the station's
-   ``PolicyClient`` (msgpack-numpy, two 224×224 camera images, the joints),
-   three ways, interleaved call by call (the order rotating each round) so
-   that all three see the same load on the machine:
+3. **Per-call latency** of that policy, called from a *second process* (the
+   station's side) with the station's ``PolicyClient`` (msgpack-numpy, two
+   224×224 camera images, the joints), while this process holds the sandbox
+   and its relay (the runner host's side), three ways, interleaved call by
+   call (the order rotating each round) so that all three see the same load
+   on the machine:
    *in-process* — ``Served.infer`` of the runner's LeRobot server module
-   timed inside the LeRobot environment, no wire (``_lerobot_inprocess.py``);
+   timed inside the LeRobot environment, no wire (``_lerobot_inprocess.py``;
+   the baseline cannot run in proctor's own process, whose environment has
+   no torch or LeRobot, so it runs in step with the other two instead);
    *server* — the LeRobot server without the sandbox, on a loopback port;
    *sandboxed* — the server in the sandbox, reached through
    ``sandbox.relay.Relay``'s TCP port exactly as the gateway reaches it
@@ -367,11 +371,12 @@ def cold_start_once(
 
     for step in (sandboxed, unsandboxed) if i % 2 == 0 else (unsandboxed, sandboxed):
         step()
+    out["difference_s"] = out["sandboxed_s"] - out["unsandboxed_s"]
     return out
 
 
 def print_start(label: str, run: dict[str, float]) -> None:
-    diff = run["sandboxed_s"] - run["unsandboxed_s"]
+    diff = run["difference_s"]  # the median row: the median of the differences
     print(f"{label:>6s} {run['sandbox_started_s']:13.3f} {run['sandboxed_s']:12.2f} "
           f"{run['unsandboxed_s']:14.2f} {diff:13.2f}")  # fmt: skip
 
@@ -422,11 +427,8 @@ def write_observations(path: Path, count: int) -> None:
 
 def read_observations(path: Path) -> list[dict[str, Any]]:
     """The same observations the in-process helper reads (its own loader)."""
-    sys.path.insert(0, str(HERE))
-    try:
-        from _lerobot_inprocess import observations  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(HERE))
+    from benchmarks._lerobot_inprocess import observations
+
     return observations(path)
 
 
@@ -616,6 +618,7 @@ def main() -> None:
     ap.add_argument("--lerobot-cold", action="store_true",
                     help="also LeRobot's cold build (~2 min, ~4 GB downloaded)")  # fmt: skip
     ap.add_argument("--skip-builds", action="store_true", help="sections 2 and 3 only")
+    ap.add_argument("--builds-only", action="store_true", help="section 1 only")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args()
 
@@ -646,7 +649,7 @@ def run_sections(tmp: Path, runtime: Path, args: argparse.Namespace, servers: Se
         env: BuiltEnv | None = store.ensure(spec, print)
     else:
         figures["env_build"], env = env_section(tmp, runtime, args)
-    if env is None:
+    if env is None or args.builds_only:
         return figures
     folder = lerobot_checkpoint(tmp / "lerobot-ckpt", env)
     pipeline = pipeline_for(tmp, runtime, EnvStore(env.path.parent, build_timeout_s=60))
