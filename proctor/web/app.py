@@ -223,6 +223,7 @@ def create_app(
                 session_factory=app.state.web.session_factory,
                 encryption_key=settings.encryption_key,
                 allow_private_endpoints=netguard.private_endpoints_allowed(settings),
+                trust_station_header=settings.scheduler.trust_station_header,
             )
         )
     )
