@@ -165,7 +165,7 @@ def _check_token(session: Session, token: str, *, station_id: int, name: str) ->
     if live is None or live.station_id != station_id:
         raise UsageError(
             f"{station_credentials.TOKEN_ENV}: not a live token of station '{name}' "
-            f"(issue one with: proctor station enrol {name})"
+            f"(an admin enrols it: proctor station enrol {name})"
         )
 
 
