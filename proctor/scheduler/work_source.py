@@ -43,7 +43,7 @@ from proctor.core.db.engine import (
 )
 from proctor.core.db.models import Episode, Station
 from proctor.core.domain import CampaignStatus, Outcome
-from proctor.core.errors import UsageError
+from proctor.core.errors import Forbidden, UsageError
 from proctor.scheduler import claims
 from proctor.scheduler.gateway import gateway_url, station_headers, station_id_headers
 from proctor.scheduler.service import get_campaign
@@ -83,6 +83,12 @@ class CampaignWorkSource:
 
     def claim(self) -> Work | None:
         with session_scope(self._factory) as session:
+            if self._token is not None:
+                # revoked or past its rotation window since start: the gateway would
+                # refuse every run, and each refusal would skip a slot; claim nothing
+                _check_token(
+                    session, self._token, station_id=self.station_id, name=self._station_name
+                )
             status = get_campaign(session, self.campaign_id).status
             if status in (CampaignStatus.closed, CampaignStatus.released):
                 return None
@@ -159,11 +165,11 @@ def _station_id(session: Session, name: str, *, site: str | None, cell_profile: 
 
 
 def _check_token(session: Session, token: str, *, station_id: int, name: str) -> None:
-    """A token that is not this station's is a set-up mistake: said at start,
-    not as a refused connection at the first run."""
+    """A token that is not a live one of this station's is said at once (at
+    start, before each claim), not as refused connections that skip runs."""
     live = station_credentials.live_token(session, token)
     if live is None or live.station_id != station_id:
-        raise UsageError(
+        raise Forbidden(
             f"{station_credentials.TOKEN_ENV}: not a live token of station '{name}' "
             f"(an admin enrols it: proctor station enrol {name})"
         )

@@ -9,9 +9,10 @@ from collections import defaultdict
 import pytest
 import sqlalchemy as sa
 
+from proctor.core import station_credentials
 from proctor.core.db.models import Assignment, Episode, EpisodeEvent, Station
 from proctor.core.domain import AssignmentStatus, EpisodeState, Outcome
-from proctor.core.errors import UsageError
+from proctor.core.errors import Forbidden, UsageError
 from proctor.scheduler import service
 from proctor.scheduler.service import Actor, CampaignStateError
 from proctor.scheduler.work_source import CampaignWorkSource
@@ -127,7 +128,7 @@ def test_a_station_without_its_own_token_is_told_at_start(
     factory = "proctor.scheduler.work_source:campaign_work_source"
     monkeypatch.setenv("PROCTOR_STATION_TOKEN", others_token)
     with pytest.raises(
-        UsageError, match=f"PROCTOR_STATION_TOKEN: not a live token of station '{mine}'"
+        Forbidden, match=f"PROCTOR_STATION_TOKEN: not a live token of station '{mine}'"
     ):
         load_work_source(factory, options)
     monkeypatch.setenv("PROCTOR_STATION_TOKEN", "hunter2")
@@ -136,6 +137,41 @@ def test_a_station_without_its_own_token_is_told_at_start(
     monkeypatch.delenv("PROCTOR_STATION_TOKEN")
     work = load_work_source(factory, options).claim()
     assert work is not None and list(work.policy_headers) == ["X-Proctor-Station"]
+
+
+def test_a_station_whose_token_was_revoked_claims_nothing_more(
+    committed_db: CommittedDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Revoked while the station runs: the gateway would refuse each run, and
+    each refusal would skip a slot; the work source refuses to claim instead."""
+    _, cid, name = _campaign(committed_db, episodes_per_cell=1)
+    station = f"cell-{secrets.token_hex(3)}"
+    with committed_db.session() as s:
+        _, token = builders.enrolled_station(s, station)
+    monkeypatch.setenv("PROCTOR_STATION_TOKEN", token)
+    source = load_work_source(
+        "proctor.scheduler.work_source:campaign_work_source",
+        {
+            "campaign": name,
+            "station": station,
+            "gateway": "ws://gw",
+            "database_url": committed_db.url,
+        },
+    )
+    first = source.claim()
+    assert first is not None
+    source.abandoned(first, reason="pre-flight: gateway closed 1013")  # hand it back
+    with committed_db.session() as s:
+        station_credentials.revoke(s, name=station, actor=Actor(label="t"))
+    with pytest.raises(Forbidden, match="not a live token"):
+        source.claim()
+    with committed_db.session() as s:
+        held = s.scalar(
+            sa.select(sa.func.count())
+            .select_from(Assignment)
+            .where(Assignment.campaign_id == cid, Assignment.status == AssignmentStatus.claimed)
+        )
+    assert held == 0
 
 
 def test_abandoned_work_is_skipped_and_rescheduled(committed_db: CommittedDb) -> None:
