@@ -302,3 +302,23 @@ def test_the_station_unit_waits_long_enough_for_a_clean_stop() -> None:
     parser.read(DEPLOY / "systemd" / "proctor-station.service")
     timeout = float(parser.get("Service", "TimeoutStopSec"))
     assert timeout >= API_SHUTDOWN_GRACE_S + CLOSE_WAIT_S + 15.0
+
+
+def test_the_station_host_holds_its_token_in_its_environment_file_only() -> None:
+    """The station's gateway token: the variable the work source reads, in the
+    environment file the station unit loads, empty in the example, and in no
+    station config."""
+    from proctor.core.station_credentials import TOKEN_ENV, TOKEN_PREFIX
+
+    example = DEPLOY / "station" / "station.env.example"
+    assigned = [
+        line.split("=", 1)
+        for line in example.read_text().splitlines()
+        if "=" in line and not line.lstrip().startswith("#")
+    ]
+    assert assigned == [[TOKEN_ENV, ""]]
+    unit = (DEPLOY / "systemd" / "proctor-station.service").read_text()
+    assert "EnvironmentFile=/etc/proctor/station.env" in unit
+    for config in (DEPLOY / "station").glob("*.toml"):
+        text = config.read_text()
+        assert TOKEN_PREFIX not in text and "token =" not in text, config.name

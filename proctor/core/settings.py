@@ -180,6 +180,12 @@ class SchedulerSettings(BaseModel):
     # it (docs/methods.md §1). Read by the station's campaign work source, so set
     # it alike on every station of a campaign.
     free_protocol_faults: int = Field(default=3, ge=0, le=1000)
+    # the policy gateway accepts a handle only with a live token of the station
+    # holding its claim (proctor.core.station_credentials). True also accepts a
+    # connection that has no token but names the claiming station's id
+    # (X-Proctor-Station): a claim anyone can make, so for a closed development
+    # set-up only; never in production (env = "prod" refuses it)
+    trust_station_header: bool = False
 
 
 class RunnerSettings(BaseModel):
@@ -280,6 +286,11 @@ class Settings(BaseSettings):
             self.artifacts = str((self.data_dir / "artifacts").resolve())
         if self.env == "prod" and self.secret_key is None:
             raise ValueError("PROCTOR_SECRET_KEY must be set when PROCTOR_ENV=prod")
+        if self.env == "prod" and self.scheduler.trust_station_header:
+            raise ValueError(
+                "scheduler.trust_station_header: stations prove who they are with "
+                "their token when PROCTOR_ENV=prod"
+            )
         return self
 
     @property

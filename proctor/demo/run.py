@@ -3,6 +3,7 @@ stands in for a person)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -25,12 +26,14 @@ from rich.text import Text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
+from proctor.core import station_credentials
 from proctor.core.artifacts import ArtifactStore, open_store
+from proctor.core.audit import Actor
 from proctor.core.db import migrate
 from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
 from proctor.core.db.models import Assignment, Episode
 from proctor.core.domain import AssignmentStatus, EndpointDialect, LabelStream, Outcome
-from proctor.core.errors import ProctorError
+from proctor.core.errors import NotFound, ProctorError
 from proctor.core.settings import Settings
 from proctor.demo import pipeline, world
 from proctor.demo.checkpoint import CHECKPOINT_ARM
@@ -126,6 +129,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
         timings["setup"] = time.monotonic() - t0
 
         t = time.monotonic()
+        tokens = _enrol_stations(ctx, [f"demo-sim-{i + 1}" for i in range(options.stations)])
         pool = StationPool(
             [
                 StationJob(
@@ -133,10 +137,11 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
                     artifacts=settings.artifacts_location,
                     data_dir=str(settings.data_dir.resolve()),
                     campaign_id=campaign_id,
-                    station_name=f"demo-sim-{i + 1}",
+                    station_name=name,
                     gateway=web.origin,
+                    token=token,
                 )
-                for i in range(options.stations)
+                for name, token in tokens.items()
             ]
         )
         _run_stations(ctx, pool, campaign_id=campaign_id, slots=slots, console=console)
@@ -203,6 +208,20 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
             runner.stop()
         web.stop()
         ctx.engine.dispose()
+
+
+def _enrol_stations(ctx: _Context, names: list[str]) -> dict[str, str]:
+    """The demo's stations, enrolled as an admin enrols a station host: each
+    proves itself to the gateway with its own token, as in production. A
+    demo run again in the same data folder revokes the last run's tokens."""
+    actor = Actor(label="proctor demo")
+    tokens: dict[str, str] = {}
+    with session_scope(ctx.sessions) as s:
+        for name in names:
+            with contextlib.suppress(NotFound):  # a station never enrolled here
+                station_credentials.revoke(s, name=name, actor=actor)
+            tokens[name] = station_credentials.enrol(s, name=name, profile="sim", actor=actor).token
+    return tokens
 
 
 def _register(

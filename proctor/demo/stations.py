@@ -3,7 +3,8 @@
 Each process runs the station daemon (``proctor.station.daemon.StationDaemon``) on
 the simulated cell, with its work from the campaign (the scheduler's
 ``CampaignWorkSource``) and its policy reached through the web server's
-gateway — the same code path the operator console drives. The person at the
+gateway, proving itself with the token the demo enrolled it with — the same
+code path the operator console drives. The person at the
 robot is replaced by a loop that presses Start, waits for the episode to
 end, and closes it with the labelled ground-truth log
 (``proctor.station.demo_log``); after a safety stop it presses Recover, as the
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ class StationJob:
     campaign_id: int
     station_name: str
     gateway: str  # the web server's origin, e.g. http://127.0.0.1:8000
+    # the station's credential for the gateway, issued by the demo as an admin
+    # enrols a station host (which holds it in PROCTOR_STATION_TOKEN)
+    token: str = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ def _serve_campaign(job: StationJob, stop: Event) -> tuple[int, int]:
         campaign=job.campaign_id,
         station=job.station_name,
         gateway=job.gateway,
+        station_token=job.token,
     )
     daemon = StationDaemon(
         config,

@@ -13,10 +13,10 @@ never sees the endpoint, the policy's name or its owner.
 What the station sees when something is wrong (see ``proctor/scheduler/README.md``):
 
 * a handle that is malformed, unknown, not claimed (pending, finished,
-  skipped) or of a campaign that is not running, a connection that does not
-  name the claiming station (``X-Proctor-Station``), or a second connection
-  while the handle already has one open: the handshake is refused with HTTP
-  403, identically in every case;
+  skipped) or of a campaign that is not running, a connection without a live
+  token of the station holding the claim (none, unknown, revoked, expired, or
+  another station's), or a second connection while the handle already has one
+  open: the handshake is refused with HTTP 403, identically in every case;
 * an uploaded checkpoint's runner server is not ready (building, starting,
   failed, stopped), the policy server cannot be reached, or its host now resolves to an address
   the deployment does not connect to (``proctor.core.netguard``; redirects are not
@@ -27,13 +27,17 @@ What the station sees when something is wrong (see ``proctor/scheduler/README.md
 * the policy server closes with its own code: passed through, but the reason
   text is replaced (it may name the model).
 
-A handle is a bearer capability. It is bound as far as stations can be told
-apart today: the station sends its id (``X-Proctor-Station``, set by
-``proctor/scheduler/work_source.py``) and it must be the station that claimed the run.
-Stations have no credential yet, so the id is a claim, not a proof: real
-binding needs per-station credentials, and until then the handle's secrecy
-is what protects the relay. The handle is kept out of the server's logs
-(``HandleRedaction``).
+A handle is bound to the station that claimed its run: the station proves
+which station it is with its own token (``Authorization: Bearer pst_…`` on
+the handshake, sent by ``proctor/scheduler/work_source.py`` from the station
+host's ``PROCTOR_STATION_TOKEN``; issued, rotated and revoked by
+``proctor.core.station_credentials``), and a leaked handle is useless without
+that station's live token. Only where the settings say so explicitly
+(``scheduler.trust_station_header``, refused in production) is a connection
+without a token accepted on the station's id alone (``X-Proctor-Station``),
+which is a claim, not a proof. The handle is kept out of the server's logs
+(``HandleRedaction``). A token revoked or expired while a relay is open does
+not cut it: the next connection is refused.
 
 Mount ``gateway_router(GatewayConfig(...))`` on the web app (no prefix).
 """
@@ -56,7 +60,7 @@ from starlette.concurrency import run_in_threadpool
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from proctor.core import netguard
+from proctor.core import netguard, station_credentials
 from proctor.core.db.models import Assignment, Campaign, RunnerServer, Submission
 from proctor.core.db.types import utcnow
 from proctor.core.domain import AssignmentStatus, CampaignStatus, EndpointDialect, SubmissionKind
@@ -69,7 +73,8 @@ from proctor.station.policy.spec import auth_headers
 log = logging.getLogger(__name__)
 
 GATEWAY_PATH = "/policy/{handle}"
-# the station's id, as the work source sends it; must name the station holding the claim
+# the station's id, as a station without a token sends it; trusted only where
+# GatewayConfig.trust_station_header says so (a development set-up)
 STATION_HEADER = "X-Proctor-Station"
 
 # close codes the station classifies (RFC 6455 §7.4, IANA registry)
@@ -111,6 +116,10 @@ class GatewayConfig:
     # a station that closed and reconnects at once (pre-flight, then the episode)
     # may arrive before its first connection is torn down here: it waits this long
     reconnect_grace_s: float = 2.0
+    # accept a connection with no token on its X-Proctor-Station id alone (the
+    # settings' scheduler.trust_station_header; never in production). A token,
+    # when one is sent, is checked either way
+    trust_station_header: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,13 +226,70 @@ def _touch(config: GatewayConfig, runner_id: int) -> None:
         session.close()
 
 
-def _lookup(config: GatewayConfig, handle: str) -> UpstreamTarget | None:
+@dataclass(frozen=True)
+class StationProof:
+    """What a connection offers as the station's identity."""
+
+    token: str | None = field(default=None, repr=False)  # Authorization: Bearer …
+    claimed_id: str | None = None  # X-Proctor-Station
+
+    @classmethod
+    def of(cls, websocket: WebSocket) -> StationProof:
+        scheme, _, value = websocket.headers.get("authorization", "").partition(" ")
+        token = value.strip() if scheme.lower() == "bearer" else ""
+        return cls(token=token or None, claimed_id=websocket.headers.get(STATION_HEADER))
+
+
+@dataclass(frozen=True)
+class Proven:
+    """A connection from the station holding the claim."""
+
+    token_id: int | None  # the live token it proved it with; None: its trusted id
+
+
+def proven_station(
+    session: Session, target: UpstreamTarget, proof: StationProof, *, trust_station_header: bool
+) -> Proven | None:
+    """Whether the connection comes from the station holding the claim."""
+    if target.station_id is None:
+        return None
+    if proof.token is not None:
+        live = station_credentials.live_token(session, proof.token)
+        if live is None or live.station_id != target.station_id:
+            return None
+        return Proven(live.id)
+    if trust_station_header and proof.claimed_id == str(target.station_id):
+        return Proven(None)
+    return None
+
+
+def _lookup(config: GatewayConfig, handle: str, proof: StationProof) -> UpstreamTarget | None:
     session = config.session_factory()
     try:
-        return resolve_handle(session, handle, encryption_key=config.encryption_key)
+        target = resolve_handle(session, handle, encryption_key=config.encryption_key)
+        if target is None:
+            return None
+        proven = proven_station(
+            session, target, proof, trust_station_header=config.trust_station_header
+        )
+        if proven is None:
+            return None
+        if proven.token_id is not None:
+            _record_use(session, proven.token_id)
+        return target
     finally:
         session.rollback()
         session.close()
+
+
+def _record_use(session: Session, token_id: int) -> None:
+    try:
+        station_credentials.record_use(session, token_id)
+        session.commit()
+    except sa.exc.SQLAlchemyError:
+        # a busy database must not refuse a proven station: only the note is lost
+        session.rollback()
+        log.warning("policy gateway: could not record the station token's use", exc_info=True)
 
 
 def to_station_code(upstream_code: int | None) -> int:
@@ -244,14 +310,15 @@ def to_upstream_code(station_code: int | None) -> int:
     return 1001
 
 
-def station_headers(station_id: int) -> dict[str, str]:
-    """What a station sends the gateway to say which station it is."""
+def station_headers(token: str) -> dict[str, str]:
+    """What a station sends the gateway to prove which station it is."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def station_id_headers(station_id: int) -> dict[str, str]:
+    """What a station with no token sends: its id, which the gateway trusts
+    only where ``trust_station_header`` is set (a development set-up)."""
     return {STATION_HEADER: str(station_id)}
-
-
-def _from_claiming_station(websocket: WebSocket, target: UpstreamTarget) -> bool:
-    sent = websocket.headers.get(STATION_HEADER)
-    return target.station_id is not None and sent == str(target.station_id)
 
 
 class LiveHandles:
@@ -373,13 +440,11 @@ async def relay(
     websocket: WebSocket, config: GatewayConfig, handle: str, live: LiveHandles
 ) -> None:
     try:
-        target = await run_in_threadpool(_lookup, config, handle)
+        target = await run_in_threadpool(_lookup, config, handle, StationProof.of(websocket))
     except ProctorError:
         # e.g. the stored API key no longer decrypts: an admin problem, logged;
         # for the station it looks like any refused handle
         log.exception("policy gateway: resolving a handle failed")
-        target = None
-    if target is not None and not _from_claiming_station(websocket, target):
         target = None
     token = await live.take(handle, grace_s=config.reconnect_grace_s) if target else None
     if target is None or token is None:

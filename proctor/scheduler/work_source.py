@@ -20,6 +20,12 @@ of an opaque handle; nothing in it names the policy. The one exception is the
 human reference registered as a ``teleop`` submission: its URL is the teleop
 server on the station host's own loopback, which the station connects to
 directly (the server cannot reach it, and never connects to loopback).
+
+The station proves itself to the gateway with its token, which the station
+host holds in its environment (``PROCTOR_STATION_TOKEN``; an admin issues it
+with ``proctor station enrol``), never in the config file. Without one it
+sends only its id, which the gateway accepts only where the server's
+settings trust it (``scheduler.trust_station_header``, a development set-up).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
+from proctor.core import station_credentials
 from proctor.core.audit import Actor
 from proctor.core.db.engine import (
     ProctorSession,
@@ -36,9 +43,9 @@ from proctor.core.db.engine import (
 )
 from proctor.core.db.models import Episode, Station
 from proctor.core.domain import CampaignStatus, Outcome
-from proctor.core.errors import UsageError
+from proctor.core.errors import Forbidden, UsageError
 from proctor.scheduler import claims
-from proctor.scheduler.gateway import gateway_url, station_headers
+from proctor.scheduler.gateway import gateway_url, station_headers, station_id_headers
 from proctor.scheduler.service import get_campaign
 from proctor.station.config import label_problem
 from proctor.station.work import Work
@@ -55,6 +62,7 @@ class CampaignWorkSource:
         free_protocol_faults: int = claims.FREE_PROTOCOL_FAULTS,
         site: str | None = None,
         cell_profile: str | None = None,
+        station_token: str | None = None,
     ) -> None:
         for field, value in (("site", site), ("cell_profile", cell_profile)):
             problem = None if value is None else label_problem(value)
@@ -68,10 +76,19 @@ class CampaignWorkSource:
         with session_scope(self._factory) as session:
             self.campaign_id = get_campaign(session, campaign).id
             self.station_id = _station_id(session, station, site=site, cell_profile=cell_profile)
+            if station_token is not None:
+                _check_token(session, station_token, station_id=self.station_id, name=station)
         self._station_name = station
+        self._token = station_token
 
     def claim(self) -> Work | None:
         with session_scope(self._factory) as session:
+            if self._token is not None:
+                # revoked or past its rotation window since start: the gateway would
+                # refuse every run, and each refusal would skip a slot; claim nothing
+                _check_token(
+                    session, self._token, station_id=self.station_id, name=self._station_name
+                )
             status = get_campaign(session, self.campaign_id).status
             if status in (CampaignStatus.closed, CampaignStatus.released):
                 return None
@@ -87,7 +104,11 @@ class CampaignWorkSource:
         else:
             url = gateway_url(self._gateway, claim.endpoint_handle)
             # which station this is, for the gateway's binding of the handle to its claim
-            headers = station_headers(self.station_id)
+            headers = (
+                station_headers(self._token)
+                if self._token is not None
+                else station_id_headers(self.station_id)
+            )
         return Work(
             run_code=claim.run_code,
             object_name=claim.object_name,
@@ -143,6 +164,17 @@ def _station_id(session: Session, name: str, *, site: str | None, cell_profile: 
     return station.id
 
 
+def _check_token(session: Session, token: str, *, station_id: int, name: str) -> None:
+    """A token that is not a live one of this station's is said at once (at
+    start, before each claim), not as refused connections that skip runs."""
+    live = station_credentials.live_token(session, token)
+    if live is None or live.station_id != station_id:
+        raise Forbidden(
+            f"{station_credentials.TOKEN_ENV}: not a live token of station '{name}' "
+            f"(an admin enrols it: proctor station enrol {name})"
+        )
+
+
 def campaign_work_source(
     *,
     campaign: int | str,
@@ -165,4 +197,5 @@ def campaign_work_source(
         free_protocol_faults=settings.scheduler.free_protocol_faults,
         site=site,
         cell_profile=cell_profile,
+        station_token=station_credentials.token_from_environment(),
     )

@@ -599,3 +599,10 @@ station_app.command("check")(_preflight_check)
 station_app.command("commission")(_commission)
 station_app.command("gripper-activate")(_gripper_activate)
 station_app.command("teleop")(_teleop)
+
+# -- the admin's side, on the server: stations' credentials ----------------------
+from proctor.station.enrol_cli import enrol as _enrol  # noqa: E402
+from proctor.station.enrol_cli import token_app as _token_app  # noqa: E402
+
+station_app.command("enrol")(_enrol)
+station_app.add_typer(_token_app, name="token")

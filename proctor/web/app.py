@@ -56,6 +56,7 @@ from proctor.web.snapshots.service import ResultCache
 from proctor.web.snapshots.worker import WORKER_KEY, SnapshotWorker
 from proctor.web.startup import recover
 from proctor.web.state import AppState, Clock
+from proctor.web.stations import routes as stations
 from proctor.web.submissions import routes as submissions
 from proctor.web.submissions.queue import WORKERS_KEY, ConformanceWorkers
 from proctor.web.system import routes as system
@@ -77,6 +78,7 @@ DOMAINS: tuple[ModuleType, ...] = (
     explorer,
     review,
     snapshots,
+    stations,
     submissions,
 )
 
@@ -102,6 +104,11 @@ OPENAPI_TAGS = [
         "name": "review",
         "description": "The review queue and the reviewer's decisions on detected placements "
         "(reviewers; flagged counts: admins). Every decision is an append-only record.",
+    },
+    {
+        "name": "stations",
+        "description": "Admin: stations' credentials for the policy gateway (enrol, rotate, "
+        "revoke); a token is shown once, only its hash is stored.",
     },
     {
         "name": "submissions",
@@ -223,6 +230,7 @@ def create_app(
                 session_factory=app.state.web.session_factory,
                 encryption_key=settings.encryption_key,
                 allow_private_endpoints=netguard.private_endpoints_allowed(settings),
+                trust_station_header=settings.scheduler.trust_station_header,
             )
         )
     )

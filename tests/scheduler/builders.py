@@ -8,8 +8,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from proctor.core import station_credentials
+from proctor.core.audit import Actor
 from proctor.core.db.models import ObjectType, Policy, Station, Submission, User
 from proctor.core.domain import ConformanceStatus, EndpointDialect, PolicyKind, SubmissionKind
+from proctor.core.errors import Conflict
 from proctor.scheduler.protocol import CampaignProtocol, parse_protocol
 
 
@@ -96,3 +99,25 @@ def station(session: Session, name: str | None = None) -> Station:
     session.add(s)
     session.flush()
     return s
+
+
+def enrolled_station(session: Session, name: str | None = None) -> tuple[Station, str]:
+    """A station enrolled as an admin enrols one: its row and its token."""
+    issued = station_credentials.enrol(
+        session,
+        name=name or f"station-{secrets.token_hex(3)}",
+        profile="sim",
+        actor=Actor(label="test-admin"),
+    )
+    found = session.get(Station, issued.station_id)
+    assert found is not None
+    return found, issued.token
+
+
+def station_token(session: Session, name: str) -> str:
+    """A live token for the station ``name``: enrolled if it is not yet, else a
+    rotation (the station's earlier tokens stay valid for the default window)."""
+    try:
+        return enrolled_station(session, name)[1]
+    except Conflict:
+        return station_credentials.rotate(session, name=name, actor=Actor(label="test-admin")).token

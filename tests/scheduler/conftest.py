@@ -126,12 +126,16 @@ def free_port() -> int:
 
 def sim_station(gateway: Gateway, campaign: int, name: str, tmp_path: Path) -> StationDaemon:
     """A station daemon on the simulated cell (small cameras, virtual clock)
-    that works ``campaign`` through the test gateway; not yet opened."""
+    that works ``campaign`` through the test gateway, enrolled and proving
+    itself with its token as a deployed station does; not yet opened."""
     from proctor.core.artifacts import open_store
     from proctor.scheduler.work_source import CampaignWorkSource
     from proctor.station.config import load_station_config
     from proctor.station.daemon import StationDaemon
+    from tests.scheduler.builders import station_token
 
+    with gateway.db.session() as s:
+        token = station_token(s, name)
     config = load_station_config(
         None,
         name=name,
@@ -152,6 +156,7 @@ def sim_station(gateway: Gateway, campaign: int, name: str, tmp_path: Path) -> S
             campaign=campaign,
             station=name,
             gateway=gateway.base,
+            station_token=token,
         ),
     )
 

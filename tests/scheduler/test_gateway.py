@@ -33,6 +33,7 @@ from proctor.scheduler.gateway import (
     gateway_router,
     gateway_url,
     station_headers,
+    station_id_headers,
     to_station_code,
     to_upstream_code,
 )
@@ -53,6 +54,7 @@ class Run:
     handle: str
     campaign_id: int
     station: int  # the claiming station's id
+    token: str  # its credential
     secrets: list[str]  # everything the station must never see
 
 
@@ -75,21 +77,24 @@ def _claimed_run(
             s, protocol=builders.protocol(w, episodes_per_cell=1), actor=Actor(label="t")
         )
         service.start_campaign(s, campaign=c.id, actor=Actor(label="t"))
-        st = builders.station(s)
+        st, token = builders.enrolled_station(s)
         claim = claims.claim_next(s, campaign_id=c.id, station_id=st.id)
         hidden = [p.name for p in w.arms] + [o.username for o in w.owners.values()]
-        return Run(claim.endpoint_handle, c.id, st.id, [*hidden, upstream_url, API_KEY])
+        return Run(claim.endpoint_handle, c.id, st.id, token, [*hidden, upstream_url, API_KEY])
 
 
-def _connect(gw: Gateway, handle: str, station: int | None) -> ClientConnection:
-    """The station's connection: it names itself as the work source's Work does."""
+def _connect(
+    gw: Gateway, handle: str, token: str | None, *, headers: dict[str, str] | None = None
+) -> ClientConnection:
+    """The station's connection: it proves itself as the work source's Work does."""
+    sent = station_headers(token) if token is not None else {}
     return connect(
         gateway_url(gw.base, handle),
         max_size=None,
         compression=None,
         proxy=None,
         open_timeout=10,
-        additional_headers=station_headers(station) if station is not None else None,
+        additional_headers={**sent, **(headers or {})} or None,
     )
 
 
@@ -101,7 +106,7 @@ def _assert_blind(text: str, run: Run) -> None:
 def test_frames_are_relayed_intact_both_ways(gateway: Gateway) -> None:
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
-        with _connect(gateway, run.handle, run.station) as ws:
+        with _connect(gateway, run.handle, run.token) as ws:
             _assert_blind(str(ws.response.headers) + str(ws.response.body), run)
             assert ws.recv(timeout=10) == METADATA  # the server's metadata, first
             payload = random.Random(7).randbytes(3_000_000)  # two camera images' worth
@@ -154,7 +159,7 @@ def test_a_positronic_session_is_relayed_with_the_bearer_key(gateway: Gateway) -
         client = PolicyClient(
             gateway_url(gateway.base, run.handle),
             dialect=EndpointDialect.positronic_v1,
-            headers=station_headers(run.station),
+            headers=station_headers(run.token),
         )
         try:
             info = client.connect()
@@ -174,7 +179,7 @@ def test_a_positronic_session_is_relayed_with_the_bearer_key(gateway: Gateway) -
         client = PolicyClient(
             gateway_url(gateway.base, other.handle),
             dialect=EndpointDialect.positronic_v1,
-            headers=station_headers(other.station),
+            headers=station_headers(other.token),
             connect_timeout_s=5.0,
         )
         with pytest.raises(PolicyUnavailable):
@@ -189,7 +194,7 @@ def test_a_handle_may_be_used_again_while_its_run_is_claimed(gateway: Gateway) -
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
         for _ in range(2):
-            with _connect(gateway, run.handle, run.station) as ws:
+            with _connect(gateway, run.handle, run.token) as ws:
                 assert ws.recv(timeout=10) == METADATA
 
 
@@ -214,7 +219,7 @@ def test_refused_handles_all_look_the_same_and_leak_nothing(gateway: Gateway) ->
         answers = {}
         for label, handle in handles.items():
             with pytest.raises(InvalidStatus) as exc:
-                _connect(gateway, handle, run.station)
+                _connect(gateway, handle, run.token)
             response = exc.value.response
             answers[label] = (response.status_code, bytes(response.body or b""))
             _assert_blind(str(response.headers) + repr(response.body), run)
@@ -222,13 +227,13 @@ def test_refused_handles_all_look_the_same_and_leak_nothing(gateway: Gateway) ->
         assert answers["unknown"][0] == 403
 
         # the claimed handle works, until its run is finished or its campaign closes
-        with _connect(gateway, run.handle, run.station) as ws:
+        with _connect(gateway, run.handle, run.token) as ws:
             assert ws.recv(timeout=10) == METADATA
         with gateway.db.session() as s:
             a = s.get(Assignment, finished.id)
             a.status = AssignmentStatus.done
         with pytest.raises(InvalidStatus) as exc:
-            _connect(gateway, run.handle, run.station)
+            _connect(gateway, run.handle, run.token)
         assert (exc.value.response.status_code, bytes(exc.value.response.body or b"")) == answers[
             "unknown"
         ]
@@ -238,19 +243,19 @@ def test_refused_handles_all_look_the_same_and_leak_nothing(gateway: Gateway) ->
 def test_closed_campaign_handles_are_refused(gateway: Gateway) -> None:
     with PolicyServer() as upstream:
         run = _claimed_run(gateway, upstream.url, api_key=None)
-        with _connect(gateway, run.handle, run.station) as ws:
+        with _connect(gateway, run.handle, run.token) as ws:
             assert ws.recv(timeout=10) == METADATA
         assert upstream.seen.auth == [None]  # no key registered, no header sent
         with gateway.db.session() as s:
             service.close_campaign(s, campaign=run.campaign_id, actor=Actor(label="t"))
         with pytest.raises(InvalidStatus) as exc:
-            _connect(gateway, run.handle, run.station)
+            _connect(gateway, run.handle, run.token)
         assert exc.value.response.status_code == 403
 
 
 def test_policy_down_closes_with_1013(gateway: Gateway) -> None:
     run = _claimed_run(gateway, f"ws://127.0.0.1:{free_port()}")  # nothing listens there
-    with _connect(gateway, run.handle, run.station) as ws, pytest.raises(ConnectionClosed) as exc:
+    with _connect(gateway, run.handle, run.token) as ws, pytest.raises(ConnectionClosed) as exc:
         ws.recv(timeout=10)
     assert exc.value.rcvd is not None
     assert exc.value.rcvd.code == CLOSE_UPSTREAM_UNAVAILABLE
@@ -260,7 +265,7 @@ def test_policy_down_closes_with_1013(gateway: Gateway) -> None:
 def test_policy_vanishing_mid_episode_closes_with_1014(gateway: Gateway) -> None:
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
-        with _connect(gateway, run.handle, run.station) as ws:
+        with _connect(gateway, run.handle, run.token) as ws:
             assert ws.recv(timeout=10) == METADATA
             ws.send("abort")
             with pytest.raises(ConnectionClosed) as exc:
@@ -272,7 +277,7 @@ def test_policy_close_codes_pass_through_without_their_reason(gateway: Gateway) 
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
         secret_reason = f"{run.secrets[0]} ran out of GPU memory"
-        with _connect(gateway, run.handle, run.station) as ws:
+        with _connect(gateway, run.handle, run.token) as ws:
             assert ws.recv(timeout=10) == METADATA
             ws.send(f"close 4001 {secret_reason}")
             with pytest.raises(ConnectionClosed) as exc:
@@ -280,7 +285,7 @@ def test_policy_close_codes_pass_through_without_their_reason(gateway: Gateway) 
         assert exc.value.rcvd is not None and exc.value.rcvd.code == 4001
         assert exc.value.rcvd.reason == ""
 
-        with _connect(gateway, run.handle, run.station) as ws:
+        with _connect(gateway, run.handle, run.token) as ws:
             ws.recv(timeout=10)
             ws.send("close 1000 done")
             with pytest.raises(ConnectionClosedOK):
@@ -296,7 +301,7 @@ def test_rotated_encryption_key_refuses_the_handle(gateway: Gateway) -> None:
             ).one()
             s.get(Submission, sub_id).endpoint_api_key_encrypted = b"garbage-not-fernet"
         with pytest.raises(InvalidStatus) as exc:
-            _connect(gateway, run.handle, run.station)
+            _connect(gateway, run.handle, run.token)
         assert exc.value.response.status_code == 403
         assert upstream.seen.auth == []
 
@@ -314,7 +319,7 @@ def test_close_code_mapping() -> None:
 def test_a_station_vanishing_closes_the_policy_connection(gateway: Gateway) -> None:
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
-        with _connect(gateway, run.handle, run.station) as ws:
+        with _connect(gateway, run.handle, run.token) as ws:
             assert ws.recv(timeout=10) == METADATA
             ws.socket.shutdown(socket.SHUT_RDWR)  # no close frame: the station crashed
             ws.socket.close()
@@ -346,7 +351,7 @@ def strict_gateway(committed_db: CommittedDb) -> Iterator[Gateway]:
 
 
 def _closed_with(gw: Gateway, run: Run) -> int:
-    with _connect(gw, run.handle, run.station) as ws, pytest.raises(ConnectionClosed) as exc:
+    with _connect(gw, run.handle, run.token) as ws, pytest.raises(ConnectionClosed) as exc:
         ws.recv(timeout=10)
     assert exc.value.rcvd is not None
     return exc.value.rcvd.code
@@ -382,12 +387,20 @@ def test_a_name_rebound_to_loopback_since_registration_is_refused(
 def test_a_handle_is_relayed_only_for_the_station_that_claimed_it(gateway: Gateway) -> None:
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
-        for station in (None, run.station + 1000):
+        refused: list[dict[str, str]] = [
+            {},  # no proof at all
+            # its own id, but an id is a claim, not a proof: not trusted by default
+            station_id_headers(run.station),
+            station_headers("pst_" + "x" * 43),  # a token nobody issued
+            {"Authorization": run.token},  # the right token without its scheme
+            {"Authorization": f"Api-Key {run.token}"},
+        ]
+        for headers in refused:
             with pytest.raises(InvalidStatus) as exc:
-                _connect(gateway, run.handle, station)
-            assert exc.value.response.status_code == 403
+                _connect(gateway, run.handle, None, headers=headers)
+            assert exc.value.response.status_code == 403, headers
         assert upstream.seen.auth == []
-        with _connect(gateway, run.handle, run.station) as ws:
+        with _connect(gateway, run.handle, run.token) as ws:
             assert ws.recv(timeout=10) == METADATA
         assert upstream.seen.auth == [f"Api-Key {API_KEY}"]
 
@@ -395,16 +408,16 @@ def test_a_handle_is_relayed_only_for_the_station_that_claimed_it(gateway: Gatew
 def test_a_handle_carries_one_connection_at_a_time(gateway: Gateway) -> None:
     with PolicyServer(API_KEY) as upstream:
         run = _claimed_run(gateway, upstream.url)
-        with _connect(gateway, run.handle, run.station) as first:
+        with _connect(gateway, run.handle, run.token) as first:
             assert first.recv(timeout=10) == METADATA
             with pytest.raises(InvalidStatus) as exc:
-                _connect(gateway, run.handle, run.station)
+                _connect(gateway, run.handle, run.token)
             assert exc.value.response.status_code == 403
             first.send("reset")
             assert first.recv(timeout=10) == "reset"  # the first is untouched
         assert len(upstream.seen.auth) == 1
         # closed: the handle may be used again (the station's pre-flight, then its episode)
-        with _connect(gateway, run.handle, run.station) as again:
+        with _connect(gateway, run.handle, run.token) as again:
             assert again.recv(timeout=10) == METADATA
 
 
@@ -421,10 +434,10 @@ def test_handles_stay_out_of_the_server_log(gateway: Gateway) -> None:
     try:
         with PolicyServer(API_KEY) as upstream:
             run = _claimed_run(gateway, upstream.url)
-            with _connect(gateway, run.handle, run.station) as ws:
+            with _connect(gateway, run.handle, run.token) as ws:
                 assert ws.recv(timeout=10) == METADATA
             with pytest.raises(InvalidStatus):
-                _connect(gateway, unknown, run.station)
+                _connect(gateway, unknown, run.token)
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.removeHandler(handler)

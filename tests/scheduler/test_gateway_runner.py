@@ -68,8 +68,8 @@ def strict_gateway(committed_db: CommittedDb) -> Iterator[Gateway]:
 
 @dataclass
 class Runs:
-    checkpoint: tuple[str, int]  # the run's handle, the claiming station's id
-    endpoint: tuple[str, int]
+    checkpoint: tuple[str, str]  # the run's handle, the claiming station's token
+    endpoint: tuple[str, str]
     runner_id: int
     secrets: list[str]
 
@@ -107,33 +107,34 @@ def _campaign(gw: Gateway, runner_url: str, endpoint_url: str) -> Runs:
         server.status, server.url, server.dialect = RunnerStatus.ready, runner_url, "openpi"
         server.host, server.ready_at, server.stage = "inference-7.internal", utcnow(), "ready"
         s.flush()
-        handles: dict[int, tuple[str, int]] = {}
+        handles: dict[int, tuple[str, str]] = {}
         while len(handles) < 2:
-            st = builders.station(s)  # a station holding a claim gets that one back
+            # a station holding a claim gets that one back
+            st, token = builders.enrolled_station(s)
             claim = claims.claim_next(s, campaign_id=c.id, station_id=st.id)
             assert claim is not None
             a = s.scalars(sa.select(Assignment).where(Assignment.run_code == claim.run_code)).one()
             if a.submission_id in (ckpt.id, w.submissions[w.policies[0].name].id):
-                handles.setdefault(a.submission_id, (claim.endpoint_handle, st.id))
+                handles.setdefault(a.submission_id, (claim.endpoint_handle, token))
         hidden = [policy.name, owner.username, runner_url, "inference-7"]
         return Runs(
             handles[ckpt.id], handles[w.submissions[w.policies[0].name].id], server.id, hidden
         )
 
 
-def _connect(gw: Gateway, handle: str, station: int) -> ClientConnection:
+def _connect(gw: Gateway, handle: str, token: str) -> ClientConnection:
     return connect(
         gateway_url(gw.base, handle),
         max_size=None,
         compression=None,
         proxy=None,
         open_timeout=10,
-        additional_headers=station_headers(station),
+        additional_headers=station_headers(token),
     )
 
 
-def _closed_with(gw: Gateway, handle: str, station: int) -> tuple[int, str]:
-    with _connect(gw, handle, station) as ws, pytest.raises(ConnectionClosed) as exc:
+def _closed_with(gw: Gateway, handle: str, token: str) -> tuple[int, str]:
+    with _connect(gw, handle, token) as ws, pytest.raises(ConnectionClosed) as exc:
         ws.recv(timeout=10)
     assert exc.value.rcvd is not None
     return exc.value.rcvd.code, exc.value.rcvd.reason

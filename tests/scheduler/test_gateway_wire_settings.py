@@ -39,17 +39,16 @@ def test_an_endpoint_behind_a_path_is_reached_through_the_gateway_with_its_numbe
             s, protocol=builders.protocol(w, episodes_per_cell=1), actor=Actor(label="t")
         )
         service.start_campaign(s, campaign=c.id, actor=Actor(label="t"))
-        station = builders.station(s)
+        station, token = builders.enrolled_station(s)
         claim = claims.claim_next(s, campaign_id=c.id, station_id=station.id)
         assert claim is not None
-        station_id = station.id
     assert claim.exterior_numbering == 0
     assert VLLM_PATH not in repr(claim)  # the claim names a handle, not the endpoint
     client = PolicyClient(
         gateway_url(gateway.base, claim.endpoint_handle),
         dialect=claim.dialect,
         exterior_numbering=claim.exterior_numbering,
-        headers=station_headers(station_id),
+        headers=station_headers(token),
     )
     info = client.connect()
     try:

@@ -9,9 +9,10 @@ from collections import defaultdict
 import pytest
 import sqlalchemy as sa
 
+from proctor.core import station_credentials
 from proctor.core.db.models import Assignment, Episode, EpisodeEvent, Station
 from proctor.core.domain import AssignmentStatus, EpisodeState, Outcome
-from proctor.core.errors import UsageError
+from proctor.core.errors import Forbidden, UsageError
 from proctor.scheduler import service
 from proctor.scheduler.service import Actor, CampaignStateError
 from proctor.scheduler.work_source import CampaignWorkSource
@@ -54,9 +55,15 @@ def _episode(db: CommittedDb, work: Work, outcome: Outcome) -> str:
     return uid
 
 
-def test_the_station_loads_it_and_runs_a_campaign(committed_db: CommittedDb) -> None:
+def test_the_station_loads_it_and_runs_a_campaign(
+    committed_db: CommittedDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
     w, cid, name = _campaign(committed_db, episodes_per_cell=3)
     station_name = f"cell-{secrets.token_hex(3)}"
+    with committed_db.session() as s:
+        _, token = builders.enrolled_station(s, station_name)
+    # the token is in the station host's environment, never in its config
+    monkeypatch.setenv("PROCTOR_STATION_TOKEN", token)
     source = load_work_source(
         "proctor.scheduler.work_source:campaign_work_source",
         {
@@ -75,8 +82,8 @@ def test_the_station_loads_it_and_runs_a_campaign(committed_db: CommittedDb) -> 
         with committed_db.session() as s:
             a = s.scalars(sa.select(Assignment).where(Assignment.run_code == work.run_code)).one()
             assert work.policy_url == f"ws://proctor.lab:8000/policy/{a.endpoint_handle}"
-            # the station names itself to the gateway, which relays only for the claimant
-            assert work.policy_headers == {"X-Proctor-Station": str(a.station_id)}
+            # the station proves itself to the gateway, which relays only for the claimant
+            assert work.policy_headers == {"Authorization": f"Bearer {token}"}
             assert (work.object_name, work.tote_side, work.camera_side) == (
                 w.objects[0].name,
                 a.tote_side,
@@ -99,6 +106,72 @@ def test_the_station_loads_it_and_runs_a_campaign(committed_db: CommittedDb) -> 
     with committed_db.session() as s:
         report = service.campaign_status(s, campaign=cid)
     assert report.done == 9 and report.blocks_complete == 3
+
+
+def test_a_station_without_its_own_token_is_told_at_start(
+    committed_db: CommittedDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another station's token, a revoked one or a malformed value is a set-up
+    mistake, said when the work source loads; with no token at all the station
+    sends only its id, which the gateway trusts only where the server says so."""
+    _, _, name = _campaign(committed_db, episodes_per_cell=1)
+    mine, other = f"cell-{secrets.token_hex(3)}", f"cell-{secrets.token_hex(3)}"
+    with committed_db.session() as s:
+        builders.enrolled_station(s, mine)
+        _, others_token = builders.enrolled_station(s, other)
+    options = {
+        "campaign": name,
+        "station": mine,
+        "gateway": "ws://gw",
+        "database_url": committed_db.url,
+    }
+    factory = "proctor.scheduler.work_source:campaign_work_source"
+    monkeypatch.setenv("PROCTOR_STATION_TOKEN", others_token)
+    with pytest.raises(
+        Forbidden, match=f"PROCTOR_STATION_TOKEN: not a live token of station '{mine}'"
+    ):
+        load_work_source(factory, options)
+    monkeypatch.setenv("PROCTOR_STATION_TOKEN", "hunter2")
+    with pytest.raises(UsageError, match="PROCTOR_STATION_TOKEN: not a station token"):
+        load_work_source(factory, options)
+    monkeypatch.delenv("PROCTOR_STATION_TOKEN")
+    work = load_work_source(factory, options).claim()
+    assert work is not None and list(work.policy_headers) == ["X-Proctor-Station"]
+
+
+def test_a_station_whose_token_was_revoked_claims_nothing_more(
+    committed_db: CommittedDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Revoked while the station runs: the gateway would refuse each run, and
+    each refusal would skip a slot; the work source refuses to claim instead."""
+    _, cid, name = _campaign(committed_db, episodes_per_cell=1)
+    station = f"cell-{secrets.token_hex(3)}"
+    with committed_db.session() as s:
+        _, token = builders.enrolled_station(s, station)
+    monkeypatch.setenv("PROCTOR_STATION_TOKEN", token)
+    source = load_work_source(
+        "proctor.scheduler.work_source:campaign_work_source",
+        {
+            "campaign": name,
+            "station": station,
+            "gateway": "ws://gw",
+            "database_url": committed_db.url,
+        },
+    )
+    first = source.claim()
+    assert first is not None
+    source.abandoned(first, reason="pre-flight: gateway closed 1013")  # hand it back
+    with committed_db.session() as s:
+        station_credentials.revoke(s, name=station, actor=Actor(label="t"))
+    with pytest.raises(Forbidden, match="not a live token"):
+        source.claim()
+    with committed_db.session() as s:
+        held = s.scalar(
+            sa.select(sa.func.count())
+            .select_from(Assignment)
+            .where(Assignment.campaign_id == cid, Assignment.status == AssignmentStatus.claimed)
+        )
+    assert held == 0
 
 
 def test_abandoned_work_is_skipped_and_rescheduled(committed_db: CommittedDb) -> None:

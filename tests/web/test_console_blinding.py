@@ -41,7 +41,9 @@ import sqlalchemy as sa
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from proctor.core.db import make_engine, make_session_factory
+from proctor.core import station_credentials
+from proctor.core.audit import Actor
+from proctor.core.db import make_engine, make_session_factory, session_scope
 from proctor.core.db.models import Artifact, Episode, ObjectType, Policy, Submission, User
 from proctor.core.domain import (
     ArtifactKind,
@@ -373,11 +375,18 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
     assert started.status_code == 200 and started.json()["slots"] == 4, started.text
 
     engine = make_engine(web_db_url)
+    sessions = make_session_factory(engine)
+    with session_scope(sessions) as s:
+        # enrolled as an admin enrols a station: the gateway wants its token
+        token = station_credentials.enrol(
+            s, name="cell-blind", profile="sim", actor=Actor(label="test-admin")
+        ).token
     source = CampaignWorkSource(
-        session_factory=make_session_factory(engine),
+        session_factory=sessions,
         campaign=campaign_id,
         station="cell-blind",
         gateway=live.base_url,
+        station_token=token,
     )
     console = Client(live.base_url, console_cap)
     station_api = Client(sock_url(station_sock), station_cap)

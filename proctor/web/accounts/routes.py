@@ -141,7 +141,7 @@ def create_my_token(
     """From a page session, only within ``web.token_reauth_minutes`` of
     signing in. The token expires after ``expires_in_days`` (default
     ``web.token_expiry_days``), and never after a token that creates it."""
-    _check_recent_sign_in(who, state, app, now)
+    check_recent_sign_in(who, state, app, now)
     parent = session.get(ApiToken, who.token_id) if who.token_id is not None else None
     row, plaintext = service.create_token(
         session=session,
@@ -165,7 +165,7 @@ REAUTH_NEEDED = (
 )
 
 
-def _check_recent_sign_in(
+def check_recent_sign_in(
     who: Principal, state: SessionState, app: AppStateDep, now: datetime
 ) -> None:
     """A session cookie left on a shared machine (or copied) must not turn
@@ -429,7 +429,7 @@ def create_token_from_page(
     expiry = form_text(form, "expires_in_days")
     errors: dict[str, str] = {}
     try:
-        _check_recent_sign_in(who, state, app, now)
+        check_recent_sign_in(who, state, app, now)
     except Forbidden as exc:
         errors["form"] = str(exc)
     if not name:
