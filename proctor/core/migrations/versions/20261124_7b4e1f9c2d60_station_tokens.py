@@ -5,7 +5,7 @@ stored. A rotation gives the old token an ``expires_at`` (the window in which
 both are valid); a revocation sets ``revoked_at``.
 
 Revision ID: 7b4e1f9c2d60
-Revises: 9e4c1b7d2f60
+Revises: f2a9c4e7b1d3
 Create Date: 2026-11-24
 """
 
@@ -17,7 +17,7 @@ from alembic import op
 import proctor.core.db.types
 
 revision: str = "7b4e1f9c2d60"
-down_revision: str | None = "9e4c1b7d2f60"
+down_revision: str | None = "f2a9c4e7b1d3"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
