@@ -17,8 +17,8 @@ import numpy as np
 
 from proctor.analysis.bootstrap import Interval
 from proctor.analysis.episodes import EpisodeTable
-from proctor.analysis.latency import Latency
 from proctor.analysis.interaction import InteractionResult
+from proctor.analysis.latency import Latency
 from proctor.analysis.results import (
     AtT,
     Breakdown,

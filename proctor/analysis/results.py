@@ -10,8 +10,8 @@ import numpy as np
 from proctor.analysis.binary import Posterior
 from proctor.analysis.bootstrap import Interval
 from proctor.analysis.episodes import Exclusion
-from proctor.analysis.latency import Latency
 from proctor.analysis.interaction import InteractionResult, factor_named
+from proctor.analysis.latency import Latency
 from proctor.analysis.significance import LogRank, MacroKS
 
 
