@@ -37,7 +37,8 @@ positions and the gripper position); ``observation.joint_velocity``;
 recording's, then the gripper target); ``action.requested`` (the same as the
 policy asked); ``action.kind`` (``ArmCommandKind`` index, -1 before the first
 action); annotations: ``annotation.placement`` and ``annotation.placed`` (the
-placements of the export's label stream, as the analysis reads them),
+placement rows the export's label stream reads, as labelled: an episode the
+analysis excludes keeps them, and ``meta/proctor.json`` says why it is excluded),
 ``annotation.operator_event``, ``annotation.station_event``,
 ``annotation.envelope_event`` (counts on the frame), ``annotation.envelope``
 (the envelope's bit mask in force, ``EnvelopeReason`` bits) and
@@ -282,7 +283,7 @@ class _Writer:
     session: ProctorSession
     store: ArtifactStore
     root: Path
-    placements: dict[str, tuple[float, ...]]
+    placements: dict[int, tuple[float, ...]]  # episode id → the stream's placement times
     excluded: dict[str, str]
     fps: int | None = None
     data: _DataFiles = field(init=False)
@@ -311,7 +312,7 @@ class _Writer:
         events = _events(self.session, ep)
         frames = episode_frames(
             rec,
-            placements_s=list(self.placements.get(ep.uid, ())),
+            placements_s=list(self.placements.get(ep.id, ())),
             events=[TimedEvent(e.t_s or 0.0, e.kind) for e in events],
             outcome=ep.outcome.value if ep.outcome else None,
         )
@@ -360,13 +361,13 @@ class _Writer:
         self, index: int, ep: Episode, events: list[EpisodeEvent], frames: EpisodeFrames
     ) -> dict[str, Any]:
         def frame_of(t: float) -> int:
-            at = np.searchsorted(frames.capture_s, t, side="right") - 1
-            return int(min(max(at, 0), frames.length - 1))
+            at = int(np.searchsorted(frames.capture_s, t, side="right")) - 1
+            return min(max(at, 0), frames.length - 1)
 
         return {
             "episode_index": index,
             "episode_uid": ep.uid,
-            "placements_s": list(self.placements.get(ep.uid, ())),
+            "placements_s": list(self.placements.get(ep.id, ())),
             "excluded_from_analysis": self.excluded.get(ep.uid),
             "events": [
                 {
@@ -490,7 +491,7 @@ def export_lerobot(
 ) -> ExportSummary:
     """Write ``campaign`` as a LeRobot v3 dataset in ``out`` for the public
     (``submitter`` None) or one submitter (their policies, or ``policy``)."""
-    from proctor.analysis.store import load_episodes
+    from proctor.analysis.store import load_episodes, stream_placements
 
     aud = audience(session, campaign=campaign, submitter=submitter, policy=policy)
     out = Path(out)
@@ -509,7 +510,7 @@ def export_lerobot(
             session,
             store,
             partial,
-            placements={e.episode_id: e.placements_s for e in table.episodes},
+            placements=stream_placements(session, [c.row for c in chosen], stream),
             excluded={x.episode_id: x.reason for x in table.excluded},
         )
         for i, item in enumerate(chosen):

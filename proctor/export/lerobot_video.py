@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import av
 import numpy as np
 
-CODEC = "libx264"
+CODEC: Final = "libx264"  # Final: a literal, so PyAV types the stream as video
 PIX_FMT = "yuv420p"
 
 

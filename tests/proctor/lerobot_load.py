@@ -1,6 +1,7 @@
 """Run with the LeRobot environment's python: load an exported dataset with
 ``LeRobotDataset``, iterate every frame (decoding the videos) and print what
-the test compares with the recording, as JSON. Arguments: the dataset folder."""
+the test compares with the recording, as JSON. Arguments: the dataset folder
+and, optionally, a stride (every n-th frame; default every frame)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ def code(image) -> int:  # (C, H, W) floats in [0, 1]
     return sum(1 << i for i in range(CODE_BITS) if float(row[i * stripe + stripe // 2]) > 0.5)
 
 
-def main(root: Path) -> None:
+def main(root: Path, stride: int) -> None:
     # pyav: torchcodec (LeRobot's default) needs FFmpeg's libraries on the system,
     # PyAV brings its own
     ds = LeRobotDataset("proctor/export-test", root=root, video_backend="pyav")
     frames = []
-    for i in range(len(ds)):
+    for i in range(0, len(ds), stride):
         item = ds[i]
         frames.append(
             {
@@ -35,6 +36,7 @@ def main(root: Path) -> None:
                 "timestamp": float(item["timestamp"]),
                 "task": item["task"],
                 "state": item["observation.state"].tolist(),
+                "capture_time": float(item["observation.capture_time"]),
                 "action": item["action"].tolist(),
                 "requested": item["action.requested"].tolist(),
                 "placement": int(item["annotation.placement"]),
@@ -56,9 +58,12 @@ def main(root: Path) -> None:
         "video_keys": ds.meta.video_keys,
         "stats_keys": sorted(ds.meta.stats),
         "frames": frames,
+        # every frame's placement count (from the table: no video decoding)
+        "placements": [int(x) for x in ds.hf_dataset["annotation.placement"]],
+        "episode_of": [int(x) for x in ds.hf_dataset["episode_index"]],
     }
     print(json.dumps(summary))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 1)
