@@ -24,9 +24,14 @@ CODEC: Final = "libx264"  # Final: a literal, so PyAV types the stream as video
 PIX_FMT = "yuv420p"
 
 
+STATS_EVERY = 5  # frames; like LeRobot's, the image statistics are estimated on a sample
+STATS_STEP = 2  # pixels: every other row and column of a sampled frame
+
+
 @dataclass
 class PixelStats:
-    """Per-channel statistics of the frames written, scaled to [0, 1] as LeRobot's are."""
+    """Per-channel statistics of a sample of the frames written, scaled to
+    [0, 1] as LeRobot's are."""
 
     count: int = 0
     total: np.ndarray = field(default_factory=lambda: np.zeros(3))
@@ -35,12 +40,13 @@ class PixelStats:
     high: np.ndarray = field(default_factory=lambda: np.full(3, -np.inf))
 
     def add(self, rgb: np.ndarray) -> None:
-        pixels = rgb.reshape(-1, 3).astype(np.float64) / 255.0
+        pixels = rgb[::STATS_STEP, ::STATS_STEP].reshape(-1, 3)
+        scaled = pixels.astype(np.float32) / 255.0
         self.count += 1
-        self.total += pixels.mean(axis=0)
-        self.squares += (pixels**2).mean(axis=0)
-        self.low = np.minimum(self.low, pixels.min(axis=0))
-        self.high = np.maximum(self.high, pixels.max(axis=0))
+        self.total += scaled.mean(axis=0)
+        self.squares += (scaled * scaled).mean(axis=0)
+        self.low = np.minimum(self.low, pixels.min(axis=0) / 255.0)
+        self.high = np.maximum(self.high, pixels.max(axis=0) / 255.0)
 
     def as_lerobot(self) -> dict[str, Any]:
         """min/max/mean/std shaped (3, 1, 1); count is the number of frames."""
@@ -56,7 +62,7 @@ class PixelStats:
             "max": shaped(self.high),
             "mean": shaped(mean),
             "std": shaped(std),
-            "count": [self.count],
+            "count": [self.count],  # frames sampled
         }
 
 
@@ -76,7 +82,7 @@ class CameraVideo:
         self._stream.pix_fmt = PIX_FMT
         self._stream.time_base = Fraction(1, fps)
         # every frame a keyframe would be huge; a short GOP keeps seeking cheap
-        self._stream.options = {"g": str(2 * fps), "crf": "18"}
+        self._stream.options = {"g": str(2 * fps), "crf": "18", "preset": "veryfast"}
 
     @property
     def seconds(self) -> float:
@@ -89,24 +95,31 @@ class CameraVideo:
         wanted = iter(int(i) for i in picks)
         target = next(wanted, None)
         with av.open(str(source)) as src:
-            for position, frame in enumerate(src.decode(video=0)):
+            for position, decoded in enumerate(src.decode(video=0)):
                 if target is None:
                     break
-                rgb: np.ndarray | None = None
+                frame: av.VideoFrame | None = None
                 while target == position:
-                    if rgb is None:
-                        rgb = frame.reformat(self.width, self.height, "rgb24").to_ndarray()
-                    self._write(rgb)
+                    if frame is None:
+                        frame = self._fitted(decoded)
+                    self._write(frame)
                     target = next(wanted, None)
         if target is not None:
             raise ValueError(f"{source.name}: frame {target} is not in the video")
         return start, self.seconds
 
-    def _write(self, rgb: np.ndarray) -> None:
-        self.stats.add(rgb)
-        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+    def _fitted(self, frame: av.VideoFrame) -> av.VideoFrame:
+        """The decoded frame in this file's size and pixel format (itself when it is)."""
+        if (frame.width, frame.height, frame.format.name) == (self.width, self.height, PIX_FMT):
+            return frame
+        return frame.reformat(self.width, self.height, PIX_FMT)
+
+    def _write(self, frame: av.VideoFrame) -> None:
+        if self.frames % STATS_EVERY == 0:
+            self.stats.add(frame.to_ndarray(format="rgb24"))
         frame.pts = self.frames
         frame.time_base = Fraction(1, self.fps)
+        frame.pict_type = av.video.frame.PictureType.NONE
         for packet in self._stream.encode(frame):
             self._out.mux(packet)
         self.frames += 1

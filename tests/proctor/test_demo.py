@@ -240,6 +240,7 @@ def test_the_demo_exported_as_lerobot_loads_in_lerobot_and_matches_the_recording
     frame counts, fps, a sample of joint states and sent actions (decoding
     their video frames) and every placement match the recording."""
     import numpy as np
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from proctor.station import keys
@@ -251,7 +252,7 @@ def test_the_demo_exported_as_lerobot_loads_in_lerobot_and_matches_the_recording
         env=_env(data_dir),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = subprocess.run(
@@ -285,13 +286,14 @@ def test_the_demo_exported_as_lerobot_loads_in_lerobot_and_matches_the_recording
     assert got["num_frames"] == sum(got["lengths"])
 
     # a sample of frames: the joint state and the sent command held at the frame's capture time
+    telemetry: dict[str, pa.Table] = {}
     assert len(got["frames"]) > 20
     for fr in got["frames"]:
         uid = recorded[fr["episode_index"]]
         (start,) = db.execute("SELECT clock_start_s FROM episodes WHERE uid = ?", (uid,)).fetchone()
         t_frame = frame_tables[uid].column(keys.FRAME_T).to_numpy()[fr["frame_index"]]
         assert fr["capture_time"] == pytest.approx(t_frame - start, abs=1e-3)
-        tel = pq.read_table(artifact(uid, "telemetry"))
+        tel = telemetry.setdefault(uid, pq.read_table(artifact(uid, "telemetry")))
         row = max(int(np.searchsorted(tel.column(keys.T).to_numpy(), t_frame, "right")) - 1, 0)
         q = [tel.column(c)[row].as_py() for c in keys.JOINT_POSITION]
         sent = [tel.column(c)[row].as_py() for c in keys.ACTION_SENT]
