@@ -82,7 +82,7 @@ from proctor.export.lerobot_frames import (
     episode_frames,
     feature_names,
 )
-from proctor.export.lerobot_video import CameraVideo
+from proctor.export.lerobot_video import CameraVideo, PixelStats
 from proctor.station.recording import Recording, load_recording
 
 CODEBASE_VERSION = "v3.0"
@@ -212,26 +212,28 @@ def _frame_table(frames: EpisodeFrames, episode_index: int, first: int, task: in
 
 
 def _stats(values: np.ndarray) -> dict[str, Any]:
-    """LeRobot's per-feature statistics (NaN-aware: padded channels stay NaN-free)."""
+    """LeRobot's per-feature statistics, over the recorded values only (NaN
+    marks a channel the command did not use, or no command yet); a channel
+    never recorded gets zeros, so a normaliser reading them stays finite."""
     v = values.astype(np.float64).reshape(len(values), -1)
-    with np.errstate(all="ignore"):
-        finite = np.where(np.isfinite(v), v, np.nan)
-        present = np.isfinite(finite).any(axis=0)
-        filled = np.where(present, 0.0, 0.0)
+    present = np.isfinite(v).any(axis=0)
+    kept = v[:, present]
 
-        def stat(fn: Callable[..., np.ndarray], **kw: Any) -> list[float]:
-            out = fn(finite, axis=0, **kw) if len(v) else filled
-            return [float(x) for x in np.where(present, out, filled)]
+    def stat(fn: Callable[..., np.ndarray], **kw: Any) -> list[float]:
+        out = np.zeros(v.shape[1])
+        if kept.size:
+            out[present] = fn(kept, axis=0, **kw)
+        return [float(x) for x in out]
 
-        result: dict[str, Any] = {
-            "min": stat(np.nanmin),
-            "max": stat(np.nanmax),
-            "mean": stat(np.nanmean),
-            "std": stat(np.nanstd),
-            "count": [len(v)],
-        }
-        for q in QUANTILES:
-            result[f"q{int(q * 100):02d}"] = stat(np.nanquantile, q=q)
+    result: dict[str, Any] = {
+        "min": stat(np.nanmin),
+        "max": stat(np.nanmax),
+        "mean": stat(np.nanmean),
+        "std": stat(np.nanstd),
+        "count": [len(v)],
+    }
+    for q in QUANTILES:
+        result[f"q{int(q * 100):02d}"] = stat(np.nanquantile, q=q)
     return result
 
 
@@ -407,13 +409,9 @@ def _features(got: _Collected, videos: dict[str, list[CameraVideo]]) -> dict[str
 def _stats_of(got: _Collected, videos: dict[str, list[CameraVideo]]) -> dict[str, Any]:
     stats = {name: _stats(np.concatenate(parts)) for name, parts in got.values.items()}
     for camera, files in videos.items():
-        merged = files[0].stats
-        for more in files[1:]:
-            merged.count += more.stats.count
-            merged.total += more.stats.total
-            merged.squares += more.stats.squares
-            merged.low = np.minimum(merged.low, more.stats.low)
-            merged.high = np.maximum(merged.high, more.stats.high)
+        merged = PixelStats()
+        for video in files:
+            merged.merge(video.stats)
         stats[IMAGE_KEY.format(camera=camera)] = merged.as_lerobot()
     return stats
 

@@ -48,6 +48,13 @@ class PixelStats:
         self.low = np.minimum(self.low, pixels.min(axis=0) / 255.0)
         self.high = np.maximum(self.high, pixels.max(axis=0) / 255.0)
 
+    def merge(self, other: PixelStats) -> None:
+        self.count += other.count
+        self.total += other.total
+        self.squares += other.squares
+        self.low = np.minimum(self.low, other.low)
+        self.high = np.maximum(self.high, other.high)
+
     def as_lerobot(self) -> dict[str, Any]:
         """min/max/mean/std shaped (3, 1, 1); count is the number of frames."""
         n = max(self.count, 1)

@@ -215,3 +215,20 @@ def test_a_submitter_exports_their_own_episodes_before_release_and_no_one_elses(
     assert episodes.column("proctor/policy").to_pylist() == ["sams-model"]
     doc = json.loads((out / "meta" / "proctor.json").read_text())
     assert doc["audience"] == "private: submitter sam-submits"
+
+
+def test_statistics_skip_unused_channels_and_give_zeros_for_never_recorded_ones() -> None:
+    """NaN marks a channel a command did not use (a 6-wide velocity command in
+    the 7-wide columns) or the time before the first command: the statistics
+    are over the recorded values, and a channel never recorded gets zeros."""
+    import warnings
+
+    from proctor.export.lerobot import _stats
+
+    values = np.array([[np.nan, np.nan], [1.0, np.nan], [3.0, np.nan]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "All-NaN slice" on the way
+        got = _stats(values)
+    assert got["min"] == [1.0, 0.0] and got["max"] == [3.0, 0.0]
+    assert got["mean"] == [2.0, 0.0] and got["std"] == [1.0, 0.0]
+    assert got["count"] == [3] and got["q50"] == [2.0, 0.0]
