@@ -1,5 +1,5 @@
-"""``proctor export``: a released campaign as a dataset (layout in
-``proctor.export``)."""
+"""``proctor export``: a campaign as a dataset (layouts in ``proctor.export``
+and ``proctor.export.lerobot``; who may export what in ``proctor.export.audience``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from typing import Annotated
 import typer
 
 from proctor.core.domain import LabelStream
+from proctor.export.formats import ExportFormat
 
 
 def export(
     ctx: typer.Context,
-    campaign: Annotated[str, typer.Argument(help="The campaign's name or id (released).")],
+    campaign: Annotated[str, typer.Argument(help="The campaign's name or id.")],
     out: Annotated[Path, typer.Argument(help="A new (or empty) folder to write.")],
     stream: Annotated[
         LabelStream,
@@ -22,14 +23,30 @@ def export(
     media: Annotated[
         bool, typer.Option("--media/--no-media", help="Include the MP4 videos (large).")
     ] = True,
+    fmt: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format", help="proctor: interchange file + recordings; lerobot: LeRobot v3."
+        ),
+    ] = ExportFormat.proctor,
+    submitter: Annotated[
+        str | None,
+        typer.Option(
+            help="Export for this submitter: their own policies' episodes only, "
+            "before release too (private; --format lerobot)."
+        ),
+    ] = None,
+    policy: Annotated[
+        str | None, typer.Option(help="With --submitter: only this one of their policies.")
+    ] = None,
 ) -> None:
-    """Write the interchange file plus per-episode video, telemetry and annotations."""
+    """Write a released campaign for the public (or a submitter's own episodes) as a dataset."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from proctor.core.artifacts import open_store
     from proctor.core.cli_context import cli_context
     from proctor.core.db.opening import command_session
-    from proctor.export.dataset import export_campaign
+    from proctor.export.formats import EXPORTERS, ExportRequest
 
     settings = cli_context(ctx).settings()
     with (
@@ -37,16 +54,17 @@ def export(
         Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn()) as bar,
     ):
         task = bar.add_task("export", total=None)
-        summary = export_campaign(
-            session,
-            open_store(settings.artifacts_location),
+        request = ExportRequest(
             campaign=campaign,
             out=out,
             stream=stream,
             media=media,
+            submitter=submitter,
+            policy=policy,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )
+        summary = EXPORTERS[fmt](session, open_store(settings.artifacts_location), request)
     typer.echo(
         f"{summary.folder}: {summary.episodes} episodes, {summary.files} files, "
-        f"{summary.bytes / 1e6:.1f} MB (dataset.json lists each file's sha256)"
+        f"{summary.bytes / 1e6:.1f} MB"
     )

@@ -284,6 +284,27 @@ def _calls(session: Session, ids: list[int]) -> dict[int, EpisodeCalls]:
     return out
 
 
+def stream_placements(
+    session: Session, episodes: list[EpisodeRow], stream: LabelStream
+) -> dict[int, tuple[float, ...]]:
+    """The placement times ``stream`` reads for each episode (by id), as
+    labelled — before any check of the analysis (an episode it excludes keeps
+    its labels here); none for a label status the stream does not read."""
+    sources = _STREAM_SOURCES[LabelStream(stream)]
+    found = _placements(session, [e.id for e in episodes])
+    times: dict[int, tuple[float, ...]] = {}
+    for ep in episodes:
+        status = LabelStatus(ep.label_status)
+        if status not in sources:
+            times[ep.id] = ()
+            continue
+        source, statuses = sources[status]
+        times[ep.id] = tuple(
+            t for t, src, st in found.get(ep.id, []) if src == source and st in statuses
+        )
+    return times
+
+
 def _unready(row: EpisodeRow) -> str | None:
     """Why an episode cannot be read yet (not closed, no operator log), or
     None when it can."""

@@ -29,4 +29,11 @@ events, review notes) is exported as the public run explorer shows it,
 never rewritten (a label where a word was would show which name it hides);
 the campaign's description is left out if it mentions a withheld name.
 Every artifact is verified against its sha256 on the way out.
+
+``--format lerobot`` writes the same campaign as a LeRobot v3 dataset instead
+(``proctor.export.lerobot``: layout, features, how telemetry is resampled onto
+the video's frames); ``proctor.export.audience`` says who may export what (the
+public a released campaign, named as above; a submitter their own policies'
+episodes, before release too). The formats are found by name in
+``proctor.export.formats``.
 """

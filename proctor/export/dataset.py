@@ -26,8 +26,9 @@ from proctor.core.db.models import (
     PlacementEvent,
     ReviewAction,
 )
-from proctor.core.domain import ArtifactKind, CampaignStatus, LabelStream
+from proctor.core.domain import ArtifactKind, LabelStream
 from proctor.core.errors import UsageError
+from proctor.export.audience import find_campaign, require_released
 
 # artifact kind (and camera) → file name inside the episode's folder
 _FILES: dict[ArtifactKind, str] = {
@@ -51,18 +52,7 @@ class ExportSummary:
 
 
 def _campaign(session: ProctorSession, ref: str) -> Campaign:
-    q = sa.select(Campaign)
-    c = session.scalar(
-        q.where(Campaign.id == int(ref)) if ref.isdigit() else q.where(Campaign.name == ref)
-    )
-    if c is None:
-        raise UsageError(f"campaign: no campaign '{ref}'")
-    if c.status != CampaignStatus.released:
-        raise UsageError(
-            f"campaign '{c.name}' is {c.status.value}, not released: who ran what is sealed "
-            "until release (`proctor campaign release`)"
-        )
-    return c
+    return require_released(find_campaign(session, ref))
 
 
 def _when(value: datetime | None) -> str | None:

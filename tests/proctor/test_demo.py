@@ -291,3 +291,117 @@ def test_export_refuses_unreleased_campaigns_and_occupied_folders(
     assert missing.returncode == 2
     assert "campaign: no campaign 'no-such-campaign'" in missing.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_the_demo_exported_as_lerobot_loads_in_lerobot_and_matches_the_recording(
+    demo_run: tuple[Path, str], tmp_path: Path, lerobot_env
+) -> None:
+    """The acceptance check on the real demo: ``proctor export --format
+    lerobot`` of the released campaign, loaded with LeRobot itself; episodes,
+    frame counts, fps, a sample of joint states and sent actions (decoding
+    their video frames) and every placement match the recording."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from proctor.station import keys
+
+    data_dir, _ = demo_run
+    out = tmp_path / "lerobot"
+    result = subprocess.run(
+        [sys.executable, "-m", "proctor", "export", "1", str(out), "--format", "lerobot"],
+        env=_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = subprocess.run(
+        [str(lerobot_env.python), str(Path(__file__).parent / "lerobot_load.py"), str(out), "97"],
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    got = json.loads(loaded.stdout.strip().splitlines()[-1])
+
+    db = _db(data_dir)
+
+    def artifact(uid: str, kind: str, camera: str | None = None) -> Path:
+        (sha,) = db.execute(
+            "SELECT a.sha256 FROM artifacts a JOIN episodes e ON e.id = a.episode_id "
+            "WHERE e.uid = ? AND a.kind = ? AND a.camera IS ?",
+            (uid, kind, camera),
+        ).fetchone()
+        return data_dir / "artifacts" / "objects" / sha[:2] / sha
+
+    recorded = [uid for (uid,) in db.execute("SELECT uid FROM episodes ORDER BY id")]
+    assert got["uids"] == recorded
+    manifest = json.loads(artifact(recorded[0], "manifest").read_text())
+    assert got["fps"] == manifest["cameras"][keys.CAMERA_EXTERIOR]["fps"]
+    frame_tables = {
+        u: pq.read_table(artifact(u, "frame_index", keys.CAMERA_EXTERIOR)) for u in recorded
+    }
+    assert got["lengths"] == [frame_tables[u].num_rows for u in recorded]
+    assert got["num_frames"] == sum(got["lengths"])
+
+    # a sample of frames: the joint state and the sent command held at the frame's capture time
+    telemetry: dict[str, pa.Table] = {}
+    assert len(got["frames"]) > 20
+    for fr in got["frames"]:
+        uid = recorded[fr["episode_index"]]
+        (start,) = db.execute("SELECT clock_start_s FROM episodes WHERE uid = ?", (uid,)).fetchone()
+        t_frame = frame_tables[uid].column(keys.FRAME_T).to_numpy()[fr["frame_index"]]
+        assert fr["capture_time"] == pytest.approx(t_frame - start, abs=1e-3)
+        tel = telemetry.setdefault(uid, pq.read_table(artifact(uid, "telemetry")))
+        row = max(int(np.searchsorted(tel.column(keys.T).to_numpy(), t_frame, "right")) - 1, 0)
+        q = [tel.column(c)[row].as_py() for c in keys.JOINT_POSITION]
+        sent = [tel.column(c)[row].as_py() for c in keys.ACTION_SENT]
+        np.testing.assert_allclose(fr["state"][:7], q, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(fr["action"][:7], sent, rtol=1e-5, atol=1e-6)
+        assert fr["shape"][0] == 3
+
+    # every placement of the label stream, on the frame whose interval holds it
+    for i, uid in enumerate(recorded):
+        (status,) = db.execute("SELECT label_status FROM episodes WHERE uid = ?", (uid,)).fetchone()
+        source, state = (
+            ("reviewer", "confirmed") if status == "reviewed" else ("detector", "accepted")
+        )
+        times = [
+            t
+            for (t,) in db.execute(
+                "SELECT p.t_s FROM placement_events p JOIN episodes e ON e.id = p.episode_id "
+                "WHERE e.uid = ? AND p.source = ? AND p.status = ? ORDER BY p.t_s",
+                (uid, source, state),
+            )
+        ]
+        (start,) = db.execute("SELECT clock_start_s FROM episodes WHERE uid = ?", (uid,)).fetchone()
+        capture = frame_tables[uid].column(keys.FRAME_T).to_numpy() - start
+        expected = [max(int(np.searchsorted(capture, t, "right")) - 1, 0) for t in times]
+        counts = [c for c, e in zip(got["placements"], got["episode_of"], strict=True) if e == i]
+        assert [k for k, c in enumerate(counts) for _ in range(c)] == expected, uid
+
+
+def test_a_submitter_cannot_export_a_policy_that_is_not_theirs(
+    demo_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    data_dir, _ = demo_run
+    out = tmp_path / "theirs"
+    refused = subprocess.run(
+        [
+            sys.executable, "-m", "proctor", "export", "1", str(out), "--format", "lerobot",
+            "--submitter", world.DEMO_SUBMITTER,
+            "--policy", world.POLICY_NAMES[world.REFERENCE],
+        ],
+        env=_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert (
+        f"policy: '{world.POLICY_NAMES[world.REFERENCE]}' is not a policy of submitter "
+        f"'{world.DEMO_SUBMITTER}'" in refused.stderr
+    )
+    assert not out.exists()

@@ -56,6 +56,8 @@ class RecordingSpec:
     clock_start_s: float = 1000.0
     # times (s since start) at which the synthetic gripper closes on an item
     picks_s: tuple[float, ...] = (2.0, 6.0, 9.5)
+    # fill the action columns (sent: a joint target 50 ms ahead; requested: 0.01 rad more)
+    actions: bool = False
 
 
 def _telemetry_row(t_rel: float, spec: RecordingSpec, rng: np.random.Generator) -> np.ndarray:
@@ -78,6 +80,10 @@ def _telemetry_row(t_rel: float, spec: RecordingSpec, rng: np.random.Generator) 
     floats[col[keys.GRIPPER_TARGET]] = target
     floats[col[keys.GRIPPER_POSITION]] = 0.8 if lagging else 0.02
     floats[col[keys.POLICY_LATENCY]] = 0.08 + 0.02 * rng.random() if t_rel > 0.2 else np.nan
+    if spec.actions:
+        for i in range(keys.N_JOINTS):
+            floats[col[keys.ACTION_SENT[i]]] = 0.3 * math.sin(0.5 * (t_rel + 0.05) + i)
+            floats[col[keys.ACTION_REQUESTED[i]]] = floats[col[keys.ACTION_SENT[i]]] + 0.01
     return floats
 
 
