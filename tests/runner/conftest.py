@@ -23,6 +23,9 @@ from proctor.runner.frameworks.base import HELPERS_DIR, SANDBOX_CHECKPOINT, SAND
 from proctor.runner.frameworks.lerobot import Lerobot
 from proctor.runner.manifest import Manifest, parse_manifest
 
+# the scheduler's committed database and gateway, for the system tests here
+from tests.scheduler.conftest import committed_db, gateway  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 
 MANIFEST = """\
