@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -288,6 +289,8 @@ def test_killing_the_runner_worker_mid_episode(gateway: Gateway, tmp_path: Path)
                 except subprocess.TimeoutExpired:
                     w.kill()
                     w.wait()
+        # the servers' folders stay after them (their output.log); ours go
+        shutil.rmtree(runtime, ignore_errors=True)
 
     with db.session() as s:
         slots = s.scalars(sa.select(Assignment).where(Assignment.campaign_id == cid)).all()
