@@ -29,6 +29,7 @@ from proctor.core.domain import (
     CampaignStatus,
     ConformanceRunStatus,
     RunnerFailure,
+    RunnerFault,
     RunnerStatus,
     SubmissionKind,
 )
@@ -67,10 +68,40 @@ def needed_submissions(session: Session) -> dict[int, str]:
     return needed
 
 
+def _served_for_its_check(session: Session, submission_id: int) -> bool:
+    """Whether a server asked for since the submission's pending check was
+    queued failed by the submitter's fault: the check fails with it, and
+    serving it again would only run the failing (or hostile) checkpoint once
+    more every tick. A platform failure is served again, as anywhere."""
+    since = session.scalar(
+        sa.select(sa.func.min(ConformanceRun.requested_at)).where(
+            ConformanceRun.submission_id == submission_id,
+            ConformanceRun.status.in_([ConformanceRunStatus.queued, ConformanceRunStatus.running]),
+        )
+    )
+    if since is None:
+        return False
+    return (
+        session.scalar(
+            sa.select(RunnerServer.id)
+            .where(
+                RunnerServer.submission_id == submission_id,
+                RunnerServer.requested_at >= since,
+                RunnerServer.fault == RunnerFault.submitter,
+            )
+            .limit(1)
+        )
+        is not None
+    )
+
+
 def sync_demand(session: Session, now: datetime) -> list[RunnerServer]:
-    """Queue a server for every needed checkpoint that has no live one."""
+    """Queue a server for every needed checkpoint that has no live one (not
+    again for a check whose server failed by the submitter's fault)."""
     queued = []
     for sid, reason in needed_submissions(session).items():
+        if reason == "conformance" and _served_for_its_check(session, sid):
+            continue
         if live_server(session, sid) is None:
             sub = session.get(Submission, sid)
             if sub is not None:

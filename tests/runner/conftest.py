@@ -24,6 +24,9 @@ from proctor.runner.frameworks.lerobot import Lerobot
 from proctor.runner.manifest import Manifest
 from tests.lerobot_env import MANIFEST, lerobot_manifest  # noqa: F401
 
+# the scheduler's committed database and gateway, for the system tests here
+from tests.scheduler.conftest import committed_db, gateway  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 
 

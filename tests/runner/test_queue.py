@@ -159,3 +159,20 @@ def test_the_database_holds_one_live_server_per_submission(db_session: ProctorSe
         db_session.add(
             RunnerServer(submission_id=sub.id, status=RunnerStatus.queued, diagnostics={})
         )
+
+
+def test_a_checks_server_failed_by_the_submitter_is_not_queued_again(
+    db_session: ProctorSession,
+) -> None:
+    """The check fails with it; starting it again every tick would only run a
+    failing (or hostile) checkpoint once more for nothing."""
+    sub = _checkpoint(db_session)
+    db_session.add(ConformanceRun(submission_id=sub.id, status=ConformanceRunStatus.queued))
+    db_session.flush()
+    (row,) = [r for r in queue.sync_demand(db_session, utcnow()) if r.submission_id == sub.id]
+    queue.claim(db_session, host="a", worker="a:1", now=utcnow())
+    assert queue.finish(
+        db_session, row.id, now=utcnow(), failure=RunnerFailure.sandbox_refused,
+        message="x", diagnostics={}, worker="a:1",
+    )  # fmt: skip
+    assert [r for r in queue.sync_demand(db_session, utcnow()) if r.submission_id == sub.id] == []

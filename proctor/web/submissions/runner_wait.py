@@ -40,12 +40,27 @@ class Waited:
     error: str | None = None
 
 
-def request(session: ProctorSession, submission_id: int, *, now: datetime) -> int | None:
+def request(
+    session: ProctorSession, submission_id: int, *, now: datetime, since: datetime | None = None
+) -> int | None:
     """The id of the checkpoint's live runner server (asked for now if none);
-    None when the submission is not a checkpoint."""
+    None when the submission is not a checkpoint. A server that a runner host
+    queued for this check ahead of it (``since``: when the check was queued)
+    and that has failed by the submitter's fault already is the check's
+    answer: asking again would run the failing (or hostile) checkpoint a
+    second time for nothing."""
     sub = session.get(Submission, submission_id)
     if sub is None or sub.kind != SubmissionKind.checkpoint:
         return None
+    latest = runner_queue.latest_server(session, sub.id)
+    if (
+        since is not None
+        and latest is not None
+        and latest.status == RunnerStatus.failed
+        and latest.fault == RunnerFault.submitter
+        and latest.requested_at >= since
+    ):
+        return latest.id
     return runner_queue.request_serving(session, sub.id, reason=REASON, now=now).id
 
 

@@ -212,7 +212,7 @@ def run_one(
         if run is None:
             raise RuntimeError(f"conformance run {run_id} does not exist")
         submission_id = run.submission_id
-        runner_id = runner_wait.request(session, submission_id, now=clock())
+        runner_id = runner_wait.request(session, submission_id, now=clock(), since=run.requested_at)
     report: dict[str, Any] | None = None
     error: str | None = None
     runner_url: str | None = None
