@@ -22,6 +22,19 @@ from proctor.core.domain import RunnerStatus
 
 # a server in one of these is wanted and may still become (or be) ready
 LIVE = (RunnerStatus.queued, RunnerStatus.building, RunnerStatus.starting, RunnerStatus.ready)
+# a ready server whose host has not written its heartbeat for this long is not
+# handed to a station (its host may have died: until a host fails the row
+# stale, a run would be claimed against a server that is gone). Hosts write
+# every runner.heartbeat_s, which the settings keep at a third of this or less.
+SILENT_AFTER_S = 15.0
+
+
+def serving(server: RunnerServer, now: datetime | None = None) -> bool:
+    """Whether the server is ready, has its address, and its host is alive."""
+    if server.status != RunnerStatus.ready or not server.url:
+        return False
+    beat = server.heartbeat_at
+    return beat is not None and ((now or utcnow()) - beat).total_seconds() <= SILENT_AFTER_S
 
 
 def live_server(session: Session, submission_id: int) -> RunnerServer | None:

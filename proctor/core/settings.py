@@ -218,7 +218,9 @@ class RunnerSettings(BaseModel):
     latency_budget_s: float = Field(default=30.0, gt=0)
     # the worker writes its heartbeat this often; a row silent for
     # stale_after_s is the platform's fault (runner_unresponsive) and is served again
-    heartbeat_s: float = Field(default=2.0, gt=0)
+    # (at most 5 s: the scheduler stops handing out a ready server whose host
+    # has been silent for 15 s, proctor.core.runner_rows.SILENT_AFTER_S)
+    heartbeat_s: float = Field(default=2.0, gt=0, le=5.0)
     stale_after_s: float = Field(default=30.0, gt=0)
     # where the worker listens for the gateway and the checker (one port per
     # server, from the range), and the host name they use to reach it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ def serve_checkpoint(
     finally:
         relay.close()
         launched.sandbox.stop()
+        shutil.rmtree(launched.server_dir, ignore_errors=True)
 
 
 def _folder(pipeline: ServerPipeline, path: Path) -> Path:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from proctor.core.db.models import Assignment, CampaignPolicy, RunnerServer, Submission
 from proctor.core.db.types import utcnow
 from proctor.core.domain import AssignmentStatus, RunnerStatus, SubmissionKind
-from proctor.core.runner_rows import live_server, request_serving
+from proctor.core.runner_rows import live_server, request_serving, serving
 
 CAMPAIGN_REASON = "campaign"
 
@@ -29,9 +29,7 @@ CAMPAIGN_REASON = "campaign"
 def ready_server(session: Session, submission_id: int) -> RunnerServer | None:
     """The submission's server the gateway may connect to now, if any."""
     server = live_server(session, submission_id)
-    if server is None or server.status != RunnerStatus.ready or not server.url:
-        return None
-    return server
+    return server if server is not None and serving(server) else None
 
 
 def checkpoints_with_runs_left(session: Session, campaign_id: int) -> list[int]:
@@ -65,13 +63,15 @@ def not_ready(
     waiting: dict[int, str] = {}
     for submission_id in submission_ids:
         server = request_serving(session, submission_id, reason=CAMPAIGN_REASON, now=now)
-        if server.status != RunnerStatus.ready or not server.url:
+        if not serving(server, now):
             waiting[submission_id] = waiting_reason(server)
     return waiting
 
 
 def waiting_reason(server: RunnerServer) -> str:
     """What a run of this server's checkpoint waits for, for the campaign's pages."""
+    if server.status == RunnerStatus.ready:
+        return "waiting for runner: its host stopped reporting"
     return f"waiting for runner: {server.stage or server.status.value}"
 
 
@@ -91,7 +91,7 @@ def waiting_now(session: Session, campaign_id: int) -> dict[int, str]:
         server = live_server(session, submission_id)
         if server is None:
             waiting[submission_id] = "waiting for runner: not requested yet"
-        elif server.status != RunnerStatus.ready or not server.url:
+        elif not serving(server):
             waiting[submission_id] = waiting_reason(server)
     return waiting
 

@@ -176,3 +176,25 @@ def test_a_checks_server_failed_by_the_submitter_is_not_queued_again(
         message="x", diagnostics={}, worker="a:1",
     )  # fmt: skip
     assert [r for r in queue.sync_demand(db_session, utcnow()) if r.submission_id == sub.id] == []
+
+
+def test_a_ready_server_whose_host_went_silent_is_not_handed_out(
+    db_session: ProctorSession,
+) -> None:
+    """Between a host's death and the row failing stale, the scheduler and the
+    gateway must not treat the server as serving (a station would be sent to
+    a server that is gone)."""
+    from proctor.core.runner_rows import SILENT_AFTER_S, serving
+
+    sub = _checkpoint(db_session)
+    row = queue.request_serving(db_session, sub.id, reason="campaign")
+    then = utcnow()
+    queue.claim(db_session, host="a", worker="a:1", now=then)
+    queue.mark_ready(
+        db_session, row.id, "a:1", url="ws://127.0.0.1:1", dialect="openpi", device="cpu", now=then
+    )
+    assert serving(row, then + timedelta(seconds=1))
+    assert not serving(row, then + timedelta(seconds=SILENT_AFTER_S + 1))
+    queue.heartbeat(db_session, "a:1", [row.id], then + timedelta(seconds=SILENT_AFTER_S))
+    db_session.refresh(row)
+    assert serving(row, then + timedelta(seconds=SILENT_AFTER_S + 1))

@@ -82,8 +82,10 @@ def _servers(session, sub: Submission) -> list[RunnerServer]:
 
 
 def _host_moves(server: RunnerServer, status: RunnerStatus, **kw) -> None:
-    """What the runner host writes (stands in for ``proctor/runner``)."""
+    """What the runner host writes (stands in for ``proctor/runner``),
+    its heartbeat included."""
     server.status = status
+    server.heartbeat_at = utcnow()
     for k, v in kw.items():
         setattr(server, k, v)
 

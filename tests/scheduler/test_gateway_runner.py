@@ -106,6 +106,7 @@ def _campaign(gw: Gateway, runner_url: str, endpoint_url: str) -> Runs:
         ).one()
         server.status, server.url, server.dialect = RunnerStatus.ready, runner_url, "openpi"
         server.host, server.ready_at, server.stage = "inference-7.internal", utcnow(), "ready"
+        server.heartbeat_at = utcnow()  # the host's heartbeat: a silent host is not relayed
         s.flush()
         handles: dict[int, tuple[str, str]] = {}
         while len(handles) < 2:

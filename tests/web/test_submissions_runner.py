@@ -142,7 +142,7 @@ def test_an_uploaded_checkpoint_is_checked_at_its_ready_runner(portal: Web, demo
             demo_url,
             "roboarena",
         )
-        row.ready_at, row.device = utcnow(), "cpu"
+        row.ready_at, row.device, row.heartbeat_at = utcnow(), "cpu", utcnow()
 
     with HostStandIn(portal, sid, ready) as host:
         outcomes = _work(portal)
