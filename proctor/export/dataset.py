@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,8 +26,8 @@ from proctor.core.db.models import (
     ReviewAction,
 )
 from proctor.core.domain import ArtifactKind, LabelStream
-from proctor.core.errors import UsageError
 from proctor.export.audience import find_campaign, require_released
+from proctor.export.staging import check_free, staged_folder
 
 # artifact kind (and camera) → file name inside the episode's folder
 _FILES: dict[ArtifactKind, str] = {
@@ -196,13 +195,8 @@ def export_campaign(
     naming = campaign_naming(session, c)
     hidden = naming.hidden_from(None)
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"out: {out} exists and is not empty; choose a new folder")
-    partial = out.with_name(f".{out.name}.partial")
-    if partial.exists():
-        shutil.rmtree(partial)  # the leftovers of an interrupted export
-    partial.mkdir(parents=True)
-    try:
+    check_free(out)
+    with staged_folder(out) as partial:
         table = load_episodes(session, campaign_id=c.id, stream=stream)
         write_interchange(
             [dataclasses.replace(e, policy=hidden.get(e.policy, e.policy)) for e in table.episodes],
@@ -265,12 +259,6 @@ def export_campaign(
             "files": files,
         }
         (partial / "dataset.json").write_text(json.dumps(dataset, indent=1), encoding="utf-8")
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        partial.rename(out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return ExportSummary(
         folder=out,
         episodes=len(episodes),

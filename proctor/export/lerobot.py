@@ -54,7 +54,6 @@ policies' episodes, before release too (a private export).
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -83,6 +82,7 @@ from proctor.export.lerobot_frames import (
     feature_names,
 )
 from proctor.export.lerobot_video import CameraVideo, PixelStats
+from proctor.export.staging import check_free, staged_folder
 from proctor.station.recording import Recording, load_recording
 
 CODEBASE_VERSION = "v3.0"
@@ -493,17 +493,12 @@ def export_lerobot(
 
     aud = audience(session, campaign=campaign, submitter=submitter, policy=policy)
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"out: {out} exists and is not empty; choose a new folder")
+    check_free(out)
     chosen = _episodes(session, aud)
     if not chosen:
         raise UsageError(f"campaign '{aud.campaign.name}': no closed episodes to export")
     table = load_episodes(session, campaign_id=aud.campaign.id, stream=stream)
-    partial = out.with_name(f".{out.name}.partial")
-    if partial.exists():
-        shutil.rmtree(partial)  # the leftovers of an interrupted export
-    partial.mkdir(parents=True)
-    try:
+    with staged_folder(out) as partial:
         writer = _Writer(
             session,
             store,
@@ -518,12 +513,6 @@ def export_lerobot(
         if not writer.got.episodes:
             raise UsageError(f"campaign '{aud.campaign.name}': no episode has a recording")
         _write_meta(partial, writer, aud, stream)
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        partial.rename(out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     files = [p for p in out.rglob("*") if p.is_file()]
     return ExportSummary(
         folder=out,
