@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from scipy import stats
+from scipy import special  # not scipy.stats at import: see binary.py
 
 from proctor.analysis.episodes import SYSTEM, Episode
 
@@ -53,7 +53,7 @@ def mann_kendall(x: Sequence[float]) -> tuple[float, float, float]:
     if var <= 0:
         return s, 0.0, 1.0
     z = (s - math.copysign(1.0, s)) / math.sqrt(var) if s != 0 else 0.0
-    return s, z, float(2 * stats.norm.sf(abs(z)))
+    return s, z, float(2 * special.ndtr(-abs(z)))
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,10 @@ def station_test(episodes: Sequence[Episode], level: float) -> StationTest | Non
     if len({x for sample in samples for x in sample}) < 2:
         h, p = 0.0, 1.0  # every value equal: no evidence of anything
     else:
+        # imported here: scipy.stats costs every `proctor analyze` half a second
+        # of start-up, and only a campaign with several stations gets this far
+        from scipy import stats
+
         h, p = (float(r) for r in stats.kruskal(*samples))
     return StationTest(
         h=h,
