@@ -76,7 +76,7 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         "proctor.export_cli",
         "export",
         False,
-        "Write the interchange file plus per-episode video, telemetry and annotations.",
+        "Write a released campaign for the public (or a submitter's own episodes) as a dataset.",
     ),
     "db": ServiceCommand(
         "proctor.db_cli",
