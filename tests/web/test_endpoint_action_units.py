@@ -17,10 +17,9 @@ import sqlalchemy as sa
 
 from proctor.core.db.models import Submission
 from proctor.core.domain import Role
-from proctor.web.submissions import worker
 from tests.station.test_droid_units import droid_server, joint_chunk
 from tests.web.conftest import Web, login, page_csrf
-from tests.web.test_submissions_helpers import portal_app, submitter
+from tests.web.test_submissions_helpers import portal_app, register_and_check, submitter
 
 NAMED = {"action_space": "joint_velocity", "action_horizon": 10}
 
@@ -38,16 +37,6 @@ def _body(url: str, **kw: Any) -> dict[str, Any]:
     return {"policy_name": "acme-droid", "url": url, "dialect": "openpi", **kw}
 
 
-def _register_and_check(portal: Web, body: dict[str, Any]) -> dict[str, Any]:
-    h = submitter(portal)
-    c = portal.client()
-    r = c.post("/api/submissions/endpoints", json=body, headers=h)
-    assert r.status_code == 201, r.text
-    worker.work(portal.app.state.web.session_factory, portal.settings, clock=portal.clock)
-    out: dict[str, Any] = c.get(f"/api/submissions/{r.json()['id']}", headers=h).json()
-    return out
-
-
 def _finding(out: dict[str, Any], check: str) -> dict[str, Any]:
     findings = out["conformance_report"]["findings"]
     return next(f for f in findings if f["check"] == check)
@@ -55,7 +44,7 @@ def _finding(out: dict[str, Any], check: str) -> dict[str, Any]:
 
 def test_the_selection_is_stored_and_the_check_reads_the_actions_in_it(portal: Web) -> None:
     with droid_server(NAMED, _actions) as server:
-        out = _register_and_check(portal, _body(server.url, action_units="droid"))
+        out = register_and_check(portal, _body(server.url, action_units="droid"))
     with portal.db() as s:
         row = s.get(Submission, out["id"])
         assert row is not None and row.manifest["wire"] == {"action_units": "droid"}
@@ -68,7 +57,7 @@ def test_the_selection_is_stored_and_the_check_reads_the_actions_in_it(portal: W
 
 def test_without_a_selection_the_check_reads_the_metadatas_units(portal: Web) -> None:
     with droid_server(NAMED, _actions) as server:
-        out = _register_and_check(portal, _body(server.url))
+        out = register_and_check(portal, _body(server.url))
     with portal.db() as s:
         row = s.get(Submission, out["id"])
         assert row is not None and "wire" not in row.manifest
@@ -77,7 +66,7 @@ def test_without_a_selection_the_check_reads_the_metadatas_units(portal: Web) ->
 
 def test_a_selection_the_metadata_contradicts_fails_the_check(portal: Web) -> None:
     with droid_server({**NAMED, "action_units": "si"}, _actions) as server:
-        out = _register_and_check(portal, _body(server.url, action_units="droid"))
+        out = register_and_check(portal, _body(server.url, action_units="droid"))
     assert out["conformance_status"] == "failed"
     conflict = _finding(out, "action_units_conflict")
     assert conflict["status"] == "failed"

@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 
 from proctor.core.db.models import Submission
-from proctor.web.submissions import worker
 from tests.station.field_servers import VLLM_PATH, FieldServer, vllm_handler
 from tests.station.field_servers import field_server as field_server  # the fixture
 from tests.web.conftest import Web
-from tests.web.test_submissions_helpers import portal_app, submitter
+from tests.web.test_submissions_helpers import portal_app, register_and_check, submitter
 
 
 @pytest.fixture
@@ -28,21 +27,11 @@ def _body(url: str, **kw: Any) -> dict[str, Any]:
     return {"policy_name": "acme-robot", "url": url, "dialect": "openpi", **kw}
 
 
-def _register_and_check(portal: Web, body: dict[str, Any]) -> dict[str, Any]:
-    h = submitter(portal)
-    c = portal.client()
-    r = c.post("/api/submissions/endpoints", json=body, headers=h)
-    assert r.status_code == 201, r.text
-    worker.work(portal.app.state.web.session_factory, portal.settings, clock=portal.clock)
-    out = c.get(f"/api/submissions/{r.json()['id']}", headers=h).json()
-    return out
-
-
 def test_an_openpi_endpoint_behind_a_path_is_checked_with_its_numbering(
     portal: Web, field_server: Callable[..., FieldServer]
 ) -> None:
     server = field_server(vllm_handler, path=VLLM_PATH)
-    out = _register_and_check(portal, _body(server.url, exterior_numbering=0))
+    out = register_and_check(portal, _body(server.url, exterior_numbering=0))
     assert out["endpoint_url"] == server.url  # the path is kept
     with portal.db() as s:
         row = s.get(Submission, out["id"])
@@ -58,7 +47,7 @@ def test_the_default_numbering_fails_that_server_and_says_what_to_change(
     portal: Web, field_server: Callable[..., FieldServer]
 ) -> None:
     server = field_server(vllm_handler, path=VLLM_PATH)
-    out = _register_and_check(portal, _body(server.url))
+    out = register_and_check(portal, _body(server.url))
     with portal.db() as s:
         row = s.get(Submission, out["id"])
         assert row is not None and "wire" not in row.manifest

@@ -122,6 +122,20 @@ def submitter(web: Web, name: str = "ada") -> dict[str, str]:
 
 
 # -- archives ----------------------------------------------------------------------------
+def register_and_check(portal: Web, body: dict[str, Any]) -> dict[str, Any]:
+    """Register an endpoint as a submitter, run the queued conformance check
+    in the worker, and return the submission as its owner sees it."""
+    from proctor.web.submissions import worker
+
+    h = submitter(portal)
+    c = portal.client()
+    r = c.post("/api/submissions/endpoints", json=body, headers=h)
+    assert r.status_code == 201, r.text
+    worker.work(portal.app.state.web.session_factory, portal.settings, clock=portal.clock)
+    out: dict[str, Any] = c.get(f"/api/submissions/{r.json()['id']}", headers=h).json()
+    return out
+
+
 def tar_bytes(entries: list[tuple[str, str, Any]], mode: str = "w:gz") -> bytes:
     """``(name, kind, payload)``: kind ``file`` (bytes), ``dir``, ``symlink``
     (target), ``hardlink`` (target), ``chardev``, ``fifo``."""
