@@ -42,9 +42,9 @@ class UsageError(ProctorError):
     http_status = 422
 
 
-class FieldError(UsageError):
-    """Bad input in one named field (422). The message reads
-    ``"<field>: <message>"``, as every other usage error does."""
+class NamesField(ProctorError):
+    """An error about one named field: the message reads ``"<field>: <message>"``,
+    as every other usage error does, and ``field`` names it for HTTP answers."""
 
     field: str  # always named here
 
@@ -55,6 +55,10 @@ class FieldError(UsageError):
 
     def field_message(self) -> str:
         return self.message
+
+
+class FieldError(NamesField, UsageError):
+    """Bad input in one named field (422)."""
 
 
 class NotFound(ProctorError):
@@ -76,6 +80,19 @@ class Conflict(UsageError):
     admin, a state that does not allow it."""
 
     http_status = 409
+
+
+class FieldForbidden(NamesField, Forbidden):
+    """403 naming the field whose value the caller may not use (another
+    station's run, episode or upload)."""
+
+
+class FieldNotFound(NamesField, NotFound):
+    """404 naming the field whose value matched nothing."""
+
+
+class FieldConflict(NamesField, Conflict):
+    """409 naming the field whose value clashes with what is stored."""
 
 
 class ConfigError(ProctorError):

@@ -1,4 +1,14 @@
-"""The artifact store: videos, telemetry, manifests, checkpoints."""
+"""The artifact store: videos, telemetry, manifests, checkpoints.
+
+Objects are content addressed (``objects/ab/<sha256>``) and written whole or
+not at all. Large artifacts from station hosts arrive by a resumable
+multipart upload instead (``multipart``): on an S3-compatible store the
+station sends each part to a presigned URL, so the bytes never pass through
+the server and the station holds no store credentials; on a local folder the
+parts come through the server. Either way the joined object is staged under
+``uploads/`` and reaches its content address only after its size and sha256
+are checked (``MultipartBackend.finish``).
+"""
 
 from __future__ import annotations
 

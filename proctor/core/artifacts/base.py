@@ -37,6 +37,12 @@ class ArtifactStore(ABC):
     the hash, so a corrupted object is an error, never silently served.
     """
 
+    @property
+    @abstractmethod
+    def kind(self) -> str:
+        """What sort of store this is ("local", or an fsspec protocol such as
+        "s3"): the key of its multipart backend (``artifacts.multipart``)."""
+
     @abstractmethod
     def put_stream(self, stream: BinaryIO, *, expected_sha256: str | None = None) -> StoredObject:
         """Store what the stream yields. With ``expected_sha256``, a mismatch

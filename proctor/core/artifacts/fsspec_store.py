@@ -23,6 +23,15 @@ class FsspecArtifactStore(ArtifactStore):
         self._root = self._root.rstrip("/")
         self._protocol = url.split("://", 1)[0]
 
+    @property
+    def kind(self) -> str:
+        return self._protocol
+
+    @property
+    def root(self) -> str:
+        """Where the store's keys start: ``bucket/prefix`` on S3."""
+        return self._root
+
     def _key(self, sha256: str) -> str:
         check_sha256(sha256)
         return f"{self._root}/objects/{sha256[:2]}/{sha256}"
@@ -65,6 +74,10 @@ class FsspecArtifactStore(ArtifactStore):
 
     def uri_for(self, sha256: str) -> str:
         return f"{self._protocol}://{self._key(sha256)}"
+
+    def key_for(self, sha256: str) -> str:
+        """The object's path in the filesystem (``bucket/prefix/objects/ab/<sha>``)."""
+        return self._key(sha256)
 
     def _open_raw(self, sha256: str) -> BinaryIO:
         key = self._key(sha256)

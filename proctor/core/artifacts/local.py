@@ -13,6 +13,8 @@ from proctor.core.errors import IntegrityError, UsageError
 
 
 class LocalArtifactStore(ArtifactStore):
+    kind = "local"
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
         self._objects = self.root / "objects"
