@@ -200,3 +200,11 @@ class LabelStream(StrEnum):
     auto_and_reviewed = "auto_and_reviewed"
     reviewed_only = "reviewed_only"
     detector_only = "detector_only"
+
+
+class StationUploadState(StrEnum):
+    """An artifact upload from a station host (``proctor.scheduler.station_uploads``)."""
+
+    open = "open"  # parts may still arrive
+    complete = "complete"  # verified and registered as an artifact
+    aborted = "aborted"  # refused at completion (size or sha256) or given up

@@ -83,7 +83,8 @@ class WebSettings(BaseModel):
     # 503 (SQLAlchemy's default, 30 s, kept every worker stuck for the whole of it)
     db_pool_timeout_s: float = Field(default=5.0, gt=0, le=60)
     # request bodies: JSON APIs and forms are small; only a checkpoint upload's
-    # chunk (PUT /api/uploads/{id}) is large (the page sends at most 8 MiB a chunk)
+    # chunk (PUT /api/uploads/{id}) is large (the page sends at most 8 MiB a chunk),
+    # and a station's artifact part sent through the server (scheduler.upload_part_bytes)
     max_body_bytes: int = Field(default=2**20, ge=1024, le=2**30)
     max_upload_chunk_bytes: int = Field(default=256 * 2**20, ge=64 * 1024, le=2**34)
     # a connection must have sent a request's whole header this long after it opened
@@ -186,6 +187,24 @@ class SchedulerSettings(BaseModel):
     # (X-Proctor-Station): a claim anyone can make, so for a closed development
     # set-up only; never in production (env = "prod" refuses it)
     trust_station_header: bool = False
+    # a station on the station API says hello this often: frequent enough that a
+    # silent one is noticed within a lease, rare enough to cost the server nothing
+    station_heartbeat_s: float = Field(default=10.0, gt=0)
+    # a claim held by a station whose token was revoked is handed back to the
+    # scheduler once the station has been silent this long; a station with a live
+    # token keeps its claim however long it is offline (it resumes the same run)
+    claim_lease_s: float = Field(default=120.0, ge=5)
+    # artifacts a station host uploads (proctor.scheduler.station_uploads). The
+    # largest accepted: a long episode's recordings are a few GiB, and the cap
+    # bounds what one station can make the store hold with one request
+    upload_max_bytes: int = Field(default=20 * 2**30, ge=1, le=5 * 2**40)
+    # the part size handed out: every part but the last is this long. S3 takes
+    # 5 MiB..5 GiB (a production server on S3 is refused less); larger parts
+    # mean fewer requests, smaller ones less to resend
+    upload_part_bytes: int = Field(default=8 * 2**20, ge=64 * 2**10, le=5 * 2**30)
+    # a presigned part URL works this long; a station that resumes later asks
+    # for the plan again and gets fresh ones
+    upload_url_expiry_s: int = Field(default=3600, ge=60, le=7 * 86400)
 
 
 class RunnerSettings(BaseModel):
@@ -288,6 +307,20 @@ class Settings(BaseSettings):
             self.artifacts = str((self.data_dir / "artifacts").resolve())
         if self.env == "prod" and self.secret_key is None:
             raise ValueError("PROCTOR_SECRET_KEY must be set when PROCTOR_ENV=prod")
+        if self.scheduler.upload_part_bytes > self.web.max_upload_chunk_bytes:
+            # a part through the server is one request body, bounded by the web's limit
+            raise ValueError(
+                "scheduler.upload_part_bytes: at most web.max_upload_chunk_bytes "
+                f"({self.web.max_upload_chunk_bytes})"
+            )
+        if (
+            self.env == "prod"
+            and self.artifacts.startswith("s3://")
+            and self.scheduler.upload_part_bytes < 5 * 2**20
+        ):
+            raise ValueError(
+                "scheduler.upload_part_bytes: S3 refuses parts under 5 MiB (5242880 bytes)"
+            )
         if self.env == "prod" and self.scheduler.trust_station_header:
             raise ValueError(
                 "scheduler.trust_station_header: stations prove who they are with "

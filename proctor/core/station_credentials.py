@@ -103,6 +103,12 @@ def token_from_environment(environ: dict[str, str] | None = None) -> str | None:
     return value
 
 
+def live_clause(now: datetime) -> sa.ColumnElement[bool]:
+    """The ``WHERE`` clause of a station's live tokens at ``now`` (the scheduler's
+    lease asks which stations have none left)."""
+    return _live(now)
+
+
 def _live(now: datetime) -> sa.ColumnElement[bool]:
     return sa.and_(
         StationToken.revoked_at.is_(None),

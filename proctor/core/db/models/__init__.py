@@ -9,7 +9,9 @@ from proctor.core.db.models.catalog import ObjectType, Policy, Station, Submissi
 from proctor.core.db.models.episodes import Artifact, Episode, EpisodeEvent
 from proctor.core.db.models.people import ApiToken, AuditLog, User, UserRole
 from proctor.core.db.models.runners import RunnerServer
+from proctor.core.db.models.station_requests import StationRequest
 from proctor.core.db.models.station_tokens import StationToken
+from proctor.core.db.models.station_uploads import StationUpload
 from proctor.core.db.models.submissions import ConformanceRun, UploadSession
 from proctor.core.db.models.system import CacheGeneration
 
@@ -34,7 +36,9 @@ __all__ = [
     "ReviewAction",
     "RunnerServer",
     "Station",
+    "StationRequest",
     "StationToken",
+    "StationUpload",
     "Submission",
     "UploadSession",
     "User",

@@ -35,6 +35,12 @@ class Station(Base):
     cell_profile: Mapped[str | None] = mapped_column(sa.String(64))
     created_at: Mapped[datetime] = created_at_column()
     last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # what the station said in its last hello on the station API: its software,
+    # a hash of its cell layout (a changed cell shows on the server) and its
+    # clock's offset from the server's (added to its wall times when it syncs)
+    software_version: Mapped[str | None] = mapped_column(sa.String(64))
+    layout_hash: Mapped[str | None] = mapped_column(sa.String(64))
+    clock_offset_s: Mapped[float | None]
 
 
 class ObjectType(Base):

@@ -74,6 +74,9 @@ class Episode(Base):
     label_status: Mapped[LabelStatus] = mapped_column(
         enum_column(LabelStatus, "label_status"), default=LabelStatus.pending, index=True
     )
+    # the station's revision of this episode last synced over the station API
+    # (None: written here directly): an older or repeated one changes nothing
+    sync_rev: Mapped[int | None]
     created_at: Mapped[datetime] = created_at_column()
 
     artifacts: Mapped[list[Artifact]] = relationship(
@@ -95,6 +98,11 @@ class EpisodeEvent(Base):
     faults, policy errors, the post-rollout log. Shown in the run explorer."""
 
     __tablename__ = "episode_events"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "episode_id", "station_seq", name="uq_episode_events_episode_station_seq"
+        ),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     episode_id: Mapped[int] = mapped_column(
@@ -105,6 +113,9 @@ class EpisodeEvent(Base):
     kind: Mapped[str] = mapped_column(sa.String(32))
     message: Mapped[str] = mapped_column(sa.Text, default="")
     details: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # the event's place in the station's own ledger (station API): a re-sent
+    # episode adds each event once; None for events written here directly
+    station_seq: Mapped[int | None]
 
     episode: Mapped[Episode] = relationship(back_populates="events")
 
