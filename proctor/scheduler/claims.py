@@ -319,9 +319,12 @@ def _replace(session: Session, a: Assignment, *, not_before: datetime | None) ->
     appended after every other slot: new run code and handle, so nothing
     links it to the one it replaces."""
     # serialize sequence numbers per campaign (PostgreSQL row lock; SQLite's
-    # write lock is already held by this transaction's earlier UPDATE)
+    # write lock is already held by this transaction's earlier UPDATE). NO KEY
+    # UPDATE, not UPDATE: every row written under the campaign holds a KEY SHARE
+    # on it through its foreign key, and two settling stations each waiting for
+    # the other's KEY SHARE deadlocked; NO KEY UPDATE still excludes its like
     session.execute(
-        sa.select(Campaign.id).where(Campaign.id == a.campaign_id).with_for_update()
+        sa.select(Campaign.id).where(Campaign.id == a.campaign_id).with_for_update(key_share=True)
     ).scalar_one()
     last = session.scalar(
         sa.select(sa.func.max(Assignment.sequence)).where(Assignment.campaign_id == a.campaign_id)

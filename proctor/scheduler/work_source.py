@@ -1,4 +1,12 @@
-"""The station's work, from a campaign's allocation (``proctor.station.work.WorkSource``).
+"""The station's work, from a campaign's allocation (``proctor.station.work.WorkSource``),
+read and written in the campaign database directly.
+
+A station anywhere does not use this: it holds no database credentials and
+talks to the server over the station API (``proctor.station.uplink``, an
+``[uplink]`` section in its config). This source is for a station on the
+server's own host, where the database is local anyway, and for the
+scheduler's and gateway's tests, which drive claims with no HTTP server in
+between (``docs/architecture.md``, Stations anywhere).
 
 Plugged into the station daemon by its config, so the station never imports
 the scheduler::

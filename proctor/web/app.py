@@ -56,6 +56,7 @@ from proctor.web.snapshots.service import ResultCache
 from proctor.web.snapshots.worker import WORKER_KEY, SnapshotWorker
 from proctor.web.startup import recover
 from proctor.web.state import AppState, Clock
+from proctor.web.stationapi import routes as stationapi
 from proctor.web.stations import routes as stations
 from proctor.web.submissions import routes as submissions
 from proctor.web.submissions.queue import WORKERS_KEY, ConformanceWorkers
@@ -79,11 +80,18 @@ DOMAINS: tuple[ModuleType, ...] = (
     review,
     snapshots,
     stations,
+    stationapi,
     submissions,
 )
 
 OPENAPI_TAGS = [
     {"name": "system", "description": "Health of the server and its database."},
+    {
+        "name": "station",
+        "description": "The station API (v1), for station hosts with their own token "
+        "(`Authorization: Bearer pst_…`): register and heartbeat, claim blinded runs, "
+        "report episodes, upload artifacts. Nothing in it names a policy.",
+    },
     {"name": "accounts", "description": "Users, roles, API tokens, the audit log."},
     {"name": "campaigns", "description": "Campaigns, their sealed allocation, unblinding."},
     {

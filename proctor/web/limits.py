@@ -146,6 +146,16 @@ BODY_LIMITS: tuple[BodyLimit, ...] = (
         lambda web: web.max_upload_chunk_bytes,
         "an upload chunk",
     ),
+    # a station's artifact part through this server (a local store); the route
+    # itself, once the station's token is checked, reads no more than the
+    # upload's own part length (proctor.web.stationapi.uploads), and settings
+    # keep scheduler.upload_part_bytes within this
+    BodyLimit(
+        "PUT",
+        re.compile(r"^/api/station/v1/uploads/[^/]+/parts/[0-9]+$"),
+        lambda web: web.max_upload_chunk_bytes,
+        "an artifact part",
+    ),
 )
 
 

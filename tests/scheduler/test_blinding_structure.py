@@ -165,3 +165,24 @@ def test_the_work_a_station_receives_carries_no_identity() -> None:
     for cls in (Claim, Work):
         names = {f.name for f in fields(cls)}
         assert not names & (IDENTITY_ATTRS | {"policy", "policy_name", "owner", "checkpoint"})
+
+
+def test_the_station_apis_replies_carry_no_identity() -> None:
+    """The station API's side of it: every model the server sends a station
+    host (``proctor.station.uplink.wire``) has no field that could name the
+    policy; a run's policy is reached through the gateway path's handle."""
+    from pydantic import BaseModel
+
+    from proctor.station.uplink import wire
+
+    replies = [
+        m
+        for m in vars(wire).values()
+        if isinstance(m, type) and issubclass(m, BaseModel) and m.__module__ == wire.__name__
+    ]
+    assert {"WorkWire", "ClaimReply", "HelloReply", "EpisodeReply"} <= {m.__name__ for m in replies}
+    for model in replies:
+        names = set(model.model_fields)
+        assert not names & (IDENTITY_ATTRS | {"policy", "policy_name", "owner", "checkpoint"}), (
+            model
+        )

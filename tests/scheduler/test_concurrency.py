@@ -160,3 +160,45 @@ def test_sqlite_serializes_claimers(committed_db: CommittedDb) -> None:
     first.close()
     t.join(timeout=30)
     assert got_a is not None and result and result[0] not in ("", got_a.run_code)
+
+
+@only_on("postgresql", fixture="committed_db")  # the row-lock modes are PostgreSQL's
+def test_settling_a_requeue_does_not_wait_for_another_stations_key_share(
+    committed_db: CommittedDb,
+) -> None:
+    """Every row written under a campaign (a fresh slot, a settled episode)
+    takes a KEY SHARE lock on the campaign's row through its foreign key. A
+    requeue that then asked for FOR UPDATE on that row waited for every other
+    such transaction, and two stations settling interrupted runs at once
+    deadlocked (found by ``./run bench stations`` with 8 stations)."""
+    campaign_id, (a, _, _) = _campaign(committed_db, 1, ("spoons",), 2)
+    with committed_db.session() as s:
+        claim = claims.claim_next(s, campaign_id=campaign_id, station_id=a)
+        assert claim is not None
+    other = committed_db.factory()
+    first = committed_db.factory()
+    try:
+        # another station's transaction, mid-way: its rows point at the campaign
+        other.execute(
+            sa.text("SELECT id FROM campaigns WHERE id = :c FOR KEY SHARE"), {"c": campaign_id}
+        )
+        first.execute(sa.text("SET LOCAL lock_timeout = '2s'"))
+        ep = Episode(
+            uid=secrets.token_hex(8),
+            station_id=a,
+            object_type_id=claim.object_type_id,
+            items=claim.items,
+            budget_s=claim.budget_s,
+            tote_side=claim.tote_side,
+            camera_side=claim.camera_side,
+            state=EpisodeState.interrupted,
+        )
+        first.add(ep)
+        first.flush()
+        status = claims.complete(first, run_code=claim.run_code, episode_id=ep.id, station_id=a)
+        assert status == AssignmentStatus.requeued
+        first.commit()
+    finally:
+        first.close()
+        other.rollback()
+        other.close()

@@ -811,3 +811,89 @@ def test_a_policy_server_cannot_write_to_the_staff(web: Web, tmp_path: Path) -> 
     explorer = responses[0][2].json()
     assert explorer["outcome_reason"].startswith("malformed policy reply: reply has no 'actions'")
     assert _search(responses, markers) == []
+
+
+def test_the_station_api_names_no_policy(web: Web) -> None:
+    """What a station host receives over the station API (hello, every claim
+    of a campaign, abandon and episode replies, errors) names no policy, owner,
+    endpoint or description; the same search finds them where an admin looks."""
+    from proctor.core.audit import Actor
+    from proctor.scheduler import service
+    from tests.scheduler import builders
+
+    api = "/api/station/v1"
+    with web.db() as s:
+        w = builders.world(s, 2)
+        for p in w.arms:
+            p.description = f"private notes of {p.name}"
+        c = service.create_campaign(s, protocol=builders.protocol(w), actor=Actor(label="t"))
+        service.start_campaign(s, campaign=c.id, actor=Actor(label="t"))
+        _, token = builders.enrolled_station(s, "cell-bl")
+        campaign_id = c.id
+    hidden = [p.name for p in w.arms] + [f"private notes of {p.name}" for p in w.arms]
+    hidden += [u.username for u in w.owners.values()]
+    hidden += [sub.endpoint_url for sub in w.submissions.values() if sub.endpoint_url]
+    station = bearer(token)
+    client = web.client()
+    hello = {
+        "station": "cell-bl",
+        "profile": "sim",
+        "layout_hash": "0" * 64,
+        "software_version": "t",
+        "station_time": "2031-05-04T09:00:00Z",
+    }
+    responses = [
+        ("station", "POST /hello", client.post(f"{api}/hello", json=hello, headers=station))
+    ]
+    for n in range(40):
+        r = client.post(
+            f"{api}/claims",
+            json={"campaign": campaign_id},
+            headers={**station, "Idempotency-Key": f"claim:{n}"},
+        )
+        responses.append(("station", f"POST /claims #{n}", r))
+        work = r.json()["work"]
+        if work is None:
+            break
+        if n == 0:
+            r = client.post(
+                f"{api}/claims/{work['run_code']}/abandon",
+                json={"reason": "unreachable"},
+                headers={**station, "Idempotency-Key": "abandon:0"},
+            )
+            responses.append(("station", "POST abandon", r))
+            continue
+        items = work["items"]
+        body = {
+            "uid": f"uidbl{n:04d}",
+            "rev": 1,
+            "run_code": work["run_code"],
+            "object": work["object"],
+            "items": items,
+            "budget_s": items * work["per_item_cap_s"],
+            "tote_side": work["tote_side"],
+            "camera_side": work["camera_side"],
+            "state": "closed",
+            "outcome": "success",
+            "placed": items,
+            "lost": 0,
+            "dropped": 0,
+        }
+        # a refusal first: the episode's object is not the run's
+        bad = client.put(
+            f"{api}/episodes/x{body['uid']}",
+            json={**body, "uid": f"x{body['uid']}", "object": "anvils"},
+            headers=station,
+        )
+        responses.append(("station", "PUT bad episode", bad))
+        r = client.put(f"{api}/episodes/{body['uid']}", json=body, headers=station)
+        responses.append(("station", "PUT episode", r))
+    claims = [r for _, what, r in responses if what.startswith("POST /claims")]
+    assert len(claims) > 10 and claims[-1].json()["work"] is None  # it ran them all
+    assert {r.status_code for _, _, r in responses} <= {200, 422}
+    leaks = _search(responses, hidden)
+    assert leaks == [], "\n".join(leaks)
+    # the same search finds the names where an admin looks (so it can fail)
+    web.add_user("root-st", Role.admin)
+    admin = client.get("/api/users", headers=bearer(web.token("root-st", ("admin",))))
+    assert _search([("admin", "/api/users", admin)], [w.policies[0].name])

@@ -91,3 +91,23 @@ def test_every_operation_as_admin(populated: Web) -> None:
     operations = _operations(populated)
     assert len(operations) > len(_operations(populated, OWN_TAGS))
     _fuzz(operations, _admin(populated), examples=5)
+
+
+def test_station_operations_with_a_station_token(web: Web) -> None:
+    """The station API, as an enrolled station with a claim to work on: its
+    own token gets past the door, so the generated bodies reach the service
+    (an admin's token, above, is refused at the door: a user is no station)."""
+    from proctor.core.audit import Actor
+    from proctor.scheduler import claims, service
+    from tests.scheduler import builders
+
+    with web.db() as s:
+        w = builders.world(s, 1)
+        c = service.create_campaign(s, protocol=builders.protocol(w), actor=Actor(label="t"))
+        service.start_campaign(s, campaign=c.id, actor=Actor(label="t"))
+        station, token = builders.enrolled_station(s, "cell-a")
+        claims.claim_next(s, campaign_id=c.id, station_id=station.id)
+    operations = _operations(web, {"station"})
+    labels = {op.label for op in operations}
+    assert {"POST /api/station/v1/hello", "PUT /api/station/v1/episodes/{uid}"} <= labels
+    _fuzz(operations, {"Authorization": f"Bearer {token}"}, examples=25)
