@@ -19,9 +19,12 @@
                              clear: the fingers sweep open and closed)
 ``POST /api/disarm``         give up an armed, not yet started episode
 ``POST /api/log``            the post-rollout log: ``{placed, lost, dropped,
-                             outcome, notes}`` and optionally ``operator_id``
-                             (the signed-in user, from the console); 422 names
-                             the bad field
+                             outcome, notes}`` and optionally who wrote it:
+                             ``operator_id`` (the console's user, an id in
+                             the database a station without an uplink shares)
+                             and ``operator_name`` (that user's name; with an
+                             uplink, the server gets ``<station>:<name>``);
+                             422 names the bad field
 ``GET  /api/preview/{cam}``  the latest frame of ``exterior`` or ``wrist`` (JPEG)
 ``GET  /api/reference/{cam}`` the armed run's initial scene as rendered when it
                              was armed (JPEG; simulated cell only, else 404)
@@ -143,7 +146,8 @@ def create_app(daemon: StationDaemon) -> FastAPI:
             isinstance(operator_id, bool) or not isinstance(operator_id, int) or operator_id < 1
         ):
             raise episodes.LogRejected("operator_id", "must be a user id (a positive integer)")
-        return await run_in_threadpool(daemon.submit_log, data, operator_id)
+        operator_name = episodes.check_operator_name(data.pop("operator_name", None))
+        return await run_in_threadpool(daemon.submit_log, data, operator_id, operator_name)
 
     @app.get("/api/preview/{camera}")
     async def preview(camera: str) -> Response:

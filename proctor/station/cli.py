@@ -138,15 +138,24 @@ def run(
     port: Annotated[
         int | None, typer.Option(help="Local API port (overrides [api] port; 0: any free).")
     ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="The server's origin (https://…): talk to it over the station API only, "
+            "keeping a local ledger (overrides [uplink] server; needs no database URL; "
+            "the token comes from PROCTOR_STATION_TOKEN)."
+        ),
+    ] = None,
+    campaign: Annotated[
+        str | None,
+        typer.Option(help="The campaign (id or name) to claim runs of, with --server."),
+    ] = None,
 ) -> None:
     """Start the station daemon and its local API for the operator console."""
     import uvicorn
 
-    from proctor.core.artifacts import open_store
-    from proctor.core.db.opening import open_sessions
     from proctor.station.api import create_app
-    from proctor.station.config import load_station_config, spool_root
-    from proctor.station.daemon import StationDaemon
+    from proctor.station.config import load_station_config
     from proctor.station.logs import configure_logging
 
     settings = _settings(ctx)
@@ -167,21 +176,17 @@ def run(
         cfg = cfg.model_copy(update={"sim": {**cfg.sim, "clock": "monotonic"}})
     if port is not None:
         cfg = cfg.model_copy(update={"api": cfg.api.model_copy(update={"port": port})})
-    sessions = open_sessions(settings)
-    daemon = StationDaemon(
-        cfg,
-        profile,
-        sessions=sessions,
-        store=open_store(settings.artifacts_location),
-        spool_root=spool_root(settings, cfg.name, cfg),
-    )
+    if server is not None or campaign is not None or cfg.uplink is not None:
+        daemon = _remote_daemon(cfg, profile, settings, server, campaign)
+    else:
+        daemon = _database_daemon(cfg, profile, settings)
     for r in daemon.recovered:
         typer.echo(
             f"recovered interrupted episode {r.uid}: {r.telemetry_rows} telemetry rows, "
             f"frames {r.frames}" + (f" ({'; '.join(r.notes)})" if r.notes else "")
         )
     daemon.open()
-    server = uvicorn.Server(
+    server_ = uvicorn.Server(
         uvicorn.Config(
             create_app(daemon),
             host=cfg.api.host,
@@ -193,13 +198,48 @@ def run(
             timeout_graceful_shutdown=API_SHUTDOWN_GRACE_S,
         )
     )
+    _serve(server_, daemon, f"station {cfg.name} ({profile})")
 
+
+def _database_daemon(cfg: Any, profile: str, settings: Any) -> Any:
+    """A single-host station: episodes go straight into the configured database."""
+    from proctor.core.artifacts import open_store
+    from proctor.core.db.opening import open_sessions
+    from proctor.station.config import spool_root
+    from proctor.station.daemon import StationDaemon
+
+    return StationDaemon(
+        cfg,
+        profile,
+        sessions=open_sessions(settings),
+        store=open_store(settings.artifacts_location),
+        spool_root=spool_root(settings, cfg.name, cfg),
+    )
+
+
+def _remote_daemon(
+    cfg: Any, profile: str, settings: Any, server: str | None, campaign: str | None
+) -> Any:
+    """A station host that reaches the server over the station API only: no
+    database URL is opened (or needed); the token comes from the environment."""
+    from proctor.station.uplink.remote import open_configured_station
+
+    daemon = open_configured_station(
+        cfg, profile, data_dir=settings.data_dir, server=server, campaign=campaign
+    )
+    where = server or (cfg.uplink.server if cfg.uplink else "")
+    which = campaign or (cfg.uplink.campaign if cfg.uplink else "")
+    typer.echo(f"station {cfg.name}: uplink to {where}, campaign {which}")
+    return daemon
+
+
+def _serve(server: Any, daemon: Any, who: str) -> None:
     def announce() -> None:
         while not server.started:
             time.sleep(0.05)
         sock = server.servers[0].sockets[0]
         host, bound = sock.getsockname()[:2]
-        typer.echo(f"station {cfg.name} ({profile}) listening on http://{host}:{bound}", err=False)
+        typer.echo(f"{who} listening on http://{host}:{bound}", err=False)
         sys.stdout.flush()
 
     import threading

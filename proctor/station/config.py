@@ -196,6 +196,22 @@ class WorkSettings(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class UplinkSettings(BaseModel):
+    """``[uplink]``: the station host talks to the server over the station API
+    only (no database URL); its token comes from ``PROCTOR_STATION_TOKEN``,
+    never from this file."""
+
+    model_config = {"extra": "forbid"}
+
+    # the server's origin, e.g. "https://proctor.example.org"
+    server: str = Field(min_length=1, max_length=512, pattern=r"^https?://[^\s/]+/?$")
+    # the campaign's id (a TOML integer) or name
+    campaign: int | str = Field(union_mode="left_to_right")
+    # how often the station says hello (the server may ask for less)
+    heartbeat_s: float = Field(default=10.0, gt=0, le=3600)
+    timeout_s: float = Field(default=15.0, gt=0, le=600)
+
+
 class StationConfig(BaseModel):
     model_config = {"extra": "forbid"}
 
@@ -237,6 +253,9 @@ class StationConfig(BaseModel):
     gripper: GripSettings = Field(default_factory=GripSettings)
     envelope: EnvelopeSettings = Field(default_factory=EnvelopeSettings)
     work: WorkSettings = Field(default_factory=WorkSettings)
+    # the server link of a station host without a database (None: the daemon
+    # writes to the configured database, as on a single-host install)
+    uplink: UplinkSettings | None = None
     # where episodes are recorded before they reach the artifact store;
     # default: <data dir>/station/<name>/spool
     spool_dir: Path | None = None

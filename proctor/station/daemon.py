@@ -14,9 +14,10 @@ import io
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from PIL import Image
 from sqlalchemy.orm import sessionmaker
@@ -107,6 +108,21 @@ def adhoc_source(options: dict[str, Any]) -> WorkSource:
     return AdHocWorkSource(template, repeat=repeat)
 
 
+class Uplink(Protocol):
+    """The link to the server of a station host that keeps a ledger
+    (``proctor.station.uplink.forwarder.Forwarder``)."""
+
+    def status(self) -> dict[str, Any]: ...
+
+    def nudge(self) -> None: ...
+
+    def drain(self, timeout: float) -> bool: ...
+
+    def watch(self, callback: Callable[[], None]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class StationDaemon:
     def __init__(
         self,
@@ -117,8 +133,13 @@ class StationDaemon:
         store: ArtifactStore,
         spool_root: Path,
         source: WorkSource | None = None,
+        uplink: Uplink | None = None,
     ) -> None:
+        """``uplink``: ``sessions`` and ``store`` are the station's own ledger
+        and local store, forwarded to the server by ``uplink`` (which the
+        daemon nudges on every change and closes with itself)."""
         self.config = config
+        self.uplink = uplink
         self.profile = profile
         self.sessions = sessions
         self.store = store
@@ -148,6 +169,8 @@ class StationDaemon:
             on_change=self._bump,
         )
         self._lock = threading.Lock()
+        if uplink is not None:
+            uplink.watch(self._announce)  # the console hears when the link changes
         self.deadman: ConsoleDeadman | None = None
         if config.console_deadman_s > 0:
             self.deadman = ConsoleDeadman(config.console_deadman_s, self._console_lost)
@@ -185,6 +208,8 @@ class StationDaemon:
         if self.deadman is not None:
             self.deadman.close()
         self.runner.close()
+        if self.uplink is not None:
+            self.uplink.close()
 
     def _bump(self) -> None:
         if self.deadman is not None and self.runner.state not in (
@@ -192,6 +217,12 @@ class StationDaemon:
             RunnerState.running,
         ):
             self.deadman.release()  # the watched episode is over
+        self._announce()
+        if self.uplink is not None:
+            self.uplink.nudge()  # the ledger changed: forward it
+
+    def _announce(self) -> None:
+        """A new status version for the console's live feed."""
         with self._changed:
             self._version += 1
             self._changed.notify_all()
@@ -216,7 +247,11 @@ class StationDaemon:
             self.runner.check_ready()  # before a claim: a refusal takes no work
             work = self.source.claim()
             if work is None:
-                raise NoWork("no work: nothing is scheduled for this station right now")
+                # a source may say why (e.g. the server is offline)
+                why = getattr(self.source, "nothing_reason", "") or (
+                    "nothing is scheduled for this station right now"
+                )
+                raise NoWork(f"no work: {why}")
             try:
                 uid = self.runner.arm(work)
             except PolicyUnreachable as exc:
@@ -315,13 +350,30 @@ class StationDaemon:
         self.runner.disarm()
         return self.status()
 
-    def submit_log(self, data: dict[str, Any], operator_id: int | None = None) -> dict[str, Any]:
+    def submit_log(
+        self,
+        data: dict[str, Any],
+        operator_id: int | None = None,
+        operator_name: str | None = None,
+    ) -> dict[str, Any]:
+        """Close the episode awaiting its log. With an uplink, the console's
+        accounts are the station host's own, so the operator reaches the
+        server as a label (``cell-a:alice``) and the id stays here; without
+        one, station and console share the database and the id is a user's."""
         if self.runner.state != RunnerState.awaiting_log:
             raise episodes.WrongState(
                 f"station is {self.runner.state.value}: no episode is awaiting its log"
             )
         entry = episodes.OperatorLog.parse(data)
-        work, uid, outcome = self.runner.submit_log(entry, operator_id=operator_id)
+        if self.uplink is None:
+            work, uid, outcome = self.runner.submit_log(entry, operator_id=operator_id)
+        else:
+            label = (
+                None
+                if operator_name is None
+                else episodes.operator_label(self.config.name, operator_name)
+            )
+            work, uid, outcome = self.runner.submit_log(entry, operator_label=label)
         self._report(work, uid, outcome)
         return self.status()
 
@@ -368,6 +420,8 @@ class StationDaemon:
                 "frames": last.frames,
                 "dropped_frames": last.dropped_frames,
             }
+        if self.uplink is not None:
+            out["uplink"] = self.uplink.status()
         out["version"] = self._version
         return out
 

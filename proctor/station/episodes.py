@@ -327,6 +327,32 @@ class OperatorLog:
             )
 
 
+# the operator_log event's detail that names who logged it, as text
+OPERATOR_LABEL_KEY = "operator_label"
+# an operator label's length limit (the wire's and the server's too)
+OPERATOR_LABEL_MAX = 128
+# what a console may send as the operator's local account name
+OPERATOR_NAME_MAX = 64
+
+
+def operator_label(station: str, name: str) -> str:
+    """Who logged an episode, as the server may see it: the station and the
+    operator's account on the station host (``cell-a:alice``). A label, never
+    an id: the station host's accounts are its own, not the server's users."""
+    return f"{station}:{name}"[:OPERATOR_LABEL_MAX]
+
+
+def check_operator_name(value: object) -> str | None:
+    """The console's ``operator_name``: a local account's name, or absent."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise LogRejected("operator_name", "must be the operator's account name (text)")
+    if len(value) > OPERATOR_NAME_MAX or not value.isprintable():
+        raise LogRejected("operator_name", f"at most {OPERATOR_NAME_MAX} printable characters")
+    return value.strip()
+
+
 def submit_log(
     session: ProctorSession,
     *,
@@ -334,12 +360,16 @@ def submit_log(
     log: OperatorLog,
     operator_id: int | None = None,
     label: str = "",
+    operator_label: str | None = None,
 ) -> Episode:
     """Close an episode with the operator's counts and outcome.
 
     Only an episode awaiting its log accepts one; later corrections go
     through the review log (an admin's ``correct_log`` action), never here.
     ``label`` marks logs no person wrote (the demo's ground-truth helper).
+    ``operator_label``: who logged it, as text (``operator_label(...)``),
+    for a station whose ledger holds none of the server's users; it rides in
+    the log event's details and the server keeps it there.
     """
     episode = get_episode(session, uid)
     if episode.state != EpisodeState.awaiting_log:
@@ -366,6 +396,8 @@ def submit_log(
     }
     if label:
         details["label"] = label
+    if operator_label:
+        details[OPERATOR_LABEL_KEY] = operator_label
     add_event(
         session,
         episode=episode,

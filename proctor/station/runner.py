@@ -731,10 +731,20 @@ class EpisodeRunner:
 
     # -- the operator's log ----------------------------------------------------------
     def submit_log(
-        self, log_entry: episodes.OperatorLog, *, operator_id: int | None = None
+        self,
+        log_entry: episodes.OperatorLog,
+        *,
+        operator_id: int | None = None,
+        operator_label: str | None = None,
     ) -> tuple[Work, str, Outcome]:
         return self.close_with(
-            lambda s, uid: episodes.submit_log(s, uid=uid, log=log_entry, operator_id=operator_id)
+            lambda s, uid: episodes.submit_log(
+                s,
+                uid=uid,
+                log=log_entry,
+                operator_id=operator_id,
+                operator_label=operator_label,
+            )
         )
 
     def close_with(

@@ -130,6 +130,11 @@ def test_a_whole_rollout_through_the_api(console) -> None:
         "/api/log", json={"placed": 1, "lost": 0, "dropped": 0, "outcome": "success"}
     )
     assert not_all.status_code == 422 and not_all.json()["field"] == "outcome"
+    good = {"placed": 2, "lost": 0, "dropped": 0, "outcome": "success"}
+    for name in (5, "", "a\x00b", "x" * 65):
+        bad_name = client.post("/api/log", json={**good, "operator_name": name})
+        assert bad_name.status_code == 422, name
+        assert bad_name.json()["field"] == "operator_name", name
     assert _until(client, "awaiting_log")  # nothing was half-written
     saved = client.post(
         "/api/log", json={"placed": 2, "lost": 0, "dropped": 0, "outcome": "success"}
