@@ -82,6 +82,17 @@ def running_station(
         spool_root=spool,
         source=source,
     )
+    try:
+        with serving_station(daemon, sock):
+            yield daemon
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def serving_station(daemon: StationDaemon, sock: socket.socket) -> Iterator[StationDaemon]:
+    """Open ``daemon`` and serve its local API under uvicorn on ``sock``
+    (loopback) until the block ends; then close both."""
     server = uvicorn.Server(
         uvicorn.Config(station_app(daemon), log_level="warning", lifespan="off", access_log=False)
     )
@@ -100,7 +111,6 @@ def running_station(
         if thread.is_alive():
             thread.join(timeout=15)
         daemon.close()
-        engine.dispose()
         sock.close()
 
 

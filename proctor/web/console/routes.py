@@ -193,7 +193,9 @@ async def disarm(who: Operator, settings: SettingsDep) -> ConsoleStatus:
     responses=error_responses(409, 422),
 )
 async def save_log(body: LogIn, who: Operator, settings: SettingsDep) -> ConsoleStatus:
-    payload = {**body.model_dump(mode="json"), "operator_id": who.id}
+    # both: a station that shares this database keeps the id; a station host
+    # whose console has accounts of its own sends the server only the name
+    payload = {**body.model_dump(mode="json"), "operator_id": who.id, "operator_name": who.username}
     return _view(await station_link(settings).json("POST", "/api/log", json=payload))
 
 

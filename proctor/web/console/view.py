@@ -72,6 +72,15 @@ class LastEpisodeView(_View):
     duration_s: float | None = None
 
 
+class UplinkView(_View):
+    """A station host's link to the server (its ledger, forwarded): whether the
+    server answers and how many episodes it does not hold in full yet."""
+
+    online: bool
+    waiting: int = Field(ge=0)
+    last_error: Text | None = None
+
+
 class ConsoleStatus(_View):
     state: StationState
     station: str | None = None
@@ -88,6 +97,7 @@ class ConsoleStatus(_View):
     cameras: dict[CameraName, CameraView] = Field(default_factory=dict)
     notice: NoticeView | None = None
     last_episode: LastEpisodeView | None = None
+    uplink: UplinkView | None = None  # None: the station writes to the server's database
     version: int | None = None
     # set by the console when the station does not answer
     detail: Text | None = None

@@ -40,6 +40,7 @@ from proctor.core.db.models import (
 )
 from proctor.core.domain import ArtifactKind, CampaignStatus, PolicyKind, Visibility
 from proctor.scheduler.naming import WITHHELD_NOTE, campaign_naming
+from proctor.station.episodes import OPERATOR_LABEL_KEY
 from proctor.web.artifacts import redaction
 from proctor.web.artifacts.access import EpisodeAccess, is_staff
 from proctor.web.auth.identity import Principal, viewer
@@ -148,6 +149,11 @@ class EpisodeOut(BaseModel):
     started_at: datetime | None
     label_status: str
     operator_notes: str
+    logged_by: str | None = Field(
+        default=None,
+        description="who wrote the operator's log, for staff only: a server user's name, "
+        "or a station host's label for its own account (cell-a:alice); null otherwise",
+    )
     events: list[EventOut]
     candidates: list[CandidateOut]
     placements: list[PlacementOut]
@@ -164,6 +170,22 @@ class EpisodeOut(BaseModel):
         description="every policy call: round trip, the server's time, its chunk's "
         "lateness and stale actions (null: the station tabled none)",
     )
+
+
+def _logged_by(session: ProctorSession, episode: Episode) -> str | None:
+    """The operator's user, or the label a station host sent for its own
+    account (not a policy's identity: no blinding rests on it)."""
+    if episode.operator_id is not None:
+        user = session.get(User, episode.operator_id)
+        return user.username if user else f"user {episode.operator_id}"
+    details = session.scalar(
+        sa.select(EpisodeEvent.details)
+        .where(EpisodeEvent.episode_id == episode.id, EpisodeEvent.kind == "operator_log")
+        .order_by(EpisodeEvent.id.desc())
+        .limit(1)
+    )
+    label = (details or {}).get(OPERATOR_LABEL_KEY)
+    return label if isinstance(label, str) and label else None
 
 
 def _failure_tags(session: ProctorSession, episode: Episode) -> list[FailureTagOut]:
@@ -307,6 +329,7 @@ def episode_bundle(
         started_at=episode.started_at,
         label_status=episode.label_status.value,
         operator_notes=episode.operator_notes or "",
+        logged_by=_logged_by(session, episode) if staff else None,
         events=[
             EventOut(
                 t_s=e.t_s,

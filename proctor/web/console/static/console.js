@@ -175,6 +175,8 @@
     mode.dataset.mode = modeName || "";
     mode.classList.toggle("alert", MODE_ALERT.has(modeName));
 
+    showUplink(next.uplink || null);
+
     const armError = $("arm-error");
     armError.textContent = next.arm_error ? `The arm needs recovery: ${next.arm_error}` : "";
     show(armError, Boolean(next.arm_error));
@@ -191,6 +193,18 @@
     showControls(next);
     showLogForm(next);
     tick();
+  }
+
+  // a station host that keeps its own ledger: is the server there, what waits for it
+  function showUplink(uplink) {
+    const badge = $("uplink-state");
+    show(badge, Boolean(uplink));
+    if (!uplink) return;
+    const n = uplink.waiting;
+    const waiting = `${n} episode${n === 1 ? "" : "s"} waiting`;
+    badge.textContent = uplink.online ? (n ? `server: ${waiting}` : "server: up to date") : `offline, ${waiting}`;
+    badge.classList.toggle("alert", !uplink.online);
+    badge.title = uplink.last_error || "the station's link to the server";
   }
 
   function showRun(work) {

@@ -1,0 +1,127 @@
+"""The operator console of a station host that keeps its own ledger, in
+headless Chromium: the bar says whether the server is there and how many
+episodes wait for it ("offline, 1 episode waiting"), and the whitelist
+passes the uplink's status and nothing more.
+
+The station's server here is the fake station-API server
+(tests/station/fake_station_server.py, a stand-in for the contract; the
+end-to-end tests use the real one); the console is the real app."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from proctor.core.domain import Role
+from proctor.station.api import create_app as station_app
+from proctor.station.daemon import StationDaemon
+from proctor.station.uplink.remote import StationFolder, open_remote_station
+from proctor.web.console.view import public_status
+from tests.browser import LiveServer, sign_in
+from tests.station.conftest import sim_config
+from tests.station.fake_station_server import FakeStationServer, parts_sender
+from tests.station.uplink_support import TOKEN, Ledger, write_episode
+from tests.station.uplink_support import fake as fake  # the fixture
+from tests.web.test_console_support import bind_loopback, sock_url
+
+
+@pytest.fixture
+def station_sock() -> Iterator[socket.socket]:
+    sock = bind_loopback()
+    yield sock
+    sock.close()
+
+
+@pytest.fixture
+def live_server(
+    start_live_server: Callable[..., LiveServer], station_sock: socket.socket
+) -> LiveServer:
+    return start_live_server(web={"station_url": sock_url(station_sock)})
+
+
+@pytest.fixture
+def remote_station(
+    live_server: LiveServer, station_sock: socket.socket, fake: FakeStationServer, tmp_path: Path
+) -> Iterator[StationDaemon]:
+    daemon = open_remote_station(
+        sim_config(name="cell-ledger", api={"preview_fps": 10.0}),
+        "sim",
+        data_dir=tmp_path / "station-data",
+        server=fake.url,
+        token=TOKEN,
+        campaign="spring",
+        heartbeat_s=0.5,
+        send_parts=parts_sender(),
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(station_app(daemon), log_level="warning", lifespan="off", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [station_sock]}, daemon=True)
+    try:
+        daemon.open()
+        thread.start()
+        deadline = time.monotonic() + 15
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the station did not start"
+            time.sleep(0.02)
+        yield daemon
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        daemon.close()
+
+
+def _text_becomes(page: Any, selector: str, text: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (seen := page.locator(selector).inner_text()) != text:
+        assert time.monotonic() < deadline, f"{selector}: {seen!r}, not {text!r}"
+        page.wait_for_timeout(100)
+
+
+@pytest.mark.browser
+def test_the_console_says_when_the_server_is_away_and_what_waits(
+    live_server: LiveServer,
+    remote_station: StationDaemon,
+    fake: FakeStationServer,
+    page: Any,
+    tmp_path: Path,
+) -> None:
+    live_server.add_user("olga", Role.operator)
+    sign_in(page, "olga")
+    page.goto("/console")
+    _text_becomes(page, "#uplink-state", "server: up to date")
+    fake.stop()
+    # an episode in the ledger the server has not seen (as a run left it)
+    ledger = Ledger.open(StationFolder.of(tmp_path / "station-data", remote_station.config).root)
+    write_episode(ledger, "R-CONS1")
+    remote_station.uplink.nudge()  # type: ignore[union-attr]  # as a run's change would
+    _text_becomes(page, "#uplink-state", "offline, 1 episode waiting")
+    assert "alert" in (page.get_attribute("#uplink-state", "class") or "")
+    fake.start()  # the forwarder finds it on its own (backoff) and delivers the episode
+    _text_becomes(page, "#uplink-state", "server: up to date")
+
+
+def test_the_uplink_passes_the_whitelist_and_no_more() -> None:
+    raw = {
+        "state": "idle",
+        "uplink": {
+            "online": False,
+            "waiting": 3,
+            "uploading": "abcdef/0123",
+            "last_error": "the server did not answer (ConnectError)",
+            "clock_offset_s": 0.2,
+            "token": "pst_secret",
+        },
+    }
+    view = public_status(raw)
+    assert view.uplink is not None and (view.uplink.online, view.uplink.waiting) == (False, 3)
+    text = view.model_dump_json()
+    assert "pst_secret" not in text and "abcdef" not in text
+    assert public_status({"state": "idle"}).uplink is None
