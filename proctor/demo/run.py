@@ -133,12 +133,11 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
         pool = StationPool(
             [
                 StationJob(
-                    database_url=settings.db_url,
-                    artifacts=settings.artifacts_location,
-                    data_dir=str(settings.data_dir.resolve()),
+                    server=web.origin,
+                    # each campaign's station hosts start with empty ledgers
+                    data_dir=str(settings.data_dir.resolve() / "stations" / f"c{campaign_id}"),
                     campaign_id=campaign_id,
                     station_name=name,
-                    gateway=web.origin,
                     token=token,
                 )
                 for name, token in tokens.items()

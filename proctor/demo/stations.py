@@ -1,14 +1,16 @@
 """Simulated stations for the demo, one process each.
 
-Each process runs the station daemon (``proctor.station.daemon.StationDaemon``) on
-the simulated cell, with its work from the campaign (the scheduler's
-``CampaignWorkSource``) and its policy reached through the web server's
-gateway, proving itself with the token the demo enrolled it with — the same
-code path the operator console drives. The person at the
-robot is replaced by a loop that presses Start, waits for the episode to
-end, and closes it with the labelled ground-truth log
-(``proctor.station.demo_log``); after a safety stop it presses Recover, as the
-operator must.
+Each process is a station host as production has one: the station daemon
+(``proctor.station.daemon.StationDaemon``) on the simulated cell, opened by
+``proctor.station.uplink.remote.open_remote_station`` with nothing but the
+server's origin and the token the demo enrolled it with. It claims runs,
+reports episodes and uploads recordings over the station API on loopback,
+keeps its own ledger (a SQLite file and an artifact folder of its own), and
+reaches the policies through the server's gateway: the production path is the
+path the demo exercises. The person at the robot is replaced by
+``StandInOperator``: it presses Start, waits for the episode to end, and
+closes it with the labelled ground-truth log (``proctor.station.demo_log``);
+after a safety stop it presses Recover, as the operator must.
 
 Separate processes, because the simulated cell is CPU-bound Python: two
 stations use both cores of a small machine, and they exercise the
@@ -20,22 +22,25 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
+# how long a station that found no more work waits for the server to confirm
+# everything it recorded (the last recordings' uploads) before it gives up
+DRAIN_S = 120.0
+
 
 @dataclass(frozen=True)
 class StationJob:
-    database_url: str
-    artifacts: str
-    data_dir: str
+    server: str  # the web server's origin, e.g. http://127.0.0.1:8000
+    data_dir: str  # the station host's own folder: its ledger, spool and artifacts
     campaign_id: int
     station_name: str
-    gateway: str  # the web server's origin, e.g. http://127.0.0.1:8000
-    # the station's credential for the gateway, issued by the demo as an admin
-    # enrols a station host (which holds it in PROCTOR_STATION_TOKEN)
+    # the station's credential, issued by the demo as an admin enrols a station
+    # host (which holds it in PROCTOR_STATION_TOKEN)
     token: str = field(repr=False)
 
 
@@ -45,6 +50,42 @@ class StationResult:
     episodes: int
     skipped: int
     error: str | None = None
+
+
+class StandInOperator:
+    """The person at a simulated station: takes the next run, starts it, waits
+    for it to end, closes it with the ground-truth log, and recovers and homes
+    the arm explicitly before the next (nothing homes on its own; the
+    simulated cell has nobody in it, and the gripper is opened for the next
+    run). ``on_episode(uid, run_code)`` hears of each episode closed."""
+
+    def __init__(self, daemon: Any, on_episode: Callable[[str, str], None] | None = None) -> None:
+        self.daemon = daemon
+        self.on_episode = on_episode or (lambda uid, run_code: None)
+        self.episodes = self.skipped = 0
+
+    def one_run(self) -> bool:
+        """Take, run and close one run; False when none was claimable."""
+        from proctor.station.daemon import NoWork
+        from proctor.station.runner import PolicyUnreachable
+
+        daemon = self.daemon
+        if daemon.runner.arm_error is not None:
+            daemon.recover_arm()
+        daemon.home_arm(cell_clear=True, open_gripper=True)
+        try:
+            daemon.next_run()
+        except NoWork:
+            return False
+        except PolicyUnreachable:
+            self.skipped += 1  # handed back to the scheduler: skipped, rescheduled
+            return True
+        daemon.start()
+        daemon.runner.wait()
+        last = daemon.close_with_ground_truth()["last_episode"]
+        self.episodes += 1
+        self.on_episode(last["episode"], last["run_code"])
+        return True
 
 
 def run_station(job: StationJob, stop: Event, results: Any) -> None:
@@ -60,56 +101,35 @@ def run_station(job: StationJob, stop: Event, results: Any) -> None:
 
 
 def _serve_campaign(job: StationJob, stop: Event) -> tuple[int, int]:
-    from proctor.core.artifacts import open_store
-    from proctor.core.db.engine import make_engine, make_session_factory
-    from proctor.scheduler.work_source import CampaignWorkSource
+    from proctor.core.errors import ProctorError
     from proctor.station.config import load_station_config
-    from proctor.station.daemon import NoWork, StationDaemon
-    from proctor.station.runner import PolicyUnreachable
+    from proctor.station.uplink.remote import open_remote_station
 
-    engine = make_engine(job.database_url)
-    sessions = make_session_factory(engine)
-    store = open_store(job.artifacts)
     config = load_station_config(None, name=job.station_name)
-    source = CampaignWorkSource(
-        session_factory=sessions,
-        campaign=job.campaign_id,
-        station=job.station_name,
-        gateway=job.gateway,
-        station_token=job.token,
-    )
-    daemon = StationDaemon(
+    daemon = open_remote_station(
         config,
         "sim",
-        sessions=sessions,
-        store=store,
-        spool_root=Path(job.data_dir) / "station" / job.station_name / "spool",
-        source=source,
+        data_dir=Path(job.data_dir),
+        server=job.server,
+        token=job.token,
+        campaign=job.campaign_id,
     )
-    episodes = skipped = 0
+    operator = StandInOperator(daemon)
+    link = daemon.uplink
+    assert link is not None  # a remote station always has its link to the server
     daemon.open()
     try:
-        while not stop.is_set():
-            if daemon.runner.arm_error is not None:
-                daemon.recover_arm()  # the stand-in operator's explicit recovery
-            # and their explicit homing (nothing homes on its own): the simulated
-            # cell has nobody in it, and the gripper is opened for the next run
-            daemon.home_arm(cell_clear=True, open_gripper=True)
-            try:
-                daemon.next_run()
-            except NoWork:
-                break
-            except PolicyUnreachable:
-                skipped += 1  # handed back to the scheduler: skipped, rescheduled
-                continue
-            daemon.start()
-            daemon.runner.wait()
-            daemon.close_with_ground_truth()
-            episodes += 1
+        while not stop.is_set() and operator.one_run():
+            pass
+        # no more work: everything recorded reaches the server before the host stops
+        if not stop.is_set() and not link.drain(DRAIN_S):
+            raise ProctorError(
+                f"station {job.station_name}: the server did not confirm everything "
+                f"within {DRAIN_S:.0f} s: {link.status()}"
+            )
     finally:
         daemon.close()
-        engine.dispose()
-    return episodes, skipped
+    return operator.episodes, operator.skipped
 
 
 class StationPool:
