@@ -57,7 +57,8 @@ def test_the_serial_latency_rule_pre_flight_names_sets_one_ms_on_ftdi_adapters()
 
 @pytest.mark.parametrize("name", ["station-real.toml", "station-twin.toml", "station-sim.toml"])
 def test_station_configs_load(name: str) -> None:
-    config = load_station_config(DEPLOY / "station" / name)
+    path = DEPLOY / "station" / name
+    config = load_station_config(path)
     assert config.name
 
 
@@ -191,28 +192,41 @@ def _nginx_size(value: str) -> int:
 
 
 def test_nginx_bounds_bodies_as_the_app_does() -> None:
-    """Small bodies everywhere, large only on the upload chunk location, and
-    the same split as the app's own limits (proctor/web/limits.py)."""
+    """Small bodies everywhere, large only on the locations of checkpoint
+    upload chunks and station artifact parts, and the same split as the
+    app's own limits (proctor/web/limits.py)."""
     from proctor.core.settings import WebSettings
     from proctor.web.limits import BODY_LIMITS
 
     conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
     server = conf.split("listen 443 ssl;", 1)[1]
-    upload = re.search(r'location ~ "(\^/api/uploads/[^"]+)" \{(.*?)\}', server, re.S)
-    assert upload, "no upload chunk location"
-    outside = server.replace(upload.group(0), "")
+    large = [
+        m
+        for m in re.finditer(r'location ~ "([^"]+)" \{(.*?)\}', server, re.S)
+        if "client_max_body_size" in m.group(2)
+    ]
+    outside = server
+    for m in large:
+        outside = outside.replace(m.group(0), "")
     sizes = re.findall(r"client_max_body_size (\w+);", outside)
     web = WebSettings()
     assert sizes and all(_nginx_size(s) <= web.max_body_bytes for s in sizes)
-    (chunk,) = re.findall(r"client_max_body_size (\w+);", upload.group(2))
-    assert _nginx_size(chunk) == web.max_upload_chunk_bytes
-    assert "proxy_request_buffering off;" in upload.group(2)
-    # nginx's location matches exactly the requests the app lets be large
-    path = upload.group(1)
-    assert re.match(path, "/api/uploads/" + "a" * 32)
-    assert not re.match(path, "/api/uploads/" + "a" * 32 + "/complete")
-    (rule,) = BODY_LIMITS
-    assert rule.method == "PUT" and rule.path.match("/api/uploads/" + "a" * 32)
+    for m in large:
+        (chunk,) = re.findall(r"client_max_body_size (\w+);", m.group(2))
+        assert _nginx_size(chunk) == web.max_upload_chunk_bytes
+        assert "proxy_request_buffering off;" in m.group(2)
+    # nginx's locations match exactly the requests the app lets be large
+    examples = {
+        "/api/uploads/" + "a" * 32: "/api/uploads/" + "a" * 32 + "/complete",
+        "/api/station/v1/uploads/Ab3_x-9zQw/parts/12": "/api/station/v1/uploads/Ab3_x-9zQw",
+    }
+    assert len(large) == len(BODY_LIMITS) == len(examples)
+    for big, small in examples.items():
+        assert [m for m in large if re.match(m.group(1), big)], big
+        assert not [m for m in large if re.match(m.group(1), small)], small
+        (rule,) = [r for r in BODY_LIMITS if r.path.match(big)]
+        assert rule.method == "PUT" and rule.limit(web) == web.max_upload_chunk_bytes
+        assert not [r for r in BODY_LIMITS if r.path.match(small)]
     for directive in ("limit_conn proctor_per_client", "client_header_timeout"):
         assert directive in server, directive
 
@@ -322,3 +336,131 @@ def test_the_station_host_holds_its_token_in_its_environment_file_only() -> None
     for config in (DEPLOY / "station").glob("*.toml"):
         text = config.read_text()
         assert TOKEN_PREFIX not in text and "token =" not in text, config.name
+
+
+# -- a station host holds no server secrets ---------------------------------------------
+
+# what would let a station host read the database or the store directly
+SERVER_SECRETS = re.compile(
+    r"PROCTOR_DATABASE_URL|PROCTOR_DB_URL|database_url|db_url|postgresql|sqlite:|"
+    r"PROCTOR_ARTIFACTS|artifacts\s*=|s3://|AWS_|aws_|MINIO|endpoint_url|"
+    r"PROCTOR_SECRET_KEY|PROCTOR_ENCRYPTION_KEY|proctor\.env\b|proctor\.toml\b"
+)
+
+
+# names a station host file may hold as its own: the console signs its cookies
+# with a key made on the host, never the server's
+HOST_OWN = {"console.env.example": {"PROCTOR_SECRET_KEY"}}
+
+
+def _station_host_files() -> list[Path]:
+    """What a station host is given: its configs (the daemon's and the
+    console's), their environment files and both units."""
+    station = DEPLOY / "station"
+    return [
+        *sorted(station.glob("*.toml")),
+        station / "station.env.example",
+        station / "console.env.example",
+        DEPLOY / "systemd" / "proctor-station.service",
+        DEPLOY / "systemd" / "proctor-console.service",
+    ]
+
+
+def _unit(name: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read(DEPLOY / "systemd" / name)
+    return parser
+
+
+def _unit_environment(name: str) -> tuple[list[str], list[str]]:
+    """The unit's ``Environment=`` assignments and ``EnvironmentFile=`` paths
+    (systemd allows each key many times; configparser keeps the last, so the
+    lines are read as text)."""
+    lines = (DEPLOY / "systemd" / name).read_text().splitlines()
+    values = [ln.split("=", 1)[1].strip() for ln in lines if "=" in ln and not ln.startswith("#")]
+    keys = [ln.split("=", 1)[0].strip() for ln in lines if "=" in ln and not ln.startswith("#")]
+    pairs = list(zip(keys, values, strict=True))
+    return (
+        [v for k, v in pairs if k == "Environment"],
+        [v for k, v in pairs if k == "EnvironmentFile"],
+    )
+
+
+@pytest.mark.parametrize("path", _station_host_files(), ids=lambda p: p.name)
+def test_a_station_host_file_names_no_database_or_store_credential(path: Path) -> None:
+    """A station host is a client of the server over HTTPS: nothing it is given
+    names the database, the store or their credentials (comments included: an
+    example that shows where a database URL would go invites one)."""
+    found = set(SERVER_SECRETS.findall(path.read_text())) - HOST_OWN.get(path.name, set())
+    assert not found, f"{path.name}: {sorted(found)}"
+
+
+def test_the_console_on_a_station_host_runs_on_the_hosts_own_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The console's unit reads its own config and its own cookie key; the
+    config names no database, so the console's is the data folder's SQLite
+    file (its operators are accounts made on the host)."""
+    from proctor.core.settings import embedded_database_url
+
+    environment, files = _unit_environment("proctor-console.service")
+    assert files == ["/etc/proctor/console.env"]
+    assert environment == ["PROCTOR_CONFIG=/etc/proctor/console.toml"]
+    argv = shlex.split(_unit("proctor-console.service").get("Service", "ExecStart"))
+    assert _subcommand(argv) == ["serve"] and "--migrate" in argv
+    example = DEPLOY / "station" / "console.env.example"
+    assigned = [
+        line.split("=", 1)
+        for line in example.read_text().splitlines()
+        if "=" in line and not line.lstrip().startswith("#")
+    ]
+    assert assigned == [["PROCTOR_SECRET_KEY", ""]]
+    for key in ("PROCTOR_ENV", "PROCTOR_DATABASE_URL", "PROCTOR_DB_URL", "PROCTOR_ARTIFACTS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("PROCTOR_SECRET_KEY", "h" * 48)  # the host's own, from console.env
+    settings = load_settings(DEPLOY / "station" / "console.toml")
+    assert settings.env == "prod"
+    assert settings.db_url == embedded_database_url(settings.data_dir)
+    assert not settings.artifacts_location.startswith("s3://")
+    station = tomllib.loads((DEPLOY / "station" / "station-real.toml").read_text())
+    assert settings.web.station_url == f"http://127.0.0.1:{station['api']['port']}"
+
+
+def test_the_station_unit_takes_its_token_from_its_environment_file_only() -> None:
+    from proctor.core.station_credentials import TOKEN_ENV
+
+    environment, files = _unit_environment("proctor-station.service")
+    # one environment file, the station's own, and nothing the server's
+    assert files == ["/etc/proctor/station.env"]
+    assert not [e for e in environment if e.startswith(TOKEN_ENV)]
+    assert not [e for e in environment if e.split("=", 1)[0] == "PROCTOR_CONFIG"]
+    # the daemon's ExecStart names its config and no server setting
+    for key in ("ExecStartPre", "ExecStart"):
+        argv = shlex.split(_unit("proctor-station.service").get("Service", key))
+        assert "--config" in argv and TOKEN_ENV not in " ".join(argv), key
+
+
+def test_the_real_station_reaches_the_server_through_its_uplink_only() -> None:
+    """The station host's config names the server's HTTPS origin and a campaign,
+    and takes no work from a source that reads the database."""
+    raw = tomllib.loads((DEPLOY / "station" / "station-real.toml").read_text())
+    uplink = raw["uplink"]
+    assert uplink["server"].startswith("https://") and uplink["server"].count("/") == 2
+    assert uplink["campaign"] and float(uplink["heartbeat_s"]) > 0
+    assert "work" not in raw  # the direct-database work source is not a station host's
+
+
+def test_the_server_still_holds_the_store_credentials() -> None:
+    """What the station host gave up, the server keeps: its environment example
+    and the compose stack carry the S3 keys and endpoint the presigned URLs are
+    signed with."""
+    names = (DEPLOY / "server" / "proctor.env.example").read_text()
+    assert "AWS_ACCESS_KEY_ID=" in names and "AWS_SECRET_ACCESS_KEY=" in names
+    env = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())["x-proctor"][
+        "environment"
+    ]
+    assert env["PROCTOR_ARTIFACTS"].startswith("s3://")
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"} <= set(env)
+    _, files = _unit_environment("proctor-web.service")
+    assert "/etc/proctor/proctor.env" in files
