@@ -30,6 +30,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,33 @@ class Client:
 
     def close(self) -> None:
         self.http.close()
+
+
+class OpenPage:
+    """The console page's heartbeat while it is open: every half second, as
+    ``console.js`` sends it. Without it the station's deadman (2 s) ends a
+    running episode whenever the test's own requests are slow, as they are
+    on a loaded machine."""
+
+    def __init__(self, client: Client, period_s: float = 0.5) -> None:
+        self.client = client
+        self.period_s = period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="console-page", daemon=True)
+
+    def __enter__(self) -> OpenPage:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with suppress(httpx.HTTPError):  # the next beat tries again, as the page does
+                self.client.post("/api/console/heartbeat")
+            self._stop.wait(self.period_s)
 
 
 class Tap:
@@ -393,16 +421,20 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
     taps: list[Tap] = []
     skipped: list[str] = []
     try:
-        with running_station(
-            sock=station_sock,
-            db_url=web_db_url,
-            artifacts=live.settings.artifacts_location,
-            spool=tmp_path / "spool",
-            source=source,
-            name="cell-blind",
-            clock="monotonic",  # real time: each stop lands at a known moment
+        with (
+            running_station(
+                sock=station_sock,
+                db_url=web_db_url,
+                artifacts=live.settings.artifacts_location,
+                spool=tmp_path / "spool",
+                source=source,
+                name="cell-blind",
+                clock="monotonic",  # real time: each stop lands at a known moment
+            ),
+            ExitStack() as stack,
         ):
             console.sign_in("olga")
+            stack.enter_context(OpenPage(console))  # the operator has the page open
             for path in (
                 "/console",
                 "/static/console/console.js",
