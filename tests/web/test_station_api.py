@@ -193,13 +193,48 @@ def test_only_a_live_station_token_is_let_in(web: Web, setup: Setup) -> None:
     user_token = web.token("root", ("admin",))
     with web.db() as s:
         station_credentials.revoke(s, name="cell-b", actor=Actor(label="test-admin"))
-    for headers in ({}, bearer(user_token), bearer(setup.tokens["cell-b"]), bearer("pst_x" * 9)):
+    refused = "a live station token is required (Authorization: Bearer pst_…)"
+    others = ({"Authorization": "Basic " + setup.tokens["cell-a"]}, {"Authorization": "Bearer "})
+    for headers in (
+        {},
+        bearer(user_token),
+        bearer(setup.tokens["cell-b"]),
+        bearer("pst_x" * 9),
+        *others,
+    ):
         r = c.post(f"{API}/hello", json=hello_body("cell-b"), headers=headers)
         assert r.status_code == 401, (headers, r.text)
+        # one answer whichever way the token is wrong: the caller cannot tell which
+        assert r.json() == {"detail": refused}
+        assert r.headers["www-authenticate"] == "Bearer"
         r = c.post(
             f"{API}/claims", json={"campaign": 1}, headers={**headers, "Idempotency-Key": "k"}
         )
         assert r.status_code == 401
+
+
+def test_openapi_says_the_station_routes_need_a_station_token(web: Web) -> None:
+    """A reader of the spec (or a client generator) learns that every
+    station operation takes ``Authorization: Bearer pst_…``, and that no
+    other operation does."""
+    spec = web.client().get("/api/openapi.json").json()
+    scheme = spec["components"]["securitySchemes"]["stationToken"]
+    assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
+    assert "proctor station enrol" in scheme["description"]
+    methods = {"get", "head", "post", "put", "patch", "delete"}
+    station, other = 0, 0
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            if method not in methods:
+                continue
+            names = {name for requirement in op.get("security", []) for name in requirement}
+            if path.startswith(f"{API}/"):
+                station += 1
+                assert names == {"stationToken"}, (method, path, names)
+            else:
+                other += 1
+                assert "stationToken" not in names, (method, path, names)
+    assert station >= 8 and other > station
 
 
 def test_a_station_token_is_no_user_credential(web: Web, setup: Setup) -> None:

@@ -14,13 +14,27 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import sqlalchemy as sa
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from proctor.core import station_credentials
 from proctor.core.db.models import Station
 from proctor.web.deps import NowDep, SessionDep
 
 _REFUSED = "a live station token is required (Authorization: Bearer pst_…)"
+
+# A security scheme of its own, so that the OpenAPI document says which
+# operations take a station's token (and /api/docs can send one); it is not
+# the user API's ``HTTPBearer`` (``prt_`` tokens). auto_error=False: a missing
+# or non-bearer header gets this module's own 401, the same as a bad token.
+_station_bearer = HTTPBearer(
+    scheme_name="stationToken",
+    auto_error=False,
+    description="A station's own token, `Bearer pst_…`, shown once when an admin "
+    "enrols the station or rotates its token (`proctor station enrol NAME`, "
+    "`proctor station token rotate NAME`, or `POST /api/stations`). "
+    "A user's API token (`prt_…`) is refused here.",
+)
 
 
 @dataclass(frozen=True)
@@ -30,14 +44,16 @@ class StationCaller:
     token_id: int
 
 
-def calling_station(request: Request, session: SessionDep, now: NowDep) -> StationCaller:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
+def calling_station(
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_station_bearer)],
+    session: SessionDep,
+    now: NowDep,
+) -> StationCaller:
+    if bearer is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, _REFUSED, headers={"WWW-Authenticate": "Bearer"}
         )
-    live = station_credentials.live_token(session, token.strip(), now=now)
+    live = station_credentials.live_token(session, bearer.credentials, now=now)
     if live is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, _REFUSED, headers={"WWW-Authenticate": "Bearer"}
