@@ -271,6 +271,12 @@ class Settings(BaseSettings):
     database_url: str | None = None
     # a local folder or an fsspec URL (s3://bucket/prefix); default: data_dir/artifacts
     artifacts: str | None = None
+    # the S3 endpoint as station hosts reach it (https://s3.lab.example.org), when
+    # it is not the server's own (AWS_ENDPOINT_URL, often a name inside the
+    # server's network): the presigned part URLs are signed for this host, since
+    # SigV4 signs the Host and a URL rewritten afterwards would be refused.
+    # Default: the server's endpoint. Only for an s3:// artifact store
+    artifacts_public_endpoint: str | None = None
     web: WebSettings = Field(default_factory=WebSettings)
     submissions: SubmissionSettings = Field(default_factory=SubmissionSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
@@ -281,6 +287,18 @@ class Settings(BaseSettings):
     secret_key: SecretStr | None = None
     # encrypts submitters' endpoint API keys at rest; from the environment only
     encryption_key: SecretStr | None = None
+
+    @field_validator("artifacts_public_endpoint")
+    @classmethod
+    def _endpoint_origin(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not _http_origin(value):
+            raise ValueError(
+                "must be an http(s) origin with no path or credentials, e.g. "
+                f"https://s3.lab.example.org or http://10.0.0.5:9000, got {value!r}"
+            )
+        return value.rstrip("/")
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -321,6 +339,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 "scheduler.upload_part_bytes: S3 refuses parts under 5 MiB (5242880 bytes)"
             )
+        if self.artifacts_public_endpoint is not None and not self.artifacts.startswith("s3://"):
+            raise ValueError(
+                "artifacts_public_endpoint: only for an s3:// artifact store (with a "
+                "local one, stations send their parts through the server)"
+            )
         if self.env == "prod" and self.scheduler.trust_station_header:
             raise ValueError(
                 "scheduler.trust_station_header: stations prove who they are with "
@@ -337,6 +360,23 @@ class Settings(BaseSettings):
     def artifacts_location(self) -> str:
         assert self.artifacts is not None  # filled by the validator
         return self.artifacts
+
+
+def _http_origin(value: str) -> bool:
+    """``http(s)://host[:port]``: no path, query, fragment or credentials."""
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - a port out of range or not a number raises here
+    except ValueError:
+        return False
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and parts.username is None
+        and parts.path in ("", "/")
+        and not parts.query
+        and not parts.fragment
+    )
 
 
 def embedded_database_url(data_dir: Path) -> str:

@@ -205,7 +205,9 @@ def create_app(
         engine=engine,
         health_engine=health_engine,
         session_factory=session_factory,
-        store=open_store(settings.artifacts_location),
+        store=open_store(
+            settings.artifacts_location, public_endpoint=settings.artifacts_public_endpoint
+        ),
         templates=make_templates(domains, static_version),
         passwords=Passwords.for_settings(settings),
         secret_key=secret_key,

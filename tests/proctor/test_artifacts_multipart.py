@@ -12,6 +12,8 @@ import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -27,7 +29,7 @@ from proctor.core.artifacts.multipart import (
     multipart_for,
 )
 from proctor.core.errors import FieldError, UsageError
-from tests.moto_s3 import moto_s3
+from tests.moto_s3 import moto_s3, presigned_for_host
 
 PART = S3_MIN_PART_SIZE
 DATA = os.urandom(2 * PART + 12345)  # three parts, the last one short
@@ -47,9 +49,10 @@ def s3_endpoint() -> Iterator[str]:
         yield endpoint
 
 
-def s3_store(endpoint: str, prefix: str) -> FsspecArtifactStore:
+def s3_store(endpoint: str, prefix: str, **kw: Any) -> FsspecArtifactStore:
     return FsspecArtifactStore(
         f"s3://proctor/{prefix}",
+        **kw,
         key="test",
         secret="test",
         client_kwargs={"endpoint_url": endpoint, "region_name": "us-east-1"},
@@ -229,3 +232,35 @@ def test_send_parts_resumes_and_never_shows_the_store_a_token(
     assert not [r for r in seen if "authorization" in r.headers]
     staged = backend.complete(upload, [(p.number, p.etag) for p in parts])
     assert backend.finish(staged, SHA, len(DATA)).sha256 == SHA
+
+
+def test_part_urls_are_signed_for_the_public_endpoint_uploaders_reach(s3_endpoint: str) -> None:
+    """The server talks to the store at 127.0.0.1; uploaders are told to use
+    ``localhost`` (the store's public name): the URLs name that host and are
+    signed for it (SigV4 signs the Host: a URL rewritten after signing would
+    be refused by a store that checks), and the upload through them completes
+    and verifies. Without a public endpoint the URLs are the server's own."""
+    public = s3_endpoint.replace("127.0.0.1", "localhost")
+    assert public != s3_endpoint
+    internal_host = urlsplit(s3_endpoint).netloc
+    public_host = urlsplit(public).netloc
+
+    plain = multipart_for(s3_store(s3_endpoint, "own-endpoint"))
+    upload = begin(plain, "upload-own-endpoint")
+    [(_, url)] = plain.part_targets(upload, [1], 600)
+    assert url is not None and urlsplit(url).netloc == internal_host
+    assert presigned_for_host(url, internal_host) and not presigned_for_host(url, public_host)
+    plain.abort(upload)
+
+    store = s3_store(s3_endpoint, "public-endpoint", public_endpoint=public)
+    backend = multipart_for(store)
+    upload = begin(backend, "upload-public-endpoint")
+    targets = backend.part_targets(upload, [1, 2, 3], 600)
+    for _, url in targets:
+        assert url is not None and urlsplit(url).netloc == public_host
+        assert presigned_for_host(url, public_host)
+        assert not presigned_for_host(url, internal_host)
+    send(backend, upload, [1, 2, 3])
+    staged = backend.complete(upload, sorted(backend.received_parts(upload).items()))
+    assert backend.finish(staged, SHA, len(DATA)).sha256 == SHA
+    assert store.read_bytes(SHA) == DATA

@@ -87,3 +87,33 @@ def test_production_requires_a_secret_key(monkeypatch: pytest.MonkeyPatch) -> No
         load_settings()
     monkeypatch.setenv("PROCTOR_SECRET_KEY", "x" * 32)
     assert load_settings().secret_key is not None
+
+
+def test_the_stores_public_endpoint_is_an_http_origin_for_an_s3_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PROCTOR_ARTIFACTS_PUBLIC_ENDPOINT``: unset is the server's own
+    endpoint; set, an http(s) origin (presigned URLs are signed for its host),
+    and only with an s3:// store."""
+    monkeypatch.setenv("PROCTOR_ARTIFACTS", "s3://bucket/prefix")
+    assert load_settings(data_dir=tmp_path).artifacts_public_endpoint is None
+    monkeypatch.setenv("PROCTOR_ARTIFACTS_PUBLIC_ENDPOINT", "https://s3.lab.example.org/")
+    assert load_settings(data_dir=tmp_path).artifacts_public_endpoint == (
+        "https://s3.lab.example.org"
+    )
+    for bad in (
+        "s3.lab.example.org",
+        "ftp://s3.lab.example.org",
+        "https://s3.lab.example.org/bucket",
+        "https://key:secret@s3.lab.example.org",
+        "https://s3.lab.example.org:99999",
+        "https://s3.lab.example.org?x=1",
+        "",
+    ):
+        monkeypatch.setenv("PROCTOR_ARTIFACTS_PUBLIC_ENDPOINT", bad)
+        with pytest.raises(ConfigError, match=r"artifacts_public_endpoint: .*http\(s\) origin"):
+            load_settings(data_dir=tmp_path)
+    monkeypatch.setenv("PROCTOR_ARTIFACTS_PUBLIC_ENDPOINT", "https://s3.lab.example.org")
+    monkeypatch.delenv("PROCTOR_ARTIFACTS")
+    with pytest.raises(ConfigError, match="artifacts_public_endpoint: only for an s3://"):
+        load_settings(data_dir=tmp_path)

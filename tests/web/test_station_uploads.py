@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -27,7 +28,7 @@ from proctor.station.uplink.upload import send_parts
 from proctor.station.uplink.wire import API_PREFIX, UploadPlan
 from tests import factories
 from tests.browser import LiveServer
-from tests.moto_s3 import CREDENTIALS, moto_s3
+from tests.moto_s3 import CREDENTIALS, moto_s3, presigned_for_host
 from tests.web.conftest import FakeClock, Web
 
 PART = SchedulerSettings().upload_part_bytes
@@ -239,10 +240,19 @@ print(json.dumps([p.model_dump() for p in parts]))
 
 
 @pytest.fixture
-def s3_web(web_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Web]:
+def s3_web(
+    request: pytest.FixtureRequest,
+    web_db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Web]:
+    """The app on an S3 store at 127.0.0.1; with the parameter "public", the
+    stations' name for the store is ``localhost`` (artifacts_public_endpoint)."""
     from proctor.web.app import create_app
 
     with moto_s3() as endpoint:
+        public = endpoint.replace("127.0.0.1", "localhost")
+        extra = {"artifacts_public_endpoint": public} if getattr(request, "param", "") else {}
         # the server's credentials and endpoint, from its environment only
         for key, value in CREDENTIALS.items():
             monkeypatch.setenv(key, value)
@@ -259,6 +269,7 @@ def s3_web(web_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
             database_url=web_db_url,
             secret_key="test-secret-key-" + "x" * 32,
             artifacts="s3://proctor/site",
+            **extra,
         )
         clock = FakeClock()
         harness = Web(app=create_app(settings, clock=clock), clock=clock, settings=settings)
@@ -269,7 +280,32 @@ def s3_web(web_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_station_uploads_straight_to_an_s3_store(s3_web: Web, payload: Path) -> None:
-    web = s3_web
+    plan = upload_straight_to_s3(s3_web, payload)
+    assert all(p.url.startswith(os.environ["AWS_ENDPOINT_URL"] + "/") for p in plan.parts)
+
+
+@pytest.mark.parametrize("s3_web", ["public"], indirect=True)
+def test_part_urls_name_and_are_signed_for_the_stores_public_endpoint(
+    s3_web: Web, payload: Path
+) -> None:
+    """The server reaches the store at 127.0.0.1, stations at localhost: the
+    plan's URLs are made for localhost (the signature too: moto checks none,
+    so ``presigned_for_host`` recomputes it), and the upload through them
+    completes and verifies."""
+    public = s3_web.settings.artifacts_public_endpoint
+    assert public is not None and public != os.environ["AWS_ENDPOINT_URL"]
+    plan = upload_straight_to_s3(s3_web, payload)
+    public_host = urlsplit(public).netloc
+    server_host = urlsplit(os.environ["AWS_ENDPOINT_URL"]).netloc
+    for part in plan.parts:
+        assert part.url.startswith(public + "/")
+        assert presigned_for_host(part.url, public_host)
+        assert not presigned_for_host(part.url, server_host)
+
+
+def upload_straight_to_s3(web: Web, payload: Path) -> UploadPlan:
+    """A station's upload at the plan's presigned URLs, sent by a process with
+    no store credentials; completed, verified and registered. The plan."""
     token = enrol(web, "cell-a")
     uid = episode_of(web, "cell-a")
     c = web.client()
@@ -277,7 +313,6 @@ def test_a_station_uploads_straight_to_an_s3_store(s3_web: Web, payload: Path) -
     assert begun.status_code == 200, begun.text
     plan = UploadPlan.model_validate(begun.json())
     assert {p.auth for p in plan.parts} == {"store"}
-    assert all(p.url.startswith(os.environ["AWS_ENDPOINT_URL"]) for p in plan.parts)
     assert "/proctor/site/uploads/" in plan.parts[0].url
 
     # the station host: a process of its own with no store credentials at all
@@ -304,6 +339,7 @@ def test_a_station_uploads_straight_to_an_s3_store(s3_web: Web, payload: Path) -
     assert store.read_bytes(SHA) == DATA
     assert [a[1:] for a in artifacts(web)] == [(SHA, len(DATA), store.uri_for(SHA))]
     assert not store.fs.exists("proctor/site/uploads/" + plan.upload_id)
+    return plan
 
 
 def test_parts_stream_through_a_live_server(

@@ -18,15 +18,18 @@ from proctor.core.artifacts.base import ArtifactStore, StoredObject
 from proctor.core.artifacts.local import LocalArtifactStore
 
 
-def open_store(location: str) -> ArtifactStore:
-    """A local folder (a path or ``file://``), or any fsspec URL."""
+def open_store(location: str, *, public_endpoint: str | None = None) -> ArtifactStore:
+    """A local folder (a path or ``file://``), or any fsspec URL.
+    ``public_endpoint``: where uploaders reach an S3 store, if not at the
+    server's endpoint (``FsspecArtifactStore``); unused by a local folder, whose
+    parts come through the server."""
     if "://" not in location:
         return LocalArtifactStore(Path(location))
     if location.startswith("file://"):
         return LocalArtifactStore(Path(location.removeprefix("file://")))
     from proctor.core.artifacts.fsspec_store import FsspecArtifactStore
 
-    return FsspecArtifactStore(location)
+    return FsspecArtifactStore(location, public_endpoint=public_endpoint)
 
 
 __all__ = ["ArtifactStore", "LocalArtifactStore", "StoredObject", "open_store"]

@@ -15,10 +15,16 @@ from proctor.core.errors import IntegrityError, UsageError
 
 class FsspecArtifactStore(ArtifactStore):
     """``url`` such as ``s3://bucket/prefix``; ``storage_options`` go to fsspec
-    (endpoint, credentials — from the environment, never the config file)."""
+    (endpoint, credentials — from the environment, never the config file).
+    ``public_endpoint``: the endpoint that uploaders outside the server's
+    network reach, which presigned URLs are signed for (default: the store's
+    own; ``Settings.artifacts_public_endpoint``)."""
 
-    def __init__(self, url: str, **storage_options: Any) -> None:
+    def __init__(
+        self, url: str, *, public_endpoint: str | None = None, **storage_options: Any
+    ) -> None:
         self.url = url.rstrip("/")
+        self.public_endpoint = public_endpoint
         self.fs, self._root = fsspec.core.url_to_fs(self.url, **storage_options)
         self._root = self._root.rstrip("/")
         self._protocol = url.split("://", 1)[0]

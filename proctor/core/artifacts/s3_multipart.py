@@ -5,6 +5,12 @@ fsspec filesystem has them: its storage options, else the environment's
 ``AWS_*`` variables) begins the upload at ``<root>/uploads/<key>``, signs one
 URL per part, lists the parts for a resume and completes the upload. The
 uploader sends each part with a plain ``PUT`` and needs no credentials.
+
+The part URLs are signed by a second client, the same but for its endpoint:
+the store's ``public_endpoint`` when it has one (the host name uploaders reach,
+where the server's may be a name inside its own network). SigV4 signs the
+Host, so the URL must be made for that host: one rewritten after signing is
+refused by the store.
 """
 
 from __future__ import annotations
@@ -37,26 +43,30 @@ from proctor.core.errors import FieldError, UsageError
 _COPY_LIMIT = 5 << 30
 _COPY_PART = 1 << 30
 
-_clients: weakref.WeakKeyDictionary[ArtifactStore, Any] = weakref.WeakKeyDictionary()
+_clients: weakref.WeakKeyDictionary[ArtifactStore, tuple[Any, Any]] = weakref.WeakKeyDictionary()
 _clients_lock = threading.Lock()
 
 
-def _client(store: FsspecArtifactStore) -> Any:
-    """One botocore client per store (they are thread-safe, and slow to make)."""
+def _clients_of(store: FsspecArtifactStore) -> tuple[Any, Any]:
+    """The store's botocore clients, the server's and the URL signer's (one
+    pair per store: they are thread-safe, and slow to make)."""
     with _clients_lock:
-        client = _clients.get(store)
-        if client is None:
-            client = _clients[store] = _make_client(store)
-        return client
+        pair = _clients.get(store)
+        if pair is None:
+            client = _make_client(store)
+            signer = client if store.public_endpoint is None else _make_client(store, public=True)
+            pair = _clients[store] = (client, signer)
+        return pair
 
 
-def _make_client(store: FsspecArtifactStore) -> Any:
+def _make_client(store: FsspecArtifactStore, *, public: bool = False) -> Any:
     options = dict(getattr(store.fs, "storage_options", {}))
     client_kwargs = dict(options.get("client_kwargs") or {})
+    endpoint = client_kwargs.get("endpoint_url") or options.get("endpoint_url")
     # None lets botocore find each in the environment (AWS_ENDPOINT_URL, keys)
     return botocore.session.get_session().create_client(
         "s3",
-        endpoint_url=client_kwargs.get("endpoint_url") or options.get("endpoint_url"),
+        endpoint_url=store.public_endpoint if public else endpoint,
         region_name=client_kwargs.get("region_name"),
         aws_access_key_id=options.get("key"),
         aws_secret_access_key=options.get("secret"),
@@ -76,7 +86,7 @@ class S3Multipart(MultipartBackend):
     def __init__(self, store: ArtifactStore) -> None:
         assert isinstance(store, FsspecArtifactStore)  # BACKENDS maps "s3" here
         self.store = store
-        self.client = _client(store)
+        self.client, self._signer = _clients_of(store)
         self.bucket, _, self._prefix = store.root.partition("/")
 
     def _key(self, key: str) -> str:
@@ -97,7 +107,7 @@ class S3Multipart(MultipartBackend):
         targets: list[tuple[int, str | None]] = []
         for n in numbers:
             part_length(upload, n)  # a number outside the upload is refused
-            url = self.client.generate_presigned_url(
+            url = self._signer.generate_presigned_url(
                 "upload_part",
                 Params={
                     "Bucket": self.bucket,
