@@ -31,8 +31,8 @@ from proctor.core.domain import AssignmentStatus, Role
 from proctor.core.errors import FieldConflict
 from proctor.core.settings import Settings, load_settings
 from proctor.scheduler import service
-from proctor.scheduler.station_api import once, release_lapsed_claims
-from proctor.station.uplink.wire import HelloReply, WorkWire
+from proctor.scheduler.station_api import once, release_lapsed_claims, sync_episode
+from proctor.station.uplink.wire import EpisodeWire, HelloReply, WorkWire
 from tests.scheduler import builders
 from tests.web.conftest import Web, login
 
@@ -351,6 +351,83 @@ def test_episode_sync_keeps_the_newest_revision_and_each_event_once(web: Web, se
         ).all()
         assert [(e.station_seq, e.kind) for e in events] == [(0, "armed"), (1, "started")]
         assert events[1].at == datetime(2031, 5, 4, 9, 0, 12, 500000, tzinfo=UTC)
+
+
+def _token_ids(web: Web, setup: Setup, station: str) -> list[int]:
+    """Two live tokens of ``station`` (a rotation's window): its calls then
+    take no row lock on one token row, and may run at once on PostgreSQL."""
+    with web.db() as s:
+        second = station_credentials.rotate(
+            s, name=station, actor=Actor(label="test-admin"), now=web.clock()
+        ).token
+        ids = []
+        for token in (setup.tokens[station], second):
+            live = station_credentials.live_token(s, token, now=web.clock())
+            assert live is not None
+            ids.append(live.id)
+        return ids
+
+
+def _race(web: Web, station_id: int, tokens: list[int], wire: EpisodeWire) -> list[Any]:
+    """``wire`` synced by two sessions, as the route runs it (``record_use``
+    first): the first's transaction is held open while the second runs."""
+    settings = web.settings.scheduler
+    factory = web.app.state.web.session_factory
+    first, second = factory(), factory()
+    outcome: dict[str, Any] = {}
+
+    def racer() -> None:
+        try:
+            station_credentials.record_use(second, tokens[1], now=web.clock())
+            outcome["answer"] = sync_episode(second, station_id, wire, settings)
+            second.commit()
+        except Exception as exc:  # said in the assertion below, not lost in the thread
+            outcome["error"] = repr(exc)
+        finally:
+            second.rollback()
+            second.close()
+
+    try:
+        station_credentials.record_use(first, tokens[0], now=web.clock())
+        answered = sync_episode(first, station_id, wire, settings)
+        t = threading.Thread(target=racer)
+        t.start()
+        time.sleep(0.3)  # let it reach its insert, which waits on the first's
+        first.commit()
+        t.join(60)
+        assert not t.is_alive()
+    finally:
+        first.close()
+    return [answered, outcome.get("answer", outcome)]
+
+
+def test_two_first_snapshots_at_once_store_one_episode(web: Web, setup: Setup) -> None:
+    """The same new uid sent twice at once (a retry while the first is still
+    being answered): the one whose insert loses is answered as a replay, not
+    500, and one episode with its events once is stored. On SQLite the second
+    call waits at its first write (``record_use``), so the race is PostgreSQL's;
+    both backends must answer the same."""
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    tokens = _token_ids(web, setup, "cell-a")
+    for n in range(3):
+        body = episode_body(work, f"uidRACE{n:02d}", 1, events=[event(0, "armed"), event(1)])
+        wire = EpisodeWire.model_validate(body)
+        first, second = _race(web, setup.ids["cell-a"], tokens, wire)
+        assert second == first
+        assert (first.rev, first.state, first.settled) == (1, "armed", False)
+        with web.db() as s:
+            eps = s.scalars(sa.select(Episode).where(Episode.uid == wire.uid)).all()
+            assert len(eps) == 1
+            seqs = s.scalars(
+                sa.select(EpisodeEvent.station_seq).where(EpisodeEvent.episode_id == eps[0].id)
+            ).all()
+            assert sorted(seqs) == [0, 1]
+    # a closed first snapshot settles the run once; the loser is told it is settled
+    log = {"placed": 0, "lost": 0, "dropped": 0, "outcome": "ran_out_of_time"}
+    body = episode_body(work, "uidRACEZZ", 1, state="closed", events=[event(0)], **log)
+    first, second = _race(web, setup.ids["cell-a"], tokens, EpisodeWire.model_validate(body))
+    assert second == first and first.settled is True
+    assert assignment(web, work["run_code"])[0] == AssignmentStatus.done
 
 
 def test_a_closed_episode_settles_its_run_once(web: Web, setup: Setup) -> None:
