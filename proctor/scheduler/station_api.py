@@ -18,13 +18,14 @@ one transaction, so a refused call writes nothing.
   keyed by its place in the station's ledger. A closed (operator-logged) or
   interrupted episode settles its run once (``claims.complete``). Two first
   snapshots of one uid at once store one row: the later insert is answered
-  as a replay. Who logged
-  it is a label (``operator_label``, kept in the ``operator_log`` event's
-  details), never an id: a station's ``operator_id`` is refused.
+  as a replay. Who logged it is a label (``operator_label``, kept in the
+  ``operator_log`` event's details), never an id: a station's
+  ``operator_id`` is refused.
 * ``release_lapsed_claims``: the lease. A station whose tokens were all
   revoked (or expired) cannot come back for its claim; once it has been
   silent for ``lease_s`` its claims go back to the scheduler. A station with
-  a live token keeps its claim however long it is offline.
+  a live token keeps its claim however long it is offline. Checked on hello
+  and claim, and by the web app's sweep (``station_sweeps``).
 * ``once``: the answer to a request under an ``Idempotency-Key``, kept, so a
   retried claim or abandon (its first reply lost) acts no second time.
 """

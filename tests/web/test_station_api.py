@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 
 from proctor.core import station_credentials
 from proctor.core.audit import Actor
@@ -28,9 +29,9 @@ from proctor.core.db.models import (
     StationRequest,
 )
 from proctor.core.domain import AssignmentStatus, Role
-from proctor.core.errors import FieldConflict
+from proctor.core.errors import ConfigError, FieldConflict
 from proctor.core.settings import Settings, load_settings
-from proctor.scheduler import service
+from proctor.scheduler import service, station_sweeps
 from proctor.scheduler.station_api import once, release_lapsed_claims, sync_episode
 from proctor.station.uplink.wire import EpisodeWire, HelloReply, WorkWire
 from tests.scheduler import builders
@@ -49,7 +50,8 @@ def web_settings(web_db_url: str, tmp_path: Path) -> Settings:
         data_dir=tmp_path,
         database_url=web_db_url,
         secret_key="test-secret-key-" + "x" * 32,
-        scheduler={"claim_lease_s": LEASE_S},
+        # the sweep's thread runs only where a test starts the app (its lifespan)
+        scheduler={"claim_lease_s": LEASE_S, "station_sweep_s": 1.0},
     )
 
 
@@ -630,6 +632,49 @@ def test_a_revoked_stations_claim_is_released_after_the_lease(web: Web, setup: S
         # a second pass finds nothing more to release
         later = web.clock() + timedelta(hours=1)
         assert release_lapsed_claims(s, later, LEASE_S) == []
+
+
+def test_the_sweep_releases_a_lapsed_claim_with_no_station_calling(
+    web: Web, setup: Setup, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No station calls after the revocation: the app's sweep hands the run
+    back. Its first pass fails (the database away for a moment): logged, and
+    the thread goes on to the next."""
+    held = claim(web, setup, "cell-a", "claim:1")["work"]["run_code"]
+    with web.db() as s:
+        station_credentials.revoke(s, name="cell-a", actor=Actor(label="test-admin"))
+    web.clock.advance(seconds=2 * LEASE_S)
+    calls: list[datetime] = []
+
+    def flaky(session: Any, now: datetime, lease_s: float) -> list[str]:
+        calls.append(now)
+        if len(calls) == 1:
+            raise sa.exc.OperationalError("SELECT 1", {}, Exception("the database is away"))
+        return release_lapsed_claims(session, now, lease_s)
+
+    monkeypatch.setattr(station_sweeps, "release_lapsed_claims", flaky)
+    sweep = web.app.state.web.station_sweep
+    with TestClient(web.app):  # start-up and shut-down, as a server runs them
+        deadline = time.monotonic() + 20
+        while assignment(web, held)[0] != AssignmentStatus.pending:
+            assert time.monotonic() < deadline, calls
+            time.sleep(0.1)
+    assert sweep._thread is None  # stopped at shut-down
+    assert len(calls) >= 2 and sweep.passes >= 1
+    assert assignment(web, held)[:2] == (AssignmentStatus.pending, None)
+    assert "station sweep: a pass failed" in caplog.text
+    # no two passes at once: one asked for while another runs does nothing
+    with sweep._running:
+        assert sweep.run_once() is None
+    assert sweep.run_once() == station_sweeps.SweepPass(released=[], aborted=[])
+
+
+def test_the_sweep_period_is_a_second_or_more_or_off(tmp_path: Path) -> None:
+    for bad in (-1, 0.5):
+        with pytest.raises(ConfigError, match="station_sweep_s"):
+            load_settings(env="test", data_dir=tmp_path, scheduler={"station_sweep_s": bad})
+    off = load_settings(env="test", data_dir=tmp_path, scheduler={"station_sweep_s": 0})
+    assert off.scheduler.station_sweep_s == 0
 
 
 def test_a_key_raced_by_two_calls_acts_once(web: Web, setup: Setup) -> None:
