@@ -432,6 +432,46 @@ def test_two_first_snapshots_at_once_store_one_episode(web: Web, setup: Setup) -
     assert assignment(web, work["run_code"])[0] == AssignmentStatus.done
 
 
+def test_two_first_puts_at_once_over_http_are_both_answered(web: Web, setup: Setup) -> None:
+    """The same through the routes: two clients (the station's two live
+    tokens) PUT each new uid at once, released together by a barrier; every
+    answer is 200 and the two agree. Timing decides whether the inserts meet,
+    so the service test above is the one that forces the race."""
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    with web.db() as s:
+        second = station_credentials.rotate(
+            s, name="cell-a", actor=Actor(label="test-admin"), now=web.clock()
+        ).token
+    clients = [(web.client(), setup.tokens["cell-a"]), (web.client(), second)]
+    for n in range(8):
+        body = episode_body(work, f"uidHTTP{n:02d}", 1, events=[event(0, "armed")])
+        barrier = threading.Barrier(2)
+        answers: list[Any] = [None, None]
+
+        def send(
+            i: int, body: dict[str, Any] = body, barrier: Any = barrier, answers: Any = answers
+        ) -> None:
+            client, token = clients[i]
+            barrier.wait(10)
+            try:
+                r = client.put(f"{API}/episodes/{body['uid']}", json=body, headers=bearer(token))
+                answers[i] = (r.status_code, r.json())
+            except Exception as exc:  # the test client raises a 500's error: said below
+                answers[i] = repr(exc)
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert answers[0] == answers[1] and answers[0][0] == 200, answers
+    with web.db() as s:
+        uids = s.scalars(sa.select(Episode.uid).where(Episode.uid.like("uidHTTP%"))).all()
+        assert sorted(uids) == [f"uidHTTP{n:02d}" for n in range(8)]
+        events = s.scalar(sa.select(sa.func.count()).select_from(EpisodeEvent))
+        assert events == 8
+
+
 def test_a_closed_episode_settles_its_run_once(web: Web, setup: Setup) -> None:
     work = claim(web, setup, "cell-a", "claim:1")["work"]
     code, items = work["run_code"], work["items"]
