@@ -205,6 +205,22 @@ class SchedulerSettings(BaseModel):
     # a presigned part URL works this long; a station that resumes later asks
     # for the plan again and gets fresh ones
     upload_url_expiry_s: int = Field(default=3600, ge=60, le=7 * 86400)
+    # the web app's sweep (proctor.scheduler.station_sweeps) runs this often: it
+    # releases lapsed claims when no station calls, and aborts abandoned uploads.
+    # 0 turns it off (the lease is then checked only on hello and claim)
+    station_sweep_s: float = Field(default=30.0, ge=0, le=86400)
+    # an upload still open this long after it was begun is abandoned: the sweep
+    # aborts it in the store and a station that comes back begins it afresh.
+    # Counted from the begin (the row keeps no later activity), so well above
+    # the time one artifact takes to send
+    upload_abandon_s: int = Field(default=86400, ge=3600, le=30 * 86400)
+
+    @field_validator("station_sweep_s")
+    @classmethod
+    def _sweep_period(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError("at least 1 second, or 0 to turn the sweep off")
+        return value
 
 
 class RunnerSettings(BaseModel):

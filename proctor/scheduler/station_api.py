@@ -16,13 +16,16 @@ one transaction, so a refused call writes nothing.
   older one changes nothing. Station wall times are mapped to the server's
   clock with the episode's ``clock_offset_s``; each event is stored once,
   keyed by its place in the station's ledger. A closed (operator-logged) or
-  interrupted episode settles its run once (``claims.complete``). Who logged
-  it is a label (``operator_label``, kept in the ``operator_log`` event's
-  details), never an id: a station's ``operator_id`` is refused.
+  interrupted episode settles its run once (``claims.complete``). Two first
+  snapshots of one uid at once store one row: the later insert is answered
+  as a replay. Who logged it is a label (``operator_label``, kept in the
+  ``operator_log`` event's details), never an id: a station's
+  ``operator_id`` is refused.
 * ``release_lapsed_claims``: the lease. A station whose tokens were all
   revoked (or expired) cannot come back for its claim; once it has been
   silent for ``lease_s`` its claims go back to the scheduler. A station with
-  a live token keeps its claim however long it is offline.
+  a live token keeps its claim however long it is offline. Checked on hello
+  and claim, and by the web app's sweep (``station_sweeps``).
 * ``once``: the answer to a request under an ``Idempotency-Key``, kept, so a
   retried claim or abandon (its first reply lost) acts no second time.
 """
@@ -299,10 +302,16 @@ def sync_episode(
         # a replay, or a snapshot older than the one stored: nothing changes
         return _reply(ep, a)
     outcome = _check(session, a, ep, wire)
-    if ep is None:
+    if ep is not None:
+        _write(ep, a, wire, outcome)
+    else:
         ep = Episode(uid=wire.uid, station_id=station_id, run_code=a.run_code)
-        session.add(ep)
-    _write(ep, a, wire, outcome)
+        _write(ep, a, wire, outcome)
+        if not _inserted(session, ep):
+            # the same first snapshot, sent twice at once, and the other got in
+            # first: this one is answered as the one that came second
+            session.expire_all()
+            return sync_episode(session, station_id, wire, settings)
     session.flush()
     _add_events(session, ep, wire, timedelta(seconds=wire.clock_offset_s))
     if ep.state in _TERMINAL and a.status == AssignmentStatus.claimed:
@@ -314,6 +323,21 @@ def sync_episode(
             free_protocol_faults=settings.free_protocol_faults,
         )
     return _reply(ep, a)
+
+
+def _inserted(session: Session, ep: Episode) -> bool:
+    """Insert the new episode; False if a concurrent call inserted its uid
+    first (the unique index refuses the second row, and only this insert is
+    undone). pysqlite would commit a savepoint opened before the transaction
+    wrote anything: the route has written already (``record_use``, every call)."""
+    try:
+        with session.begin_nested():
+            session.add(ep)
+    except sa.exc.IntegrityError:
+        if session.scalar(sa.select(Episode.id).where(Episode.uid == ep.uid)) is None:
+            raise  # not the uid's race: a real fault, answered as one
+        return False
+    return True
 
 
 def _reply(ep: Episode, a: Assignment) -> EpisodeReply:

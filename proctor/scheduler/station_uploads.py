@@ -98,7 +98,8 @@ def _check_size(request: UploadRequest, limits: UploadLimits) -> None:
         raise FieldError("size_bytes", f"more than {MAX_PARTS} parts of {limits.part_size} bytes")
 
 
-def _multipart(row: StationUpload) -> MultipartUpload:
+def multipart_of(row: StationUpload) -> MultipartUpload:
+    """The store's multipart upload the row names."""
     return MultipartUpload(
         key=row.id, backend_id=row.backend_id, size=row.size_bytes, part_size=row.part_size
     )
@@ -221,7 +222,7 @@ def _open(
             session.add(row)
     except IntegrityError:
         # another begin of the same artifact won the race: it holds the upload
-        backend.abort(_multipart(row))
+        backend.abort(multipart_of(row))
         raise Conflict("sha256: this artifact's upload is being begun; ask again") from None
     return row
 
@@ -229,7 +230,7 @@ def _open(
 def _plan(
     backend: MultipartBackend, row: StationUpload, limits: UploadLimits, part_url: PartUrl
 ) -> UploadPlan:
-    upload = _multipart(row)
+    upload = multipart_of(row)
     received = backend.received_parts(upload)
     missing = [n for n in range(1, upload.part_count + 1) if n not in received]
     targets = [
@@ -282,7 +283,7 @@ def plan(
 
 def part_upload(session: ProctorSession, *, station_id: int, upload_id: str) -> MultipartUpload:
     """The open upload a part sent through the server goes to (the caller's own)."""
-    return _multipart(_require_open(_owned(session, station_id, upload_id)))
+    return multipart_of(_require_open(_owned(session, station_id, upload_id)))
 
 
 def put_part(store: ArtifactStore, upload: MultipartUpload, number: int, stream: BinaryIO) -> str:
@@ -325,7 +326,7 @@ def _verified_uri(
 ) -> str:
     """Join and verify the parts; the content address's URI."""
     backend = multipart_for(store)
-    upload = _multipart(row)
+    upload = multipart_of(row)
     if not backend.in_progress(upload) and store.exists(row.sha256):
         # verified and addressed by an earlier completion whose transaction
         # did not commit: only the registration is left to do

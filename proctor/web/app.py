@@ -32,6 +32,7 @@ from proctor.core.db.engine import make_engine, make_session_factory
 from proctor.core.db.types import utcnow
 from proctor.core.settings import Settings
 from proctor.scheduler.gateway import GatewayConfig, gateway_router
+from proctor.scheduler.station_sweeps import StationSweep
 from proctor.web.accounts import routes as accounts
 from proctor.web.artifacts import routes as artifacts
 from proctor.web.artifacts.service import ArtifactCache
@@ -177,12 +178,22 @@ def create_app(
         commits=local_commits,
     )
 
+    store = open_store(
+        settings.artifacts_location, public_endpoint=settings.artifacts_public_endpoint
+    )
+    # lapsed claims and abandoned uploads, swept when no station calls
+    # (proctor.scheduler.station_sweeps)
+    station_sweep = StationSweep(session_factory, store, settings.scheduler, clock)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         size_worker_threads(settings.web)
         # repair what a crash left (proctor.web.startup) before the first request
         await run_in_threadpool(recover, app.state.web)
+        station_sweep.start()
         yield
+        # a pass under way ends before the engine it uses is disposed
+        await run_in_threadpool(station_sweep.close)
         # this app's worker only; its conformance checks run on (proctor.web.submissions.queue)
         snapshot_worker.close()
         engine.dispose()
@@ -205,9 +216,8 @@ def create_app(
         engine=engine,
         health_engine=health_engine,
         session_factory=session_factory,
-        store=open_store(
-            settings.artifacts_location, public_endpoint=settings.artifacts_public_endpoint
-        ),
+        store=store,
+        station_sweep=station_sweep,
         templates=make_templates(domains, static_version),
         passwords=Passwords.for_settings(settings),
         secret_key=secret_key,

@@ -21,6 +21,7 @@ from sqlalchemy.orm import sessionmaker
 from proctor.core.artifacts import ArtifactStore
 from proctor.core.db.engine import ProctorSession
 from proctor.core.settings import Settings
+from proctor.scheduler.station_sweeps import StationSweep
 from proctor.web.artifacts.service import ArtifactCache
 from proctor.web.auth.passwords import Passwords
 from proctor.web.auth.throttle import ThrottlePolicy
@@ -66,3 +67,6 @@ class AppState:
     conformance_workers: ConformanceWorkers
     # /api/health's threads: it answers while requests hold every other one (proctor.web.system)
     health_threads: anyio.CapacityLimiter
+    # lapsed claims and abandoned uploads, swept on a thread of its own while
+    # the app runs (proctor.scheduler.station_sweeps)
+    station_sweep: StationSweep

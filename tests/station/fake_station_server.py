@@ -92,6 +92,7 @@ class State:
     drop_after: set[str] = field(default_factory=set)  # "claims", "abandon", … : once each
     refuse_uids: set[str] = field(default_factory=set)  # episodes answered 422
     unavailable: set[str] = field(default_factory=set)  # answered 503, not acted on: once each
+    aborted: set[str] = field(default_factory=set)  # upload ids the server's sweep aborted
 
 
 def _refuse(status: int, detail: str, field_name: str | None = None) -> JSONResponse:
@@ -223,24 +224,36 @@ def _uploads(app: FastAPI, ctx: _Ctx) -> None:
     state, lock = ctx.state, ctx.lock
 
     @app.post(API_PREFIX + "/uploads")
-    def begin(
-        body: UploadRequest, request: Request, idempotency_key: str | None = Header(default=None)
-    ) -> JSONResponse:
-        def act() -> tuple[int, Any]:
+    def begin(body: UploadRequest, request: Request) -> JSONResponse:
+        # as the real server: no stored answer, the artifact's open upload resumed
+        # (an aborted one is not open: a begin then starts afresh)
+        with lock:
             if body.episode_uid not in state.episodes:
                 state.violations.append(f"upload for unknown episode {body.episode_uid}")
-                return 404, {"detail": f"no episode {body.episode_uid}"}
-            upload_id = f"up-{len(state.uploads) + 1}"
-            state.uploads[upload_id] = Upload(body)
-            return 200, _plan(upload_id, state, str(request.base_url)).model_dump(mode="json")
-
-        return ctx.once(idempotency_key, act)
+                return _refuse(404, f"no episode {body.episode_uid}")
+            artifact = (body.episode_uid, body.sha256)
+            upload_id = next(
+                (
+                    k
+                    for k, u in state.uploads.items()
+                    if (u.request.episode_uid, u.request.sha256) == artifact
+                    and k not in state.aborted
+                ),
+                f"up-{len(state.uploads) + 1}",
+            )
+            state.uploads.setdefault(upload_id, Upload(body))
+            return JSONResponse(
+                _plan(upload_id, state, str(request.base_url)).model_dump(mode="json")
+            )
 
     @app.get(API_PREFIX + "/uploads/{upload_id}")
     def plan(upload_id: str, request: Request) -> JSONResponse:
         with lock:
             if upload_id not in state.uploads:
                 return _refuse(404, f"no upload {upload_id}")
+            if upload_id in state.aborted:
+                # as the real server answers (proctor.scheduler.station_uploads)
+                return _refuse(409, "upload_id: the upload is aborted; begin again to send it")
             return JSONResponse(
                 _plan(upload_id, state, str(request.base_url)).model_dump(mode="json")
             )

@@ -8,8 +8,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import pytest
+
 from proctor.core.db import session_scope
 from proctor.station import episodes
+from proctor.station.uplink.client import Offline
 from tests.station.fake_station_server import FakeStationServer
 from tests.station.uplink_support import (
     TOKEN,
@@ -128,6 +131,27 @@ def test_a_restarted_station_does_not_send_again_what_the_server_confirmed(
     assert again.forwarder.drain(30)
     assert fake.state.stored_revs == stored
     assert fake.calls_to("/uploads", "POST") and len(fake.calls_to("/uploads", "POST")) == 1
+
+
+def test_an_upload_the_server_aborted_meanwhile_is_begun_afresh(
+    fake: FakeStationServer, link: Callable[..., Link]
+) -> None:
+    """The link drops mid-upload; when it is back the server has aborted the
+    upload (its sweep: left open too long). The plan call is refused (409)
+    and the station begins a new upload, not refusing the artifact."""
+    up = link(start=False)
+    blob = os.urandom(150_000)
+    uid = write_episode(up.ledger, "R-S1", artifact=blob)
+    fake.state.unavailable.add("/parts/2")
+    with pytest.raises(Offline):
+        up.forwarder.run_once()
+    assert list(fake.state.uploads) == ["up-1"]
+    fake.state.aborted.add("up-1")
+    up.forwarder.run_once()
+    assert list(fake.state.uploads) == ["up-1", "up-2"]
+    ((got_uid, _sha),) = fake.state.artifacts
+    assert got_uid == uid and up.forwarder.waiting() == 0
+    assert fake.calls_to("/uploads/up-1", "GET")
 
 
 def test_a_lost_outbox_numbers_the_next_snapshot_past_what_the_server_holds(

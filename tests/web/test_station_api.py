@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 
 from proctor.core import station_credentials
 from proctor.core.audit import Actor
@@ -28,11 +29,11 @@ from proctor.core.db.models import (
     StationRequest,
 )
 from proctor.core.domain import AssignmentStatus, Role
-from proctor.core.errors import FieldConflict
+from proctor.core.errors import ConfigError, FieldConflict
 from proctor.core.settings import Settings, load_settings
-from proctor.scheduler import service
-from proctor.scheduler.station_api import once, release_lapsed_claims
-from proctor.station.uplink.wire import HelloReply, WorkWire
+from proctor.scheduler import service, station_sweeps
+from proctor.scheduler.station_api import once, release_lapsed_claims, sync_episode
+from proctor.station.uplink.wire import EpisodeWire, HelloReply, WorkWire
 from tests.scheduler import builders
 from tests.web.conftest import Web, login
 
@@ -49,7 +50,8 @@ def web_settings(web_db_url: str, tmp_path: Path) -> Settings:
         data_dir=tmp_path,
         database_url=web_db_url,
         secret_key="test-secret-key-" + "x" * 32,
-        scheduler={"claim_lease_s": LEASE_S},
+        # the sweep's thread runs only where a test starts the app (its lifespan)
+        scheduler={"claim_lease_s": LEASE_S, "station_sweep_s": 1.0},
     )
 
 
@@ -388,6 +390,123 @@ def test_episode_sync_keeps_the_newest_revision_and_each_event_once(web: Web, se
         assert events[1].at == datetime(2031, 5, 4, 9, 0, 12, 500000, tzinfo=UTC)
 
 
+def _token_ids(web: Web, setup: Setup, station: str) -> list[int]:
+    """Two live tokens of ``station`` (a rotation's window): its calls then
+    take no row lock on one token row, and may run at once on PostgreSQL."""
+    with web.db() as s:
+        second = station_credentials.rotate(
+            s, name=station, actor=Actor(label="test-admin"), now=web.clock()
+        ).token
+        ids = []
+        for token in (setup.tokens[station], second):
+            live = station_credentials.live_token(s, token, now=web.clock())
+            assert live is not None
+            ids.append(live.id)
+        return ids
+
+
+def _race(web: Web, station_id: int, tokens: list[int], wire: EpisodeWire) -> list[Any]:
+    """``wire`` synced by two sessions, as the route runs it (``record_use``
+    first): the first's transaction is held open while the second runs."""
+    settings = web.settings.scheduler
+    factory = web.app.state.web.session_factory
+    first, second = factory(), factory()
+    outcome: dict[str, Any] = {}
+
+    def racer() -> None:
+        try:
+            station_credentials.record_use(second, tokens[1], now=web.clock())
+            outcome["answer"] = sync_episode(second, station_id, wire, settings)
+            second.commit()
+        except Exception as exc:  # said in the assertion below, not lost in the thread
+            outcome["error"] = repr(exc)
+        finally:
+            second.rollback()
+            second.close()
+
+    try:
+        station_credentials.record_use(first, tokens[0], now=web.clock())
+        answered = sync_episode(first, station_id, wire, settings)
+        t = threading.Thread(target=racer)
+        t.start()
+        time.sleep(0.3)  # let it reach its insert, which waits on the first's
+        first.commit()
+        t.join(60)
+        assert not t.is_alive()
+    finally:
+        first.close()
+    return [answered, outcome.get("answer", outcome)]
+
+
+def test_two_first_snapshots_at_once_store_one_episode(web: Web, setup: Setup) -> None:
+    """The same new uid sent twice at once (a retry while the first is still
+    being answered): the one whose insert loses is answered as a replay, not
+    500, and one episode with its events once is stored. On SQLite the second
+    call waits at its first write (``record_use``), so the race is PostgreSQL's;
+    both backends must answer the same."""
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    tokens = _token_ids(web, setup, "cell-a")
+    for n in range(3):
+        body = episode_body(work, f"uidRACE{n:02d}", 1, events=[event(0, "armed"), event(1)])
+        wire = EpisodeWire.model_validate(body)
+        first, second = _race(web, setup.ids["cell-a"], tokens, wire)
+        assert second == first
+        assert (first.rev, first.state, first.settled) == (1, "armed", False)
+        with web.db() as s:
+            eps = s.scalars(sa.select(Episode).where(Episode.uid == wire.uid)).all()
+            assert len(eps) == 1
+            seqs = s.scalars(
+                sa.select(EpisodeEvent.station_seq).where(EpisodeEvent.episode_id == eps[0].id)
+            ).all()
+            assert sorted(seqs) == [0, 1]
+    # a closed first snapshot settles the run once; the loser is told it is settled
+    log = {"placed": 0, "lost": 0, "dropped": 0, "outcome": "ran_out_of_time"}
+    body = episode_body(work, "uidRACEZZ", 1, state="closed", events=[event(0)], **log)
+    first, second = _race(web, setup.ids["cell-a"], tokens, EpisodeWire.model_validate(body))
+    assert second == first and first.settled is True
+    assert assignment(web, work["run_code"])[0] == AssignmentStatus.done
+
+
+def test_two_first_puts_at_once_over_http_are_both_answered(web: Web, setup: Setup) -> None:
+    """The same through the routes: two clients (the station's two live
+    tokens) PUT each new uid at once, released together by a barrier; every
+    answer is 200 and the two agree. Timing decides whether the inserts meet,
+    so the service test above is the one that forces the race."""
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    with web.db() as s:
+        second = station_credentials.rotate(
+            s, name="cell-a", actor=Actor(label="test-admin"), now=web.clock()
+        ).token
+    clients = [(web.client(), setup.tokens["cell-a"]), (web.client(), second)]
+    for n in range(8):
+        body = episode_body(work, f"uidHTTP{n:02d}", 1, events=[event(0, "armed")])
+        barrier = threading.Barrier(2)
+        answers: list[Any] = [None, None]
+
+        def send(
+            i: int, body: dict[str, Any] = body, barrier: Any = barrier, answers: Any = answers
+        ) -> None:
+            client, token = clients[i]
+            barrier.wait(10)
+            try:
+                r = client.put(f"{API}/episodes/{body['uid']}", json=body, headers=bearer(token))
+                answers[i] = (r.status_code, r.json())
+            except Exception as exc:  # the test client raises a 500's error: said below
+                answers[i] = repr(exc)
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert answers[0] == answers[1] and answers[0][0] == 200, answers
+    with web.db() as s:
+        uids = s.scalars(sa.select(Episode.uid).where(Episode.uid.like("uidHTTP%"))).all()
+        assert sorted(uids) == [f"uidHTTP{n:02d}" for n in range(8)]
+        events = s.scalar(sa.select(sa.func.count()).select_from(EpisodeEvent))
+        assert events == 8
+
+
 def test_a_closed_episode_settles_its_run_once(web: Web, setup: Setup) -> None:
     work = claim(web, setup, "cell-a", "claim:1")["work"]
     code, items = work["run_code"], work["items"]
@@ -588,6 +707,49 @@ def test_a_revoked_stations_claim_is_released_after_the_lease(web: Web, setup: S
         # a second pass finds nothing more to release
         later = web.clock() + timedelta(hours=1)
         assert release_lapsed_claims(s, later, LEASE_S) == []
+
+
+def test_the_sweep_releases_a_lapsed_claim_with_no_station_calling(
+    web: Web, setup: Setup, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No station calls after the revocation: the app's sweep hands the run
+    back. Its first pass fails (the database away for a moment): logged, and
+    the thread goes on to the next."""
+    held = claim(web, setup, "cell-a", "claim:1")["work"]["run_code"]
+    with web.db() as s:
+        station_credentials.revoke(s, name="cell-a", actor=Actor(label="test-admin"))
+    web.clock.advance(seconds=2 * LEASE_S)
+    calls: list[datetime] = []
+
+    def flaky(session: Any, now: datetime, lease_s: float) -> list[str]:
+        calls.append(now)
+        if len(calls) == 1:
+            raise sa.exc.OperationalError("SELECT 1", {}, Exception("the database is away"))
+        return release_lapsed_claims(session, now, lease_s)
+
+    monkeypatch.setattr(station_sweeps, "release_lapsed_claims", flaky)
+    sweep = web.app.state.web.station_sweep
+    with TestClient(web.app):  # start-up and shut-down, as a server runs them
+        deadline = time.monotonic() + 20
+        while assignment(web, held)[0] != AssignmentStatus.pending:
+            assert time.monotonic() < deadline, calls
+            time.sleep(0.1)
+    assert sweep._thread is None  # stopped at shut-down
+    assert len(calls) >= 2 and sweep.passes >= 1
+    assert assignment(web, held)[:2] == (AssignmentStatus.pending, None)
+    assert "station sweep: a pass failed" in caplog.text
+    # no two passes at once: one asked for while another runs does nothing
+    with sweep._running:
+        assert sweep.run_once() is None
+    assert sweep.run_once() == station_sweeps.SweepPass(released=[], aborted=[])
+
+
+def test_the_sweep_period_is_a_second_or_more_or_off(tmp_path: Path) -> None:
+    for bad in (-1, 0.5):
+        with pytest.raises(ConfigError, match="station_sweep_s"):
+            load_settings(env="test", data_dir=tmp_path, scheduler={"station_sweep_s": bad})
+    off = load_settings(env="test", data_dir=tmp_path, scheduler={"station_sweep_s": 0})
+    assert off.scheduler.station_sweep_s == 0
 
 
 def test_a_key_raced_by_two_calls_acts_once(web: Web, setup: Setup) -> None:

@@ -20,10 +20,13 @@ import pytest
 import sqlalchemy as sa
 
 from proctor.core import station_credentials
+from proctor.core.artifacts.multipart import multipart_for
 from proctor.core.audit import Actor
-from proctor.core.db.models import Artifact, StationUpload
+from proctor.core.db.models import Artifact, AuditLog, StationUpload
 from proctor.core.domain import Role
 from proctor.core.settings import SchedulerSettings, load_settings
+from proctor.scheduler.station_sweeps import SweepPass
+from proctor.scheduler.station_uploads import multipart_of
 from proctor.station.uplink.upload import send_parts
 from proctor.station.uplink.wire import API_PREFIX, UploadPlan
 from tests import factories
@@ -223,6 +226,53 @@ def test_parts_that_do_not_hash_to_the_declaration_register_nothing(
     assert fresh.json()["upload_id"] != plan.upload_id and fresh.json()["received"] == []
 
 
+# -- abandoned uploads: the app's sweep aborts them ---------------------------------
+
+
+def _abandon_and_come_back(web: Web, parts_client: httpx.Client, payload: Path) -> tuple[str, str]:
+    """An upload with one part in, left: still open a little before
+    ``upload_abandon_s``, aborted by the sweep after it (in the store too,
+    audit-logged); the station that comes back is told so by field, and its
+    begin starts afresh. The fresh upload's id."""
+    token = enrol(web, "cell-a")
+    uid = episode_of(web, "cell-a")
+    c = web.client()
+    begun = c.post(f"{API_PREFIX}/uploads", json=declaration(uid), headers=bearer(token))
+    plan = UploadPlan.model_validate(begun.raise_for_status().json())
+    first = UploadPlan.model_validate(plan.model_dump() | {"parts": [plan.parts[0].model_dump()]})
+    send_parts(parts_client, first, payload, server_headers=bearer(token))
+    with web.db() as s:
+        upload = multipart_of(s.get_one(StationUpload, plan.upload_id))
+    backend = multipart_for(web.app.state.web.store)
+    assert backend.in_progress(upload) and list(backend.received_parts(upload)) == [1]
+    sweep = web.app.state.web.station_sweep
+    web.clock.advance(seconds=web.settings.scheduler.upload_abandon_s - 60)
+    assert sweep.run_once() == SweepPass(released=[], aborted=[])
+    assert backend.in_progress(upload)
+    web.clock.advance(seconds=120)
+    assert sweep.run_once() == SweepPass(released=[], aborted=[plan.upload_id])
+    assert not backend.in_progress(upload)
+    assert sweep.run_once() == SweepPass(released=[], aborted=[])
+    with web.db() as s:
+        row = s.get_one(StationUpload, plan.upload_id)
+        assert (row.state.value, row.completed_at) == ("aborted", web.clock())
+        [audit] = s.scalars(sa.select(AuditLog).where(AuditLog.actor_label == "scheduler:uploads"))
+        assert (audit.action, audit.target_id) == ("station_upload.abandoned", plan.upload_id)
+    again = c.get(f"{API_PREFIX}/uploads/{plan.upload_id}", headers=bearer(token))
+    assert again.status_code == 409 and "upload_id" in again.text
+    fresh = c.post(f"{API_PREFIX}/uploads", json=declaration(uid), headers=bearer(token))
+    assert fresh.json()["upload_id"] != plan.upload_id and fresh.json()["received"] == []
+    assert len(fresh.json()["parts"]) == 3
+    return str(fresh.json()["upload_id"])
+
+
+def test_the_sweep_aborts_an_abandoned_upload_in_a_local_store(web: Web, payload: Path) -> None:
+    fresh = _abandon_and_come_back(web, web.client(), payload)
+    # the staged parts are gone: only the fresh upload's folder is left
+    uploads = Path(web.settings.artifacts_location) / "uploads"
+    assert sorted(p.name for p in uploads.iterdir()) == [fresh]
+
+
 # -- the S3 path: the app's store is a bucket, the parts never reach the app ------
 
 
@@ -340,6 +390,15 @@ def upload_straight_to_s3(web: Web, payload: Path) -> UploadPlan:
     assert [a[1:] for a in artifacts(web)] == [(SHA, len(DATA), store.uri_for(SHA))]
     assert not store.fs.exists("proctor/site/uploads/" + plan.upload_id)
     return plan
+
+
+def test_the_sweep_aborts_an_abandoned_upload_in_an_s3_store(s3_web: Web, payload: Path) -> None:
+    # the station host's own client: the presigned URLs need no credentials
+    with httpx.Client(trust_env=False) as parts_client:
+        fresh = _abandon_and_come_back(s3_web, parts_client, payload)
+    backend = multipart_for(s3_web.app.state.web.store)
+    listed = backend.client.list_multipart_uploads(Bucket="proctor")  # type: ignore[attr-defined]
+    assert [u["Key"] for u in listed.get("Uploads", [])] == [f"site/uploads/{fresh}"]
 
 
 def test_parts_stream_through_a_live_server(

@@ -6,7 +6,8 @@ drains, in the order of the ledger's episode ids:
 1. each episode whose snapshot changed since the server confirmed it:
    ``PUT /episodes/{uid}`` with the next revision;
 2. each of a confirmed episode's artifacts the server has not registered:
-   ``POST /uploads`` (or ``GET`` the plan of one begun before: resume),
+   ``POST /uploads`` (or ``GET`` the plan of one begun before: resume; one
+   the server no longer holds open, 404 or 409, is begun afresh),
    the missing parts, ``POST …/complete``; registering the last one changes
    the snapshot's digest, so the final snapshot follows the artifacts;
 3. abandon reports, once each.
@@ -41,7 +42,7 @@ from proctor.core.db import session_scope
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Artifact, Episode
 from proctor.core.domain import EpisodeState
-from proctor.core.errors import NotFound, ProctorError, UsageError
+from proctor.core.errors import Conflict, NotFound, ProctorError, UsageError
 from proctor.station.uplink import snapshot
 from proctor.station.uplink.client import Offline, StationApiClient, TokenRefused
 from proctor.station.uplink.outbox import EpisodeMark, Outbox
@@ -360,7 +361,10 @@ class Forwarder:
         if known is not None:
             try:
                 return self.client.upload_plan(known)
-            except NotFound:
+            except (NotFound, Conflict):
+                # gone, or no longer open (the server's sweep aborts an upload
+                # left open past scheduler.upload_abandon_s): the server says
+                # to begin again, and a new begin starts afresh
                 self.outbox.forget_upload(uid, artifact_key(row))
         plan = self.client.begin_upload(
             UploadRequest(
