@@ -415,7 +415,7 @@ class Forwarder:
                     sa.select(Episode.uid, Artifact).join(
                         Artifact, Artifact.episode_id == Episode.id
                     )
-                ).tuples()
+                )
                 if artifact_key(row) not in self.outbox.registered(uid)
                 and self.outbox.upload_error(uid, artifact_key(row)) is None
             }
