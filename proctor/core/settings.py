@@ -63,6 +63,10 @@ class WebSettings(BaseModel):
     # the station daemon's local API that this server's operator console drives; it
     # binds to loopback only, so the console runs on the station's machine (or tunnels)
     station_url: str = "http://127.0.0.1:8100"
+    # what this process serves (proctor.web.app.SURFACES): "server", everything; or
+    # "station_console", on a station host, the operator console, sign-in and health
+    # only, with no gateway, station API or background sweeps
+    surface: Literal["server", "station_console"] = "server"
     # public result pages (released, nobody signed in) answered from memory for up
     # to this long; this process's own writes clear it at once (proctor.web.shared_cache)
     shared_cache_s: float = Field(default=2.0, ge=0, le=30)

@@ -3,7 +3,9 @@
 Domains are folders ``proctor/web/<domain>/`` whose ``routes.py`` defines
 ``api_router`` (JSON, mounted under ``/api``, documented in OpenAPI) and/or
 ``page_router`` (HTML pages, not in OpenAPI). They are listed explicitly in
-``DOMAINS`` below, in the order their routes are matched. A domain's
+``DOMAINS`` below, in the order their routes are matched. What one process
+serves is its surface (``settings.web.surface``, a key of ``SURFACES``): the
+whole server, or a station host's operator console alone. A domain's
 templates live in ``proctor/web/<domain>/templates/`` (rendered as
 ``"<domain>/<file>.html"``) and its static files in ``proctor/web/<domain>/static/``
 (served at ``/static/<domain>/...``). See ``proctor/web/README.md``.
@@ -12,8 +14,9 @@ templates live in ``proctor/web/<domain>/templates/`` (rendered as
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -85,6 +88,56 @@ DOMAINS: tuple[ModuleType, ...] = (
     submissions,
 )
 
+
+@dataclass(frozen=True)
+class Mount:
+    """One domain as a surface serves it: ``routers`` name the routes module's
+    routers to include, in this order, those it defines (``api_router`` under
+    ``/api``, in OpenAPI; any other one as pages, outside it)."""
+
+    module: ModuleType
+    # a domain's routers, all of them (sign-in and sign-out are accounts' own
+    # router, for the surfaces that serve them without the rest of the domain)
+    routers: tuple[str, ...] = ("api_router", "sign_in_router", "page_router")
+
+
+@dataclass(frozen=True)
+class Surface:
+    """What one kind of host serves and runs. Whatever is not mounted answers 404."""
+
+    mounts: tuple[Mount, ...]
+    # the blinded policy gateway (ws://<host>/policy/<handle>)
+    gateway: bool
+    # leaderboard recomputation after a write (proctor.web.snapshots.worker)
+    snapshot_worker: bool
+    # lapsed claims and abandoned uploads (proctor.scheduler.station_sweeps)
+    station_sweep: bool
+
+
+# keyed by settings.web.surface
+SURFACES: Mapping[str, Surface] = {
+    # everything: the server that campaigns, stations and the public reach
+    "server": Surface(
+        mounts=tuple(Mount(m) for m in DOMAINS),
+        gateway=True,
+        snapshot_worker=True,
+        station_sweep=True,
+    ),
+    # a station host (deploy/station/console.toml): its operators sign in to the
+    # console over the host's own database; no campaign, station API or public page
+    # lives there, so none is served
+    "station_console": Surface(
+        mounts=(
+            Mount(system),
+            Mount(accounts, ("sign_in_router",)),
+            Mount(console, ("api_router", "page_router", "landing_router")),
+        ),
+        gateway=False,
+        snapshot_worker=False,
+        station_sweep=False,
+    ),
+}
+
 OPENAPI_TAGS = [
     {"name": "system", "description": "Health of the server and its database."},
     {
@@ -144,6 +197,36 @@ def api_routes(app: FastAPI) -> list[Any]:
     return [rc for rc in iter_route_contexts(app.routes) if isinstance(rc.original_route, APIRoute)]
 
 
+def _include_routes(app: FastAPI, surface: Surface, settings: Settings) -> None:
+    for mount in surface.mounts:
+        names = [n for n in mount.routers if getattr(mount.module, n, None) is not None]
+        if not names:
+            raise RuntimeError(f"{mount.module.__name__} defines none of {mount.routers}")
+        for name in names:
+            router = getattr(mount.module, name)
+            if name == "api_router":
+                app.include_router(router, prefix="/api")
+            else:
+                app.include_router(router, include_in_schema=False)
+    # the OpenAPI spec describes the tags of what is served, no other
+    tags = {t for r in api_routes(app) for t in r.original_route.tags}
+    app.openapi_tags = [t for t in OPENAPI_TAGS if t["name"] in tags]
+    if not surface.gateway:
+        return
+    web = app.state.web
+    # the blinded policy gateway: ws://<server>/policy/<handle> (proctor/scheduler/gateway.py)
+    app.include_router(
+        gateway_router(
+            GatewayConfig(
+                session_factory=web.session_factory,
+                encryption_key=settings.encryption_key,
+                allow_private_endpoints=netguard.private_endpoints_allowed(settings),
+                trust_station_header=settings.scheduler.trust_station_header,
+            )
+        )
+    )
+
+
 def create_app(
     settings: Settings,
     *,
@@ -153,7 +236,8 @@ def create_app(
     """Build the app for ``settings``. ``clock`` is the time source for
     sessions, tokens and throttling (tests pass a controllable one)."""
     secret_key = resolve_secret_key(settings)
-    domains = {_domain_name(m): _domain_dir(m) for m in DOMAINS}
+    surface = SURFACES[settings.web.surface]
+    domains = {_domain_name(m.module): _domain_dir(m.module) for m in surface.mounts}
     static_dirs = [SHARED_STATIC, *(d / "static" for d in domains.values())]
     static_version = static_fingerprint([d for d in static_dirs if d.is_dir()])
 
@@ -166,6 +250,9 @@ def create_app(
     # sessions' info, and its writing commits are counted for its shared cache
     session_factory = make_session_factory(engine)
     snapshot_worker = SnapshotWorker(session_factory)
+    if not surface.snapshot_worker:
+        # closed from the start: nothing it is asked for is queued, no thread starts
+        snapshot_worker.close()
     conformance_workers = ConformanceWorkers()
     session_factory.configure(info={WORKER_KEY: snapshot_worker, WORKERS_KEY: conformance_workers})
     local_commits = LocalCommits()
@@ -190,7 +277,8 @@ def create_app(
         size_worker_threads(settings.web)
         # repair what a crash left (proctor.web.startup) before the first request
         await run_in_threadpool(recover, app.state.web)
-        station_sweep.start()
+        if surface.station_sweep:
+            station_sweep.start()
         yield
         # a pass under way ends before the engine it uses is disposed
         await run_in_threadpool(station_sweep.close)
@@ -234,33 +322,17 @@ def create_app(
         health_threads=anyio.CapacityLimiter(2),
     )
 
-    for module in DOMAINS:
-        api_router = getattr(module, "api_router", None)
-        page_router = getattr(module, "page_router", None)
-        if api_router is None and page_router is None:
-            raise RuntimeError(f"{module.__name__} defines neither api_router nor page_router")
-        if api_router is not None:
-            app.include_router(api_router, prefix="/api")
-        if page_router is not None:
-            app.include_router(page_router, include_in_schema=False)
-    # the blinded policy gateway: ws://<server>/policy/<handle> (proctor/scheduler/gateway.py)
-    app.include_router(
-        gateway_router(
-            GatewayConfig(
-                session_factory=app.state.web.session_factory,
-                encryption_key=settings.encryption_key,
-                allow_private_endpoints=netguard.private_endpoints_allowed(settings),
-                trust_station_header=settings.scheduler.trust_station_header,
-            )
-        )
-    )
-
+    _include_routes(app, surface, settings)
     # a domain's own static files first: the shared mount would swallow their paths
     for name, directory in domains.items():
         if (directory / "static").is_dir():
             app.mount(f"/static/{name}", StaticFiles(directory=directory / "static"))
     app.mount("/static", StaticFiles(directory=SHARED_STATIC), name="static")
 
+    # what the layout links to: only pages this surface serves (proctor.web.templating)
+    app.state.web.served_paths = frozenset(
+        rc.path for rc in iter_route_contexts(app.routes) if rc.path is not None
+    )
     install_error_handlers(app)
     web = settings.web
     # served over HTTPS: secure (and __Host- named) cookies, and HSTS

@@ -70,3 +70,6 @@ class AppState:
     # lapsed claims and abandoned uploads, swept on a thread of its own while
     # the app runs (proctor.scheduler.station_sweeps)
     station_sweep: StationSweep
+    # every path this app routes (its surface's, proctor.web.app.SURFACES): the
+    # layout links only to these (proctor.web.templating)
+    served_paths: frozenset[str] = frozenset()

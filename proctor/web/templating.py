@@ -91,9 +91,16 @@ def render(
         # created on first use: pages without forms set no cookie
         return session.csrf_token if isinstance(session, SessionState) else ""
 
+    served: frozenset[str] = request.app.state.web.served_paths
+
+    def serves(path: str) -> bool:
+        # a console-only host serves a few pages: link to no other
+        return path in served
+
     base: dict[str, Any] = {
         "principal": principal,
-        "nav": nav_for(principal),
+        "nav": [item for item in nav_for(principal) if serves(item.path)],
+        "serves": serves,
         "current_path": request.url.path,
         "flashes": flashes,
         "csrf_token": csrf_token,

@@ -49,6 +49,17 @@ def test_environment_overrides_config_file(tmp_path: Path, monkeypatch: pytest.M
     assert s.web.port == 9100
 
 
+def test_the_web_surface_is_the_server_unless_set_and_names_itself_when_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_settings().web.surface == "server"
+    monkeypatch.setenv("PROCTOR_WEB__SURFACE", "station_console")
+    assert load_settings().web.surface == "station_console"
+    monkeypatch.setenv("PROCTOR_WEB__SURFACE", "console")
+    with pytest.raises(ConfigError, match=r"web\.surface: Input should be 'server' or"):
+        load_settings()
+
+
 def test_config_file_named_by_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tmp_path / "proctor.toml"
     cfg.write_text('artifacts = "s3://bucket/prefix"\n')

@@ -52,6 +52,8 @@ from proctor.web.templating import render
 
 api_router = APIRouter(tags=["accounts"], responses=error_responses(401, 403, 404, 409))
 page_router = APIRouter()
+# sign-in and sign-out alone: all a console-only host serves of this domain
+sign_in_router = APIRouter()
 
 AdminUser = Annotated[Principal, require_role(Role.admin)]
 NO_STORE = {"Cache-Control": "no-store"}
@@ -303,7 +305,7 @@ def _client(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-@page_router.get("/login")
+@sign_in_router.get("/login")
 def login_page(
     request: Request, who: OptionalUser, next: str = "/", expired: str | None = None
 ) -> Response:
@@ -319,7 +321,7 @@ def login_page(
     )
 
 
-@page_router.post("/login", dependencies=[CsrfProtected])
+@sign_in_router.post("/login", dependencies=[CsrfProtected])
 def login(
     request: Request,
     form: FormDep,
@@ -363,7 +365,7 @@ def login(
     return RedirectResponse(next_path, status_code=303)
 
 
-@page_router.post("/logout", dependencies=[CsrfProtected])
+@sign_in_router.post("/logout", dependencies=[CsrfProtected])
 def logout(who: OptionalUser, session: SessionDep, now: NowDep, state: SessionStateDep) -> Response:
     if who is not None:
         if who.via == "session":

@@ -44,6 +44,7 @@ from fastapi import (
     WebSocketDisconnect,
     status,
 )
+from fastapi.responses import RedirectResponse
 from starlette.concurrency import run_in_threadpool
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
@@ -74,6 +75,8 @@ api_router = APIRouter(
     prefix="/console", tags=["console"], responses=error_responses(401, 403, 502, 503)
 )
 page_router = APIRouter()
+# `/` on a console-only host (web.surface "station_console"): the console is all it serves
+landing_router = APIRouter()
 Operator = Annotated[Principal, require_role(Role.operator)]
 
 # while the station is unreachable, the relays try again this often
@@ -104,6 +107,11 @@ def console_page(request: Request, who: Operator, settings: SettingsDep) -> Resp
         "console/console.html",
         {"outcomes": OUTCOME_LABELS, "station_url": settings.web.station_url},
     )
+
+
+@landing_router.get("/")
+def console_landing() -> Response:
+    return RedirectResponse("/console", status_code=303)
 
 
 # -- the JSON API ----------------------------------------------------------------------
