@@ -425,6 +425,8 @@ def test_the_console_on_a_station_host_runs_on_the_hosts_own_database(
     assert not settings.artifacts_location.startswith("s3://")
     station = tomllib.loads((DEPLOY / "station" / "station-real.toml").read_text())
     assert settings.web.station_url == f"http://127.0.0.1:{station['api']['port']}"
+    # the console alone: no leaderboard, station API or gateway on the robot's machine
+    assert settings.web.surface == "station_console"
 
 
 def test_the_station_unit_takes_its_token_from_its_environment_file_only() -> None:

@@ -90,7 +90,8 @@ def _console_settings(host: Path, station_url: str) -> Settings:
         env="test",
         data_dir=host,
         secret_key="station-host-console-key-" + "y" * 32,
-        web={"station_url": station_url},
+        # as deploy/station/console.toml serves it: the console alone
+        web={"station_url": station_url, "surface": "station_console"},
     )
     # nothing named a database: the console's is the host's own file
     assert settings.db_url == embedded_database_url(host)
@@ -201,6 +202,11 @@ def test_the_deployed_console_unit_serves_and_signs_in_a_local_operator(host: Pa
             )
             assert signed_in.status_code == 303, signed_in.text
             assert client.get("/console").status_code == 200
+            # the console alone: `/` leads to it, the server's pages and APIs are not here
+            assert client.get("/").headers["location"] == "/console"
+            for path in ("/leaderboard", "/submit", "/admin/users", "/api/me"):
+                assert client.get(path).status_code == 404, path
+            assert client.post("/api/station/v1/hello", json={}).status_code == 404
             # no station daemon listens here: the console says so, signed in
             status = client.get("/api/console/status")
             assert status.status_code == 200 and status.json()["state"] == "offline"
