@@ -101,7 +101,7 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         "proctor.web.cli",
         "user_app",
         True,
-        "Accounts: create the first admin, add users, list them, manage API tokens.",
+        "Accounts: create the first admin, add users, set passwords, list them, manage API tokens.",
     ),
     "console": ServiceCommand(
         "proctor.web.console.cli",

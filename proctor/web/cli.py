@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from proctor.core.settings import Settings
 
 user_app = typer.Typer(
-    help="Accounts: create the first admin, add users, list them, manage API tokens.",
+    help="Accounts: create the first admin, add users, set passwords, list them, "
+    "manage API tokens.",
     no_args_is_help=True,
 )
 token_app = typer.Typer(help="API tokens: create (shown once), list, revoke.", no_args_is_help=True)
@@ -158,6 +159,37 @@ def _add(
         )
         names = ", ".join(r.value for r in service.roles_of(user)) or "no roles"
         typer.echo(f"created user '{user.username}' (id {user.id}; {names})")
+
+
+@user_app.command("password")
+def reset_password(
+    ctx: typer.Context,
+    username: Annotated[str, typer.Argument(help="Whose password.")],
+) -> None:
+    """Set a user's password (an admin's reset).
+
+    The password comes from PROCTOR_USER_PASSWORD, from standard input, or
+    from a prompt. Every session of the account ends and its API tokens are
+    revoked, as with a reset on the admin pages. A station host's console,
+    which serves no account page, has only this way to change a password.
+    """
+    from proctor.core.db.types import utcnow
+    from proctor.web.accounts import service
+    from proctor.web.auth.passwords import Passwords
+
+    with _accounts_session(ctx) as (settings, session):
+        user = service.get_user_by_username(session, username)
+        if user is None:
+            raise UsageError(f"no user '{username}'")
+        service.set_password(
+            session=session,
+            passwords=Passwords.for_settings(settings),
+            user=user,
+            password=read_new_password(USER_PASSWORD_ENV, user.username),
+            actor=service.Actor.cli(),
+            now=utcnow(),
+        )
+        typer.echo(f"set the password of '{user.username}'; its sessions ended")
 
 
 @user_app.command("list")

@@ -111,6 +111,43 @@ def test_create_admin_refuses_weak_passwords_duplicates_and_argv(cli: Cli) -> No
     assert code == 2 and "username" in err
 
 
+
+def test_user_password_resets_it_ends_sessions_and_refuses_what_it_must(
+    cli: Cli, web_settings: object
+) -> None:
+    """An admin's reset from the command line (a station host's console has
+    no account page): the new password signs in, the old one and the old
+    session do not, the account's API tokens are revoked, and a weak password
+    or an unknown user changes nothing."""
+    from fastapi.testclient import TestClient
+
+    from proctor.web.app import create_app
+    from tests.web.conftest import login
+
+    new_password = "a brand new passphrase"
+    assert cli("user", "add", "alice", "--role", "operator", stdin=PASSWORD + "\n")[0] == 0
+    assert cli("user", "token", "create", "alice", "--name", "script")[0] == 0
+    client = TestClient(create_app(web_settings), follow_redirects=False)  # type: ignore[arg-type]
+    assert login(client, "alice").status_code == 303
+    assert client.get("/api/me").status_code == 200
+    before = cli.rows("SELECT password_hash FROM users WHERE username = 'alice'")
+
+    code, _, err = cli("user", "password", "alice", stdin="short\n")
+    assert code == 2 and "at least 10 characters" in err
+    code, _, err = cli("user", "password", "nobody", stdin=new_password + "\n")
+    assert code == 2 and "no user 'nobody'" in err
+    assert cli.rows("SELECT password_hash FROM users WHERE username = 'alice'") == before
+
+    code, out, err = cli("user", "password", "alice", stdin=new_password + "\n")
+    assert (code, err) == (0, ""), err
+    assert "set the password of 'alice'" in out
+    assert client.get("/api/me").status_code == 401  # the old session ended
+    assert login(client, "alice").status_code != 303  # the old password is refused
+    assert login(client, "alice", new_password).status_code == 303
+    assert cli.rows("SELECT count(*) FROM api_tokens WHERE revoked_at IS NULL") == [(0,)]
+    assert ("cli", "user.password") in cli.rows("SELECT actor_label, action FROM audit_log")
+
+
 def test_user_commands_refuse_a_database_that_is_behind(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
