@@ -225,13 +225,19 @@ def web_settings(web_db_url: str, tmp_path: Path) -> Settings:
     )
 
 
-@pytest.fixture
-def web(web_settings: Settings) -> Iterator[Web]:
+def web_app(settings: Settings) -> Iterator[Web]:
+    """The app for ``settings`` on a fake clock, its clients closed and its
+    engine disposed after. Fixtures ``yield from web_app(settings)``."""
     from proctor.web.app import create_app
 
     clock = FakeClock()
-    harness = Web(app=create_app(web_settings, clock=clock), clock=clock, settings=web_settings)
+    harness = Web(app=create_app(settings, clock=clock), clock=clock, settings=settings)
     yield harness
     for c in harness.clients:
         c.close()
     harness.app.state.web.engine.dispose()
+
+
+@pytest.fixture
+def web(web_settings: Settings) -> Iterator[Web]:
+    yield from web_app(web_settings)

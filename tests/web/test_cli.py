@@ -111,7 +111,6 @@ def test_create_admin_refuses_weak_passwords_duplicates_and_argv(cli: Cli) -> No
     assert code == 2 and "username" in err
 
 
-
 def test_user_password_resets_it_ends_sessions_and_refuses_what_it_must(
     cli: Cli, web_settings: object
 ) -> None:

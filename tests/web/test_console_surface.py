@@ -23,7 +23,7 @@ from starlette.websockets import WebSocketDisconnect
 from proctor.core.domain import Role
 from proctor.core.settings import Settings, WebSettings, load_settings
 from proctor.web.app import DOMAINS, SURFACES, create_app
-from tests.web.conftest import FakeClock, Web, login, page_csrf
+from tests.web.conftest import Web, login, page_csrf, web_app
 
 SECRET = "test-secret-key-" + "x" * 32
 STATIC_RE = re.compile(r'(?:src|href)="(/static/[^"?]+)')
@@ -42,12 +42,7 @@ def _settings(web_db_url: str, tmp_path: Path, surface: str) -> Settings:
 @pytest.fixture
 def console_host(web_db_url: str, tmp_path: Path) -> Iterator[Web]:
     settings = _settings(web_db_url, tmp_path, "station_console")
-    clock = FakeClock()
-    harness = Web(app=create_app(settings, clock=clock), clock=clock, settings=settings)
-    yield harness
-    for c in harness.clients:
-        c.close()
-    harness.app.state.web.engine.dispose()
+    yield from web_app(settings)
 
 
 def _served(app: FastAPI) -> set[tuple[str, str]]:

@@ -18,7 +18,7 @@ import pytest
 
 from proctor.core.domain import Role
 from proctor.core.settings import Settings
-from tests.web.conftest import FakeClock, Web, login
+from tests.web.conftest import FakeClock, Web, login, web_app
 
 # how long one verification takes in these tests: about a real argon2id check
 VERIFY_TIME_S = 0.15
@@ -112,7 +112,6 @@ def test_concurrent_unknown_usernames_from_one_address_stop_at_the_client_limit(
 @pytest.fixture
 def bounded_web(web_settings: Settings) -> Iterator[Web]:
     """An app that computes at most 2 password hashes at once."""
-    from proctor.web.app import create_app
 
     settings = web_settings.model_copy(
         update={
@@ -121,12 +120,7 @@ def bounded_web(web_settings: Settings) -> Iterator[Web]:
             )
         }
     )
-    clock = FakeClock()
-    harness = Web(app=create_app(settings, clock=clock), clock=clock, settings=settings)
-    yield harness
-    for c in harness.clients:
-        c.close()
-    harness.app.state.web.engine.dispose()
+    yield from web_app(settings)
 
 
 def test_concurrent_hashing_never_exceeds_the_bound(bounded_web: Web) -> None:

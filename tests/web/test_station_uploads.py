@@ -32,7 +32,7 @@ from proctor.station.uplink.wire import API_PREFIX, UploadPlan
 from tests import factories
 from tests.browser import LiveServer
 from tests.moto_s3 import CREDENTIALS, moto_s3, presigned_for_host
-from tests.web.conftest import FakeClock, Web
+from tests.web.conftest import Web, web_app
 
 PART = SchedulerSettings().upload_part_bytes
 DATA = os.urandom(2 * PART + 4321)
@@ -298,7 +298,6 @@ def s3_web(
 ) -> Iterator[Web]:
     """The app on an S3 store at 127.0.0.1; with the parameter "public", the
     stations' name for the store is ``localhost`` (artifacts_public_endpoint)."""
-    from proctor.web.app import create_app
 
     with moto_s3() as endpoint:
         public = endpoint.replace("127.0.0.1", "localhost")
@@ -321,12 +320,7 @@ def s3_web(
             artifacts="s3://proctor/site",
             **extra,
         )
-        clock = FakeClock()
-        harness = Web(app=create_app(settings, clock=clock), clock=clock, settings=settings)
-        yield harness
-        for c in harness.clients:
-            c.close()
-        harness.app.state.web.engine.dispose()
+        yield from web_app(settings)
 
 
 def test_a_station_uploads_straight_to_an_s3_store(s3_web: Web, payload: Path) -> None:

@@ -29,7 +29,7 @@ from proctor.core.db.models import (
 from proctor.core.domain import Role
 from proctor.core.settings import Settings, load_settings
 from proctor.scheduler.endpoint_keys import generate_encryption_key
-from tests.web.conftest import FakeClock, Web
+from tests.web.conftest import Web, web_app
 
 ENCRYPTION_KEY = generate_encryption_key()
 MAX_UPLOAD = 2 * 2**20  # the limit the tests configure (the default is 50 GiB)
@@ -81,15 +81,9 @@ def portal_app(web_db_url: str, tmp_path: Path) -> Iterator[Web]:
     """The web app with small upload limits, an encryption key, and checks
     left queued for a worker the test runs itself (on both databases). Test
     modules make it a fixture: ``yield from portal_app(web_db_url, tmp_path)``."""
-    from proctor.web.app import create_app
 
     settings = portal_settings(web_db_url, tmp_path)
-    clock = FakeClock()
-    harness = Web(app=create_app(settings, clock=clock), clock=clock, settings=settings)
-    yield harness
-    for c in harness.clients:
-        c.close()
-    harness.app.state.web.engine.dispose()
+    yield from web_app(settings)
 
 
 def live_token(server: Any, username: str) -> str:
