@@ -33,19 +33,12 @@ from proctor.web.console.view import ConsoleStatus, public_status
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.test_console_support import (
     adhoc_source,
-    bind_loopback,
     demo_policies,
     running_station,
     sock_url,
     wait_for,
 )
-
-
-@pytest.fixture
-def station_sock() -> Iterator[socket.socket]:
-    sock = bind_loopback()
-    yield sock
-    sock.close()
+from tests.web.test_console_support import station_sock as station_sock  # the fixture
 
 
 @pytest.fixture

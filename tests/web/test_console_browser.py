@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,28 +25,13 @@ from proctor.station.runner import RunnerState
 from tests.browser import LiveServer, sign_in
 from tests.web.test_console_support import (
     adhoc_source,
-    bind_loopback,
     demo_policies,
     running_station,
-    sock_url,
 )
+from tests.web.test_console_support import live_server as live_server  # the fixture
+from tests.web.test_console_support import station_sock as station_sock  # the fixture
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture
-def station_sock() -> Iterator[socket.socket]:
-    sock = bind_loopback()
-    yield sock
-    sock.close()
-
-
-@pytest.fixture
-def live_server(
-    start_live_server: Callable[..., LiveServer], station_sock: socket.socket
-) -> LiveServer:
-    """The app, with its console pointed at this test's station."""
-    return start_live_server(web={"station_url": sock_url(station_sock)})
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import uvicorn
 
 from proctor.core.artifacts import open_store
@@ -27,6 +28,7 @@ from proctor.station.daemon import StationDaemon
 from proctor.station.policy.demo import DemoPolicy
 from proctor.station.policy.server import PolicyServer
 from proctor.station.work import AdHocWorkSource, Work, WorkSource
+from tests.browser import LiveServer
 
 
 def bind_loopback() -> socket.socket:
@@ -48,6 +50,23 @@ def closed_port_url() -> str:
 
 def sock_url(sock: socket.socket) -> str:
     return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+# the fixtures the console's test modules share: import them by name
+@pytest.fixture
+def station_sock() -> Iterator[socket.socket]:
+    """A loopback socket the test's station daemon will serve its local API on."""
+    sock = bind_loopback()
+    yield sock
+    sock.close()
+
+
+@pytest.fixture
+def live_server(
+    start_live_server: Callable[..., LiveServer], station_sock: socket.socket
+) -> LiveServer:
+    """The app, with its console pointed at this test's station."""
+    return start_live_server(web={"station_url": sock_url(station_sock)})
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +29,8 @@ from tests.station.conftest import sim_config
 from tests.station.fake_station_server import FakeStationServer, parts_sender
 from tests.station.uplink_support import TOKEN, Ledger, write_episode
 from tests.station.uplink_support import fake as fake  # the fixture
-from tests.web.test_console_support import bind_loopback, sock_url
-
-
-@pytest.fixture
-def station_sock() -> Iterator[socket.socket]:
-    sock = bind_loopback()
-    yield sock
-    sock.close()
-
-
-@pytest.fixture
-def live_server(
-    start_live_server: Callable[..., LiveServer], station_sock: socket.socket
-) -> LiveServer:
-    return start_live_server(web={"station_url": sock_url(station_sock)})
+from tests.web.test_console_support import live_server as live_server  # the fixture
+from tests.web.test_console_support import station_sock as station_sock  # the fixture
 
 
 @pytest.fixture
