@@ -93,6 +93,9 @@ class State:
     refuse_uids: set[str] = field(default_factory=set)  # episodes answered 422
     unavailable: set[str] = field(default_factory=set)  # answered 503, not acted on: once each
     aborted: set[str] = field(default_factory=set)  # upload ids the server's sweep aborted
+    # the sweep's pass landing mid-upload: "up-1/2" aborts up-1 as its part 2
+    # arrives, "up-1/complete" as its completion does (each answered 409 then)
+    abort_at: set[str] = field(default_factory=set)
 
 
 def _refuse(status: int, detail: str, field_name: str | None = None) -> JSONResponse:
@@ -114,10 +117,12 @@ class _Ctx:
                 status, body = state.answered[key]
                 return JSONResponse(body, status_code=status)
             status, body = act()
-            if key in state.acted_keys:
-                state.violations.append(f"key {key} acted on twice")
-            state.acted_keys.append(key)
-            if status < 500:
+            if status < 300:
+                # as the real server (station_api.once): only answers are kept; a
+                # refused call did nothing and may be sent again under its key
+                if key in state.acted_keys:
+                    state.violations.append(f"key {key} acted on twice")
+                state.acted_keys.append(key)
                 state.answered[key] = (status, body)
             return JSONResponse(body, status_code=status)
 
@@ -264,6 +269,10 @@ def _uploads(app: FastAPI, ctx: _Ctx) -> None:
         with lock:
             if upload_id not in state.uploads:
                 return _refuse(404, f"no upload {upload_id}")
+            if f"{upload_id}/{number}" in state.abort_at:
+                state.aborted.add(upload_id)
+            if upload_id in state.aborted:
+                return _refuse(409, "upload_id: the upload is aborted; begin again to send it")
             state.uploads[upload_id].parts[number] = data
         etag = hashlib.sha256(data).hexdigest()
         return JSONResponse({"etag": etag}, headers={"ETag": etag})
@@ -279,6 +288,10 @@ def _complete(state: State, upload_id: str) -> tuple[int, Any]:
     upload = state.uploads.get(upload_id)
     if upload is None:
         return 404, {"detail": f"no upload {upload_id}"}
+    if f"{upload_id}/complete" in state.abort_at:
+        state.aborted.add(upload_id)
+    if upload_id in state.aborted:
+        return 409, {"detail": "upload_id: the upload is aborted; begin again to send it"}
     blob = b"".join(upload.parts[n] for n in sorted(upload.parts))
     req = upload.request
     if len(blob) != req.size_bytes or hashlib.sha256(blob).hexdigest() != req.sha256:

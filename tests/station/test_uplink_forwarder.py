@@ -154,6 +154,28 @@ def test_an_upload_the_server_aborted_meanwhile_is_begun_afresh(
     assert fake.calls_to("/uploads/up-1", "GET")
 
 
+@pytest.mark.parametrize("when", ["2", "complete"], ids=["mid-parts", "at-completion"])
+def test_an_upload_aborted_while_it_is_sent_is_begun_afresh_next_pass(
+    fake: FakeStationServer, link: Callable[..., Link], when: str
+) -> None:
+    """The server's sweep aborts the upload while the station is sending it:
+    a part or the completion is answered 409. The artifact is not refused for
+    good (it would never reach the server, and the console would stop
+    counting it): the next pass begins a new upload and registers it."""
+    up = link(start=False)
+    blob = os.urandom(150_000)
+    uid = write_episode(up.ledger, "R-S1", artifact=blob)
+    fake.state.abort_at.add(f"up-1/{when}")
+    up.forwarder.run_once()
+    assert list(fake.state.uploads) == ["up-1"] and not fake.state.artifacts
+    assert up.forwarder.waiting() == 1  # still counted as waiting, not given up
+    up.forwarder.run_once()
+    assert list(fake.state.uploads) == ["up-1", "up-2"]
+    ((got_uid, _sha),) = fake.state.artifacts
+    assert got_uid == uid and up.forwarder.waiting() == 0
+    assert not fake.state.violations
+
+
 def test_a_lost_outbox_numbers_the_next_snapshot_past_what_the_server_holds(
     fake: FakeStationServer, link: Callable[..., Link], tmp_path
 ) -> None:

@@ -56,6 +56,11 @@ BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 
 
+class UploadGone(Exception):
+    """A part's PUT found the upload no longer open (the store's 404, the
+    server's 409): the upload is begun afresh, the artifact is not refused."""
+
+
 class SendParts(Protocol):
     def __call__(
         self,
@@ -332,6 +337,13 @@ class Forwarder:
             self.outbox.register(uid, artifact_key(row))
         except (Offline, TokenRefused):
             raise
+        except (NotFound, Conflict, UploadGone) as exc:
+            # no longer open at the server or the store: the server's sweep
+            # aborted it (left open past scheduler.upload_abandon_s) while it was
+            # being sent, or another begin of it holds it now. Refused for good,
+            # the recording would never reach the server: begun afresh next pass
+            log.info("upload of %s for %s begins again: %s", row.sha256[:12], uid, exc)
+            self.outbox.forget_upload(uid, artifact_key(row))
         except ProctorError as exc:
             self._refused(f"artifact {row.sha256[:12]} of {uid}", exc)
             self.outbox.refuse_upload(uid, artifact_key(row), str(exc))
@@ -352,6 +364,10 @@ class Forwarder:
                 raise Offline(f"a part upload failed (HTTP {status})") from None
             if status == 401:
                 raise TokenRefused("token refused: a part upload answered 401") from None
+            if status in (404, 409):
+                # the store has no such multipart upload (S3: NoSuchUpload), or the
+                # server's part route says it is no longer open
+                raise UploadGone(f"a part upload found the upload gone (HTTP {status})") from None
             raise UsageError(f"a part upload was refused (HTTP {status})") from None
         except httpx.HTTPError as exc:
             raise Offline(f"a part upload did not get through ({exc.__class__.__name__})") from None
