@@ -96,9 +96,13 @@ class Mount:
     ``/api``, in OpenAPI; any other one as pages, outside it)."""
 
     module: ModuleType
-    # a domain's routers, all of them (sign-in and sign-out are accounts' own
+    # the routers to include, each of which the module must define; None: all
+    # of the usual ones it defines (sign-in and sign-out are accounts' own
     # router, for the surfaces that serve them without the rest of the domain)
-    routers: tuple[str, ...] = ("api_router", "sign_in_router", "page_router")
+    routers: tuple[str, ...] | None = None
+
+
+ALL_ROUTERS = ("api_router", "sign_in_router", "page_router")
 
 
 @dataclass(frozen=True)
@@ -199,9 +203,14 @@ def api_routes(app: FastAPI) -> list[Any]:
 
 def _include_routes(app: FastAPI, surface: Surface, settings: Settings) -> None:
     for mount in surface.mounts:
-        names = [n for n in mount.routers if getattr(mount.module, n, None) is not None]
+        wanted = mount.routers or ALL_ROUTERS
+        names = [n for n in wanted if getattr(mount.module, n, None) is not None]
+        # a router named by hand and missing is a typo whose routes would 404
+        missing = sorted(set(mount.routers or ()) - set(names))
+        if missing:
+            raise RuntimeError(f"{mount.module.__name__} does not define {missing}")
         if not names:
-            raise RuntimeError(f"{mount.module.__name__} defines none of {mount.routers}")
+            raise RuntimeError(f"{mount.module.__name__} defines none of {wanted}")
         for name in names:
             router = getattr(mount.module, name)
             if name == "api_router":

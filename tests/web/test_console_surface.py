@@ -22,7 +22,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from proctor.core.domain import Role
 from proctor.core.settings import Settings, WebSettings, load_settings
-from proctor.web.app import DOMAINS, SURFACES, create_app
+from proctor.web.app import ALL_ROUTERS, DOMAINS, SURFACES, create_app
 from tests.web.conftest import Web, login, page_csrf, web_app
 
 SECRET = "test-secret-key-" + "x" * 32
@@ -78,7 +78,7 @@ def test_the_server_surface_serves_every_router_of_every_domain(
     for module in DOMAINS:
         routers = {n: r for n, r in vars(module).items() if isinstance(r, APIRouter)}
         assert set(routers) - {"landing_router"} <= set(
-            next(m.routers for m in server.mounts if m.module is module)
+            next(m.routers or ALL_ROUTERS for m in server.mounts if m.module is module)
         )
         for name, router in routers.items():
             if name == "landing_router":  # the console host's `/`, not the server's
@@ -202,3 +202,23 @@ def test_the_console_hosts_openapi_lists_only_what_it_serves(console_host: Web) 
     assert set(spec["paths"]) <= served
     assert {p for p in spec["paths"] if not p.startswith("/api/console/")} == {"/api/health"}
     assert [t["name"] for t in spec.get("tags", [])] == ["system"]
+
+
+def test_a_router_named_by_hand_that_a_domain_lacks_is_refused_at_start(
+    web_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A typo in a surface's router names would silently 404 those routes:
+    building the app says which name the module lacks instead."""
+    from proctor.web.app import Mount, Surface
+    from proctor.web.console import routes as console
+    from proctor.web.system import routes as system
+
+    typo = Surface(
+        mounts=(Mount(system), Mount(console, ("api_router", "landing_routr"))),
+        gateway=False,
+        snapshot_worker=False,
+        station_sweep=False,
+    )
+    monkeypatch.setitem(SURFACES, "station_console", typo)  # type: ignore[index]
+    with pytest.raises(RuntimeError, match=r"console\.routes does not define \['landing_routr'\]"):
+        create_app(_settings(web_db_url, tmp_path, "station_console"))
