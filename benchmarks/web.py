@@ -422,7 +422,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
     with tempfile.TemporaryDirectory(prefix="proctor-bench-web-") as tmp_name:
         tmp = Path(tmp_name)
-        url = f"sqlite:///{tmp / 'proctor.core.db'}"
+        url = f"sqlite:///{tmp / 'proctor.db'}"
         migrate.upgrade(url)
         secret = "bench-" + "x" * 40
         settings = load_settings(env="test", data_dir=tmp, database_url=url, secret_key=secret)

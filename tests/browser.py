@@ -138,7 +138,7 @@ def start_live_server(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
     def start(**overrides: Any) -> LiveServer:
         n = len(stack)
         data_dir = tmp_path / f"live{n}"
-        url = overrides.pop("database_url", None) or f"sqlite:///{data_dir / 'proctor.core.db'}"
+        url = overrides.pop("database_url", None) or f"sqlite:///{data_dir / 'proctor.db'}"
         data_dir.mkdir(parents=True, exist_ok=True)
         migrate.upgrade(url)
         settings = load_settings(

@@ -402,8 +402,9 @@ def _http_origin(value: str) -> bool:
 def embedded_database_url(data_dir: Path) -> str:
     """The embedded default: an SQLite file in the data folder, used when no
     ``database_url`` is configured (the only database a command migrates
-    on its own: ``proctor.core.db.opening``)."""
-    return f"sqlite:///{(data_dir / 'proctor.core.db').resolve()}"
+    on its own: ``proctor.core.db.opening``). A file left under the name one
+    release gave it by mistake is moved back: ``proctor.core.db.renamed``."""
+    return f"sqlite:///{(data_dir / 'proctor.db').resolve()}"
 
 
 class _TomlFileSource(PydanticBaseSettingsSource):

@@ -21,7 +21,7 @@ OPS = [Op(1.0, 3.0), Op(7.0, 9.0, release_xy=SOURCE_XY), Op(10, 12)]
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, LocalArtifactStore]:
-    url = f"sqlite:///{tmp_path / 'proctor.core.db'}"
+    url = f"sqlite:///{tmp_path / 'proctor.db'}"
     migrate.upgrade(url)
     for name in list(__import__("os").environ):
         if name.startswith("PROCTOR_") and name != "PROCTOR_TEST_BACKENDS":

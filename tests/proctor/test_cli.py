@@ -125,7 +125,7 @@ def test_db_upgrade_and_current_on_both_databases(fresh_db_url: str, tmp_path: P
 def test_default_database_is_sqlite_under_data_dir(tmp_path: Path) -> None:
     result = run(["db", "upgrade"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "proctor-data" / "proctor.core.db").is_file()
+    assert (tmp_path / "proctor-data" / "proctor.db").is_file()
 
 
 def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def _run(
 
 def embedded_database_url(data_dir: Path) -> str:
     """The data folder's own SQLite file (what ``proctor.core.settings`` fills in)."""
-    return f"sqlite:///{(data_dir / 'proctor.core.db').resolve()}"
+    return f"sqlite:///{(data_dir / 'proctor.db').resolve()}"
 
 
 def _stamp(url: str, revision: str) -> None:

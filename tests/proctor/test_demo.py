@@ -48,7 +48,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 def _db(data_dir: Path) -> sqlite3.Connection:
-    return sqlite3.connect(data_dir / "proctor.core.db")
+    return sqlite3.connect(data_dir / "proctor.db")
 
 
 def test_the_campaign_ran_every_slot_blinded_and_was_released(demo_run: tuple[Path, str]) -> None:

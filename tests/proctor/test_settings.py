@@ -22,7 +22,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defaults_live_under_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     s = load_settings()
-    assert s.db_url == f"sqlite:///{tmp_path / 'proctor-data' / 'proctor.core.db'}"
+    assert s.db_url == f"sqlite:///{tmp_path / 'proctor-data' / 'proctor.db'}"
     assert s.artifacts_location == str(tmp_path / "proctor-data" / "artifacts")
     assert s.web.port == 8000
 
@@ -32,7 +32,7 @@ def test_data_dir_from_environment_moves_both(
 ) -> None:
     monkeypatch.setenv("PROCTOR_DATA_DIR", str(tmp_path / "d"))
     s = load_settings()
-    assert s.db_url.endswith(f"{tmp_path}/d/proctor.core.db")
+    assert s.db_url.endswith(f"{tmp_path}/d/proctor.db")
     assert s.artifacts_location == str(tmp_path / "d" / "artifacts")
 
 

@@ -195,7 +195,7 @@ def test_the_cli_runs_one_episode_headless(serve_demo, tmp_path: Path) -> None:
     assert "video:exterior" in out and "video:wrist" in out
     assert "closed with outcome success [demo: log filled from the simulator's ground truth" in out
     uid = out.split("episode ", 1)[1].split(":", 1)[0]
-    db = tmp_path / "data" / "proctor.core.db"
+    db = tmp_path / "data" / "proctor.db"
     engine = sa.create_engine(f"sqlite:///{db}")
     with engine.connect() as conn:
         row = conn.execute(

@@ -170,7 +170,7 @@ def test_a_killed_daemon_leaves_a_recoverable_episode(
     assert status["state"] == "idle" and uid in status["notice"]["message"]
     restarted.kill(signal.SIGTERM)
 
-    engine = sa.create_engine(f"sqlite:///{data / 'proctor.core.db'}")
+    engine = sa.create_engine(f"sqlite:///{data / 'proctor.db'}")
     store = LocalArtifactStore(data / "artifacts")
     try:
         with engine.connect() as conn:

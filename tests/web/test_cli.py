@@ -230,7 +230,7 @@ def test_cli_tokens_expire_by_default_unless_asked_not_to(cli: Cli) -> None:
 
 
 def test_serve_migrates_then_serves(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'proctor.core.db'}"
+    url = f"sqlite:///{tmp_path / 'proctor.db'}"
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
     env |= {"PROCTOR_DATABASE_URL": url, "PROCTOR_DATA_DIR": str(tmp_path)}
@@ -271,7 +271,7 @@ def test_create_admin_prompts_at_a_terminal_without_echo(tmp_path: Path) -> None
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
     env |= {"PROCTOR_DATA_DIR": str(tmp_path), "PROCTOR_ENV": "test"}
-    migrate.upgrade(f"sqlite:///{tmp_path / 'proctor.core.db'}")
+    migrate.upgrade(f"sqlite:///{tmp_path / 'proctor.db'}")
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [str(ROOT / ".venv/bin/proctor"), "user", "create-admin", "root"],

@@ -1,7 +1,7 @@
 """The operator console on a station host, which holds no database URL.
 
 The console is the web app on the host's own data folder (its embedded
-SQLite, ``<data>/proctor.core.db``, beside the station's ledger in
+SQLite, ``<data>/proctor.db``, beside the station's ledger in
 ``<data>/station/<name>/``), with ``PROCTOR_DATABASE_URL`` unset; its
 operators are accounts made there with ``proctor user add``. The station
 daemon beside it talks to the server only over the station API (the fake
@@ -111,7 +111,7 @@ def test_an_operator_account_made_on_the_station_host_signs_in_without_a_databas
         host, "user", "add", "alice", "--role", "operator", PROCTOR_USER_PASSWORD=PASSWORD
     )
     assert made.returncode == 0, made.stdout + made.stderr
-    assert (host / "proctor.core.db").is_file()
+    assert (host / "proctor.db").is_file()
     app = create_app(_console_settings(host, station[1]))
     try:
         with TestClient(app, follow_redirects=False) as client:
@@ -213,7 +213,7 @@ def test_the_deployed_console_unit_serves_and_signs_in_a_local_operator(host: Pa
     finally:
         proc.terminate()
         output = proc.communicate(timeout=30)[0]
-    assert (host / "proctor.core.db").is_file(), output
+    assert (host / "proctor.db").is_file(), output
 
 
 def _free_port() -> int:

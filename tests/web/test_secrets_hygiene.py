@@ -56,7 +56,7 @@ def test_the_database_and_stored_checkpoints_are_private(portal: Web) -> None:
 
 
 def test_a_world_readable_database_from_before_is_tightened(tmp_path: Path) -> None:
-    db = tmp_path / "proctor.core.db"
+    db = tmp_path / "proctor.db"
     db.touch(mode=0o644)
     db.chmod(0o644)  # whatever the umask
     make_engine(f"sqlite:///{db}").dispose()

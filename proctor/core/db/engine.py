@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from proctor.core.db import append_only, generation
+from proctor.core.db.renamed import Adoption, adopt_renamed_file
 
 
 class ProctorSession(Session):
@@ -48,17 +49,41 @@ def _private_database_file(path: Path) -> None:
             path.chmod(0o600)
 
 
+def _audit_adoption(engine: Engine, adoption: Adoption) -> None:
+    """The move of a misnamed database file, in that database's audit log
+    (it has one: the release that misnamed it wrote the same schema)."""
+    from proctor.core.audit import Actor, record_audit  # audit imports the models
+
+    if not sa.inspect(engine).has_table("audit_log"):
+        return  # a file with no schema yet holds nothing to account for
+    with Session(engine) as session, session.begin():
+        record_audit(
+            session,
+            actor=Actor(label="proctor"),
+            action="db.file_renamed",
+            target_type="database",
+            target_id=adoption.moved_to.name,
+            details=adoption.audit_details(),
+        )
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     parsed = make_url(url)
     # error messages and logs show the statement, never its values (token
     # hashes, password hashes, API keys)
     kwargs.setdefault("hide_parameters", True)
     if parsed.get_backend_name() == "sqlite":
+        adoption = None
         if parsed.database and parsed.database != ":memory:":
+            # every opening path comes here (commands, the web app, the demo):
+            # the one place a misnamed embedded database is taken back
+            adoption = adopt_renamed_file(Path(parsed.database))
             _private_database_file(Path(parsed.database))
         kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
         engine = sa.create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
+        if adoption is not None:
+            _audit_adoption(engine, adoption)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return sa.create_engine(url, **kwargs)

@@ -94,7 +94,7 @@ def ensure_schema(settings: Settings) -> None:
         migrate.upgrade(settings.db_url)
         return
     raise UsageError(
-        f"{problem} (only the embedded default, the data folder's proctor.core.db, "
+        f"{problem} (only the embedded default, the data folder's proctor.db, "
         "is migrated automatically)"
     )
 
