@@ -58,6 +58,11 @@ class Scene(Protocol):
         ...
 
 
+# the profiles whose devices are physical and shared (the simulated cell's
+# are the daemon's own objects, and its fingers hurt nobody)
+HARDWARE_PROFILES = frozenset({"real", "twin"})
+
+
 @dataclass
 class Cell:
     profile: str
@@ -90,10 +95,15 @@ class Cell:
         """A virtual clock: time moves only when the control loop moves it."""
         return isinstance(self.clock, VirtualClock)
 
-    def connect(self, *, cameras_required: bool = True) -> None:
+    def connect(self, *, cameras_required: bool = True, activate_gripper: bool = True) -> None:
         """Connect every device and activate the gripper if it needs it (a
         gripper that is already active keeps its grip: activation sweeps the
         fingers); undo on failure.
+
+        With ``activate_gripper=False`` (a hardware daemon's start: systemd
+        starts it at boot and after a crash, with nobody at the cell) a
+        gripper that needs activation is left as it is, for the operator's
+        explicit Activate (hardware review #12); no run is armed until then.
 
         With ``cameras_required=False`` (the daemon's start) a camera that does
         not connect is no failure: it is left disconnected and listed in
@@ -105,7 +115,13 @@ class Cell:
             self.arm.connect()
             log.info("arm connected (%s)", type(self.arm).__name__)
             self.gripper.connect()
-            if self.gripper.ensure_activated():
+            if not activate_gripper:
+                if self.gripper.needs_activation():
+                    log.warning(
+                        "the gripper is not activated: the operator activates it "
+                        "(console: Activate gripper, hands clear)"
+                    )
+            elif self.gripper.ensure_activated():
                 log.info("gripper activated (it was not, or was in a major fault)")
             log.info("gripper connected (%s)", type(self.gripper).__name__)
             for name, camera in self.cameras.items():

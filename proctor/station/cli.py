@@ -156,6 +156,7 @@ def run(
 
     from proctor.station.api import create_app
     from proctor.station.config import load_station_config
+    from proctor.station.device_lock import HARDWARE_PROFILES, station_devices
     from proctor.station.logs import configure_logging
 
     settings = _settings(ctx)
@@ -185,6 +186,10 @@ def run(
             f"recovered interrupted episode {r.uid}: {r.telemetry_rows} telemetry rows, "
             f"frames {r.frames}" + (f" ({'; '.join(r.notes)})" if r.notes else "")
         )
+    devices = None
+    if profile in HARDWARE_PROFILES:
+        # held until the process ends (the kernel drops it on any exit)
+        devices = station_devices(settings, cfg, f"the station daemon {cfg.name}").acquire()
     daemon.open()
     server_ = uvicorn.Server(
         uvicorn.Config(
@@ -198,7 +203,11 @@ def run(
             timeout_graceful_shutdown=API_SHUTDOWN_GRACE_S,
         )
     )
-    _serve(server_, daemon, f"station {cfg.name} ({profile})")
+    try:
+        _serve(server_, daemon, f"station {cfg.name} ({profile})")
+    finally:
+        if devices is not None:
+            devices.release()
 
 
 def _database_daemon(cfg: Any, profile: str, settings: Any) -> Any:

@@ -313,7 +313,9 @@ def commission_command(
 ) -> None:
     """Measure the cell (table, totes, workspace, home, TCP and payload,
     camera references) into the commissioned-cell file."""
+    from proctor.core.cli_context import cli_context
     from proctor.station.config import load_station_config
+    from proctor.station.device_lock import station_devices
     from proctor.station.profiles import build_cell
 
     if profile not in ("real", "twin"):
@@ -345,7 +347,14 @@ def commission_command(
         payload_com=list(inputs.payload.com),  # type: ignore[union-attr]
     )
     cfg = cfg.model_copy(update={"commissioned": None, profile: {**section, "arm": arm}})
-    cell = build_cell(profile, cfg)
+    devices = station_devices(
+        cli_context(ctx).settings(), cfg, "`proctor station commission`"
+    ).acquire()
+    try:
+        cell = build_cell(profile, cfg)
+    except BaseException:
+        devices.release()
+        raise
     try:
         cell.connect()
         if home_q == "current":
@@ -353,3 +362,4 @@ def commission_command(
         commission(cell, inputs, op, Path(target))
     finally:
         cell.close()
+        devices.release()

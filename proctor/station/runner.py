@@ -53,7 +53,7 @@ from proctor.core.domain import Outcome
 from proctor.core.errors import FieldError, ProctorError
 from proctor.station import episodes, keys
 from proctor.station.camerahub import CameraHub
-from proctor.station.cell import Cell
+from proctor.station.cell import HARDWARE_PROFILES, Cell
 from proctor.station.clock import MonotonicClock
 from proctor.station.config import StationConfig
 from proctor.station.control.attribution import Origin, attribute_fault
@@ -182,7 +182,10 @@ class EpisodeRunner:
         trying it and arming is refused, naming it, until it is there (the
         arm and the gripper stay required)."""
         log.info("station %s (%s): connecting the cell", self.config.name, self.cell.profile)
-        self.cell.connect(cameras_required=False)
+        # a hardware cell's fingers never sweep at start with nobody watching
+        self.cell.connect(
+            cameras_required=False, activate_gripper=self.cell.profile not in HARDWARE_PROFILES
+        )
         if self._own_hub:
             self.hub.start(absent=self.cell.absent_cameras)
         self._needs_recovery_at_start()
@@ -313,6 +316,15 @@ class EpisodeRunner:
         camera_problem = self.hub.arming_problem()
         if camera_problem is not None:
             raise RunnerBusy(camera_problem)
+        try:
+            inactive = self.cell.gripper.needs_activation()
+        except GripperFault as exc:
+            raise RunnerBusy(f"cannot read the gripper: {exc}") from None
+        if inactive:
+            raise RunnerBusy(
+                "the gripper is not activated: activate it first (Activate gripper, "
+                "hands clear: its fingers sweep open and closed)"
+            )
         try:
             there = self.cell.arm.at_home()
         except ArmFault as exc:

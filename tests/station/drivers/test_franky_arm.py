@@ -787,6 +787,32 @@ def test_a_failure_to_stop_is_logged_loudly(
     assert not arm.is_connected
 
 
+# libfranka's two preemptions (src/robot_impl.h, handleCommandResponse for
+# Move): the station's own stop or a newer motion, and a Watchman safety rule
+PREEMPTED = "libfranka: Move command preempted!"
+PREEMPTED_BY_SAFETY = (
+    "libfranka: Move command preempted due to activated safety function! "
+    "Please disable all safety functions."
+)
+
+
+@pytest.mark.parametrize("exception", [franky.ControlException, franky.CommandException])
+def test_a_safety_function_preemption_is_a_fault_not_our_stop(
+    faulty: tuple[FrankyArm, FaultInjectingRobot], exception: type[BaseException]
+) -> None:
+    """SIMULATED FAULT (hardware review #13): a motion a Watchman safety rule
+    preempted is latched and shown; one our own stop preempted is not."""
+    arm, robot = faulty
+    robot.inject("poll_motion", lambda: exception(PREEMPTED))
+    assert arm.read_state().error is None  # our own doing: nothing latched
+    robot.inject("poll_motion", lambda: exception(PREEMPTED_BY_SAFETY))
+    state = arm.read_state()
+    assert state.error is not None and PREEMPTED_BY_SAFETY in state.error
+    with pytest.raises(ArmFault, match="refusing to move"):
+        arm.send(ArmCommand(ArmCommandKind.joint_position, np.asarray(HOME_Q)))
+    arm.recover()
+
+
 # libfranka's answer to a stop once a reflex has stopped the arm (handleCommandResponse
 # for StopMove, kReflexAborted, libfranka src/robot_impl.h)
 STOP_AFTER_REFLEX = "libfranka: Stop Move command aborted: motion aborted by reflex!"

@@ -548,6 +548,8 @@ def test_an_episode_on_the_twin_cell(twin_cell: Cell, tmp_path: Path) -> None:
             cell, config=config, sessions=sessions, store=store, spool_root=tmp_path / "spool"
         )
         runner.open()
+        # the operator's Activate: a hardware daemon's start leaves the gripper alone
+        runner.activate_gripper()
         try:
             work = Work(
                 run_code="R-TWIN1",
@@ -714,6 +716,10 @@ items = 1
         while wrist()["state"] != "ok":
             assert time.monotonic() < deadline, daemon.output()
             time.sleep(0.2)
+        # nothing activated the gripper at the unit's start: the operator does
+        refused = http.post("/api/next")
+        assert refused.status_code == 409 and "gripper is not activated" in refused.text
+        assert http.post("/api/gripper/activate").status_code == 200
         armed = http.post("/api/next")
         assert armed.status_code == 200, armed.text + daemon.output()
         assert armed.json()["state"] == "armed"
@@ -764,6 +770,8 @@ def test_the_envelope_holds_a_hostile_policy_on_the_twin(twin_cell: Cell, tmp_pa
             cell, config=config, sessions=sessions, store=store, spool_root=tmp_path / "spool"
         )
         runner.open()
+        # the operator's Activate: a hardware daemon's start leaves the gripper alone
+        runner.activate_gripper()
         try:
             work = Work(
                 run_code="R-TWIN-ENV",

@@ -81,6 +81,8 @@ def runner(twin: Cell, tmp_path: Path) -> Iterator[tuple[EpisodeRunner, FaultInj
         spool_root=tmp_path / "spool",
     )
     r.open()
+    # the operator's Activate: a hardware daemon's start leaves the gripper alone
+    r.activate_gripper()
     try:
         yield r, wrapped[0], sessions
     finally:

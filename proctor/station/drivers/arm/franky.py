@@ -69,8 +69,13 @@ from proctor.station.drivers.arm.flags import LIBFRANKA_ERROR_FLAGS, flags_in, u
 log = logging.getLogger(__name__)
 
 # libfranka's text when a motion is cut short by ``stop()`` or replaced by a
-# newer ``move``: our own doing, never a fault
-PREEMPTED_TEXT = "preempted"
+# newer ``move``: our own doing, never a fault. Exactly this sentence: libfranka
+# also says "Move command preempted due to activated safety function! Please
+# disable all safety functions." when a Watchman safety rule ends the motion
+# (src/robot_impl.h, Move::Status::kPreemptedDueToActivatedSafetyFunctions),
+# which is a fault to latch and show, not the station's own stop (hardware
+# review #13)
+PREEMPTED_TEXT = "Move command preempted!"
 # the franky exceptions that mean the link to the controller is gone or garbled
 COMMUNICATION_ERRORS: tuple[type[BaseException], ...] = (
     franky.NetworkException,
@@ -463,7 +468,11 @@ def _flags(errors: Any) -> tuple[str, ...]:
 
 
 def _is_preemption(exc: BaseException) -> bool:
-    return isinstance(exc, franky.ControlException) and PREEMPTED_TEXT in str(exc)
+    # libfranka raises it as a CommandException (handleCommandResponse); franky
+    # may hand it over from its control thread as a ControlException
+    return isinstance(
+        exc, (franky.ControlException, franky.CommandException)
+    ) and PREEMPTED_TEXT in str(exc)
 
 
 def _is_reflex_abort(exc: BaseException) -> bool:
