@@ -339,8 +339,10 @@ class EpisodeRunner:
         stop came in since ``stops_seen`` was read (then the arm is stopped
         again: the stop may have landed before the resume erased it)."""
         self.cell.arm.resume()
+        self.cell.gripper.resume()
         if self._safety_stops != stops_seen:
             self._stop_arm_now()
+            self._halt_gripper_now()
             return False
         return True
 
@@ -498,8 +500,10 @@ class EpisodeRunner:
         """Operator stop or safety stop, from any thread. A safety stop acts in
         every state, homing included, before any bookkeeping: it is counted
         (for start/recover/home, see ``_resume_arm``), the control loop's stop
-        event is set, and the arm is halted here and now (its driver latches;
-        the gripper keeps what it holds). Only then is it recorded: on the
+        event is set, and the arm is halted here and now (its driver latches),
+        then the gripper (its fingers stop where they are, keeping what they
+        hold, and take no command until an operator's start, homing or
+        recovery). Only then is it recorded: on the
         episode when one is armed or running, and as the arm's error, which
         an operator's recover clears. An operator stop ends an armed or
         running episode, and is refused otherwise."""
@@ -508,6 +512,9 @@ class EpisodeRunner:
             self._safety_stops += 1
             self._stop_event.set()
             self._stop_arm_now()
+            # the arm first (it is the faster hazard), then the fingers: a
+            # command already posted would otherwise still close them
+            self._halt_gripper_now()
         text = reason or ("safety stop pressed" if safety else "operator stop")
         with self._lock:
             act = self.active
@@ -556,6 +563,15 @@ class EpisodeRunner:
             self.cell.arm.stop()
         except Exception:
             log.critical("FAILED TO STOP THE ARM", exc_info=True)
+
+    def _halt_gripper_now(self) -> None:
+        """A safety stop's other half (hardware review #7): the fingers stop
+        where they are and take no command until an operator's action resumes
+        them (``_resume_arm``)."""
+        try:
+            self.cell.gripper.halt()
+        except Exception:
+            log.critical("FAILED TO HALT THE GRIPPER", exc_info=True)
 
     def _run_safely(self) -> None:
         act = self.active

@@ -26,6 +26,7 @@ from proctor.station import episodes
 from proctor.station.clock import VirtualClock
 from proctor.station.demo_log import close_with_ground_truth
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmHalted, RobotMode
+from proctor.station.drivers.gripper.base import GripperCommand, GripperHalted
 from proctor.station.runner import EpisodeRunner, RunnerBusy, RunnerState, StopKind
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.arm import SimArm
@@ -247,6 +248,10 @@ def test_a_stop_while_armed_is_not_erased_by_start_and_its_kind_does_not_leak(
         runner.arm(_work(url, items=3))
         runner.request_stop(StopKind.safety)
         assert runner.cell.arm.halted
+        # the fingers too (hardware review #7): halted until an operator's action
+        assert runner.cell.gripper.halted
+        with pytest.raises(GripperHalted):
+            runner.cell.gripper.send(GripperCommand(position=1.0))
         with pytest.raises(RunnerBusy, match="stopped while armed"):
             runner.start()
         assert runner.state == RunnerState.armed and runner.cell.arm.halted
@@ -257,6 +262,7 @@ def test_a_stop_while_armed_is_not_erased_by_start_and_its_kind_does_not_leak(
             )
         )
         runner.recover()
+        assert not runner.cell.gripper.halted  # the operator's recovery resumes it
         runner.home(cell_clear=True)
         # the next run's operator stop is an operator stop, not the old safety stop
         runner.arm(_work(url, items=3, seed=3))

@@ -18,7 +18,7 @@ from proctor.station.control.policy_calls import PolicyCalls, Waited
 from proctor.station.control.sampling import TelemetrySampler
 from proctor.station.control.schedule import Schedule, Tick
 from proctor.station.drivers.arm.base import ArmFault, ArmHalted, ArmState
-from proctor.station.drivers.gripper.base import GripperFault, GripperState
+from proctor.station.drivers.gripper.base import GripperFault, GripperHalted, GripperState
 from proctor.station.envelope import Envelope, EnvelopeStop, envelope_settings
 from proctor.station.policy import units
 from proctor.station.recorder import Recorder
@@ -173,7 +173,7 @@ class ControlLoop:
     def _play(self) -> Ending | None:
         try:
             self.player.play_next()
-        except ArmHalted:
+        except (ArmHalted, GripperHalted):
             # a stop landed while this step was sent: the stop's own ending
             requested = self.runner._requested_stop(self.act)
             if requested is not None:

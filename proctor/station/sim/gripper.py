@@ -37,6 +37,7 @@ from proctor.station.drivers.gripper.base import (
     GripperCommand,
     GripperConfig,
     GripperFault,
+    GripperHalted,
     GripperState,
 )
 from proctor.station.sim.world import SimWorld
@@ -79,6 +80,7 @@ class SimGripper(Gripper[SimGripperConfig]):
         self._next_latency = 0.0
         # activations so far: on a real 2F-85 each one sweeps the fingers
         self.activations = 0
+        self._halted = False
         world.on_reset.append(self._reseed)
 
     def _reseed(self) -> None:
@@ -122,9 +124,25 @@ class SimGripper(Gripper[SimGripperConfig]):
             self.world.sync()
             self.world.grip_fault = text
 
+    def halt(self) -> None:
+        with self.world.lock:
+            self._halted = True
+            self.world.sync()
+            # the fingers stop where they are (a held item stays held)
+            self.world.grip_target = self.world.grip
+
+    def resume(self) -> None:
+        self._halted = False
+
+    @property
+    def halted(self) -> bool:
+        return self._halted
+
     def send(self, command: GripperCommand) -> GripperCommand:
         if not self._connected:
             raise GripperFault("simulated gripper: not connected")
+        if self._halted:
+            raise GripperHalted("gripper halted by a safety stop")
         w = self.world
         if w.grip_fault:
             raise GripperFault(w.grip_fault)

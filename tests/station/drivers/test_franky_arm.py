@@ -787,6 +787,57 @@ def test_a_failure_to_stop_is_logged_loudly(
     assert not arm.is_connected
 
 
+def test_a_stop_stops_again_when_a_queued_motion_started_after_it(
+    faulty: tuple[FrankyArm, FaultInjectingRobot], caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIMULATED RACE (hardware review #9): franky starts a motion queued just
+    as the previous one's hold expired, in a new control loop, after our
+    StopMove was handled; the controller is then still under control when
+    join_motion returns. The stop sends StopMove again until it is not."""
+    arm, robot = faulty
+    in_control = iter([True])  # once: the queued motion, then the real answer
+    real = type(robot).is_in_control
+
+    class Racing(type(robot)):  # type: ignore[misc]
+        @property
+        def is_in_control(self) -> bool:
+            return next(in_control, None) or real.fget(self)  # type: ignore[attr-defined]
+
+    robot.__class__ = Racing
+    try:
+        stops_before = robot.calls.get("stop", 0)
+        with caplog.at_level(logging.WARNING):
+            arm.stop()
+        assert robot.calls["stop"] == stops_before + 2
+        assert "a queued motion started after the stop" in caplog.text
+    finally:
+        robot.__class__ = FaultInjectingRobot
+        arm.resume()
+
+
+def test_a_stop_that_never_takes_is_a_loud_fault(
+    faulty: tuple[FrankyArm, FaultInjectingRobot], caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIMULATED: a controller that stays under control whatever we send."""
+    arm, robot = faulty
+
+    class Stuck(type(robot)):  # type: ignore[misc]
+        @property
+        def is_in_control(self) -> bool:
+            return True
+
+    robot.__class__ = Stuck
+    try:
+        stops_before = robot.calls.get("stop", 0)
+        with caplog.at_level(logging.CRITICAL), pytest.raises(ArmFault, match="still moving"):
+            arm.stop()
+        assert robot.calls["stop"] == stops_before + 3
+        assert "ARM STILL UNDER CONTROL" in caplog.text
+    finally:
+        robot.__class__ = FaultInjectingRobot
+        arm.resume()
+
+
 # libfranka's two preemptions (src/robot_impl.h, handleCommandResponse for
 # Move): the station's own stop or a newer motion, and a Watchman safety rule
 PREEMPTED = "libfranka: Move command preempted!"

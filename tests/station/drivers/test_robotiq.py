@@ -15,6 +15,7 @@ import pytest
 from proctor.station.clock import Clock, VirtualClock
 from proctor.station.drivers.gripper import GRIPPERS, GripperCommand, GripperFault
 from proctor.station.drivers.gripper import robotiq_registers as regs
+from proctor.station.drivers.gripper.base import GripperHalted
 from proctor.station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig, quantise
 from proctor.station.drivers.gripper.robotiq_registers import (
     CommandRegisters,
@@ -496,3 +497,32 @@ def test_a_command_the_line_does_not_take_is_a_fault_once_stale(
         assert gripper.send(GripperCommand(position=0.5)).position == pytest.approx(128 / 255)
     finally:
         gripper.disconnect()
+
+
+def test_a_halt_stops_the_fingers_where_they_are_and_refuses_commands(
+    gripper: RobotiqGripper, sim: SimulatedGripper
+) -> None:
+    """A safety stop's halt (hardware review #7): rGTO = 0 on the wire with rACT
+    kept (no reset, which would drop a held item), the fingers stop short of
+    the target, a command posted before the halt is never written, and every
+    send is refused until resume."""
+    gripper.activate()
+    # slowest closing: the halt lands mid-way
+    gripper.send(GripperCommand(position=1.0, speed=0.0, force=0.5))
+    delivered(gripper)
+    wait_for(lambda: sim.model.position > 20, 30.0, "the fingers to start closing")
+    gripper.halt()
+    assert gripper.halted
+    assert sim.model.command.ract and not sim.model.command.rgto
+    stopped_at = sim.model.position
+    assert stopped_at < regs.POSITION_MAX - 20
+    with pytest.raises(GripperHalted):
+        gripper.send(GripperCommand(position=0.0))
+    assert not gripper.command_pending
+    time.sleep(0.3)  # the fingers would have moved on at their speed by now
+    assert sim.model.position == pytest.approx(stopped_at, abs=1.0)
+    assert gripper.read_state().activated  # halted, not reset
+    gripper.resume()
+    gripper.send(GripperCommand(position=0.0, speed=1.0))
+    settle(gripper)
+    assert gripper.read_state().position == 0.0

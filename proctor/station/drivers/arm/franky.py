@@ -76,6 +76,9 @@ log = logging.getLogger(__name__)
 # which is a fault to latch and show, not the station's own stop (hardware
 # review #13)
 PREEMPTED_TEXT = "Move command preempted!"
+# how many StopMoves a stop sends while a queued motion keeps starting (one is
+# the rule; the race that needs a second is a few ms wide at chunk boundaries)
+STOP_ATTEMPTS = 3
 # the franky exceptions that mean the link to the controller is gone or garbled
 COMMUNICATION_ERRORS: tuple[type[BaseException], ...] = (
     franky.NetworkException,
@@ -886,26 +889,41 @@ class FrankyArm(Arm[FrankyArmConfig]):
             self._halted = True
             if self._robot is None:
                 return
-            try:
-                self._r().stop()
-            except COMMUNICATION_ERRORS as exc:
+            for attempt in range(1, STOP_ATTEMPTS + 1):
+                self._stop_once()
+                # franky's residual race (hardware review #9): a motion queued
+                # just as the previous one's hold expired starts a new libfranka
+                # control() after our StopMove was handled between the two, and
+                # join_motion above then waited for it to end "successfully".
+                # Only an arm no longer under control has really stopped.
+                if not self._r().is_in_control:
+                    return
+                log.warning("stop: a queued motion started after the stop (attempt %d)", attempt)
+            log.critical("ARM STILL UNDER CONTROL after %d stops", STOP_ATTEMPTS)
+            raise ArmFault(f"arm still moving after {STOP_ATTEMPTS} stops")
+
+    def _stop_once(self) -> None:
+        """One StopMove and the wait for the motion to end (the caller holds the lock)."""
+        try:
+            self._r().stop()
+        except COMMUNICATION_ERRORS as exc:
+            raise self._latch(exc) from exc
+        except CONTROL_ERRORS as exc:
+            if _is_reflex_abort(exc):
+                _log_reflex_abort(exc)
+            else:
+                log.debug("stop on an idle arm", exc_info=True)
+        except FRANKY_ERRORS as exc:
+            raise self._latch(exc) from exc
+        try:
+            finished = self._r().join_motion(timeout=self.config.stop_timeout_s)
+        except FRANKY_ERRORS as exc:
+            if not _is_preemption(exc):
                 raise self._latch(exc) from exc
-            except CONTROL_ERRORS as exc:
-                if _is_reflex_abort(exc):
-                    _log_reflex_abort(exc)
-                else:
-                    log.debug("stop on an idle arm", exc_info=True)
-            except FRANKY_ERRORS as exc:
-                raise self._latch(exc) from exc
-            try:
-                finished = self._r().join_motion(timeout=self.config.stop_timeout_s)
-            except FRANKY_ERRORS as exc:
-                if not _is_preemption(exc):
-                    raise self._latch(exc) from exc
-                finished = True
-            if not finished:
-                log.critical("ARM DID NOT STOP within %.1f s", self.config.stop_timeout_s)
-                raise ArmFault(f"arm did not stop within {self.config.stop_timeout_s} s")
+            finished = True
+        if not finished:
+            log.critical("ARM DID NOT STOP within %.1f s", self.config.stop_timeout_s)
+            raise ArmFault(f"arm did not stop within {self.config.stop_timeout_s} s")
 
     def recover(self) -> None:
         """``recover_from_errors`` — only ever on an explicit operator action."""

@@ -45,6 +45,11 @@ class GripperFault(RuntimeError):
     """The gripper reported a fault or stopped answering."""
 
 
+class GripperHalted(GripperFault):
+    """A command refused because a safety stop halted the gripper (until
+    ``resume``, an operator's action)."""
+
+
 # each implementation narrows ``config`` to its own config class, so that its
 # fields type-check where the implementation reads them
 C = TypeVar("C", bound=GripperConfig)
@@ -82,7 +87,22 @@ class Gripper(ABC, Generic[C]):
 
     @abstractmethod
     def send(self, command: GripperCommand) -> GripperCommand:
-        """Start moving; return the command actually sent (after quantisation)."""
+        """Start moving; return the command actually sent (after quantisation).
+        Raises ``GripperHalted`` between ``halt`` and ``resume``."""
+
+    @abstractmethod
+    def halt(self) -> None:
+        """A safety stop's: the fingers stop where they are now (they keep what
+        they hold), a command not yet delivered is dropped, and every ``send``
+        is refused until ``resume``. Never waits long: called on the stop's path."""
+
+    @abstractmethod
+    def resume(self) -> None:
+        """Take commands again (an operator's start, homing or recovery)."""
+
+    @property
+    @abstractmethod
+    def halted(self) -> bool: ...
 
     @abstractmethod
     def read_state(self) -> GripperState: ...

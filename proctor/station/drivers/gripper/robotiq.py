@@ -24,6 +24,7 @@ pymodbus; the driver counts every frame it puts on the wire.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from proctor.station.drivers.gripper.base import (
     GripperCommand,
     GripperConfig,
     GripperFault,
+    GripperHalted,
     GripperState,
 )
 from proctor.station.drivers.gripper.robotiq_registers import CommandRegisters, StatusRegisters
@@ -158,6 +160,8 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
         # since when a command has been waiting (a line that takes none is a fault)
         self._mailbox: CommandRegisters | None = None
         self._posted: CommandRegisters | None = None  # what will be in force
+        # a safety stop's latch: no command until resume() (see halt)
+        self._halted = False
         self._waiting_since: float | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -453,10 +457,39 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
         self._publish(status, t)
         self._target = 0.0
 
+    def halt(self) -> None:
+        """Drop the mailbox and write rGTO = 0 ("Stop", manual §4.3: the fingers
+        stop where they are), keeping rACT (no reset, which would release the
+        grip). Waits at most for an exchange in progress (the writer lock) and
+        this one write. Not verified on hardware: that a 2F-85 holding an item
+        at rGTO = 0 keeps holding it (its drive is said not to back-drive)."""
+        with self._state_lock:
+            self._halted = True
+            self._mailbox = self._posted = None
+            self._waiting_since = None
+        last = self._last_written or regs.ACTIVATE
+        hold = dataclasses.replace(last, action=regs.BIT_RACT)  # rGTO (and rATR) cleared
+        try:
+            with self._writer:
+                self._write(hold)
+        except GripperFault:
+            log.critical("FAILED TO HALT THE GRIPPER (rGTO = 0 not written)", exc_info=True)
+
+    def resume(self) -> None:
+        with self._state_lock:
+            self._halted = False
+
+    @property
+    def halted(self) -> bool:
+        return self._halted
+
     def send(self, command: GripperCommand) -> GripperCommand:
         """Validate and post ``command`` for the poller to write; never waits
         on the bus. Raises ``GripperFault`` for a gripper in fault, not
-        activated, silent, or not taking commands."""
+        activated, silent, or not taking commands, ``GripperHalted`` after a
+        safety stop's ``halt``."""
+        if self._halted:
+            raise GripperHalted("gripper halted by a safety stop")
         status, _ = self._fresh_status()
         if status.gflt in regs.MAJOR_FAULTS:
             raise GripperFault(f"gripper refuses to move: {status.fault}; reset and activate")
@@ -464,6 +497,8 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
             raise GripperFault("gripper is not activated")
         registers, sent = quantise(command)
         with self._state_lock:
+            if self._halted:  # a halt between the check above and here wins
+                raise GripperHalted("gripper halted by a safety stop")
             # an unchanged command is already in force (or on its way)
             if registers != (self._posted or self._last_written):
                 if self._mailbox is not None:
