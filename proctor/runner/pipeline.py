@@ -81,6 +81,13 @@ class Launched:
     server_dir: Path
     started_at: float = field(default_factory=time.monotonic)
 
+    def close(self) -> None:
+        """The sandbox stopped (idempotent) and the server's folder removed."""
+        try:
+            self.sandbox.stop()
+        finally:
+            shutil.rmtree(self.server_dir, ignore_errors=True)
+
 
 Stage = Callable[[str], None]
 
@@ -163,7 +170,11 @@ class ServerPipeline:
                 else start_sandbox(spec, cgroups=self.config.cgroups)
             )
         except SandboxConfigError as exc:  # the host's configuration, not the checkpoint
+            shutil.rmtree(server_dir, ignore_errors=True)
             raise PipelineFailed(RunnerFailure.host_error, f"the sandbox: {exc}") from None
+        except BaseException:
+            shutil.rmtree(server_dir, ignore_errors=True)
+            raise
         return Launched(sandbox, manifest, launch.dialect, env, server_dir)
 
     def wait_ready(self, launched: Launched, stop: Callable[[], bool] = lambda: False) -> None:
@@ -189,10 +200,17 @@ class ServerPipeline:
     # ------------------------------------------------------------ all of it
 
     def run(self, folder: Path, name: str, stop: Callable[[], bool] = lambda: False) -> Launched:
+        """Every stage; a server that never gets ready leaves nothing behind
+        (its sandbox stopped, its folder removed). Once it is returned, the
+        caller ends it (``Launched.close``)."""
         root, manifest = self.read(folder)
         env = self.build(manifest, root)
         launched = self.launch(manifest, root, env, name)
-        self.wait_ready(launched, stop)
+        try:
+            self.wait_ready(launched, stop)
+        except BaseException:
+            launched.close()
+            raise
         return launched
 
 

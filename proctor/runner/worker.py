@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import shutil
 import socket
 import threading
 import time
@@ -250,9 +249,8 @@ class ServedServer:
         if self.relay is not None:
             self.relay.close()
         if self.launched is not None:
-            self.launched.sandbox.stop()
             # its output's tail is on the row; the folder (socket, temp, log) goes
-            shutil.rmtree(self.launched.server_dir, ignore_errors=True)
+            self.launched.close()
 
 
 class RunnerWorker:
