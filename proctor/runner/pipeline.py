@@ -109,7 +109,8 @@ class ServerPipeline:
 
     def unpack(self, archive: Path, sha256: str) -> Path:
         """The archive unpacked once under the work folder, by content."""
-        dest = self.config.work_dir / "checkpoints" / sha256
+        private_dir(self.config.work_dir)
+        dest = private_dir(self.config.work_dir / "checkpoints") / sha256
         if (dest / ".complete").exists():
             return dest
         self.on_stage("unpacking the checkpoint")
@@ -120,7 +121,7 @@ class ServerPipeline:
         except ArchiveRejected as exc:
             shutil.rmtree(partial, ignore_errors=True)
             raise PipelineFailed(RunnerFailure.setup_crash, f"the archive: {exc}") from None
-        (partial / ".complete").touch()
+        (partial / ".complete").touch(mode=0o600)
         shutil.rmtree(dest, ignore_errors=True)
         partial.rename(dest)
         return dest
@@ -212,6 +213,15 @@ class ServerPipeline:
             launched.close()
             raise
         return launched
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` made (with its parents) and set to 0700: the runner's work
+    folder holds submitters' private checkpoints. A folder an earlier
+    version made 0755 is tightened too, which closes everything under it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
 
 
 def default_runtime_dir() -> Path:

@@ -50,6 +50,7 @@ from proctor.runner.pipeline import (
     PipelineFailed,
     ServerPipeline,
     default_runtime_dir,
+    private_dir,
 )
 from proctor.runner.sandbox.base import Limits, Sandboxed, SandboxSpec
 from proctor.runner.sandbox.relay import Relay
@@ -280,13 +281,15 @@ class RunnerWorker:
 
     def fetch(self, sha256: str) -> Path:
         """The checkpoint archive on local disk, verified against its hash."""
-        folder = self.config.pipeline.work_dir / "archives"
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.config.pipeline.work_dir)
+        folder = private_dir(self.config.pipeline.work_dir / "archives")
         path = folder / sha256
         if path.exists():
             return path
         part = folder / f"{sha256}.part-{os.getpid()}-{threading.get_ident()}"
-        with self.store.open_verified(sha256) as chunks, part.open("wb") as out:
+        # owner only, as the artifact store keeps it
+        fd = os.open(part, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        with self.store.open_verified(sha256) as chunks, os.fdopen(fd, "wb") as out:
             for block in chunks:
                 out.write(block)
         part.rename(path)
@@ -347,6 +350,9 @@ class RunnerWorker:
         log.info(
             "runner worker %s: serving (at most %d servers)", self.name, self.config.max_servers
         )
+        # submitters' checkpoints: closed to other local accounts, whatever
+        # an earlier version left (it made the folder 0755)
+        private_dir(self.config.pipeline.work_dir)
         while not stop.is_set():
             try:
                 self.tick()
