@@ -81,7 +81,7 @@ class WorkerConfig:
         r = settings.runner
         name = host or socket.gethostname()
         limits = Limits(
-            memory_bytes=r.memory_bytes,
+            memory_bytes=r.memory_bytes or default_memory_bytes(r.max_servers),
             max_processes=r.max_processes,
             cpu_seconds=r.cpu_seconds,
             max_open_files=r.max_open_files,
@@ -114,6 +114,26 @@ class WorkerConfig:
                 runtime_dir=r.runtime_dir or default_runtime_dir(),
             ),
         )
+
+
+# the share of the host's memory the sandboxes may hold together; the rest
+# is the worker's, the system's and the page cache's
+HOST_MEMORY_SHARE = 0.75
+MIN_MEMORY_BYTES = 64 * 2**20
+
+
+def host_memory_bytes() -> int:
+    """The host's physical memory (MemTotal)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def default_memory_bytes(max_servers: int, total_bytes: int | None = None) -> int:
+    """``runner.memory_bytes`` when unset: ``HOST_MEMORY_SHARE`` of the host's
+    memory split among ``max_servers``, so all of them at their limit fit
+    together (a fixed 16 GiB default let two sandboxes ask 32 GiB of a
+    23 GiB host, and the host's OOM killer, not the sandbox's, would pick)."""
+    total = host_memory_bytes() if total_bytes is None else total_bytes
+    return max(MIN_MEMORY_BYTES, int(total * HOST_MEMORY_SHARE) // max(1, max_servers))
 
 
 class ServedServer:
