@@ -266,8 +266,11 @@ class RunnerSettings(BaseModel):
     bind_host: str = "127.0.0.1"
     advertise_host: str | None = None
     port_range: tuple[int, int] = (18200, 18999)
-    # the sandbox's limits: memory (bytes), processes, CPU seconds, open files
-    memory_bytes: int = Field(default=16 * 2**30, ge=64 * 2**20)
+    # the sandbox's limits: memory (bytes), processes, CPU seconds, open files.
+    # memory_bytes unset: three quarters of the host's memory shared by
+    # max_servers (proctor.runner.worker.default_memory_bytes), so that every
+    # server at its limit still fits beside the worker and the system
+    memory_bytes: int | None = Field(default=None, ge=64 * 2**20)
     max_processes: int = Field(default=256, ge=8)
     cpu_seconds: int = Field(default=24 * 3600, ge=1)
     max_open_files: int = Field(default=1024, ge=64)

@@ -516,9 +516,12 @@ def inspect_archive(path: Path, limits: ArchiveLimits) -> ArchiveSummary:
 # the head of a weights file)
 MEMBER_READ_BYTES = 1 << 20
 # an unpacked file's permissions: executable only if the archive said so
-_FILE_MODE = 0o644
-_EXEC_MODE = 0o755
-_DIR_MODE = 0o755
+# owner only: a submitter's weights are theirs (no other local account
+# reads them); the sandbox reads them as the same host uid, mapped through
+# its user namespace, so it needs no group or other bits
+_FILE_MODE = 0o600
+_EXEC_MODE = 0o700
+_DIR_MODE = 0o700
 
 
 def _open_tar(path: Path) -> tarfile.TarFile:
@@ -560,7 +563,7 @@ class _Unpacker:
     """Writes the entries of an inspected archive into ``dest``: folders and
     regular files only created there (never through a link, never over an
     existing path), links re-created as the inspection allowed them (hard
-    links to an earlier file of the archive), and no permission bits beyond 0o755/0o644."""
+    links to an earlier file of the archive), and no permission bits beyond 0o700/0o600."""
 
     dest: Path
     budget: int  # bytes the inspection counted: more means the file changed

@@ -75,13 +75,14 @@ def serve(
     """Serve a checkpoint exactly as the runner host would — same environment,
     sandbox and limits — on 127.0.0.1:PORT, printing each stage."""
     from proctor.runner.envs import EnvStore
+    from proctor.runner.pipeline import private_dir
     from proctor.runner.serve import serve_checkpoint
     from proctor.runner.worker import WorkerConfig
 
     settings = _settings(ctx)
     config = WorkerConfig.from_settings(settings)
     pipeline = config.pipeline
-    pipeline.work_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(pipeline.work_dir)
     result = serve_checkpoint(
         path,
         port=port,

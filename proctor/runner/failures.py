@@ -41,12 +41,6 @@ def _limit(diag: Diagnostics) -> tuple[RunnerFailure, str] | None:
             "the sandbox refused to start more than "
             f"{limits.get('max_processes', '?')} processes and threads",
         )
-    if diag.disk_limit_hit:
-        mib = limits.get("socket_folder_bytes", 0) // 2**20
-        return (
-            RunnerFailure.sandbox_refused,
-            f"the server wrote more than {mib} MiB outside its temporary folder and was stopped",
-        )
     if diag.cpu_limit_hit:
         return (
             RunnerFailure.sandbox_refused,

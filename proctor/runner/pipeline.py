@@ -81,6 +81,13 @@ class Launched:
     server_dir: Path
     started_at: float = field(default_factory=time.monotonic)
 
+    def close(self) -> None:
+        """The sandbox stopped (idempotent) and the server's folder removed."""
+        try:
+            self.sandbox.stop()
+        finally:
+            shutil.rmtree(self.server_dir, ignore_errors=True)
+
 
 Stage = Callable[[str], None]
 
@@ -102,7 +109,8 @@ class ServerPipeline:
 
     def unpack(self, archive: Path, sha256: str) -> Path:
         """The archive unpacked once under the work folder, by content."""
-        dest = self.config.work_dir / "checkpoints" / sha256
+        private_dir(self.config.work_dir)
+        dest = private_dir(self.config.work_dir / "checkpoints") / sha256
         if (dest / ".complete").exists():
             return dest
         self.on_stage("unpacking the checkpoint")
@@ -113,7 +121,7 @@ class ServerPipeline:
         except ArchiveRejected as exc:
             shutil.rmtree(partial, ignore_errors=True)
             raise PipelineFailed(RunnerFailure.setup_crash, f"the archive: {exc}") from None
-        (partial / ".complete").touch()
+        (partial / ".complete").touch(mode=0o600)
         shutil.rmtree(dest, ignore_errors=True)
         partial.rename(dest)
         return dest
@@ -163,7 +171,11 @@ class ServerPipeline:
                 else start_sandbox(spec, cgroups=self.config.cgroups)
             )
         except SandboxConfigError as exc:  # the host's configuration, not the checkpoint
+            shutil.rmtree(server_dir, ignore_errors=True)
             raise PipelineFailed(RunnerFailure.host_error, f"the sandbox: {exc}") from None
+        except BaseException:
+            shutil.rmtree(server_dir, ignore_errors=True)
+            raise
         return Launched(sandbox, manifest, launch.dialect, env, server_dir)
 
     def wait_ready(self, launched: Launched, stop: Callable[[], bool] = lambda: False) -> None:
@@ -189,11 +201,27 @@ class ServerPipeline:
     # ------------------------------------------------------------ all of it
 
     def run(self, folder: Path, name: str, stop: Callable[[], bool] = lambda: False) -> Launched:
+        """Every stage; a server that never gets ready leaves nothing behind
+        (its sandbox stopped, its folder removed). Once it is returned, the
+        caller ends it (``Launched.close``)."""
         root, manifest = self.read(folder)
         env = self.build(manifest, root)
         launched = self.launch(manifest, root, env, name)
-        self.wait_ready(launched, stop)
+        try:
+            self.wait_ready(launched, stop)
+        except BaseException:
+            launched.close()
+            raise
         return launched
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` made (with its parents) and set to 0700: the runner's work
+    folder holds submitters' private checkpoints. A folder an earlier
+    version made 0755 is tightened too, which closes everything under it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
 
 
 def default_runtime_dir() -> Path:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,17 +43,22 @@ def serve_checkpoint(
     pipeline = ServerPipeline(config, envs, lambda text: say(f"· {text}"))
     try:
         folder = _folder(pipeline, path)
+        # a start that fails (or is interrupted) removes its server folder itself
         launched = pipeline.run(folder, f"serve-{port}-{secrets.token_hex(4)}", stop.is_set)
     except PipelineFailed as exc:
         return ServeResult(exc.failure.value, exc.failure.fault.value, exc.message, exc.diagnostics)
     over: list[float] = []
-    relay = Relay(
-        "127.0.0.1",
-        port,
-        launched.sandbox.wire_socket,
-        latency_budget_s=latency_budget_s,
-        on_latency_exceeded=over.append,
-    )
+    try:
+        relay = Relay(
+            "127.0.0.1",
+            port,
+            launched.sandbox.wire_socket,
+            latency_budget_s=latency_budget_s,
+            on_latency_exceeded=over.append,
+        )
+    except BaseException:  # the port taken: the server ends with its folder
+        launched.close()
+        raise
     url = f"ws://127.0.0.1:{relay.port}"
     say(f"· serving {launched.manifest.name} on {url} ({launched.dialect}); Ctrl-C stops")
     on_ready(url)
@@ -62,8 +66,7 @@ def serve_checkpoint(
         return _watch(launched, stop, over)
     finally:
         relay.close()
-        launched.sandbox.stop()
-        shutil.rmtree(launched.server_dir, ignore_errors=True)
+        launched.close()
 
 
 def _folder(pipeline: ServerPipeline, path: Path) -> Path:

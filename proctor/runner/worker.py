@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import shutil
 import socket
 import threading
 import time
@@ -51,6 +50,7 @@ from proctor.runner.pipeline import (
     PipelineFailed,
     ServerPipeline,
     default_runtime_dir,
+    private_dir,
 )
 from proctor.runner.sandbox.base import Limits, Sandboxed, SandboxSpec
 from proctor.runner.sandbox.relay import Relay
@@ -81,7 +81,7 @@ class WorkerConfig:
         r = settings.runner
         name = host or socket.gethostname()
         limits = Limits(
-            memory_bytes=r.memory_bytes,
+            memory_bytes=r.memory_bytes or default_memory_bytes(r.max_servers),
             max_processes=r.max_processes,
             cpu_seconds=r.cpu_seconds,
             max_open_files=r.max_open_files,
@@ -114,6 +114,26 @@ class WorkerConfig:
                 runtime_dir=r.runtime_dir or default_runtime_dir(),
             ),
         )
+
+
+# the share of the host's memory the sandboxes may hold together; the rest
+# is the worker's, the system's and the page cache's
+HOST_MEMORY_SHARE = 0.75
+MIN_MEMORY_BYTES = 64 * 2**20
+
+
+def host_memory_bytes() -> int:
+    """The host's physical memory (MemTotal)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def default_memory_bytes(max_servers: int, total_bytes: int | None = None) -> int:
+    """``runner.memory_bytes`` when unset: ``HOST_MEMORY_SHARE`` of the host's
+    memory split among ``max_servers``, so all of them at their limit fit
+    together (a fixed 16 GiB default let two sandboxes ask 32 GiB of a
+    23 GiB host, and the host's OOM killer, not the sandbox's, would pick)."""
+    total = host_memory_bytes() if total_bytes is None else total_bytes
+    return max(MIN_MEMORY_BYTES, int(total * HOST_MEMORY_SHARE) // max(1, max_servers))
 
 
 class ServedServer:
@@ -250,9 +270,8 @@ class ServedServer:
         if self.relay is not None:
             self.relay.close()
         if self.launched is not None:
-            self.launched.sandbox.stop()
             # its output's tail is on the row; the folder (socket, temp, log) goes
-            shutil.rmtree(self.launched.server_dir, ignore_errors=True)
+            self.launched.close()
 
 
 class RunnerWorker:
@@ -282,13 +301,15 @@ class RunnerWorker:
 
     def fetch(self, sha256: str) -> Path:
         """The checkpoint archive on local disk, verified against its hash."""
-        folder = self.config.pipeline.work_dir / "archives"
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.config.pipeline.work_dir)
+        folder = private_dir(self.config.pipeline.work_dir / "archives")
         path = folder / sha256
         if path.exists():
             return path
         part = folder / f"{sha256}.part-{os.getpid()}-{threading.get_ident()}"
-        with self.store.open_verified(sha256) as chunks, part.open("wb") as out:
+        # owner only, as the artifact store keeps it
+        fd = os.open(part, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        with self.store.open_verified(sha256) as chunks, os.fdopen(fd, "wb") as out:
             for block in chunks:
                 out.write(block)
         part.rename(path)
@@ -349,6 +370,9 @@ class RunnerWorker:
         log.info(
             "runner worker %s: serving (at most %d servers)", self.name, self.config.max_servers
         )
+        # submitters' checkpoints: closed to other local accounts, whatever
+        # an earlier version left (it made the folder 0755)
+        private_dir(self.config.pipeline.work_dir)
         while not stop.is_set():
             try:
                 self.tick()

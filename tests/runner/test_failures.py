@@ -15,7 +15,6 @@ LIMITS = {
     "memory_bytes": 512 * 2**20,
     "max_processes": 64,
     "cpu_seconds": 600,
-    "socket_folder_bytes": 64 * 2**20,
 }
 
 
@@ -79,12 +78,6 @@ def diag(**fields: object) -> Diagnostics:
             {"was_ready": True, "lifetime_exceeded": True},
             RunnerFailure.wall_clock_exceeded,
             "lifetime",
-        ),
-        (
-            {"signal": 9, "disk_limit_hit": True},
-            {"was_ready": True},
-            RunnerFailure.sandbox_refused,
-            "more than 64 MiB outside its temporary folder",
         ),
         # a limit the sandbox saw outranks the runner's reason to stop it
         (

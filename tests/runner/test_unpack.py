@@ -1,7 +1,7 @@
 """Reading one member of an archive without unpacking it (the upload's
 framework checks), and unpacking one on the runner host: checked again,
 files and folders only inside the destination, links as the inspection
-allowed them, no permission bits beyond 0o755/0o644."""
+allowed them, no permission bits beyond 0o700/0o600 (owner only)."""
 
 from __future__ import annotations
 
@@ -83,8 +83,8 @@ def test_an_archive_is_unpacked_with_plain_permissions(tmp_path: Path) -> None:
     copy = dest / "ckpt" / "copy"
     assert not copy.is_symlink() and copy.read_bytes() == b"weights"
     assert copy.stat().st_ino == (dest / "ckpt" / "model.safetensors").stat().st_ino
-    assert stat.S_IMODE(copy.stat().st_mode) == 0o644
-    assert stat.S_IMODE((dest / "ckpt").stat().st_mode) == 0o755
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o600
+    assert stat.S_IMODE((dest / "ckpt").stat().st_mode) == 0o700
 
 
 def test_setuid_and_world_writable_bits_are_dropped(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_setuid_and_world_writable_bits_are_dropped(tmp_path: Path) -> None:
     dest = tmp_path / "out"
     unpack_archive(_write(tmp_path, data), dest, LIMITS)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in dest.iterdir()}
-    assert modes == {"policy.toml": 0o644, "serve.sh": 0o755, "data.bin": 0o644}
+    assert modes == {"policy.toml": 0o600, "serve.sh": 0o700, "data.bin": 0o600}
 
 
 def test_a_zip_is_unpacked_too(tmp_path: Path) -> None:

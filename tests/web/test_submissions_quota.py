@@ -21,6 +21,7 @@ from tests.browser import LiveServer
 from tests.web.conftest import FakeClock, Web
 from tests.web.test_submissions_helpers import (
     NOTHING,
+    bearer,
     begin,
     leftovers,
     live_token,
@@ -102,8 +103,29 @@ def test_an_upload_the_disk_cannot_hold_is_refused(make_portal: Callable[..., We
     r = begin(portal.client(), h, b"x" * 1000)
     assert r.status_code == 507, r.text
     detail = r.json()["detail"]
-    assert detail.startswith("size_bytes: the server has room for 0 bytes more of uploads now")
+    # a submitter learns that it does not fit, not how much room the host has
+    assert detail == (
+        "size_bytes: the server has no room for 1000 bytes more of uploads now; try again later"
+    )
     assert leftovers(portal) == NOTHING
+
+
+def test_only_an_admin_is_told_the_room_left(
+    make_portal: Callable[..., Web], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    margin = 1 << 20
+    monkeypatch.setattr(staging, "free_bytes", lambda folder: margin + 1 * 2**20)
+    portal = make_portal(upload_disk_margin_bytes=margin)
+    c = portal.client()
+    two = b"x" * (2 * 2**20)
+    r = begin(c, submitter(portal), two)
+    assert r.status_code == 507 and "1.0 MiB" not in r.json()["detail"], r.text
+    portal.add_user("root", Role.admin, Role.submitter)
+    admin = bearer(portal.token("root", ("submitter", "admin")))
+    r = begin(c, admin, two)
+    assert r.status_code == 507 and r.json()["detail"].startswith(
+        "size_bytes: the server has room for 1.0 MiB more of uploads now, not 2.0 MiB"
+    ), r.text
 
 
 def test_open_uploads_reserve_what_they_have_yet_to_receive(
@@ -121,7 +143,7 @@ def test_open_uploads_reserve_what_they_have_yet_to_receive(
     assert first.status_code == 201, first.text
     r = begin(c, h, two)  # 2 MiB reserved by the first + 2 MiB > 3 MiB
     assert r.status_code == 507 and r.json()["detail"].startswith(
-        "size_bytes: the server has room for 1.0 MiB more of uploads now, not 2.0 MiB"
+        "size_bytes: the server has no room for 2.0 MiB more of uploads now"
     )
     assert begin(c, h, b"x" * 2**20).status_code == 201  # 1 MiB still fits
     # cancelling an upload gives its reservation back

@@ -4,8 +4,9 @@ The sandbox (``proctor/runner/sandbox``) runs a ``ServerLaunch`` with no
 network (a fresh network namespace: loopback only), a read-only view of the
 checkpoint, the environment and our helpers, a private writable temp, an
 environment holding only what the runner passes, and the ``Limits``; the
-wire leaves it only through a Unix socket in ``socket_dir`` that our bridge
-(inside) connects to the server's loopback port. Backends of the limits are
+wire leaves it only through a Unix socket the host makes in ``work_dir/sock``
+and hands in as a listening descriptor, which our bridge (inside) connects to
+the server's loopback port. Backends of the limits are
 found by name (cgroup v2, cgroup v1, rlimits).
 """
 
@@ -53,8 +54,6 @@ class Diagnostics:
     oom_killed: bool = False  # the memory limit was reached
     process_limit_hit: bool = False  # a fork was refused by the process limit
     cpu_limit_hit: bool = False
-    # it wrote more into its socket folder (on the host's disk) than allowed
-    disk_limit_hit: bool = False
     # the last lines of the server's stdout and stderr (stripped of control chars)
     output_tail: tuple[str, ...] = ()
     limits: Mapping[str, int] = field(default_factory=dict)
@@ -73,7 +72,6 @@ class Diagnostics:
             "oom_killed": self.oom_killed,
             "process_limit_hit": self.process_limit_hit,
             "cpu_limit_hit": self.cpu_limit_hit,
-            "disk_limit_hit": self.disk_limit_hit,
             "output_tail": list(self.output_tail),
             "limits": dict(self.limits),
             "limits_backend": self.limits_backend,

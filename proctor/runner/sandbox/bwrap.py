@@ -1,8 +1,9 @@
 """The bubblewrap command line of one sandbox: what the server sees of the
 host (read-only system, its environment, the checkpoint, our helpers), what
-it may write (a private size-bounded /tmp, the socket folder), and nothing
-else: no host /etc, no data folders, no network (a fresh network namespace
-holds only loopback)."""
+it may write (a private size-bounded /tmp in memory), and nothing else: no
+host /etc, no data folders, no host folder it can write, no network (a fresh
+network namespace holds only loopback; the wire is a listening socket the
+host hands in as a descriptor)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,10 @@ from proctor.runner.frameworks.base import (
 from proctor.runner.sandbox.base import SandboxSpec
 
 BWRAP = "/usr/bin/bwrap"
-# where the socket folder (work_dir/sock) is inside, and the files in it
-SANDBOX_RUN = "/run/proctor"
+# the wire's socket, in the host's socket folder (work_dir/sock): the host
+# makes it and hands the sandbox only its listening descriptor, so nothing
+# the sandbox writes can land on the host's disk
 WIRE_SOCKET_NAME = "wire.sock"
-ATTEMPTS_NAME = "attempts.log"
-EXIT_NAME = "exit.json"
 # the unprivileged user the server runs as, inside the user namespace
 NOBODY = 65534
 # the host's system folders the server may read; a merged-/usr host has
@@ -132,7 +132,7 @@ def _gpu_binds() -> list[str]:
 def bwrap_argv(spec: SandboxSpec, command: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """bwrap's argv running ``command`` (sandbox paths) in ``spec``'s sandbox
     with ``env`` (``sandbox_env``, which validates it); ``work_dir`` must hold
-    ``sock/`` and ``etc/`` already (``process.start``)."""
+    ``etc/`` already (``process.start``)."""
     work = spec.work_dir
     tmp_bytes = spec.limits.max_file_bytes
     args = [
@@ -173,16 +173,13 @@ def bwrap_argv(spec: SandboxSpec, command: Sequence[str], env: Mapping[str, str]
         "--ro-bind",
         str(HELPERS_DIR),
         SANDBOX_HELPERS,
-        "--bind",
-        str(work / "sock"),
-        SANDBOX_RUN,
         "--proc",
         "/proc",
         "--dev",
         "/dev",
         *(_gpu_binds() if spec.gpus else []),
         # the root bwrap builds is a writable tmpfs: read-only once everything
-        # is mounted, so only /tmp and the socket folder can be written
+        # is mounted, so only /tmp (memory, not the host's disk) can be written
         "--remount-ro",
         "/",
         "--chdir",

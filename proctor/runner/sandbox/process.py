@@ -1,9 +1,15 @@
 """A started sandbox: bubblewrap running our bridge, which runs the server.
 
-``start(spec)`` makes the work folder's socket and /etc folders, confines
-the sandbox's first process (the cgroups, the rlimits) before it execs
-bwrap, and reads its output. ``stop`` ends everything inside; ``diagnostics``
-says how it went.
+``start(spec)`` makes the work folder's socket and /etc folders and the
+wire's listening socket, confines the sandbox's first process (the cgroups,
+the rlimits) before it execs bwrap, and reads its output and the bridge's
+reports. ``stop`` ends everything inside; ``diagnostics`` says how it went.
+
+The sandbox has no writable host folder: the wire's socket file is made
+here, in a folder the sandbox cannot see, and only its listening descriptor
+goes in; the bridge's records (tripwire attempts, how the server exited)
+come back on a pipe read with a cap. What a server writes lands in its
+/tmp, a tmpfs charged to its memory limit, never on the host's disk.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import os
 import resource
 import shutil
 import signal
-import stat
+import socket
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -29,15 +35,10 @@ from proctor.runner.sandbox.output import OutputCapture, clean
 
 # a Unix socket's path is at most 107 bytes (sun_path)
 MAX_SOCKET_PATH = 107
-# files the sandbox writes into the socket folder are read with a cap: it
-# may have put anything there
+# the bridge's reports are kept up to a cap: the server inside could write
+# into the same pipe (through /proc), and anything past it is read and dropped
 MAX_READ_BYTES = 64 * 1024
 MAX_ATTEMPTS = 200
-# the socket folder is on the host's disk and the sandbox may write there:
-# past this much (or this many entries) the sandbox is killed
-SOCKET_FOLDER_BYTES = 64 * 2**20
-SOCKET_FOLDER_ENTRIES = 1000
-WATCH_S = 0.5
 
 # bwrap's --die-with-parent is PR_SET_PDEATHSIG, which fires when the
 # *thread* that forked it ends, not the process: a sandbox started from a
@@ -63,13 +64,62 @@ def start(spec: SandboxSpec, *, cgroups: str = "auto") -> Sandbox:
     env = bwrap.sandbox_env(spec)  # refuses a bad variable or GPU list: nothing made yet
     _fresh_folder(work / "sock")
     bwrap.write_etc(work / "etc")
-    argv = bwrap.bwrap_argv(spec, _bridge_command(spec), env)
-    confinement = choose(cgroups).confine(spec.limits)
+    listener = _listen(wire)
+    report_read, report_write = os.pipe()
+    fds = _Handed(listener, report_read, report_write)
     try:
-        return _SPAWNER.submit(Sandbox, spec, argv, confinement, wire).result()
+        command = _bridge_command(spec, listener.fileno(), report_write)
+        argv = bwrap.bwrap_argv(spec, command, env)
+        confinement = choose(cgroups).confine(spec.limits)
+    except BaseException:
+        fds.close_all()
+        raise
+    try:
+        return _SPAWNER.submit(Sandbox, spec, argv, confinement, wire, fds).result()
     except BaseException:
         confinement.remove()
         raise
+
+
+class _Handed:
+    """The descriptors the sandbox gets (the wire's listener, the report
+    pipe's write end) and the host's end of the report pipe."""
+
+    def __init__(self, listener: socket.socket, report_read: int, report_write: int) -> None:
+        self.listener = listener
+        self.report_read = report_read
+        self.report_write = report_write
+
+    def inherited(self) -> tuple[int, ...]:
+        return (self.listener.fileno(), self.report_write)
+
+    def close_inherited(self) -> None:
+        # the host keeps no copy: once the sandbox ends, the socket refuses
+        # connections and the report pipe reaches its end
+        self.listener.close()
+        with contextlib.suppress(OSError):
+            os.close(self.report_write)
+
+    def close_all(self) -> None:
+        self.close_inherited()
+        with contextlib.suppress(OSError):
+            os.close(self.report_read)
+
+
+def _listen(path: Path) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        # private before it exists: no other local user may connect
+        old = os.umask(0o177)
+        try:
+            listener.bind(str(path))
+        finally:
+            os.umask(old)
+        listener.listen(128)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def _fresh_folder(path: Path) -> None:
@@ -81,38 +131,55 @@ def _fresh_folder(path: Path) -> None:
     path.mkdir(parents=True, mode=0o700)
 
 
-def _bridge_command(spec: SandboxSpec) -> list[str]:
-    run = bwrap.SANDBOX_RUN
+def _bridge_command(spec: SandboxSpec, socket_fd: int, report_fd: int) -> list[str]:
     return [
         str(spec.env_dir / "bin" / "python"),
         "-I",  # the bridge ignores PYTHON* variables and the user's site
         f"{SANDBOX_HELPERS}/bridge.py",
-        "--socket",
-        f"{run}/{bwrap.WIRE_SOCKET_NAME}",
+        "--socket-fd",
+        str(socket_fd),
+        "--report-fd",
+        str(report_fd),
         "--port",
         str(spec.launch.port),
-        "--attempts",
-        f"{run}/{bwrap.ATTEMPTS_NAME}",
-        "--exit-file",
-        f"{run}/{bwrap.EXIT_NAME}",
         "--",
         *spec.launch.argv,
     ]
 
 
-def _read_untrusted(path: Path) -> str:
-    """A file the sandbox could have replaced by a link or a FIFO: never
-    followed, never blocked on, read up to a cap."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        return os.read(fd, MAX_READ_BYTES).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
+class ReportCapture:
+    """The bridge's JSON lines, read from the pipe by a thread: the first
+    ``MAX_READ_BYTES`` kept, the rest read and dropped (a writer must never
+    block on a full pipe, nor fill the host's memory)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._kept = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="sandbox-report", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while chunk := os.read(self._fd, 1 << 16):
+                with self._lock:
+                    self._kept += chunk[: MAX_READ_BYTES - len(self._kept)]
+        finally:
+            os.close(self._fd)
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def items(self) -> list[dict[str, object]]:
+        with self._lock:
+            text = bytes(self._kept).decode("utf-8", "replace")
+        out = []
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):
+                item = json.loads(line)
+                if isinstance(item, dict):
+                    out.append(item)
+        return out
 
 
 def _descendants(root: int) -> list[int]:
@@ -135,30 +202,20 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def _folder_usage(path: Path) -> tuple[int, int]:
-    """Bytes and entries under ``path``, links not followed; stops counting
-    past the entry cap (the sandbox may have made a great many)."""
-    total = entries = 0
-    for root, dirs, files in os.walk(path):
-        for name in (*dirs, *files):
-            entries += 1
-            with contextlib.suppress(OSError):
-                total += (Path(root) / name).lstat().st_size
-            if entries > SOCKET_FOLDER_ENTRIES:
-                return total, entries
-    return total, entries
-
-
 class Sandbox:
     """``Sandboxed`` (proctor/runner/sandbox/base.py), one bwrap process tree."""
 
     def __init__(
-        self, spec: SandboxSpec, argv: list[str], confinement: Confinement, wire: Path
+        self,
+        spec: SandboxSpec,
+        argv: list[str],
+        confinement: Confinement,
+        wire: Path,
+        fds: _Handed,
     ) -> None:
         self.spec = spec
         self._confinement = confinement
         self._wire = wire
-        self._run_dir = wire.parent
         self._lock = threading.Lock()
         self._final: Diagnostics | None = None
         limits = rlimits(spec.limits, bound_address_space=confinement.bound_address_space)
@@ -176,29 +233,20 @@ class Sandbox:
                 stdin=subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=write_fd,
+                pass_fds=fds.inherited(),  # bwrap passes them on to the bridge
                 start_new_session=True,
                 preexec_fn=preexec,  # forked from the spawner thread; os calls only
                 env={},
             )
         except BaseException:
             os.close(read_fd)
+            fds.close_all()
             raise
         finally:
             os.close(write_fd)
+        fds.close_inherited()
         self._output = OutputCapture(read_fd, spec.work_dir / "output.log")
-        self._disk_limit_hit = False
-        threading.Thread(target=self._watch_disk, name="sandbox-disk", daemon=True).start()
-
-    def _watch_disk(self) -> None:
-        while True:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=WATCH_S)
-                return
-            size, entries = _folder_usage(self._run_dir)
-            if size > SOCKET_FOLDER_BYTES or entries > SOCKET_FOLDER_ENTRIES:
-                self._disk_limit_hit = True
-                self._signal_all(signal.SIGKILL, outer=True)
-                return
+        self._report = ReportCapture(fds.report_read)
 
     @property
     def wire_socket(self) -> Path:
@@ -237,6 +285,7 @@ class Sandbox:
                 self._process.wait()
             # whatever a double fork left behind, then the cgroups
             self._signal_all(signal.SIGKILL, outer=True)
+            self._report.join(timeout_s=5.0)
             diag = self.diagnostics()
             self._confinement.remove()
             self._output.join(timeout_s=5.0)
@@ -256,9 +305,8 @@ class Sandbox:
             oom_killed=self._confinement.oom_killed(),
             process_limit_hit=self._confinement.process_limit_hit(),
             cpu_limit_hit=cpu_hit,
-            disk_limit_hit=self._disk_limit_hit,
             output_tail=self._output.tail(),
-            limits={**asdict(limits), "socket_folder_bytes": SOCKET_FOLDER_BYTES},
+            limits=asdict(limits),
             limits_backend=self._confinement.backend,
             attempts=self._attempts(),
         )
@@ -270,7 +318,8 @@ class Sandbox:
         rc = self._process.poll()
         if rc is None:
             return None, None, 0.0
-        record = _parse_exit(_read_untrusted(self._run_dir / bwrap.EXIT_NAME))
+        records = [item["exit"] for item in self._report.items() if "exit" in item]
+        record = _parse_exit(records[-1]) if records else None
         if record is not None:
             return record
         if rc < 0:
@@ -280,13 +329,15 @@ class Sandbox:
         return rc, None, 0.0
 
     def _attempts(self) -> tuple[str, ...]:
-        text = _read_untrusted(self._run_dir / bwrap.ATTEMPTS_NAME)
-        return tuple(clean(line) for line in text.splitlines()[:MAX_ATTEMPTS] if line)
+        lines = [item["attempt"] for item in self._report.items() if "attempt" in item]
+        return tuple(clean(line) for line in lines[:MAX_ATTEMPTS] if isinstance(line, str) and line)
 
 
-def _parse_exit(text: str) -> tuple[int | None, int | None, float] | None:
+def _parse_exit(record: object) -> tuple[int | None, int | None, float] | None:
+    """The bridge's exit record, as untrusted as anything from inside."""
+    if not isinstance(record, dict):
+        return None
     try:
-        record = json.loads(text)
         code, sig, cpu = record["exit_code"], record["signal"], float(record["cpu_s"])
     except (ValueError, KeyError, TypeError):
         return None

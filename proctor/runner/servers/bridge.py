@@ -1,20 +1,24 @@
 """The sandbox's door: runs INSIDE the sandbox with the environment's Python
 (stdlib only; it never imports proctor).
 
-    python bridge.py --socket /run/proctor/wire.sock --port 8000 -- SERVER ARGV...
+    python bridge.py --socket-fd 3 --report-fd 4 --port 8000 -- SERVER ARGV...
 
-Starts the server as its child, listens on the Unix socket (the only way
-out of the sandbox, seen by the host's relay) and joins each connection to
-127.0.0.1:PORT inside the sandbox's own network namespace, retrying while the
-server is not up yet. Forwards SIGTERM and SIGINT to the server and exits
-with its exit code (128+signal when a signal ended it), after writing how it
-ended to ``--exit-file``.
+Starts the server as its child, accepts on the listening Unix socket the
+host made and handed in as ``--socket-fd`` (the only way out of the
+sandbox; its file lives in a host folder the sandbox cannot see or write)
+and joins each connection to 127.0.0.1:PORT inside the sandbox's own
+network namespace, retrying while the server is not up yet. Forwards
+SIGTERM and SIGINT to the server and exits with its exit code (128+signal
+when a signal ended it), after reporting how it ended.
 
 Tripwires: it also listens on well-known loopback ports (databases, web,
-the station API) and writes every connection to one as a line of
-``--attempts`` ("connect 127.0.0.1:5432 at 2026-01-01T00:00:00Z"), then
-closes it: nothing real listens there inside, and the admin sees what the
-code tried to reach.
+the station API) and reports every connection to one ("connect
+127.0.0.1:5432 at 2026-01-01T00:00:00Z"), then closes it: nothing real
+listens there inside, and the admin sees what the code tried to reach.
+
+Reports are JSON lines on ``--report-fd``, a pipe the host reads with a
+cap: ``{"attempt": LINE}`` and, last, ``{"exit": {...}}``. Nothing the
+sandbox writes lands on the host's disk but its capped output log.
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ import json
 import os
 import resource
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 # a connection's handler, as asyncio.start_server calls it
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -37,7 +41,7 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 # postgres, mysql, redis, web, web, the station API
 DEFAULT_TRIPWIRES = "5432,3306,6379,8000,8080,8100"
 CHUNK = 1 << 18
-# the attempts file is on the host's disk: a connect loop must not fill it
+# the host keeps only so many: a connect loop must not flood the report
 MAX_ATTEMPT_LINES = 1000
 # a connection that arrives while the server loads waits for it, trying
 # again at growing intervals: a readiness probe every few seconds over a
@@ -57,9 +61,11 @@ class Bridge:
         self.open: set[asyncio.Task[None]] = set()
 
     async def run(self) -> int:
+        # a full pipe drops a report rather than stalling every connection
+        os.set_blocking(self.args.report_fd, False)
         await self._tripwires()
-        server = await asyncio.start_unix_server(self._on_wire, path=self.args.socket)
-        Path(self.args.socket).chmod(0o600)
+        listener = socket.socket(fileno=self.args.socket_fd)
+        server = await asyncio.start_unix_server(self._on_wire, sock=listener)
         self.child = await asyncio.create_subprocess_exec(*self.args.argv)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -85,8 +91,12 @@ class Bridge:
             "signal": -returncode if returncode < 0 else None,
             "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
         }
+        self._report({"exit": record})
+
+    def _report(self, item: dict[str, object]) -> None:
+        # a host that stopped reading (it stops the sandbox) must not stop the bridge
         with contextlib.suppress(OSError):
-            Path(self.args.exit_file).write_text(json.dumps(record), encoding="utf-8")
+            os.write(self.args.report_fd, (json.dumps(item) + "\n").encode())
 
     async def _tripwires(self) -> None:
         for text in self.args.tripwires.split(","):
@@ -107,9 +117,7 @@ class Bridge:
                 return
             self.attempt_lines += 1
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            with contextlib.suppress(OSError):
-                with Path(self.args.attempts).open("a", encoding="utf-8") as out:
-                    out.write(f"connect 127.0.0.1:{port} at {stamp}\n")
+            self._report({"attempt": f"connect 127.0.0.1:{port} at {stamp}"})
 
         return on_connect
 
@@ -164,11 +172,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise SystemExit("bridge: the server's argv follows '--'")
     cut = argv.index("--")
     parser = argparse.ArgumentParser(prog="bridge")
-    parser.add_argument("--socket", required=True)
+    parser.add_argument("--socket-fd", type=int, required=True)
+    parser.add_argument("--report-fd", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--tripwires", default=DEFAULT_TRIPWIRES)
-    parser.add_argument("--attempts", default="/run/proctor/attempts.log")
-    parser.add_argument("--exit-file", default="/run/proctor/exit.json")
     parser.add_argument("--connect-timeout", type=float, default=60.0)
     args = parser.parse_args(argv[:cut])
     args.argv = argv[cut + 1 :]

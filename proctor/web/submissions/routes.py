@@ -112,6 +112,7 @@ def create_upload(
             size_bytes=body.size_bytes,
             sha256=body.sha256,
             now=now,
+            show_room=who.has_role(Role.admin),
         )
     except uploads.UploadTooLarge as exc:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc)) from None

@@ -81,5 +81,7 @@ _LIMIT_HITS = {
     "oom_killed": "memory limit reached",
     "process_limit_hit": "a new process was refused (process limit)",
     "cpu_limit_hit": "CPU time limit reached",
+    # rows recorded while the socket folder was the sandbox's to write (it no
+    # longer is: nothing inside can write to the host's disk)
     "disk_limit_hit": "the socket folder's size or entry limit reached",
 }

@@ -20,6 +20,7 @@ Nothing uploaded is ever unpacked to disk, imported or run here.
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import secrets
 from datetime import datetime, timedelta
@@ -57,6 +58,8 @@ from proctor.runner.manifest import (
 from proctor.web.auth.access import check_owner_access
 from proctor.web.auth.identity import Principal
 from proctor.web.submissions import queue, service, staging
+
+log = logging.getLogger(__name__)
 
 # a staged file without a row (a crash between the two) is removed after this
 ORPHAN_AFTER_S = 3600.0
@@ -136,7 +139,10 @@ def create_upload(
     size_bytes: int,
     sha256: str | None,
     now: datetime,
+    show_room: bool = False,
 ) -> UploadSession:
+    """``show_room``: the refusal for want of disk says how much room is left
+    (for an admin; a submitter learns only that this size does not fit now)."""
     limit = settings.submissions.max_upload_bytes
     if size_bytes > limit:
         raise UploadTooLarge(
@@ -156,7 +162,7 @@ def create_upload(
             f"you have {open_count} unfinished uploads; resume or cancel one before "
             "starting another"
         )
-    _check_room(session, settings=settings, size_bytes=size_bytes)
+    _check_room(session, settings=settings, size_bytes=size_bytes, show_room=show_room)
     upload = UploadSession(
         id=secrets.token_hex(16),
         owner_id=owner.id,
@@ -189,7 +195,9 @@ def _lock_owner(session: ProctorSession, owner_id: int) -> None:
         )
 
 
-def _check_room(session: ProctorSession, *, settings: Settings, size_bytes: int) -> None:
+def _check_room(
+    session: ProctorSession, *, settings: Settings, size_bytes: int, show_room: bool
+) -> None:
     """Refuse an upload the staging disk cannot hold: its size plus the bytes
     the open uploads have yet to receive must leave the margin free. (Across
     submitters this is checked without a shared lock: creates racing each
@@ -204,11 +212,21 @@ def _check_room(session: ProctorSession, *, settings: Settings, size_bytes: int)
     )
     margin = settings.submissions.upload_disk_margin_bytes
     room = staging.free_bytes(folder) - margin - int(pending or 0)
-    if size_bytes > room:
+    if size_bytes <= room:
+        return
+    left = human_bytes(max(0, room))
+    # the free room is the host's state, not a submitter's business: the log
+    # and an admin get the figure, a submitter only that this size does not fit
+    log.warning("upload of %s refused: room for %s more of uploads", size_bytes, left)
+    if show_room:
         raise NoRoomForUpload(
-            f"size_bytes: the server has room for {human_bytes(max(0, room))} more of uploads "
+            f"size_bytes: the server has room for {left} more of uploads "
             f"now, not {human_bytes(size_bytes)}; try again later"
         )
+    raise NoRoomForUpload(
+        f"size_bytes: the server has no room for {human_bytes(size_bytes)} more of uploads "
+        "now; try again later"
+    )
 
 
 def get_upload(

@@ -4,8 +4,11 @@ sandbox beside it keeps answering throughout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +21,7 @@ from proctor.runner.failures import classify
 from proctor.runner.frameworks.base import HELPERS_DIR
 from proctor.runner.sandbox import Sandbox
 from proctor.runner.sandbox.base import Limits
+from proctor.runner.sandbox.output import DEFAULT_LOG_BYTES
 from proctor.runner.sandbox.relay import Relay
 from tests.runner.sandbox.conftest import StartSandbox, echo_ready, round_trip, tcp, wait_for
 
@@ -229,15 +233,49 @@ def test_cpu_past_the_limit_is_stopped(sandboxes: StartSandbox, neighbour: Neigh
     neighbour.assert_answered_throughout()
 
 
-def test_filling_the_socket_folder_is_stopped(
-    sandboxes: StartSandbox, neighbour: Neighbour
+# what the host's folder for one sandbox may hold at most: the output log's
+# cap, its truncation note, the sandbox's /etc files and the socket (a few KiB)
+HOST_FOLDER_CAP = DEFAULT_LOG_BYTES + 64 * 1024
+
+
+def _host_bytes(folder: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += (Path(root) / name).lstat().st_size
+    return total
+
+
+@pytest.mark.parametrize("target", ["/run/proctor", "/"])
+def test_writing_200_mib_never_reaches_the_hosts_disk(
+    sandboxes: StartSandbox, neighbour: Neighbour, target: str
 ) -> None:
-    """The socket folder is on the host's disk: past its cap the sandbox is killed."""
-    sandbox = sandboxes("disk", "hostile.py", "disk")
-    wait_for(lambda: not sandbox.running(), timeout_s=30)
+    """The sandbox has no writable host folder (the review's 175 MiB got into
+    the bound socket folder before a 0.5 s watcher killed it): 200 × 1 MiB
+    is refused at the first file, and the host's folder for the sandbox,
+    measured every 10 ms while it runs, stays under the output log's cap."""
+    sandbox = sandboxes(f"disk{len(target)}", "hostile.py", "disk", target)
+    host_folder = sandbox.spec.work_dir
+    peak = 0
+    deadline = time.monotonic() + 30
+    while sandbox.running() and time.monotonic() < deadline:
+        peak = max(peak, _host_bytes(host_folder))
+        time.sleep(0.01)
     diag = sandbox.stop()
-    assert diag.disk_limit_hit and diag.signal == 9
-    assert "not stopped" not in str(_findings(sandbox).get("disk"))
-    failure, message = classify(diag, was_ready=True)
-    assert failure == RunnerFailure.sandbox_refused and "64 MiB" in message
+    peak = max(peak, _host_bytes(host_folder))
+    finding = _findings(sandbox)["disk"]
+    assert finding == {"written": 0, "error": finding["error"]} and finding["error"], finding  # type: ignore[index]
+    assert diag.exit_code == 0, diag.output_tail
+    assert peak <= HOST_FOLDER_CAP, f"{peak} bytes on the host's disk"
     neighbour.assert_answered_throughout()
+
+
+def test_the_wire_socket_is_the_hosts_and_private(sandboxes: StartSandbox) -> None:
+    """The host makes the wire's socket (0600) in a folder (0700) the sandbox
+    never sees; only its listening descriptor goes in."""
+    sandbox = sandboxes("wire", "echo_server.py", "9000")
+    echo_ready(sandbox)
+    assert stat.S_IMODE(sandbox.wire_socket.stat().st_mode) == 0o600
+    assert stat.S_IMODE(sandbox.wire_socket.parent.stat().st_mode) == 0o700
+    assert stat.S_ISSOCK(sandbox.wire_socket.lstat().st_mode)

@@ -5,7 +5,7 @@
     python hostile.py memory MIB           # allocates (and touches) MIB
     python hostile.py cpu                  # spins until stopped
     python hostile.py spam                 # floods stdout, with escape sequences
-    python hostile.py disk                 # writes 100 MiB into the socket folder
+    python hostile.py disk FOLDER          # writes 200 files of 1 MiB into FOLDER
 
 Each probe writes {"probe": NAME, "result": ...} on stdout; the test decides
 what counts as contained.
@@ -99,15 +99,17 @@ def cpu() -> None:
         pass
 
 
-def disk() -> None:
+def disk(folder: str) -> None:
     chunk = b"\x01" * 2**20
-    with Path("/run/proctor/junk").open("wb") as out:
-        for i in range(1024):
-            out.write(chunk)
-            out.flush()
-            if i == 99:  # 100 MiB: then wait to be stopped
-                time.sleep(30)
-    report("disk", "not stopped")
+    written = 0
+    try:
+        for i in range(200):
+            with Path(folder, f"junk-{i}").open("wb") as out:
+                out.write(chunk)
+            written += 1
+        report("disk", {"written": written, "error": None})
+    except OSError as exc:
+        report("disk", {"written": written, "error": type(exc).__name__})
 
 
 def spam() -> None:
@@ -118,12 +120,14 @@ def spam() -> None:
     sys.stdout.flush()
 
 
-MODES = {"fork": fork, "cpu": cpu, "spam": spam, "disk": disk}
+MODES = {"fork": fork, "cpu": cpu, "spam": spam}
 
 if __name__ == "__main__":
     if sys.argv[1] == "probes":
         probes(json.loads(sys.argv[2]))
     elif sys.argv[1] == "memory":
         memory(int(sys.argv[2]))
+    elif sys.argv[1] == "disk":
+        disk(sys.argv[2])
     else:
         MODES[sys.argv[1]]()
