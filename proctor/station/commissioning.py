@@ -171,6 +171,10 @@ class CameraReference:
     pose: tuple[float, ...] | None = None
 
 
+# homing's clearance above the highest tote rim, beyond the longest item (m)
+HOME_CLEARANCE_MARGIN_M = 0.05
+
+
 @dataclass(frozen=True)
 class CommissionedCell:
     table: TablePlane
@@ -185,6 +189,31 @@ class CommissionedCell:
     note: str = ""
     # the file it was read from: reference images are found beside it
     path: Path | None = field(default=None, compare=False)
+
+    def table_top_under_box(self) -> float:
+        """The table's highest point under the workspace box (m, base frame):
+        the envelope's floor. A plane's maximum over a rectangle is at one of
+        its corners, so holding the fingertips above this keeps them above
+        the tilted table everywhere in the box (conservative by the tilt
+        times the box's size: 1 mm for a 0.1° tilt over 0.6 m)."""
+        lo, hi = self.workspace_min, self.workspace_max
+        return max(self.table.z_at(x, y) for x in (lo[0], hi[0]) for y in (lo[1], hi[1]))
+
+    def envelope_limits(self) -> dict[str, Any]:
+        """What the envelope holds every command to on this cell: the box and
+        the table as measured (``[envelope]`` may only narrow them)."""
+        return {
+            "workspace_min": self.workspace_min,
+            "workspace_max": self.workspace_max,
+            "table_z": self.table_top_under_box(),
+        }
+
+    def home_clearance_z(self, longest_item_m: float) -> float:
+        """How high homing lifts the tool before it crosses the cell (m, base
+        frame): the highest tote rim, a margin, and the longest item the
+        fingers may still hold hanging below the tool point."""
+        rims = max(self.table.z_at(t.cx, t.cy) + t.height for t in self.totes.values())
+        return rims + HOME_CLEARANCE_MARGIN_M + longest_item_m
 
     def check(self, q_min: tuple[float, ...], q_max: tuple[float, ...]) -> None:
         """Refuse a cell that cannot be right, naming the field."""

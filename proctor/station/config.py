@@ -122,6 +122,10 @@ class GripSettings(BaseModel):
     # half force (about 127 N on a 2F-85): firm on a tote item, not crushing
     force: float = Field(default=0.5, ge=0, le=1)
     objects: dict[str, GripStrength] = Field(default_factory=dict)
+    # the longest item any campaign on this cell hands the fingers (m): on a
+    # commissioned cell, homing lifts the tool this much above the tote rims
+    # (plus a margin) before it crosses, so a held item clears them
+    longest_item_m: float = Field(default=0.25, gt=0.0, le=1.0)
 
     def for_object(self, name: str) -> tuple[float, float]:
         """(speed, force) for object type ``name``."""

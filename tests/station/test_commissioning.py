@@ -26,6 +26,7 @@ from proctor.station.commissioning import (
 )
 from proctor.station.config import load_station_config
 from proctor.station.drivers.arm.base import ArmConfig
+from proctor.station.envelope import envelope_settings
 from proctor.station.framing import image_similarity, load_image, save_image
 from proctor.station.preflight import (
     CheckStatus,
@@ -162,6 +163,73 @@ def test_the_real_profile_configures_the_arm_from_the_commissioned_cell(tmp_path
     bare = build_cell("real", _real_config(tmp_path, {}))
     assert check_commissioned(bare, "real").status == CheckStatus.failed
     assert check_commissioned(bare, "twin").status == CheckStatus.warning
+
+
+def _with_envelope(tmp_path: Path, path: Path, **envelope: object):  # type: ignore[no-untyped-def]
+    base = _real_config(tmp_path, {}, path)
+    return load_station_config(
+        None, **{**base.model_dump(exclude_unset=True), "envelope": envelope}
+    )
+
+
+def test_a_real_station_enforces_the_commissioned_box_and_table(tmp_path: Path) -> None:
+    """Hardware review #2 / issue 29 item 4: the envelope in force on a real
+    cell is the commissioned one, read back from what the control loop builds
+    (``envelope_settings(config, cell.envelope_defaults)``), not the defaults'
+    box with the table at z = 0 of the base frame."""
+    path = tmp_path / "cell.json"
+    a_cell().save(path)
+    config = _real_config(tmp_path, {}, path)
+    cell = build_cell("real", config)
+    limits = envelope_settings(config, cell.envelope_defaults)
+    assert limits.workspace_min == (0.3, -0.41, 0.0)
+    assert limits.workspace_max == (0.7, 0.41, 0.5)
+    # the table's highest point under the box (it is 2 cm below the base and
+    # tilted by 1 mm over 0.5 m): never z = 0
+    table = a_cell().table
+    corners = [table.z_at(x, y) for x in (0.3, 0.7) for y in (-0.41, 0.41)]
+    assert limits.table_z == pytest.approx(max(corners))
+    assert -0.0205 < limits.table_z < -0.0199
+    # homing clears the highest rim (8 cm above the table), a margin and the
+    # longest item (the default 0.25 m)
+    rim = max(table.z_at(0.5, y) for y in (0.24, -0.24)) + 0.08
+    assert cell.arm.config.home_clearance_z_m == pytest.approx(rim + 0.05 + 0.25)  # type: ignore[attr-defined]
+    # an uncommissioned real cell keeps the defaults (and fails pre-flight)
+    assert build_cell("real", _real_config(tmp_path, {})).envelope_defaults == {}
+
+
+@pytest.mark.parametrize(
+    ("envelope", "message"),
+    [
+        ({"workspace_max": (0.8, 0.41, 0.5)}, "envelope.workspace_max.*outside the commissioned"),
+        ({"workspace_min": (0.3, -0.45, 0.0)}, "envelope.workspace_min.*outside the commissioned"),
+        ({"table_z": -0.1}, "envelope.table_z.*below the commissioned table"),
+    ],
+)
+def test_an_envelope_wider_than_the_commissioned_one_is_refused(
+    tmp_path: Path, envelope: dict[str, object], message: str
+) -> None:
+    path = tmp_path / "cell.json"
+    a_cell().save(path)
+    with pytest.raises(ConfigError, match=message):
+        build_cell("real", _with_envelope(tmp_path, path, **envelope))
+
+
+def test_an_envelope_may_narrow_the_commissioned_one(tmp_path: Path) -> None:
+    path = tmp_path / "cell.json"
+    a_cell().save(path)
+    config = _with_envelope(tmp_path, path, workspace_max=(0.6, 0.3, 0.4), table_z=0.0)
+    limits = envelope_settings(config, build_cell("real", config).envelope_defaults)
+    assert limits.workspace_max == (0.6, 0.3, 0.4) and limits.table_z == 0.0
+
+
+def test_a_home_clearance_below_the_commissioned_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "cell.json"
+    a_cell().save(path)
+    with pytest.raises(ConfigError, match=r"home_clearance_z_m: 0\.1 m is below"):
+        build_cell("real", _real_config(tmp_path, {"home_clearance_z_m": 0.1}, path))
+    higher = build_cell("real", _real_config(tmp_path, {"home_clearance_z_m": 0.6}, path))
+    assert higher.arm.config.home_clearance_z_m == 0.6  # type: ignore[attr-defined]
 
 
 def test_framing_similarity_sees_a_moved_camera_not_the_light(tmp_path: Path) -> None:

@@ -40,7 +40,11 @@ from proctor.core.errors import ConfigError
 from proctor.station import keys
 from proctor.station.cell import Cell
 from proctor.station.clock import Clock, MonotonicClock
-from proctor.station.commissioning import CommissionedCell, load_commissioned
+from proctor.station.commissioning import (
+    HOME_CLEARANCE_MARGIN_M,
+    CommissionedCell,
+    load_commissioned,
+)
 from proctor.station.config import CameraSettings, StationConfig
 from proctor.station.drivers.arm.base import ARMS, Arm, ArmConfig
 from proctor.station.drivers.camera.base import CAMERAS, Camera
@@ -194,7 +198,18 @@ def commissioned_arm(
             f"{where}: {', '.join(clash)} is set by the commissioned cell "
             f"({config.commissioned}), not the config"
         )
-    return cell, {
+    fixed: dict[str, Any] = {}
+    clearance = cell.home_clearance_z(config.gripper.longest_item_m)
+    given = arm_section.get("home_clearance_z_m")
+    if given is None:
+        fixed["home_clearance_z_m"] = clearance
+    elif not isinstance(given, int | float) or given < clearance:
+        raise ConfigError(
+            f"{where}.home_clearance_z_m: {given} m is below what the commissioned cell "
+            f"needs, {clearance:.3f} m (the highest tote rim + "
+            f"{HOME_CLEARANCE_MARGIN_M:g} m + gripper.longest_item_m)"
+        )
+    return cell, fixed | {
         "home_q": cell.home_q,
         "workspace_min": cell.workspace_min,
         "workspace_max": cell.workspace_max,
@@ -203,6 +218,35 @@ def commissioned_arm(
         "payload_com": cell.payload.com,
         "payload_inertia": cell.payload.inertia,
     }
+
+
+def commissioned_envelope(config: StationConfig, cell: CommissionedCell | None) -> dict[str, Any]:
+    """The envelope's limits on a commissioned cell (``Cell.envelope_defaults``):
+    the measured box and table (hardware review #2). ``[envelope]`` may
+    narrow them, never widen them: a wider box or a lower table is refused
+    by name. Without a commissioned cell: none (the config's, then the
+    defaults', as before commissioning)."""
+    if cell is None:
+        return {}
+    limits = cell.envelope_limits()
+    asked = config.envelope.model_dump(exclude_unset=True)
+    lo, hi = limits["workspace_min"], limits["workspace_max"]
+    for name, outside in (
+        ("workspace_min", lambda v: any(a < b - 1e-9 for a, b in zip(v, lo, strict=True))),
+        ("workspace_max", lambda v: any(a > b + 1e-9 for a, b in zip(v, hi, strict=True))),
+    ):
+        if name in asked and outside(asked[name]):
+            raise ConfigError(
+                f"envelope.{name}: {list(asked[name])} reaches outside the commissioned "
+                f"box {list(lo)} … {list(hi)} ({config.commissioned}); [envelope] may "
+                "only narrow it"
+            )
+    if "table_z" in asked and asked["table_z"] < limits["table_z"] - 1e-9:
+        raise ConfigError(
+            f"envelope.table_z: {asked['table_z']} m is below the commissioned table "
+            f"({limits['table_z']:.4f} m under the box); [envelope] may only raise it"
+        )
+    return limits
 
 
 @PROFILES.register("real")
@@ -241,4 +285,5 @@ def build(config: StationConfig, clock: Clock | None = None) -> Cell:
         gripper=build_gripper(gripper_section, "real.gripper", clock),
         cameras=cameras,
         commissioned=commissioned,
+        envelope_defaults=commissioned_envelope(config, commissioned),
     )

@@ -53,6 +53,7 @@ from proctor.station.profiles.real import (
     build_gripper,
     check_section,
     commissioned_arm,
+    commissioned_envelope,
 )
 from proctor.station.twin.peers import FrankySimProcess, GripperSimProcess, PeerError, SocatPtyPair
 
@@ -245,5 +246,6 @@ def build(config: StationConfig) -> Cell:
         gripper=gripper,
         cameras=cameras,
         commissioned=commissioned,
+        envelope_defaults=commissioned_envelope(config, commissioned),
         closers=[peers.stop],
     )
