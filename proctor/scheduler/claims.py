@@ -52,7 +52,7 @@ from proctor.scheduler import runners
 from proctor.scheduler.adaptation import apply_plan
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
 from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
-from proctor.station.episodes import FAULT_POLICY_PROTOCOL
+from proctor.station.episodes import FAULT_POLICY_MOTION, FAULT_POLICY_PROTOCOL
 from proctor.station.policy.spec import manifest_action_units, manifest_exterior_numbering
 from proctor.station.work import LatencyBudget
 
@@ -64,7 +64,16 @@ FREE_PROTOCOL_FAULTS = 3
 # a checkpoint's runner server that failed by the submitter's fault during an
 # episode (it crashed, ran out of memory, …): charged like a protocol failure
 FAULT_POLICY_SERVER = "policy_server"
-POLICY_FAULTS = frozenset({FAULT_POLICY_PROTOCOL, FAULT_POLICY_SERVER})
+# an arm fault the station is blamed for, after the policy's own motion (a
+# joint driven into its limit, an unreachable target): charged the same way,
+# from the same allowance
+POLICY_FAULTS = frozenset({FAULT_POLICY_PROTOCOL, FAULT_POLICY_SERVER, FAULT_POLICY_MOTION})
+# how each charged fault is named in the episode's reason
+CHARGED_AS = {
+    FAULT_POLICY_PROTOCOL: "policy protocol failure",
+    FAULT_POLICY_SERVER: "policy server failure",
+    FAULT_POLICY_MOTION: "arm fault after the policy's own motion",
+}
 # the event the scheduler adds to such an episode when it settles it
 POLICY_FAULT_EVENT = "policy_fault"
 
@@ -427,8 +436,15 @@ def _protocol_fault_episodes(session: Session, *where: sa.ColumnElement[bool]) -
 
 def _policy_fault(session: Session, a: Assignment, ep: Episode) -> str | None:
     """The policy's fault class behind this system episode, or None."""
-    if _protocol_fault_episodes(session, Episode.id == ep.id):
-        return FAULT_POLICY_PROTOCOL
+    details = session.scalars(
+        sa.select(EpisodeEvent.details).where(
+            EpisodeEvent.episode_id == ep.id, EpisodeEvent.kind == "system_fault"
+        )
+    ).all()
+    for d in details:
+        fault = (d or {}).get("fault")
+        if fault in POLICY_FAULTS:
+            return str(fault)
     return _runner_fault(session, a, ep)
 
 
@@ -487,7 +503,7 @@ def _charge_protocol_fault(
     safety stop. Its reason and a ``protocol_fault_charged`` event say why.
     """
     ep.outcome = Outcome.safety
-    what = "policy server failure" if fault == FAULT_POLICY_SERVER else "policy protocol failure"
+    what = CHARGED_AS[fault]
     ep.outcome_reason = (
         f"{what}, charged to the policy (it had {allowance} free ones in this campaign)"
     )

@@ -34,6 +34,12 @@ MAX_REASON_CHARS = 300
 # the protocol (a malformed reply or metadata): the scheduler counts these per
 # policy and, past a free allowance, charges them to the policy.
 FAULT_POLICY_PROTOCOL = "policy_protocol"
+# … and when an arm fault the attribution gives the station (a limit, an
+# unreachable or singular target, a refused command) followed the policy's
+# own motion: without a charge, a policy losing its episode could drive a
+# joint into its limit and have the episode re-run for free (hardware
+# review #4)
+FAULT_POLICY_MOTION = "policy_motion"
 
 
 def bounded(text: str) -> str:

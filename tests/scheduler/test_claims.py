@@ -17,7 +17,7 @@ from proctor.core.errors import UsageError
 from proctor.scheduler import claims, service
 from proctor.scheduler.claims import Claim, claim_next
 from proctor.scheduler.service import Actor, CampaignStateError
-from proctor.station.episodes import FAULT_POLICY_PROTOCOL
+from proctor.station.episodes import FAULT_POLICY_MOTION, FAULT_POLICY_PROTOCOL
 from tests.scheduler import builders
 
 ADMIN = Actor(label="test-admin")
@@ -326,6 +326,49 @@ def _protocol_fault(session, claim: Claim, station_id: int) -> Episode:
     )
     session.flush()
     return ep
+
+
+def test_arm_faults_after_the_policys_motion_are_charged_like_protocol_failures(
+    db_session,
+) -> None:
+    """Hardware review #4: a joint driven into its limit is the station's fault
+    (``system``), but a policy that does it every episode must not void its
+    episodes for free. The station classes it ``policy_motion``; the first
+    ``free_protocol_faults`` are requeued, the next is charged and counts."""
+    _, c = _running(db_session)
+    st = builders.station(db_session)
+    free, target, outcomes = 1, None, []
+    while len(outcomes) < free + 1:
+        claim = claim_next(db_session, campaign_id=c.id, station_id=st.id)
+        assert claim is not None
+        policy_id = _assignment(db_session, claim.run_code).policy_id
+        target = target or policy_id
+        if policy_id != target:
+            ep = _episode(db_session, claim, st.id, Outcome.ran_out_of_time)
+            claims.complete(db_session, run_code=claim.run_code, episode_id=ep.id)
+            continue
+        ep = _episode(db_session, claim, st.id, Outcome.system, outcome_reason="joint limit")
+        ep.placed, ep.lost, ep.dropped = 0, 0, 0
+        db_session.add(
+            EpisodeEvent(
+                episode_id=ep.id,
+                kind="system_fault",
+                message="arm fault: joint_position_limits_violation",
+                details={"fault": FAULT_POLICY_MOTION},
+            )
+        )
+        db_session.flush()
+        outcomes.append(
+            claims.complete(
+                db_session, run_code=claim.run_code, episode_id=ep.id, free_protocol_faults=free
+            )
+        )
+    assert outcomes == [AssignmentStatus.requeued, AssignmentStatus.done]
+    charged = db_session.get(Episode, ep.id)
+    assert charged.outcome == Outcome.safety
+    assert charged.outcome_reason.startswith(
+        "arm fault after the policy's own motion, charged to the policy"
+    )
 
 
 def test_protocol_failures_past_the_free_ones_are_charged_to_the_policy(db_session) -> None:

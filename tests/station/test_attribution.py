@@ -93,3 +93,31 @@ def test_a_fault_during_the_stations_own_motion_is_the_stations() -> None:
     assert "homing" in a.why
     # the operator's hardware stop stays the operator's
     assert attribute(ArmErrorKind.user_stop, (), Origin.station).cause == Cause.operator
+
+
+@pytest.mark.parametrize(
+    ("kind", "flags", "origin", "charged"),
+    [
+        # limits and unreachable targets after the policy's motion: charged
+        (ArmErrorKind.reflex, ("joint_position_limits_violation",), Origin.policy, True),
+        (
+            ArmErrorKind.reflex,
+            ("cartesian_motion_generator_joint_velocity_limits_violation",),
+            Origin.policy,
+            True,
+        ),
+        (ArmErrorKind.control, (), Origin.policy, True),  # a refused command
+        # the realtime link is no motion's doing
+        (ArmErrorKind.reflex, ("communication_constraints_violation",), Origin.policy, False),
+        (ArmErrorKind.communication, (), Origin.policy, False),
+        # during the station's own homing nobody but the station drove
+        (ArmErrorKind.reflex, ("joint_position_limits_violation",), Origin.station, False),
+        # a contact is the policy's safety stop already, not a system ending
+        (ArmErrorKind.reflex, ("cartesian_reflex",), Origin.policy, False),
+    ],
+)
+def test_station_faults_after_the_policys_motion_are_marked_for_the_charge(
+    kind: ArmErrorKind, flags: tuple[str, ...], origin: Origin, charged: bool
+) -> None:
+    """Hardware review #4: which system endings the scheduler may charge."""
+    assert attribute(kind, flags, origin).follows_policy_motion is charged

@@ -104,6 +104,21 @@ class Attribution:
         return OUTCOMES[self.cause]
 
     @property
+    def follows_policy_motion(self) -> bool:
+        """A station-attributed fault the policy's own motion led to: a limit,
+        an unreachable or singular target, a refused command — everything but
+        the realtime link, which no motion causes. Such a fault stays
+        ``system`` (the station should have kept the arm from it), but the
+        scheduler counts it against the policy past a free allowance, as it
+        does protocol failures: else a policy could void an episode it is
+        losing at will (hardware review #4)."""
+        if self.cause != Cause.station or self.origin != Origin.policy:
+            return False
+        if self.kind == ArmErrorKind.communication:
+            return False
+        return self.deciding_flag not in TIMING_FLAGS
+
+    @property
     def why(self) -> str:
         if self.origin == Origin.station:
             return "during the station's own motion (homing or recovery), with no policy driving"

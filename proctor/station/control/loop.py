@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from proctor.core.domain import Outcome
-from proctor.station import keys
+from proctor.station import episodes, keys
 from proctor.station.control.attribution import Attribution, Cause, attribute_fault, attribute_state
 from proctor.station.control.call_log import CallLog
 from proctor.station.control.playback import ChunkPlayer
@@ -266,6 +266,9 @@ class ControlLoop:
         reason = f"arm fault: {error}"
         if attribution.cause == Cause.station:
             reason += f" [the station's fault, not the policy's: {attribution.why}]"
+        if attribution.follows_policy_motion:
+            # the scheduler charges these to the policy past its free ones
+            self.act.fault = episodes.FAULT_POLICY_MOTION
         return attribution.outcome, reason
 
     def _camera_stall(self) -> Ending | None:

@@ -108,12 +108,20 @@ def _work(url: str) -> Work:
 
 
 @pytest.mark.parametrize(
-    ("flag", "outcome", "cause"),
+    ("flag", "outcome", "cause", "charged_class"),
     [
-        ("cartesian_reflex", Outcome.safety, "policy"),
-        ("communication_constraints_violation", Outcome.system, "station"),
-        # the station clipped a target into its box that the arm cannot reach
-        ("cartesian_motion_generator_joint_position_limits_violation", Outcome.system, "station"),
+        ("cartesian_reflex", Outcome.safety, "policy", None),
+        # the realtime link: no motion of the policy's causes it, never charged
+        ("communication_constraints_violation", Outcome.system, "station", None),
+        # the station clipped a target into its box that the arm cannot reach:
+        # the station's, but it followed the policy's own motion, so the
+        # scheduler charges it to the policy past its free ones (review #4)
+        (
+            "cartesian_motion_generator_joint_position_limits_violation",
+            Outcome.system,
+            "station",
+            "policy_motion",
+        ),
     ],
 )
 def test_a_reflex_during_the_policys_motion_is_attributed(
@@ -121,6 +129,7 @@ def test_a_reflex_during_the_policys_motion_is_attributed(
     flag: str,
     outcome: Outcome,
     cause: str,
+    charged_class: str | None,
 ) -> None:
     r, robot, sessions = runner
     # the operator homes first (nothing homes on its own: an earlier test's
@@ -150,9 +159,9 @@ def test_a_reflex_during_the_policys_motion_is_attributed(
     assert record["flags"] == [flag] and record["deciding_flag"] == flag
     assert record["kind"] == "reflex" and record["origin"] == "policy"
     assert events["finished"]["proposed_outcome"] == outcome.value
-    assert events["safety_stop" if outcome == Outcome.safety else "system_fault"]["arm_fault"] == (
-        record
-    )
+    ending = events["safety_stop" if outcome == Outcome.safety else "system_fault"]
+    assert ending["arm_fault"] == record
+    assert ending.get("fault") == charged_class
     # the driver's fault line is in the manifest too
     messages = [ln["message"] for ln in manifest["fault_lines"]["lines"]]
     assert any(m.startswith("ARM FAULT: reflex error") for m in messages), messages
