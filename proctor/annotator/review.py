@@ -212,10 +212,24 @@ def _episode(session: ProctorSession, uid: str, *, lock: bool = False) -> Episod
     if lock:
         # two reviewers on one episode: the second waits for the first's commit
         q = q.with_for_update()
+        _sqlite_write_lock(session)
     episode = session.scalar(q)
     if episode is None:
         raise NotFound(f"episode '{uid}' not found")
     return episode
+
+
+def _sqlite_write_lock(session: ProctorSession) -> None:
+    """SQLite has no row locks (``FOR UPDATE`` is dropped) and its driver
+    begins a transaction only at the first write, so a decision's reads (is
+    this moment tagged already?) would see no one else's uncommitted work:
+    take the database's write lock before reading, as the login throttle
+    does. A connection that has written already holds it."""
+    conn = session.connection()
+    if conn.dialect.name != "sqlite":
+        return
+    if not conn.connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _who(session: ProctorSession, action: ReviewAction) -> tuple[str, bool]:

@@ -12,6 +12,20 @@ A tag made by software (the telemetry proposer, ``proctor.annotator.proposals``)
 carries the proposer's label instead of a user id and its evidence in
 ``after.evidence``; a reviewer who disagrees retracts it and tags what they
 saw. Like the other decisions, nothing here commits.
+
+Who may change them:
+
+* a reviewer retracts their own tags and the software's; another
+  reviewer's tag is withdrawn by an admin (or its author), so nobody
+  overrules a colleague silently;
+* once the episode's campaign is released, its tags are published (the
+  policy page's behaviour section and tagged moments read them), so tags and
+  retractions on its episodes are an admin's, and each is audited
+  (``review.tag_after_release``, ``review.retract_after_release``);
+  software reviewers (the proposer) are the server's own and pass;
+* one mode at one moment (within ``SAME_MOMENT_S``) is one tag: a second is
+  refused as a conflict, also when both arrive at once (the episode is
+  locked while its tags are read).
 """
 
 from __future__ import annotations
@@ -25,10 +39,11 @@ import sqlalchemy as sa
 
 from proctor.annotator.review import Reviewer, ReviewError, _check_time, _episode, _record, _who
 from proctor.annotator.taxonomy import Taxonomy, load_taxonomy
+from proctor.core.audit import Actor, record_audit
 from proctor.core.db.engine import ProctorSession
-from proctor.core.db.models import Episode, ReviewAction
+from proctor.core.db.models import Campaign, Episode, ReviewAction
 from proctor.core.domain import EpisodeState, ReviewActionKind
-from proctor.core.errors import Conflict, NotFound
+from proctor.core.errors import Conflict, Forbidden, NotFound
 
 # two tags of one mode closer than this are one moment tagged twice
 SAME_MOMENT_S = 0.05
@@ -47,6 +62,7 @@ class FailureTag:
     note: str
     retracted: bool
     evidence: dict[str, Any] = field(default_factory=dict)
+    reviewer_id: int | None = None  # the user who tagged (None: software)
 
 
 def _tag_rows(session: ProctorSession, episode_ids: Collection[int]) -> list[ReviewAction]:
@@ -102,9 +118,51 @@ def tags_of(
                 note=r.note,
                 retracted=r.id in retracted,
                 evidence=dict(after.get("evidence") or {}),
+                reviewer_id=r.reviewer_id,
             )
         )
     return out
+
+
+def _released(session: ProctorSession, episode: Episode) -> bool:
+    if episode.campaign_id is None:
+        return False
+    campaign = session.get(Campaign, episode.campaign_id)
+    return campaign is not None and campaign.released_at is not None
+
+
+def _published_change(
+    session: ProctorSession, episode: Episode, reviewer: Reviewer, what: str
+) -> bool:
+    """Whether this change is to a released campaign's published tags (then
+    audited); refused unless an admin (or the server's software) makes it."""
+    if not _released(session, episode):
+        return False
+    if reviewer.user_id is not None and not reviewer.admin:
+        raise Forbidden(
+            f"episode {episode.uid}: its campaign's results are released, and its tags are "
+            f"published with them; {what} on it is an admin's (audited)"
+        )
+    return True
+
+
+def _audit(
+    session: ProctorSession,
+    episode: Episode,
+    reviewer: Reviewer,
+    action: str,
+    details: dict[str, Any],
+    now: datetime | None,
+) -> None:
+    record_audit(
+        session,
+        actor=Actor(user_id=reviewer.user_id, label=reviewer.label),
+        action=action,
+        target_type="episode",
+        target_id=episode.uid,
+        details=details,
+        at=now,
+    )
 
 
 def episode_tags(session: ProctorSession, *, uid: str) -> list[FailureTag]:
@@ -133,9 +191,10 @@ def tag_failure(
     if episode.state != EpisodeState.closed:
         raise Conflict(f"episode {uid}: is not closed; tag its failures once it is")
     t_new = _check_time(episode, t_s)
+    published = _published_change(session, episode, reviewer, "tagging a moment")
     for tag in tags_of(session, [episode.id]):
         if tag.mode == mode and abs(tag.t_s - t_new) < SAME_MOMENT_S:
-            raise ReviewError(
+            raise Conflict(
                 f"t_s: {mode} is already tagged at {tag.t_s:.3f} s (tag {tag.id}); "
                 "retract that one to change it"
             )
@@ -152,6 +211,9 @@ def tag_failure(
         note=note,
         now=now,
     )
+    if published:
+        details = {"tag_id": row.id, "mode": mode, "t_s": t_new}
+        _audit(session, episode, reviewer, "review.tag_after_release", details, now)
     return next(t for t in tags_of(session, [episode.id]) if t.id == row.id)
 
 
@@ -173,6 +235,16 @@ def retract_tag(
         raise NotFound(f"tag {tag_id} not found in episode {uid}")
     if tag.retracted:
         raise Conflict(f"tag {tag_id}: already retracted")
+    published = _published_change(session, episode, reviewer, "retracting a tag")
+    if (
+        reviewer.user_id is not None
+        and not reviewer.admin
+        and tag.reviewer_id is not None
+        and tag.reviewer_id != reviewer.user_id
+    ):
+        raise Forbidden(
+            f"tag_id: tag {tag_id} is another reviewer's; they or an admin may retract it"
+        )
     _record(
         session,
         episode=episode,
@@ -183,3 +255,6 @@ def retract_tag(
         note=note,
         now=now,
     )
+    if published:
+        details = {"tag_id": tag.id, "mode": tag.mode, "t_s": tag.t_s}
+        _audit(session, episode, reviewer, "review.retract_after_release", details, now)

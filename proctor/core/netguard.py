@@ -13,10 +13,12 @@ gateway (``proctor/scheduler/gateway.py``):
   name. A name that points elsewhere by the time we connect (DNS
   rebinding) cannot move the connection.
 * **An IPv6 address carrying an IPv4 address is judged by it too.**
-  IPv4-mapped and -compatible addresses, NAT64 (RFC 6052), 6to4
-  (RFC 3056) and Teredo (RFC 4380) addresses reach the IPv4 address they
-  carry through a translator or relay, and Python's ``is_global`` calls
-  several of them global whatever they carry.
+  IPv4-mapped, IPv4-translated (RFC 6145) and IPv4-compatible addresses,
+  NAT64 (RFC 6052), 6to4 (RFC 3056) and Teredo (RFC 4380) addresses reach
+  the IPv4 address they carry through a translator or relay, and Python's
+  ``is_global`` calls several of them global whatever they carry. A few
+  ranges it calls global are not public either (site-local, RFC 9637's
+  documentation prefix, SRv6 segment identifiers).
 * **Redirects are never followed.** A WebSocket server answering the
   handshake with 3xx fails the handshake (websockets follows redirects by
   default, to any host); the HTTP requests here never follow them either.
@@ -75,6 +77,7 @@ def _teredo(ip: IPv6Address) -> tuple[IPv4Address, ...]:
 # relay delivers to, and how to read it out
 _CARRIERS: tuple[tuple[IPv6Network, Callable[[IPv6Address], tuple[IPv4Address, ...]]], ...] = (
     (IPv6Network("::ffff:0:0/96"), _low32),  # IPv4-mapped (RFC 4291 §2.5.5.2)
+    (IPv6Network("::ffff:0:0:0/96"), _low32),  # IPv4-translated, SIIT (RFC 6145 §2.1)
     (IPv6Network("::/96"), _low32),  # IPv4-compatible, deprecated (RFC 4291 §2.5.5.1)
     (IPv6Network("64:ff9b::/96"), _low32),  # NAT64 well-known prefix (RFC 6052 §2.1)
     (IPv6Network("2002::/16"), _sixtofour),  # 6to4 (RFC 3056)
@@ -83,6 +86,11 @@ _CARRIERS: tuple[tuple[IPv6Network, Callable[[IPv6Address], tuple[IPv4Address, .
 # RFC 8215's local-use NAT64 prefix: where the IPv4 address sits in it depends on
 # the prefix length a site chose, so what such an address reaches cannot be judged
 _UNJUDGEABLE = (IPv6Network("64:ff9b:1::/48"),)
+# ranges that are not public unicast but that Python's ``is_global`` (3.11)
+# calls global: the deprecated site-local prefix (RFC 3879: routers may still
+# route it inside a site), the documentation prefix RFC 9637 added, and SRv6
+# segment identifiers (RFC 9602), which steer packets inside an operator's domain
+_NOT_GLOBAL = (IPv6Network("fec0::/10"), IPv6Network("3fff::/20"), IPv6Network("5f00::/16"))
 
 
 def embedded_ipv4(ip: IPv6Address) -> tuple[IPv4Address, ...]:
@@ -103,7 +111,7 @@ def is_public(ip: IPAddress) -> bool:
     if ip.is_multicast or not ip.is_global:
         return False
     if isinstance(ip, IPv6Address):
-        if any(ip in net for net in _UNJUDGEABLE):
+        if any(ip in net for net in _UNJUDGEABLE + _NOT_GLOBAL):
             return False
         return all(is_public(v4) for v4 in embedded_ipv4(ip))
     return True

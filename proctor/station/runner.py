@@ -260,12 +260,13 @@ class EpisodeRunner:
                 assert station is not None
                 obj = self._object_type(s, work)
                 episode = episodes.create_episode(s, work=work, station=station, object_type=obj)
+                # the ledger stays on the station host, where anyone with a shell
+                # reads it: how the policy spoke (dialect, action space, image size,
+                # cameras, session flag) would tell the arms apart, so the event says
+                # only that it answered. The episode's manifest keeps the wire for
+                # the analysis (docs/architecture.md, "Blinding is structural").
                 episodes.add_event(
-                    s,
-                    episode=episode,
-                    kind="policy_connected",
-                    message=f"policy answered ({info.dialect.value}, {info.action_space_text})",
-                    details=info.public(),
+                    s, episode=episode, kind="policy_connected", message="policy answered"
                 )
                 prompt = work.prompt or obj.prompt or f"put the {obj.name} into the target bin"
                 uid, episode_id = episode.uid, episode.id

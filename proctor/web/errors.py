@@ -9,13 +9,15 @@ each into the right response:
 * 401 on a page: a redirect to the sign-in page, coming back afterwards;
 * 422 names the field: the API's ``detail`` is FastAPI's list of
   ``{"loc": [...], "msg": ..., "type": ...}``, the page lists "field: message";
-* anything unexpected: 500, logged with its traceback, no details leaked.
+* anything unexpected: 500, logged with its traceback, no details leaked;
+* a WebSocket handshake on a path nobody serves: 404, like any unknown path.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlencode
 
@@ -24,6 +26,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocketClose
 
 from proctor.core.errors import ProctorError, http_answer
 from proctor.web.auth.identity import NotSignedIn
@@ -68,6 +72,49 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(ProctorError, _proctor_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _server_error)
+    app.router.default = _websocket_not_found(app.router.default)
+    _quiet_denied_handshakes()
+
+
+# what uvicorn's websockets-sansio protocol logs, at ERROR, when an app returns
+# after a denial response: it never marks that handshake complete (uvicorn PR
+# #3138, open). Dropped only for the handshakes ``_websocket_not_found`` denied
+# (the record is logged in the task that ran the app, so it sees the flag).
+_INCOMPLETE_HANDSHAKE = "ASGI callable returned without completing handshake."
+_DENIED_HANDSHAKE: ContextVar[bool] = ContextVar("proctor_denied_handshake", default=False)
+
+
+class _DeniedHandshakeFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_DENIED_HANDSHAKE.get() and record.getMessage() == _INCOMPLETE_HANDSHAKE)
+
+
+def _quiet_denied_handshakes() -> None:
+    server_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _DeniedHandshakeFilter) for f in server_log.filters):
+        server_log.addFilter(_DeniedHandshakeFilter())
+
+
+def _websocket_not_found(http_not_found: ASGIApp) -> ASGIApp:
+    """The router's answer to a path it does not serve, a WebSocket handshake
+    included. Starlette closes such a handshake before accepting it, which the
+    server sends as 403: the same as a route that refused the caller, so a
+    prober could tell a served WebSocket path (the gateway's) from nothing at
+    all, on the console host too. This answers 404, as an unknown HTTP path
+    gets, where the server can send an HTTP answer to a handshake (the ASGI
+    ``websocket.http.response`` extension: uvicorn's, the test client's)."""
+
+    async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            if "websocket.http.response" in scope.get("extensions", {}):
+                _DENIED_HANDSHAKE.set(True)
+                await JSONResponse({"detail": "Not Found"}, 404)(scope, receive, send)
+            else:  # a server without the extension: the close (403) is all there is
+                await WebSocketClose()(scope, receive, send)
+            return
+        await http_not_found(scope, receive, send)
+
+    return not_found
 
 
 def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -27,7 +27,16 @@ CARRIERS_OF_PRIVATE = {
     "2001:0:4136:e378:8000:63bf:f5ff:fffe": "10.0.0.1",  # Teredo client 10.0.0.1
     "::ffff:127.0.0.1": "127.0.0.1",  # IPv4-mapped
     "::7f00:1": "127.0.0.1",  # IPv4-compatible
+    "::ffff:0:7f00:1": "127.0.0.1",  # IPv4-translated (RFC 6145)
+    "::ffff:0:a9fe:a9fe": "169.254.169.254",  # IPv4-translated to the metadata service
 }
+# IPv6 ranges that are not public though Python 3.11's is_global says they are
+NOT_GLOBAL = (
+    "fec0::1",  # site-local, deprecated (RFC 3879)
+    "3fff::1",  # documentation (RFC 9637)
+    "3fff:fff:ffff::1",  # the same /20's far end
+    "5f00::1",  # SRv6 segment identifiers (RFC 9602)
+)
 
 
 @pytest.mark.parametrize("literal", sorted(CARRIERS_OF_PRIVATE))
@@ -49,8 +58,23 @@ def test_carrier_literals_are_refused_where_private_endpoints_are_not_allowed(
     assert not pinned.public and pinned.port == 5432
 
 
+@pytest.mark.parametrize("literal", NOT_GLOBAL)
+def test_ranges_python_calls_global_that_are_not_public_are_refused(literal: str) -> None:
+    assert not netguard.is_public(ipaddress.IPv6Address(literal))
+    with pytest.raises(netguard.AddressRefused, match="non-public address"):
+        netguard.pin(f"ws://[{literal}]:8000/", allow_private=False)
+
+
 def test_carriers_of_a_public_ipv4_and_the_local_use_nat64_prefix() -> None:
-    public = ("64:ff9b::808:808", "2002:808:808::", "::ffff:8.8.8.8", "8.8.8.8", "2606:4700::1")
+    public = (
+        "64:ff9b::808:808",
+        "2002:808:808::",
+        "::ffff:8.8.8.8",
+        "::ffff:0:808:808",
+        "8.8.8.8",
+        "2606:4700::1",
+        "3fff:1000::1",  # just past RFC 9637's /20
+    )
     assert all(netguard.is_public(ipaddress.ip_address(a)) for a in public)
     # RFC 8215's local-use prefix: where the IPv4 address sits depends on the site
     assert not netguard.is_public(ipaddress.ip_address("64:ff9b:1::808:808"))

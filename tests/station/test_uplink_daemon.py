@@ -8,6 +8,8 @@ stand-in for the contract; the end-to-end tests use the real one."""
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +19,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from proctor.core.db import session_scope
+from proctor.core.db.models import EpisodeEvent
+from proctor.core.domain import EndpointDialect
 from proctor.station import episodes
 from proctor.station.api import create_app
 from proctor.station.daemon import StationDaemon
+from proctor.station.policy.spec import ActionSpace
 from proctor.station.uplink.remote import StationFolder, open_remote_station
 from tests.station.conftest import PROCTOR, ROOT, clean_env, sim_config
 from tests.station.fake_station_server import FakeStationServer, parts_sender
@@ -129,6 +134,44 @@ def test_a_claimed_sim_episode_reaches_the_server_closed_with_its_artifacts(
     with session_scope(ledger.sessions) as s:
         row = episodes.get_episode(s, uid)
         assert (row.campaign_id, row.assignment_id, row.operator_id) == (None, None, None)
+
+
+# what would tell the arms apart on the station host: how a policy spoke
+WIRE_WORDS = (
+    *(d.value for d in EndpointDialect),
+    *(a.value for a in ActionSpace),
+    "image_size",
+    "n_external_cameras",
+    "needs_wrist_camera",
+    "needs_session_id",
+    "session",
+)
+
+
+def test_the_station_hosts_ledger_and_log_do_not_say_how_the_policy_spoke(
+    remote: StationDaemon, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shell on the robot's computer reads the ledger and the journal: neither
+    may carry the dialect, action space, image size, camera count or session flag."""
+    caplog.set_level(logging.DEBUG, logger="proctor")
+    with TestClient(create_app(remote)) as client:
+        until(lambda: client.get("/api/status").json()["uplink"]["online"], what="online")
+        armed = client.post("/api/next")
+        assert armed.status_code == 200, armed.text
+        client.post("/api/start")
+        _until_state(client, "awaiting_log")
+        uid = client.get("/api/status").json()["last_episode"]["episode"]
+    ledger = Ledger.open(StationFolder.of(tmp_path / "data", remote.config).root)
+    with session_scope(ledger.sessions) as s:
+        row = episodes.get_episode(s, uid)
+        events = s.query(EpisodeEvent).filter_by(episode_id=row.id).all()
+        written = [(e.kind, e.message, json.dumps(e.details or {})) for e in events]
+    assert ("policy_connected", "policy answered", "{}") in written
+    assert caplog.records  # the daemon did log the episode
+    lines = [r.getMessage() for r in caplog.records]
+    for word in WIRE_WORDS:
+        assert not [w for w in written if word in " ".join(w)], (word, written)
+        assert not [line for line in lines if word in line], (word, lines)
 
 
 def test_the_daemon_status_carries_the_uplink(remote: StationDaemon) -> None:

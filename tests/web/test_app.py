@@ -5,6 +5,7 @@ authenticated."""
 from __future__ import annotations
 
 import logging
+import math
 import re
 import secrets
 import warnings
@@ -223,6 +224,12 @@ def test_prod_refuses_missing_default_or_short_secret_keys(tmp_path: Path) -> No
         ("a" * 32, "PROCTOR_SECRET_KEY looks guessable"),
         ("ab" * 40, "PROCTOR_SECRET_KEY looks guessable"),
         ("abcdefg" * 6, "PROCTOR_SECRET_KEY looks guessable"),
+        # a repeated word: worth one copy of it, however many characters it has
+        ("Passw0rd!" * 4, "PROCTOR_SECRET_KEY looks guessable"),
+        ("Tr0ub4dor&3" * 3 + "Tr0", "PROCTOR_SECRET_KEY looks guessable"),
+        ("Passw0rd!" * 4 + "X", "PROCTOR_SECRET_KEY looks guessable"),
+        # a 13-character unit of 13 distinct characters: 13 × log2(13) ≈ 48 bits
+        ("0123456789abc" * 3, "PROCTOR_SECRET_KEY looks guessable"),
     ]:
         settings = load_settings(env="prod", data_dir=tmp_path, secret_key=key)
         with pytest.raises(ConfigError, match=match):
@@ -230,6 +237,21 @@ def test_prod_refuses_missing_default_or_short_secret_keys(tmp_path: Path) -> No
     for good in (secrets.token_urlsafe(48), secrets.token_hex(16), PROD_KEY):
         ok = load_settings(env="prod", data_dir=tmp_path, secret_key=good)
         assert isinstance(create_app(ok), FastAPI)
+
+
+def test_a_keys_estimate_reads_repeats_as_copies() -> None:
+    from proctor.web.auth.sessions import estimated_key_bits, literals_and_copies
+
+    assert literals_and_copies("Passw0rd!" * 4) == ("Passw0rd!", 1)
+    assert literals_and_copies("Passw0rd!" * 4 + "X") == ("Passw0rd!X", 1)
+    assert literals_and_copies("ab" * 40) == ("ab", 1)  # a copy may overlap itself
+    assert literals_and_copies("abcXabc") == ("abcX", 1)
+    assert literals_and_copies("abXab") == ("abXab", 0)  # two characters are no copy
+    # a repeated word is worth about one copy of it, however many times it repeats
+    assert estimated_key_bits("Passw0rd!" * 8) < estimated_key_bits("Passw0rd!") + 15
+    # digits only: at most log2(10) bits a character, whatever the frequencies say
+    digits = "".join(secrets.choice("0123456789") for _ in range(40))
+    assert estimated_key_bits(digits) <= 40 * math.log2(10) + 2 * 2 * math.log2(40)
 
 
 def test_dev_default_secret_is_logged_loudly(

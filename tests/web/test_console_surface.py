@@ -8,9 +8,10 @@ The default surface, ``server``, serves every domain in ``DOMAINS`` as before.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import get_args
 
@@ -18,11 +19,15 @@ import pytest
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import iter_route_contexts
 from starlette.routing import Mount as StarletteMount
+from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from proctor.core.domain import Role
 from proctor.core.settings import Settings, WebSettings, load_settings
 from proctor.web.app import ALL_ROUTERS, DOMAINS, SURFACES, create_app
+from tests.browser import LiveServer
 from tests.web.conftest import Web, login, page_csrf, web_app
 
 SECRET = "test-secret-key-" + "x" * 32
@@ -182,9 +187,47 @@ def test_the_servers_pages_and_apis_are_not_found(console_host: Web, path: str) 
 def test_the_station_api_and_the_gateway_are_not_served(console_host: Web) -> None:
     client = console_host.client()
     assert client.post("/api/station/v1/hello", json={}).status_code == 404
-    with pytest.raises(WebSocketDisconnect) as closed, client.websocket_connect("/policy/abc"):
-        pass
-    assert closed.value.code == 1000  # the router's "no such route", not the gateway's refusal
+    # the router's "no such route", as for an HTTP path: not the gateway's refusal (403)
+    for path in ("/policy/abc", "/no/such/socket"):
+        with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect(path):
+            pass
+        assert denied.value.status_code == 404, path
+        assert denied.value.json() == {"detail": "Not Found"}
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_an_unknown_websocket_path_is_404_over_the_wire(
+    start_live_server: Callable[..., LiveServer],
+) -> None:
+    """Under uvicorn, whose close before accepting is a 403: the console host's
+    unknown WebSocket paths answer the handshake 404, its own socket is there."""
+    server = start_live_server(web={"surface": "station_console"})
+    ws_base = server.base_url.replace("http://", "ws://", 1)
+    errors = _Records()
+    server_log = logging.getLogger("uvicorn.error")
+    server_log.addHandler(errors)
+    try:
+        for path in ("/policy/abc", "/no/such/socket"):
+            with pytest.raises(InvalidStatus) as refused:
+                connect(ws_base + path, open_timeout=10).close()
+            assert refused.value.response.status_code == 404, path
+            assert refused.value.response.body == b'{"detail":"Not Found"}'
+    finally:
+        server_log.removeHandler(errors)
+    # uvicorn's spurious "returned without completing handshake" is not logged
+    assert [r.getMessage() for r in errors.records if r.levelno >= logging.ERROR] == []
+    # a path the console serves is not "not found": it refuses a stranger (403)
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_base + "/api/console/events", open_timeout=10).close()
+    assert refused.value.response.status_code == 403
 
 
 def test_no_background_work_of_the_server_runs_on_the_console_host(console_host: Web) -> None:

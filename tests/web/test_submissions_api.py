@@ -41,6 +41,7 @@ from proctor.station.policy.demo import DemoPolicy
 from proctor.station.policy.positronic_server import PositronicServer
 from proctor.station.policy.server import Fault, PolicyServer
 from proctor.web.submissions import queue, worker
+from proctor.web.submissions.names import name_key
 from tests import factories
 from tests.loopback import TcpWitness, redirecting_server
 from tests.web.conftest import Web, login, page_csrf
@@ -500,9 +501,44 @@ def test_a_policy_name_belongs_to_its_owner(portal: Web) -> None:
     )
     assert r.status_code == 409
     assert r.json()["detail"] == (
-        "policy_name: 'ACME-Server' differs only in case from your policy 'acme-server'; "
-        "use that name or choose another"
+        "policy_name: 'ACME-Server' reads like your policy 'acme-server' (they differ only "
+        "in case, spacing, punctuation or look-alike characters); use that name or "
+        "choose another"
     )
+
+
+def test_a_look_alike_of_someone_elses_name_is_not_available(portal: Web) -> None:
+    """``ste ady`` and ``st.eady`` beside ``steady`` would read as one policy on
+    the board: refused with the answer a taken name gets, naming neither."""
+    h_ada, h_bob = submitter(portal, "ada"), submitter(portal, "bob")
+    c = portal.client()
+    body = endpoint_body("ws://127.0.0.1:9")
+    steady = {**body, "policy_name": "steady"}
+    assert c.post("/api/submissions/endpoints", json=steady, headers=h_ada).status_code == 201
+    unavailable = "policy_name: this policy name is not available; choose another"
+    for probe in ("ste ady", "st.eady", "st_eady", "St-Eady", "STEADY", "STEA DY", "ste(ady)"):
+        r = c.post("/api/submissions/endpoints", json={**body, "policy_name": probe}, headers=h_bob)
+        assert (r.status_code, r.json().get("detail")) == (409, unavailable), (probe, r.text)
+    # its owner is told which of their names it reads like
+    r = c.post("/api/submissions/endpoints", json={**body, "policy_name": "st.eady"}, headers=h_ada)
+    assert r.status_code == 409 and "reads like your policy 'steady'" in r.json()["detail"]
+    # a name that only shares letters is a name of its own
+    for other in ("steady-2", "steadier"):
+        r = c.post("/api/submissions/endpoints", json={**body, "policy_name": other}, headers=h_bob)
+        assert r.status_code == 201, (other, r.text)
+    with portal.db() as s:
+        names = set(s.scalars(sa.select(Policy.name)))
+    assert names == {"steady", "steady-2", "steadier"}
+
+
+def test_policy_name_keys_fold_what_a_reader_cannot_tell_apart() -> None:
+    assert name_key("Ste ady") == name_key("st.eady") == name_key("steady")
+    # compatibility forms (full-width letters, ligatures) read as the plain ones
+    assert name_key("\uff53teady") == name_key("steady")
+    assert name_key("\ufb01ne") == name_key("fine")
+    # digits and letters a reader confuses
+    assert name_key("p0l1cy") == name_key("POLICY") == name_key("pol-Icy")
+    assert name_key("steady2") != name_key("steady")
 
 
 def test_names_the_results_use_for_something_else_are_refused(portal: Web) -> None:

@@ -73,8 +73,12 @@ def test_a_submitted_policys_name_or_an_objects_is_not_the_references(
     factories.object_type(db_session, "towels")
     with pytest.raises(Conflict, match="taken by a submitted policy"):
         register_teleop_reference(db_session, name="ACME-diffusion", actor=ADMIN, now=utcnow())
+    with pytest.raises(Conflict, match="reads like one"):
+        register_teleop_reference(db_session, name="acme diffusion", actor=ADMIN, now=utcnow())
     with pytest.raises(FieldError, match="object"):
         register_teleop_reference(db_session, name="towels", actor=ADMIN, now=utcnow())
+    with pytest.raises(FieldError, match="object"):
+        register_teleop_reference(db_session, name="Tow.els", actor=ADMIN, now=utcnow())
     with pytest.raises(FieldError) as info:
         register_teleop_reference(db_session, name="arm A", actor=ADMIN, now=utcnow())
     assert info.value.field == "name"

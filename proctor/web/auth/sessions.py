@@ -61,23 +61,65 @@ MAX_FLASHES = 5
 DEV_SECRET_KEY = "proctor-dev-only-secret-key-never-use-in-production"
 MIN_SECRET_KEY_LENGTH = 32
 # Production also refuses keys that are long but guessable ("a" * 32, spaces,
-# "abab…"): it wants at least this many distinct characters and this many
-# bits by the key's own character statistics (length × Shannon entropy of its
-# character frequencies). A random 32-character hex key (secrets.token_hex(16))
+# "abab…", "Passw0rd!" four times, with or without a tail): it wants at least
+# this many distinct characters and this many bits by ``estimated_key_bits``,
+# which reads a repeated stretch as a copy (a key that repeats a word is worth
+# about one copy of it) and counts the rest by the smaller of their Shannon
+# entropy and their character classes' alphabet (lower case, upper case,
+# digits, the rest). A random 32-character hex key (secrets.token_hex(16))
 # scores about 115 bits and 14 distinct characters (in 200,000 draws never
-# under 92 bits or 9 characters); the suggested token_urlsafe(48) about 350.
+# under 89 bits or 9 characters); the suggested token_urlsafe(48) about 350.
 MIN_SECRET_KEY_DISTINCT = 8
 MIN_SECRET_KEY_BITS = 80
+# character classes and how many characters each holds (printable ASCII;
+# anything else counts as the last, which makes the estimate a low one)
+_CHARACTER_CLASSES: tuple[tuple[str, int], ...] = (
+    ("abcdefghijklmnopqrstuvwxyz", 26),
+    ("ABCDEFGHIJKLMNOPQRSTUVWXYZ", 26),
+    ("0123456789", 10),
+)
+_OTHER_CHARACTERS = 33
+# a stretch this long seen before is a copy, not new characters
+_MIN_COPY = 3
 # `proctor demo` keeps its own random key here, in its data folder
 DATA_DIR_KEY_FILE = "secret_key"
 
 
+def literals_and_copies(key: str) -> tuple[str, int]:
+    """The key read left to right as a compressor would (greedy LZ77): each
+    stretch of at least ``_MIN_COPY`` characters that already occurred (it may
+    overlap itself, as in "abab…") is a copy; the rest are literals."""
+    literals: list[str] = []
+    copies, i, n = 0, 0, len(key)
+    while i < n:
+        longest = 0
+        for j in range(i):
+            k = 0
+            while i + k < n and key[j + k] == key[i + k]:
+                k += 1
+            longest = max(longest, k)
+        if longest >= _MIN_COPY:
+            copies, i = copies + 1, i + longest
+        else:
+            literals.append(key[i])
+            i += 1
+    return "".join(literals), copies
+
+
 def estimated_key_bits(key: str) -> float:
-    """The key's length times the Shannon entropy of its character
-    frequencies: a rough upper bound, enough to catch repeated patterns."""
-    counts = Counter(key)
-    n = len(key)
-    return -n * sum(c / n * math.log2(c / n) for c in counts.values()) if n else 0.0
+    """A rough upper bound on the key's randomness, enough to catch patterns:
+    its literals (``literals_and_copies``) at the smaller of the Shannon
+    entropy of their character frequencies and log2 of their character
+    classes' alphabet, each, plus an offset and a length for each copy."""
+    literals, copies = literals_and_copies(key)
+    n = len(literals)
+    if not n:
+        return 0.0
+    shannon = -n * sum(c / n * math.log2(c / n) for c in Counter(literals).values())
+    alphabet = sum(size for chars, size in _CHARACTER_CLASSES if any(c in chars for c in literals))
+    if any(not any(c in chars for chars, _ in _CHARACTER_CLASSES) for c in literals):
+        alphabet += _OTHER_CHARACTERS
+    return min(shannon, n * math.log2(alphabet)) + copies * 2 * math.log2(len(key))
 
 
 def resolve_secret_key(settings: Settings) -> str:

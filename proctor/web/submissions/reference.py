@@ -36,6 +36,7 @@ from proctor.core.domain import (
 from proctor.core.errors import Conflict, FieldError
 from proctor.runner.manifest import PolicyName
 from proctor.web.submissions import endpoints
+from proctor.web.submissions.names import same_name
 
 DEFAULT_TELEOP_URL = "ws://127.0.0.1:8010"  # `proctor station teleop`'s default port
 
@@ -98,9 +99,7 @@ def register_teleop_reference(
 
 
 def _reference_policy(session: ProctorSession, name: str, description: str) -> Policy:
-    existing = session.scalars(
-        sa.select(Policy).where(sa.func.lower(Policy.name) == name.lower())
-    ).all()
+    existing = [p for p in session.scalars(sa.select(Policy)) if same_name(name, p.name)]
     for policy in existing:
         if policy.name == name and policy.kind == PolicyKind.reference:
             if description and not policy.description:
@@ -108,12 +107,12 @@ def _reference_policy(session: ProctorSession, name: str, description: str) -> P
             return policy
     if existing:
         raise Conflict(
-            f"name: '{name}' is taken by a submitted policy (or differs from one only in "
-            "case); the reference needs a name of its own"
+            f"name: '{name}' is taken by a submitted policy (or reads like one: it differs "
+            "only in case, spacing, punctuation or look-alike characters); the reference "
+            "needs a name of its own"
         )
-    folded = name.casefold()
     for obj_name, display in session.execute(sa.select(ObjectType.name, ObjectType.display_name)):
-        if folded in (obj_name.casefold(), (display or "").casefold()):
+        if same_name(name, obj_name) or (display and same_name(name, display)):
             raise FieldError("name", f"'{name}' is the name of an object the cell handles")
     # the human reference is always named on the board (proctor/scheduler/naming.py)
     policy = Policy(

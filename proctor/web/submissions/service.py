@@ -43,6 +43,7 @@ from proctor.web.auth.access import check_owner_access, owner_filter
 from proctor.web.auth.identity import Principal
 from proctor.web.snapshots import service as snapshots
 from proctor.web.submissions import endpoints, queue, runner_view
+from proctor.web.submissions.names import same_name
 from proctor.web.submissions.schemas import (
     CampaignProgressOut,
     EndpointIn,
@@ -203,21 +204,22 @@ def policy_for(
     session: ProctorSession, *, owner: User, name: str, description: str, field: str
 ) -> Policy:
     """The owner's policy of this name, created if new. A name that is
-    someone else's (or the human reference's), or differs from one only in
-    case, is refused with one message that neither repeats nor confirms the
-    other name: a withheld policy's name must not be found by guessing (its
-    owner may be told which of their own names is too close). A new name
-    must not be an object's (the results name objects)."""
+    someone else's (or the human reference's), or a look-alike of one
+    (``names.name_key``: case, spaces, punctuation, look-alike characters),
+    is refused with one message that neither repeats nor confirms the other
+    name: a withheld policy's name must not be found by guessing (its owner
+    may be told which of their own names is too close). A new name must not
+    be an object's (the results name objects)."""
     policy = session.scalars(sa.select(Policy).where(Policy.name == name)).first()
     if policy is not None and policy.owner_id == owner.id and policy.kind == PolicyKind.policy:
         if description and not policy.description:
             policy.description = description
         return policy
     if policy is None:
-        # names differing only in case would be confusing on the leaderboard
-        clash = session.scalars(
-            sa.select(Policy).where(sa.func.lower(Policy.name) == name.lower())
-        ).first()
+        # names a reader could take for one another would be confused on the leaderboard
+        clash = next(
+            (p for p in session.scalars(sa.select(Policy)) if same_name(name, p.name)), None
+        )
         if clash is None:
             _not_an_object(session, name, field)
             policy = Policy(name=name, owner_id=owner.id, description=description)
@@ -226,20 +228,20 @@ def policy_for(
             return policy
         if clash.owner_id == owner.id and clash.kind == PolicyKind.policy:
             raise Conflict(
-                f"{field}: '{name}' differs only in case from your policy '{clash.name}'; "
-                "use that name or choose another"
+                f"{field}: '{name}' reads like your policy '{clash.name}' (they differ only "
+                "in case, spacing, punctuation or look-alike characters); use that name or "
+                "choose another"
             )
     raise Conflict(f"{field}: {NAME_UNAVAILABLE}")
 
 
-# someone else's name, exactly or but for case: one answer for both
+# someone else's name, exactly or a look-alike: one answer for both
 NAME_UNAVAILABLE = "this policy name is not available; choose another"
 
 
 def _not_an_object(session: ProctorSession, name: str, field: str) -> None:
-    folded = name.casefold()
     for obj_name, display in session.execute(sa.select(ObjectType.name, ObjectType.display_name)):
-        if folded in (obj_name.casefold(), (display or "").casefold()):
+        if same_name(name, obj_name) or (display and same_name(name, display)):
             raise FieldError(
                 field,
                 f"'{name}' is the name of an object the cell handles; a policy named like "
