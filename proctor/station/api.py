@@ -110,7 +110,9 @@ def create_app(daemon: StationDaemon) -> FastAPI:
             )
         if not isinstance(grip, bool):
             raise FieldError("open_gripper", "must be true or false")
-        return await run_in_threadpool(lambda: daemon.home_arm(cell_clear=True, open_gripper=grip))
+        return await run_in_threadpool(
+            lambda: daemon.home_arm(cell_clear=True, open_gripper=grip, from_console=True)
+        )
 
     @app.post("/api/stop")
     async def stop() -> dict[str, Any]:

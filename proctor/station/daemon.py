@@ -215,6 +215,7 @@ class StationDaemon:
         if self.deadman is not None and self.runner.state not in (
             RunnerState.armed,  # being started
             RunnerState.running,
+            RunnerState.homing,  # the console's homing is watched too
         ):
             self.deadman.release()  # the watched episode is over
         self._announce()
@@ -310,6 +311,14 @@ class StationDaemon:
             f"console link lost: no heartbeat from the operator console for {silent_s:.1f} s "
             f"(deadman {self.config.console_deadman_s:g} s)"
         )
+        if self.runner.state == RunnerState.homing:
+            # the arm crosses the cell with nobody watching the console: a
+            # safety stop (the only stop homing takes), which the operator
+            # recovers from before anything moves again (hardware review #8)
+            self.runner.request_stop(StopKind.safety, reason)
+            self.notice = Notice("error", reason + ": homing was stopped")
+            self._bump()
+            return
         try:
             self.runner.request_stop(StopKind.operator, reason)
         except RunnerBusy:
@@ -317,9 +326,22 @@ class StationDaemon:
         self.notice = Notice("error", reason + ": the episode was stopped")
         self._bump()
 
-    def home_arm(self, *, cell_clear: bool, open_gripper: bool = False) -> dict[str, Any]:
-        """The operator's homing, with the cell confirmed clear (see ``EpisodeRunner.home``)."""
-        self.runner.home(cell_clear=cell_clear, open_gripper=open_gripper)
+    def home_arm(
+        self, *, cell_clear: bool, open_gripper: bool = False, from_console: bool = False
+    ) -> dict[str, Any]:
+        """The operator's homing, with the cell confirmed clear (see
+        ``EpisodeRunner.home``). Homing asked for from the console (the local
+        API) is watched by the console-link deadman, as an episode is."""
+        watched = from_console and self.deadman is not None
+        if watched:
+            assert self.deadman is not None
+            self.deadman.watch()
+        try:
+            self.runner.home(cell_clear=cell_clear, open_gripper=open_gripper)
+        finally:
+            if watched:
+                assert self.deadman is not None
+                self.deadman.release()
         gripper = "gripper opened" if open_gripper else "gripper left as it was"
         self.notice = Notice("info", f"arm homed, {gripper}")
         self._bump()

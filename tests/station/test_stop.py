@@ -359,3 +359,53 @@ def test_the_console_deadman_stops_a_running_episode_when_the_heartbeats_stop(
         assert status["proposed_outcome"] == "operator_stop"
         assert status["reason"].startswith("console link lost: no heartbeat")
         assert "console link lost" in status["notice"]["message"]
+
+
+def test_the_console_deadman_stops_homing_when_the_heartbeats_stop(
+    fresh_db_url: str, tmp_path: Path
+) -> None:
+    """Hardware review #8 / issue 29 item 5: homing asked for from the console
+    crosses the cell, so it is watched like an episode; a console that goes
+    silent gets a safety stop (the arm halts and needs the operator's
+    Recover). The simulated arm's homing is made slow here (it waits for the
+    halt latch), so that the console's silence outlasts the deadman."""
+    from proctor.core.db import migrate
+
+    migrate.upgrade(fresh_db_url)
+    sock = bind_loopback()
+    base = sock_url(sock)
+    with (
+        demo_policies("reference") as (server,),
+        running_station(
+            sock=sock,
+            db_url=fresh_db_url,
+            artifacts=str(tmp_path / "artifacts"),
+            spool=tmp_path / "spool",
+            source=adhoc_source(server.url, items=3, cap_s=30.0),
+            clock="monotonic",
+        ) as daemon,
+        httpx.Client(base_url=base, timeout=60) as http,
+    ):
+        arm = daemon.runner.cell.arm
+        started = threading.Event()
+
+        def slow_home() -> None:
+            started.set()
+            deadline = time.monotonic() + 30.0
+            while not arm.halted:
+                assert time.monotonic() < deadline, "homing was never stopped"
+                time.sleep(0.02)
+            raise ArmHalted("home")
+
+        arm.home = slow_home  # type: ignore[method-assign]
+        t0 = time.monotonic()
+        answer = http.post("/api/home", json={"cell_clear": True})
+        assert started.is_set()
+        assert answer.status_code == 409, answer.text
+        assert "stopped by a safety stop" in answer.text
+        assert time.monotonic() - t0 > daemon.config.console_deadman_s - 0.1
+        status = http.get("/api/status").json()
+        assert status["state"] == "idle"
+        assert str(status["arm_error"]).startswith("console link lost")
+        assert "homing was stopped" in status["notice"]["message"]
+        assert not daemon.deadman.watching  # type: ignore[union-attr]
