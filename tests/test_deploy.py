@@ -466,3 +466,23 @@ def test_the_server_still_holds_the_store_credentials() -> None:
     assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"} <= set(env)
     _, files = _unit_environment("proctor-web.service")
     assert "/etc/proctor/proctor.env" in files
+
+
+def test_the_spacemouse_rule_names_the_drivers_devices() -> None:
+    """deploy/udev/99-proctor-spacemouse.rules opens exactly the SpaceMice the
+    teleop driver looks for (hidraw is root-only by default)."""
+    from proctor.station.drivers.input.spacemouse_hid import (
+        LOGITECH_SPACE_PRODUCTS,
+        VENDOR_3DCONNEXION,
+        VENDOR_LOGITECH,
+    )
+
+    rules = [
+        dict(re.findall(r'ATTRS\{(idVendor|idProduct)\}=="([0-9a-f]{4})"', line))
+        for line in (DEPLOY / "udev" / "99-proctor-spacemouse.rules").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert {"idVendor": f"{VENDOR_3DCONNEXION:04x}"} in rules
+    logitech = {int(r["idProduct"], 16) for r in rules if r["idVendor"] == f"{VENDOR_LOGITECH:04x}"}
+    assert logitech == set(LOGITECH_SPACE_PRODUCTS)
+    assert all("idProduct" in r for r in rules if r["idVendor"] == f"{VENDOR_LOGITECH:04x}")
