@@ -5,9 +5,9 @@ memory, and the upload protocol driven end to end."""
 from __future__ import annotations
 
 import hashlib
-import secrets
 import io
 import json
+import secrets
 import struct
 import tarfile
 import warnings
@@ -313,7 +313,6 @@ def queued_check(
 ) -> int:
     """A registered endpoint of ``owner_id``'s with its check queued, written
     straight to the database (no request, no dispatch): the queued run's id."""
-    from proctor.core.db.models import Policy, Submission
     from proctor.core.domain import ConformanceStatus, EndpointDialect, SubmissionKind
     from proctor.web.submissions import queue
 

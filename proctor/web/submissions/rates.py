@@ -43,7 +43,7 @@ def _registrations(user_id: int, since: datetime) -> sa.Select[tuple[datetime]]:
     return sa.select(Submission.created_at).where(
         Submission.submitted_by_id == user_id,
         Submission.kind == SubmissionKind.endpoint,
-        Submission.created_at >= since,
+        Submission.created_at > since,
     )
 
 
@@ -51,12 +51,12 @@ def _uploads(user_id: int, since: datetime) -> sa.Select[tuple[datetime]]:
     # an upload is a session while it is open and a checkpoint submission once
     # complete (the session's row is deleted then): each counts once
     open_ = sa.select(UploadSession.created_at.label("at")).where(
-        UploadSession.owner_id == user_id, UploadSession.created_at >= since
+        UploadSession.owner_id == user_id, UploadSession.created_at > since
     )
     done = sa.select(Submission.created_at.label("at")).where(
         Submission.submitted_by_id == user_id,
         Submission.kind == SubmissionKind.checkpoint,
-        Submission.created_at >= since,
+        Submission.created_at > since,
     )
     both = sa.union_all(open_, done).subquery()
     return sa.select(both.c.at)
@@ -68,7 +68,7 @@ def _rechecks(user_id: int, since: datetime) -> sa.Select[tuple[datetime]]:
     earlier = aliased(ConformanceRun)
     return sa.select(ConformanceRun.requested_at).where(
         ConformanceRun.requested_by_id == user_id,
-        ConformanceRun.requested_at >= since,
+        ConformanceRun.requested_at > since,
         sa.exists().where(
             earlier.submission_id == ConformanceRun.submission_id, earlier.id < ConformanceRun.id
         ),
