@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import aliased
@@ -36,10 +37,10 @@ class Limit:
     # what is counted, in the refusal ("endpoint registrations")
     words: str
     # the times of the counted rows of one user since a moment, as one query
-    times: Callable[[int, datetime], sa.Select[tuple[datetime]]]
+    times: Callable[[int, datetime], sa.Select[Any]]
 
 
-def _registrations(user_id: int, since: datetime) -> sa.Select[tuple[datetime]]:
+def _registrations(user_id: int, since: datetime) -> sa.Select[Any]:
     return sa.select(Submission.created_at).where(
         Submission.submitted_by_id == user_id,
         Submission.kind == SubmissionKind.endpoint,
@@ -47,7 +48,7 @@ def _registrations(user_id: int, since: datetime) -> sa.Select[tuple[datetime]]:
     )
 
 
-def _uploads(user_id: int, since: datetime) -> sa.Select[tuple[datetime]]:
+def _uploads(user_id: int, since: datetime) -> sa.Select[Any]:
     # an upload is a session while it is open and a checkpoint submission once
     # complete (the session's row is deleted then): each counts once
     open_ = sa.select(UploadSession.created_at.label("at")).where(
@@ -62,7 +63,7 @@ def _uploads(user_id: int, since: datetime) -> sa.Select[tuple[datetime]]:
     return sa.select(both.c.at)
 
 
-def _rechecks(user_id: int, since: datetime) -> sa.Select[tuple[datetime]]:
+def _rechecks(user_id: int, since: datetime) -> sa.Select[Any]:
     # a run asked for after the submission's first (which its registration or
     # upload queued, and is counted there)
     earlier = aliased(ConformanceRun)
@@ -95,7 +96,7 @@ def enforce(
     lock_owner(session, user.id)
     query = limit.times(user.id, now - WINDOW)
     column = query.selected_columns[0]
-    times = session.scalars(query.order_by(column).limit(allowed)).all()
+    times: list[datetime] = list(session.scalars(query.order_by(column).limit(allowed)))
     if len(times) < allowed:
         return
     # the oldest counted leaves the window first, and frees a place
