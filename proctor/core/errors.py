@@ -99,6 +99,20 @@ class ConfigError(ProctorError):
     exit_code = 2
 
 
+class RateLimited(ProctorError):
+    """Too many of something in a window: 429 with ``Retry-After``, the
+    message naming what was limited and the setting that limits it."""
+
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = max(1, retry_after_s)
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
 class NotAvailableYet(ProctorError):
     """A command whose service has not landed yet, said plainly."""
 

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from proctor.core.db.models import RunnerServer
+from proctor.core.db.models import RunnerHost, RunnerServer
 from proctor.core.db.types import utcnow
 from proctor.core.domain import RunnerStatus
 
@@ -83,3 +83,25 @@ def request_serving(
             raise
         return raced
     return row
+
+
+def host_seen(session: Session, *, host: str, worker: str, now: datetime) -> None:
+    """A runner host's heartbeat (``RunnerHost``): written every tick of its worker."""
+    updated = session.execute(
+        sa.update(RunnerHost)
+        .where(RunnerHost.host == host)
+        .values(worker=worker, seen_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    if updated.rowcount:  # type: ignore[attr-defined]
+        return
+    try:
+        with session.begin_nested():
+            session.add(RunnerHost(host=host, worker=worker, seen_at=now))
+    except IntegrityError:  # a worker of the same host wrote first: its beat stands
+        pass
+
+
+def last_host_seen(session: Session) -> datetime | None:
+    """When any runner host last wrote its heartbeat (None: never)."""
+    return session.scalar(sa.select(sa.func.max(RunnerHost.seen_at)))

@@ -162,9 +162,24 @@ class SubmissionSettings(BaseModel):
     # much of it (the client resumes from GET /api/uploads/{id}'s offset)
     upload_progress_bytes: int = Field(default=64 * 2**20, ge=2**20)
     # how a submission's conformance check is started: "subprocess" spawns a
-    # `proctor submission work` process per submission from the web server;
-    # "worker" leaves it queued for a separately run `proctor submission worker`
-    conformance_dispatch: Literal["subprocess", "worker"] = "subprocess"
+    # `proctor submission work` process from the web server for each check it
+    # can start now (within the caps below); "worker" leaves it queued for a
+    # separately run `proctor submission worker`. Default: "worker" in prod (one
+    # long-lived process, deploy/systemd/proctor-conformance-worker.service),
+    # "subprocess" elsewhere (the demo and dev need no second process)
+    conformance_dispatch: Literal["subprocess", "worker"] | None = None
+    # conformance checks running at once, over every worker and web process (the
+    # rest wait queued): each holds a process and a submitter's server, and a
+    # checkpoint's waits for a runner host (proctor.web.submissions.queue.claim)
+    max_concurrent_checks: int = Field(default=2, ge=1, le=1000)
+    # of those, how many one submitter's checks may take (the owner of the policy)
+    max_concurrent_checks_per_submitter: int = Field(default=1, ge=1, le=1000)
+    # what one submitter may ask for in any hour (429 with Retry-After beyond;
+    # counted from the database, so it holds across web workers; admins are not
+    # limited): endpoints registered, uploads begun, checks asked for again
+    registrations_per_hour: int = Field(default=20, ge=1)
+    uploads_per_hour: int = Field(default=20, ge=1)
+    rechecks_per_hour: int = Field(default=20, ge=1)
     # send the simulated cell's privileged sim/… keys with the recorded
     # observations, as the sim profile does (the demo policies need them)
     conformance_sim_keys: bool = True
@@ -348,6 +363,10 @@ class Settings(BaseSettings):
             self.artifacts = str((self.data_dir / "artifacts").resolve())
         if self.env == "prod" and self.secret_key is None:
             raise ValueError("PROCTOR_SECRET_KEY must be set when PROCTOR_ENV=prod")
+        if self.submissions.conformance_dispatch is None:
+            # a server runs one long-lived worker (bounded, outside the web
+            # process); dev and the demo start checks from the web app itself
+            self.submissions.conformance_dispatch = "worker" if self.env == "prod" else "subprocess"
         if self.scheduler.upload_part_bytes > self.web.max_upload_chunk_bytes:
             # a part through the server is one request body, bounded by the web's limit
             raise ValueError(

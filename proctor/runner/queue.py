@@ -33,10 +33,24 @@ from proctor.core.domain import (
     RunnerStatus,
     SubmissionKind,
 )
-from proctor.core.runner_rows import LIVE, latest_server, live_server, request_serving
+from proctor.core.runner_rows import (
+    LIVE,
+    host_seen,
+    last_host_seen,
+    latest_server,
+    live_server,
+    request_serving,
+)
 
 # what queue users need of the rows, in one place for every unit
-__all__ = ["LIVE", "latest_server", "live_server", "request_serving"]
+__all__ = [
+    "LIVE",
+    "host_seen",
+    "last_host_seen",
+    "latest_server",
+    "live_server",
+    "request_serving",
+]
 
 
 # ------------------------------------------------------------ demand

@@ -348,6 +348,8 @@ class RunnerWorker:
             queue.fail_stale(s, now=now, stale_after_s=self.config.stale_after_s)
             queue.sync_demand(s, now)
             queue.heartbeat(s, self.name, list(self.servers), now)
+            # the host itself is alive, serving or not (a waiting check reads it)
+            queue.host_seen(s, host=self.config.host, worker=self.name, now=now)
             needed = queue.needed_submissions(s)
         for row_id, server in list(self.servers.items()):
             server.wanted = server.submission_id in needed

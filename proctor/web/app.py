@@ -262,7 +262,7 @@ def create_app(
     if not surface.snapshot_worker:
         # closed from the start: nothing it is asked for is queued, no thread starts
         snapshot_worker.close()
-    conformance_workers = ConformanceWorkers()
+    conformance_workers = ConformanceWorkers(session_factory)
     session_factory.configure(info={WORKER_KEY: snapshot_worker, WORKERS_KEY: conformance_workers})
     local_commits = LocalCommits()
     local_commits.count_commits_of(session_factory)

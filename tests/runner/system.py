@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from proctor.core.artifacts import open_store
 from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory
-from proctor.core.db.models import ObjectType, RunnerServer, Submission
+from proctor.core.db.models import ObjectType, RunnerHost, RunnerServer, Submission
 from proctor.core.settings import Settings, load_settings
 from proctor.runner.worker import RunnerWorker, WorkerConfig
 from proctor.scheduler import service
@@ -88,6 +88,14 @@ class WorkerThread:
 
     def __enter__(self) -> WorkerThread:
         self.thread.start()
+        # a check fails at once while no host is alive: let its first beat land
+        sessions = make_session_factory(self.engine)
+
+        def beat() -> bool:
+            with sessions() as s:
+                return s.get(RunnerHost, self.worker.config.host) is not None
+
+        wait_for("the runner host's first heartbeat", beat, timeout=30, every=0.05)
         return self
 
     def __exit__(self, *exc: object) -> None:

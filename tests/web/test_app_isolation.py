@@ -25,6 +25,7 @@ from tests.web.conftest import FakeClock, TemplateDatabases, Web
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
 from tests.web.test_shared_cache import cache_of
+from tests.web.test_submissions_helpers import queued_check
 
 # how long a condition may take on a loaded machine: a deadline, never the verdict
 WAIT_S = 120.0
@@ -229,8 +230,10 @@ def test_conformance_workers_are_the_apps_that_started_them(two_apps: tuple[Web,
     a, b = two_apps
     settings = a.settings.model_copy(deep=True)
     settings.submissions.conformance_dispatch = "subprocess"
-    with a.db() as s:  # run 987654 does not exist: the worker finds nothing queued and ends
-        queue.dispatch_after_commit(s, settings=settings, run_id=987654)
+    # a check of a closed port: its worker fails it quickly and ends
+    run_id = queued_check(a, a.add_user("iso-submitter", Role.submitter))
+    with a.db() as s:
+        queue.dispatch_after_commit(s, settings=settings, run_id=run_id)
     # a Python process that imports the project takes far longer to end than this
     [child] = a.app.state.web.conformance_workers.running()
     assert b.app.state.web.conformance_workers.running() == []

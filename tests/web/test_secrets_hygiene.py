@@ -97,7 +97,7 @@ def test_a_worker_gets_no_session_key_and_writes_a_private_log(
     assert server_key not in env.values()
     assert env["PROCTOR_ENCRYPTION_KEY"] == ENCRYPTION_KEY  # what it does need
     # the worker starts, in prod, without the server's key (nothing is queued)
-    child = queue.spawn_worker(settings, 987654)
+    child = queue.spawn_worker(settings, 987654, "a-token-no-run-was-claimed-under")
     assert child.wait(120) == 0
     log = tmp_path / "logs" / "conformance.log"
     assert "nothing queued" in log.read_text()

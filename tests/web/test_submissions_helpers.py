@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import secrets
 import struct
 import tarfile
 import warnings
@@ -305,3 +306,31 @@ NOTHING = {
 def audit_actions(web: Web) -> list[str]:
     with web.db() as s:
         return list(s.scalars(sa.select(AuditLog.action).order_by(AuditLog.id)))
+
+
+def queued_check(
+    web: Web, owner_id: int, url: str = "ws://127.0.0.1:9/", *, name: str | None = None
+) -> int:
+    """A registered endpoint of ``owner_id``'s with its check queued, written
+    straight to the database (no request, no dispatch): the queued run's id."""
+    from proctor.core.domain import ConformanceStatus, EndpointDialect, SubmissionKind
+    from proctor.web.submissions import queue
+
+    with web.db() as s:
+        policy = Policy(name=name or f"p-{secrets.token_hex(4)}", owner_id=owner_id)
+        s.add(policy)
+        s.flush()
+        sub = Submission(
+            policy_id=policy.id,
+            kind=SubmissionKind.endpoint,
+            manifest={},
+            endpoint_url=url,
+            endpoint_dialect=EndpointDialect.openpi,
+            conformance_status=ConformanceStatus.pending,
+            conformance_report={},
+            submitted_by_id=owner_id,
+            created_at=web.clock(),
+        )
+        s.add(sub)
+        s.flush()
+        return queue.enqueue(s, submission=sub, requested_by_id=owner_id, now=web.clock()).id

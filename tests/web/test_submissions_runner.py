@@ -12,9 +12,11 @@ reports is a real demo policy server on loopback. The runner host itself
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ import sqlalchemy as sa
 from proctor.core.db.models import ConformanceRun, RunnerServer
 from proctor.core.db.types import utcnow
 from proctor.core.domain import ConformanceRunStatus, Role, RunnerFailure, RunnerStatus
+from proctor.runner import queue as runner_queue
 from proctor.station.policy.demo import DemoPolicy
 from proctor.station.policy.server import PolicyServer
 from proctor.web.submissions import worker
@@ -97,6 +100,9 @@ class HostStandIn:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with self.portal.db() as s:
+                # alive, as a host's every tick says (else the check fails at once)
+                runner_queue.host_seen(s, host="inference-7.internal", worker="w:1", now=utcnow())
+                s.commit()
                 row = s.scalars(
                     sa.select(RunnerServer).where(RunnerServer.submission_id == self.submission_id)
                 ).first()
@@ -264,3 +270,34 @@ def test_the_runners_page_is_for_admins(portal: Web) -> None:
     assert c.get(f"/api/submissions/{sid}", headers=admin).json()["runner"]["failure"] == (
         "setup_crash"
     )
+
+
+def _work_within(portal: Web, seconds: float) -> list[worker.Outcome]:
+    """The worker's outcomes, which must come within ``seconds``."""
+    done: list[worker.Outcome] = []
+    thread = threading.Thread(target=lambda: done.extend(_work(portal)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the check is waiting for a runner host that is not there"
+    return done
+
+
+def test_a_checkpoint_check_fails_at_once_when_no_runner_host_is_alive(portal: Web) -> None:
+    """It used to wait out the host's build and start limits (40 minutes by
+    default), holding a worker all along; now it ends at once, saying why."""
+    h = submitter(portal)
+    sid = _uploaded(portal, h)
+    [outcome] = _work_within(portal, 30)
+    assert outcome.verdict == "error"
+    assert "no runner host is alive (none has ever been seen)" in outcome.summary
+    out = portal.client().get(f"/api/submissions/{sid}", headers=h).json()
+    assert out["check"]["status"] == "error" and "no runner host is alive" in out["check"]["error"]
+    assert out["conformance_status"] == "pending"
+    # a host that went silent ten minutes ago is no better, and the reason says when
+    with portal.db() as s:
+        then = utcnow() - timedelta(minutes=10)
+        runner_queue.host_seen(s, host="inference-7.internal", worker="w:1", now=then)
+    assert portal.client().post(f"/api/submissions/{sid}/check", headers=h).status_code == 202
+    [outcome] = _work_within(portal, 30)
+    assert outcome.verdict == "error"
+    assert re.search(r"no runner host is alive \(last seen .+ UTC, 6\d\d s ago\)", outcome.summary)

@@ -40,12 +40,18 @@ def work(
     drain: Annotated[
         bool, typer.Option("--drain/--no-drain", help="Then take every other queued run.")
     ] = True,
+    handed: Annotated[
+        str | None,
+        typer.Option(help="RUN_ID was claimed for this process under this token (the web app's)."),
+    ] = None,
 ) -> None:
-    """Run queued conformance checks, then exit (what the web server spawns)."""
+    """Run queued conformance checks within the caps, then exit (what the web server spawns)."""
     from proctor.web.submissions.worker import work as run_work
 
     settings, sessions = _open(ctx)
-    outcomes = run_work(sessions, settings, run_id=run_id, drain=drain, on_outcome=_echo)
+    outcomes = run_work(
+        sessions, settings, run_id=run_id, handed=handed, drain=drain, on_outcome=_echo
+    )
     if not outcomes:
         typer.echo("nothing queued")
 
@@ -56,14 +62,36 @@ def worker(
     poll: Annotated[float, typer.Option(min=0.5, help="Seconds between looks at the queue.")] = 5.0,
 ) -> None:
     """Run conformance checks as they are queued, until interrupted (for
-    ``submissions.conformance_dispatch = "worker"``)."""
+    ``submissions.conformance_dispatch = "worker"``): one process running at
+    most ``submissions.max_concurrent_checks`` checks at once, one per thread
+    (the caps are claimed in the database, so several such workers together
+    still run no more)."""
+    import threading
+
     from proctor.web.submissions.worker import work as run_work
 
     settings, sessions = _open(ctx)
-    typer.echo(f"conformance worker: looking at the queue every {poll:g} s")
-    while True:
-        run_work(sessions, settings, drain=True, on_outcome=_echo)
-        time.sleep(poll)
+    lanes = settings.submissions.max_concurrent_checks
+    typer.echo(
+        f"conformance worker: at most {lanes} check{'s' if lanes != 1 else ''} at once, "
+        f"looking at the queue every {poll:g} s"
+    )
+
+    def lane() -> None:
+        while True:
+            try:
+                run_work(sessions, settings, drain=True, on_outcome=_echo)
+            except Exception as exc:  # the database went away for a moment: try again
+                typer.echo(f"conformance worker: {type(exc).__name__}: {exc}", err=True)
+            time.sleep(poll)
+
+    threads = [
+        threading.Thread(target=lane, name=f"conformance-{n}", daemon=True) for n in range(lanes)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 @submission_app.command("clean-uploads")

@@ -2,13 +2,21 @@
 
 The web server never runs a check itself (it would hold a request, and a
 submitter's server on the other end of it, inside the web process). It
-inserts a ``ConformanceRun`` row (``queued``) in the request's transaction
-and, once that commits, either spawns ``proctor submission work RUN_ID``
-as a detached subprocess (``submissions.conformance_dispatch =
-"subprocess"``, the default) or leaves it for a separately run ``proctor
-submission worker`` (``"worker"``). Workers claim runs atomically
-(``queued → running``), so any number may run side by side; a run that
-stays ``running`` past ``STALE_AFTER`` (its worker died) is queued again.
+inserts a ``ConformanceRun`` row (``queued``) in the request's transaction.
+Once that commits, with ``submissions.conformance_dispatch = "subprocess"``
+(the default outside prod) it claims every run the caps leave room for and
+spawns ``proctor submission work RUN_ID --handed TOKEN`` for each, as a
+detached subprocess; with ``"worker"`` (the default in prod) it leaves them
+to a separately run ``proctor submission worker``.
+
+The caps bound what runs at once, whoever runs it: ``claim`` takes a queued
+run only while fewer than ``max_concurrent_checks`` run in all and fewer
+than ``max_concurrent_checks_per_submitter`` of its owner's; the rest stay
+queued, oldest first, and a worker that ends a check takes the next (it
+drains the queue before it exits). Claims are serialized in the database
+(an advisory lock on PostgreSQL, the write lock on SQLite), so the caps hold
+over any number of web and worker processes. A run that stays ``running``
+past ``STALE_AFTER`` (its worker died) is queued again.
 
 The processes an app spawned are its own (``ConformanceWorkers``,
 ``AppState.conformance_workers``; the app's session factory puts it in
@@ -26,16 +34,18 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
-from proctor.core.db.engine import ProctorSession
-from proctor.core.db.models import ConformanceRun, Submission
+from proctor.core.db.engine import ProctorSession, session_scope
+from proctor.core.db.models import ConformanceRun, Policy, Submission
+from proctor.core.db.types import utcnow
 from proctor.core.domain import ConformanceRunStatus, SubmissionKind
 from proctor.core.settings import Settings
 
@@ -87,29 +97,112 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"[:128]
 
 
-def claim(session: ProctorSession, *, now: datetime, run_id: int | None = None) -> int | None:
-    """Take a queued run (this one, or the oldest): its id, or None when
-    there is none (or another worker took it first). Commit right after."""
+@dataclass(frozen=True)
+class Caps:
+    """How many checks may run at once: in all, and of one submitter's (the
+    owner of the checked policy). Beyond them a run waits ``queued``."""
+
+    total: int = 2
+    per_submitter: int = 1
+
+    @classmethod
+    def of(cls, settings: Settings) -> Caps:
+        sub = settings.submissions
+        return cls(
+            total=sub.max_concurrent_checks, per_submitter=sub.max_concurrent_checks_per_submitter
+        )
+
+
+# claims of every process take this PostgreSQL advisory lock for their short
+# transaction: the caps are counts over rows no claimer updates, which row
+# locks (FOR UPDATE SKIP LOCKED) cannot serialize. SQLite's database-wide
+# write lock does it there: the claim is one UPDATE statement.
+_CLAIM_LOCK = int.from_bytes(b"pr-checks", "big") & (2**63 - 1)
+
+
+def claim(
+    session: ProctorSession,
+    *,
+    now: datetime,
+    run_id: int | None = None,
+    caps: Caps | None = None,
+    worker: str | None = None,
+) -> int | None:
+    """Take a queued run (this one, or the oldest) if the caps leave room for
+    it: its id, or None when there is none, none fits, or another worker took
+    it first. ``worker`` names the claimer (default: this process). Commit
+    right after: the claim holds the claim lock until then."""
+    caps = caps or Caps()
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(sa.select(sa.func.pg_advisory_xact_lock(_CLAIM_LOCK)))
+    run, sub, policy = ConformanceRun, Submission, Policy
+    other, other_sub, other_policy = aliased(run), aliased(sub), aliased(policy)
+    running = ConformanceRunStatus.running
+    total = (
+        sa.select(sa.func.count())
+        .select_from(other)
+        .where(other.status == running)
+        .scalar_subquery()
+    )
+    owners = (
+        sa.select(sa.func.count())
+        .select_from(other)
+        .join(other_sub, other_sub.id == other.submission_id)
+        .join(other_policy, other_policy.id == other_sub.policy_id)
+        .where(other.status == running, other_policy.owner_id == policy.owner_id)
+        .correlate(policy)
+        .scalar_subquery()
+    )
     pick = (
-        sa.select(ConformanceRun.id)
-        .where(ConformanceRun.status == ConformanceRunStatus.queued)
-        .order_by(ConformanceRun.id)
+        sa.select(run.id)
+        .join(sub, sub.id == run.submission_id)
+        .join(policy, policy.id == sub.policy_id)
+        .where(run.status == ConformanceRunStatus.queued, total < caps.total)
+        .where(sa.or_(policy.owner_id.is_(None), owners < caps.per_submitter))
+        .order_by(run.id)
         .limit(1)
     )
     if run_id is not None:
-        pick = pick.where(ConformanceRun.id == run_id)
-    if session.get_bind().dialect.name == "postgresql":
-        pick = pick.with_for_update(skip_locked=True)
+        pick = pick.where(run.id == run_id)
     claimed = session.execute(
         sa.update(ConformanceRun)
         .where(
             ConformanceRun.id == pick.scalar_subquery(),
             ConformanceRun.status == ConformanceRunStatus.queued,
         )
-        .values(status=ConformanceRunStatus.running, started_at=now, worker=worker_name())
+        .values(status=running, started_at=now, worker=worker or worker_name())
         .returning(ConformanceRun.id)
     ).scalar_one_or_none()
     return claimed
+
+
+def adopt(session: ProctorSession, run_id: int, *, token: str) -> bool:
+    """Take over a run the web app claimed for this process (``dispatch``):
+    it becomes this process's, named by it. False when it is no longer the
+    one handed over (re-queued as stale meanwhile, or a wrong token)."""
+    result = session.execute(
+        sa.update(ConformanceRun)
+        .where(
+            ConformanceRun.id == run_id,
+            ConformanceRun.status == ConformanceRunStatus.running,
+            ConformanceRun.worker == _handed(token),
+        )
+        .values(worker=worker_name())
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _handed(token: str) -> str:
+    return f"handed:{token}"[:128]
+
+
+def release(session: ProctorSession, run_id: int, *, token: str) -> None:
+    """Queue again a run claimed for a process that could not be started."""
+    session.execute(
+        sa.update(ConformanceRun)
+        .where(ConformanceRun.id == run_id, ConformanceRun.worker == _handed(token))
+        .values(status=ConformanceRunStatus.queued, started_at=None, worker=None)
+    )
 
 
 def requeue_stale(
@@ -134,10 +227,18 @@ def requeue_stale(
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
+def requeue_stale_of(session: ProctorSession, settings: Settings, *, now: datetime) -> int:
+    """``requeue_stale`` with the wait a checkpoint's check may spend on its runner server."""
+    runner = settings.runner
+    wait = timedelta(seconds=runner.build_timeout_s + runner.ready_timeout_s)
+    return requeue_stale(session, now=now, checkpoint_wait=wait)
+
+
 # -- starting a worker once the request commits -----------------------------------
 def dispatch_after_commit(session: ProctorSession, *, settings: Settings, run_id: int) -> None:
-    """Start the check of ``run_id`` when ``session`` commits (nothing if it
-    rolls back): a subprocess, or nothing for a separately run worker."""
+    """Start the checks the caps leave room for (``run_id`` among the queued)
+    when ``session`` commits (nothing if it rolls back): subprocesses, or
+    nothing for a separately run worker."""
     if settings.submissions.conformance_dispatch != "subprocess":
         return
     workers_of(session)  # a session of no app fails here, not silently after the commit
@@ -162,13 +263,9 @@ def _after_commit(session: Session) -> None:
     pending: dict[int, Settings] = session.info.pop(_PENDING_KEY, {})
     if not pending:
         return
-    workers = workers_of(session)
-    for run_id, settings in sorted(pending.items()):
-        try:
-            workers.start(settings, run_id)
-        except OSError:
-            # the run stays queued: the next worker (or `proctor submission worker`) takes it
-            log.exception("could not start the conformance worker for run %s", run_id)
+    # the runs the caps leave room for start now, oldest first (not necessarily
+    # this request's); the rest wait queued for a worker that ends a check
+    workers_of(session).dispatch(pending[max(pending)])
 
 
 def _after_rollback(session: Session, previous_transaction: Any) -> None:
@@ -202,17 +299,27 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def spawn_worker(settings: Settings, run_id: int) -> subprocess.Popen[bytes]:
-    """``proctor submission work RUN_ID`` in its own session (it outlives a
-    restarting web server). The caller waits for it (or ``ConformanceWorkers``
-    reaps it), so that no zombie is left."""
+def spawn_worker(settings: Settings, run_id: int, token: str) -> subprocess.Popen[bytes]:
+    """``proctor submission work RUN_ID --handed TOKEN`` (the run claimed for
+    it under ``TOKEN``) in its own session: it outlives a restarting web
+    server. The caller waits for it (or ``ConformanceWorkers`` reaps it), so
+    that no zombie is left."""
     log_dir = Path(settings.data_dir) / "logs"
     log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     # the log holds submitters' endpoint URLs and error replies: owner only
     log_fd = os.open(log_dir / "conformance.log", os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
     with os.fdopen(log_fd, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "proctor", "submission", "work", str(run_id)],
+            [
+                sys.executable,
+                "-m",
+                "proctor",
+                "submission",
+                "work",
+                str(run_id),
+                "--handed",
+                token,
+            ],
             env=worker_env(settings),
             cwd=_ROOT,
             stdin=subprocess.DEVNULL,
@@ -225,14 +332,50 @@ def spawn_worker(settings: Settings, run_id: int) -> subprocess.Popen[bytes]:
 class ConformanceWorkers:
     """The conformance worker processes one app started: each is reaped by a
     thread of its own when it ends, and ``running()`` lists those still
-    running (tests wait on them)."""
+    running (tests wait on them).
 
-    def __init__(self) -> None:
+    A process is started only for a run claimed for it here, within the caps
+    (``dispatch``), so an app never has more of them than checks may run at
+    once; a process drains the queue (within the caps) before it ends, so a
+    run left queued for want of room is taken when a check ends."""
+
+    def __init__(self, sessions: sessionmaker[ProctorSession] | None = None) -> None:
+        self._sessions = sessions
         self._children: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
 
-    def start(self, settings: Settings, run_id: int) -> subprocess.Popen[bytes]:
-        proc = spawn_worker(settings, run_id)
+    def dispatch(self, settings: Settings) -> list[subprocess.Popen[bytes]]:
+        """Claim every run the caps leave room for now, each for a worker
+        process started here. A run whose process cannot start is queued again."""
+        if self._sessions is None:
+            raise RuntimeError("these conformance workers have no database to claim runs in")
+        started: list[subprocess.Popen[bytes]] = []
+        caps = Caps.of(settings)
+        try:
+            with session_scope(self._sessions) as session:
+                # a run whose worker died is queued again first, as a worker does
+                requeue_stale_of(session, settings, now=utcnow())
+            while True:
+                token = secrets.token_hex(12)
+                with session_scope(self._sessions) as session:
+                    run_id = claim(session, now=utcnow(), caps=caps, worker=_handed(token))
+                if run_id is None:
+                    return started
+                try:
+                    started.append(self.start(settings, run_id, token))
+                except OSError:
+                    log.exception("could not start the conformance worker for run %s", run_id)
+                    with session_scope(self._sessions) as session:
+                        release(session, run_id, token=token)
+                    return started
+        except Exception:
+            # after the commit the request has succeeded: its run stays queued
+            # for the next dispatch or `proctor submission worker`
+            log.exception("could not dispatch conformance checks")
+            return started
+
+    def start(self, settings: Settings, run_id: int, token: str) -> subprocess.Popen[bytes]:
+        proc = spawn_worker(settings, run_id, token)
         with self._lock:
             self._children.add(proc)
 

@@ -4,7 +4,8 @@ The worker asks for the server (``proctor.runner.queue.request_serving``,
 reason ``conformance``), then polls its row in short transactions (never
 holding one open while a runner host builds for minutes) until it is
 ``ready``, fails, stops, or the host's own time limits for building and
-starting (``RunnerSettings``) have passed. Meanwhile the submitter's page
+starting (``RunnerSettings``) have passed — or at once, when no runner host
+has written its heartbeat lately (``no_host_alive``). Meanwhile the submitter's page
 shows the runner's stage, read from the same row.
 """
 
@@ -20,6 +21,7 @@ from sqlalchemy.orm import sessionmaker
 
 from proctor.core.db.engine import ProctorSession, session_scope
 from proctor.core.db.models import RunnerServer, Submission
+from proctor.core.db.types import utcnow
 from proctor.core.domain import RunnerFault, RunnerStatus, SubmissionKind
 from proctor.core.settings import RunnerSettings
 from proctor.runner import queue as runner_queue
@@ -72,20 +74,43 @@ def wait_ready(
     poll_s: float = 1.0,
     monotonic: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], datetime] = utcnow,
 ) -> Waited:
+    """Wait for the server, within the host's build and start limits; at once
+    an error when no runner host is alive to serve it (none has written its
+    heartbeat for ``settings.stale_after_s``): the check then holds no worker
+    for the limits' 40 minutes, and says why it did not run."""
     deadline = monotonic() + settings.build_timeout_s + settings.ready_timeout_s
     while True:
         with session_scope(sessions) as session:
             server = session.get(RunnerServer, runner_id)
             waited = _settled(server)
+            seen = runner_queue.last_host_seen(session) if waited is None else None
         if waited is not None:
             return waited
+        absent = no_host_alive(seen, now=clock(), window_s=settings.stale_after_s)
+        if absent is not None:
+            return Waited(error=absent)
         if monotonic() >= deadline:
             return Waited(
                 error="no runner host served the checkpoint in time "
                 f"({settings.build_timeout_s + settings.ready_timeout_s:g} s)"
             )
         sleep(poll_s)
+
+
+def no_host_alive(seen: datetime | None, *, now: datetime, window_s: float) -> str | None:
+    """Why no runner host can serve now (None when one wrote its heartbeat
+    within ``window_s``): the reason the check ends with."""
+    if seen is None:
+        return "no runner host is alive (none has ever been seen): the checkpoint cannot be served"
+    age = (now - seen).total_seconds()
+    if age <= window_s:
+        return None
+    return (
+        f"no runner host is alive (last seen {seen:%Y-%m-%d %H:%M:%S} UTC, {age:.0f} s ago): "
+        "the checkpoint cannot be served"
+    )
 
 
 def _settled(server: RunnerServer | None) -> Waited | None:

@@ -42,8 +42,12 @@ from proctor.station.policy.spec import MANIFEST_WIRE
 from proctor.web.auth.access import check_owner_access, owner_filter
 from proctor.web.auth.identity import Principal
 from proctor.web.snapshots import service as snapshots
+<<<<<<< HEAD
 from proctor.web.submissions import endpoints, queue, runner_view
 from proctor.web.submissions.names import same_name
+=======
+from proctor.web.submissions import endpoints, queue, rates, runner_view
+>>>>>>> h-conformance
 from proctor.web.submissions.schemas import (
     CampaignProgressOut,
     EndpointIn,
@@ -266,6 +270,7 @@ def register_endpoint(
         endpoints.check_reachable_publicly(url, settings)
     except endpoints.EndpointProblem as exc:
         raise FieldError(exc.field, exc.message) from None
+    rates.enforce(session, "registration", settings=settings, user=owner, now=now)
     key = body.api_key.get_secret_value() if body.api_key is not None else ""
     encrypted = None
     if key:
@@ -336,6 +341,7 @@ def request_check(
         raise Conflict("only endpoint and checkpoint submissions are checked here")
     if queue.active_run(session, sub.id) is not None:
         raise Conflict("a conformance check of this submission is already queued or running")
+    rates.enforce(session, "recheck", settings=settings, user=actor, now=now)
     run = queue.enqueue(session, submission=sub, requested_by_id=actor.id, now=now)
     record_audit(
         session,

@@ -57,7 +57,7 @@ from proctor.runner.manifest import (
 )
 from proctor.web.auth.access import check_owner_access
 from proctor.web.auth.identity import Principal
-from proctor.web.submissions import queue, service, staging
+from proctor.web.submissions import queue, rates, service, staging
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,8 @@ def create_upload(
     # count and insert under the owner's lock: concurrent creates by one
     # submitter queue here, so the cap holds (a bare count-then-insert let 9 of
     # 20 simultaneous creates through a cap of 4)
-    _lock_owner(session, owner.id)
+    rates.lock_owner(session, owner.id)
+    rates.enforce(session, "upload", settings=settings, user=owner, now=now)
     expire_uploads(session, settings=settings, now=now)
     open_count = session.scalar(
         sa.select(sa.func.count()).where(UploadSession.owner_id == owner.id)
@@ -178,21 +179,6 @@ def create_upload(
     session.add(upload)
     session.flush()
     return upload
-
-
-def _lock_owner(session: ProctorSession, owner_id: int) -> None:
-    """Hold the owner's row until the transaction ends. PostgreSQL: a row lock
-    (``FOR UPDATE``). SQLite: a write to the row, which takes the database's
-    write lock now, before anything is counted (a read alone would not: the
-    driver begins the transaction at the first write), so a second create
-    waits (``busy_timeout``) until the first has committed."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(sa.select(User.id).where(User.id == owner_id).with_for_update())
-    else:
-        session.execute(
-            sa.update(User).where(User.id == owner_id).values(id=User.id),
-            execution_options={"synchronize_session": False},
-        )
 
 
 def _check_room(

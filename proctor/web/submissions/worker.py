@@ -16,7 +16,7 @@ import logging
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import sessionmaker
@@ -261,23 +261,28 @@ def work(
     settings: Settings,
     *,
     run_id: int | None = None,
+    handed: str | None = None,
     drain: bool = True,
     clock: Callable[[], datetime] = utcnow,
     check: Callable[..., Report] = check_endpoint,
     on_outcome: Callable[[Outcome], None] | None = None,
     poll_s: float = 1.0,
 ) -> list[Outcome]:
-    """Claim and run ``run_id`` (if still queued), then — with ``drain`` —
-    every other queued run; stale ones (a worker died) are queued again first."""
+    """Run ``run_id`` — handed over (claimed for this process by the web app
+    under the token ``handed``), or claimed here if still queued and the caps
+    allow — then, with ``drain``, every other queued run the caps leave room
+    for; stale ones (a worker died) are queued again first."""
     outcomes: list[Outcome] = []
+    caps = queue.Caps.of(settings)
     with session_scope(sessions) as session:
-        # a checkpoint's check may wait that long for its runner server first
-        wait = timedelta(seconds=settings.runner.build_timeout_s + settings.runner.ready_timeout_s)
-        queue.requeue_stale(session, now=clock(), checkpoint_wait=wait)
+        queue.requeue_stale_of(session, settings, now=clock())
     first = run_id
     while True:
         with session_scope(sessions) as session:
-            claimed = queue.claim(session, now=clock(), run_id=first)
+            if first is not None and handed is not None:
+                claimed = first if queue.adopt(session, first, token=handed) else None
+            else:
+                claimed = queue.claim(session, now=clock(), run_id=first, caps=caps)
         if claimed is None and first is not None:
             first = None  # taken by someone else, or not queued: go on with the rest
             if not drain:

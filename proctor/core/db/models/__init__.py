@@ -8,7 +8,7 @@ from proctor.core.db.models.campaigns import Assignment, Campaign, CampaignObjec
 from proctor.core.db.models.catalog import ObjectType, Policy, Station, Submission
 from proctor.core.db.models.episodes import Artifact, Episode, EpisodeEvent
 from proctor.core.db.models.people import ApiToken, AuditLog, User, UserRole
-from proctor.core.db.models.runners import RunnerServer
+from proctor.core.db.models.runners import RunnerHost, RunnerServer
 from proctor.core.db.models.station_requests import StationRequest
 from proctor.core.db.models.station_tokens import StationToken
 from proctor.core.db.models.station_uploads import StationUpload
@@ -34,6 +34,7 @@ __all__ = [
     "PlacementEvent",
     "Policy",
     "ReviewAction",
+    "RunnerHost",
     "RunnerServer",
     "Station",
     "StationRequest",

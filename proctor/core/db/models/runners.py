@@ -81,3 +81,18 @@ class RunnerServer(Base):
     # server's output, the environment's build log tail, the limits it ran under,
     # what the sandbox refused (proctor/runner/failures.py: Diagnostics)
     diagnostics: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+
+
+class RunnerHost(Base):
+    """A runner host's heartbeat: ``proctor runner worker`` writes ``seen_at``
+    every tick, whether or not it serves anything, so a conformance check of
+    a checkpoint can tell at once that no host is alive to serve it (instead
+    of waiting out the build and start limits)."""
+
+    __tablename__ = "runner_hosts"
+
+    # the host's name (one worker per host; a restarted worker takes the row over)
+    host: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    # host:pid of the worker that wrote last
+    worker: Mapped[str] = mapped_column(sa.String(128))
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
