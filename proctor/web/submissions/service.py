@@ -42,12 +42,8 @@ from proctor.station.policy.spec import MANIFEST_WIRE
 from proctor.web.auth.access import check_owner_access, owner_filter
 from proctor.web.auth.identity import Principal
 from proctor.web.snapshots import service as snapshots
-<<<<<<< HEAD
-from proctor.web.submissions import endpoints, queue, runner_view
-from proctor.web.submissions.names import same_name
-=======
 from proctor.web.submissions import endpoints, queue, rates, runner_view
->>>>>>> h-conformance
+from proctor.web.submissions.names import same_name
 from proctor.web.submissions.schemas import (
     CampaignProgressOut,
     EndpointIn,
