@@ -72,6 +72,7 @@ def station(
             db_url=web.settings.db_url,
             artifacts=web.settings.artifacts_location,
             spool=tmp_path / "spool",
+            key_file=web.settings.station_key_path,
             source=adhoc_source(server.url, items=4, cap_s=20.0),
             clock=station_clock,
         ) as daemon,
