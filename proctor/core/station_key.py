@@ -28,6 +28,10 @@ MIN_LENGTH = 32
 _MAX_BYTES = 4096
 
 
+class KeyFileMissing(ConfigError):
+    """No key file yet: the daemon has not started on this host."""
+
+
 def ensure_station_key(path: Path) -> str:
     """The key in ``path``, made first (``secrets.token_urlsafe``, mode 0600)
     when the file does not exist: the daemon's start."""
@@ -50,7 +54,7 @@ def read_station_key(path: Path) -> str:
         # O_NOFOLLOW: a link planted in the key's place is refused, not followed
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
-        raise ConfigError(
+        raise KeyFileMissing(
             f"{where}: not found (the station daemon, `proctor station run`, makes it on start)"
         ) from None
     except OSError as exc:

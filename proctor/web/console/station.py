@@ -25,7 +25,7 @@ from fastapi import HTTPException, status
 from websockets.asyncio.client import ClientConnection, connect
 
 from proctor.core.errors import ConfigError
-from proctor.core.station_key import HEADER, read_station_key
+from proctor.core.station_key import HEADER, KeyFileMissing, read_station_key
 
 # how long each kind of call may take: arming homes the arm and runs the
 # policy's pre-flight (its connect timeout is 10 s by default)
@@ -65,6 +65,11 @@ class StationLink:
         may make it after the console started; the file is a few bytes)."""
         try:
             return {HEADER: read_station_key(self.key_file)}
+        except KeyFileMissing:
+            # the daemon makes it on its first start: it has never run here
+            raise StationUnreachable(
+                self.base, f"no station key file {self.key_file} yet"
+            ) from None
         except ConfigError as exc:
             raise StationKeyUnreadable(self.base, exc) from None
 
