@@ -429,6 +429,30 @@ def test_the_console_on_a_station_host_runs_on_the_hosts_own_database(
     assert settings.web.surface == "station_console"
 
 
+def test_the_console_and_the_daemon_share_the_hosts_station_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The daemon's local API answers only requests carrying the host's station
+    key (review finding [N1]): the deployed console and daemon must read the
+    same key file, and run as the account that owns it (the file is 0600)."""
+    for key in ("PROCTOR_ENV", "PROCTOR_DATA_DIR", "PROCTOR_STATION_KEY_FILE", "PROCTOR_CONFIG"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("PROCTOR_SECRET_KEY", "h" * 48)  # the console's own, from console.env
+    console = load_settings(DEPLOY / "station" / "console.toml")
+    monkeypatch.delenv("PROCTOR_SECRET_KEY")
+    environment, _ = _unit_environment("proctor-station.service")
+    for assignment in environment:  # the daemon reads no config file: its unit's environment
+        name, value = assignment.split("=", 1)
+        monkeypatch.setenv(name, value)
+    daemon = load_settings()
+    assert daemon.station_key_path == console.station_key_path
+    assert console.station_key_path == Path("/var/lib/proctor/station-api.key")
+    units = [_unit(f"proctor-{u}.service") for u in ("station", "console")]
+    assert {(u.get("Service", "User"), u.get("Service", "Group")) for u in units} == {
+        ("proctor", "proctor")
+    }
+
+
 def test_the_station_unit_takes_its_token_from_its_environment_file_only() -> None:
     from proctor.core.station_credentials import TOKEN_ENV
 

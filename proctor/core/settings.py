@@ -325,6 +325,11 @@ class Settings(BaseSettings):
     secret_key: SecretStr | None = None
     # encrypts submitters' endpoint API keys at rest; from the environment only
     encryption_key: SecretStr | None = None
+    # the station host's local API key file (proctor.core.station_key), read by the
+    # station daemon (which makes it, mode 0600, when absent) and by the operator
+    # console that drives it: the two must run as the account that owns it.
+    # Default: <data_dir>/station-api.key. A path, not a secret: the key is in the file
+    station_key_file: Path | None = None
 
     @field_validator("artifacts_public_endpoint")
     @classmethod
@@ -361,6 +366,8 @@ class Settings(BaseSettings):
             self.database_url = embedded_database_url(self.data_dir)
         if self.artifacts is None:
             self.artifacts = str((self.data_dir / "artifacts").resolve())
+        if self.station_key_file is None:
+            self.station_key_file = (self.data_dir / "station-api.key").resolve()
         if self.env == "prod" and self.secret_key is None:
             raise ValueError("PROCTOR_SECRET_KEY must be set when PROCTOR_ENV=prod")
         if self.submissions.conformance_dispatch is None:
@@ -402,6 +409,11 @@ class Settings(BaseSettings):
     def artifacts_location(self) -> str:
         assert self.artifacts is not None  # filled by the validator
         return self.artifacts
+
+    @property
+    def station_key_path(self) -> Path:
+        assert self.station_key_file is not None  # filled by the validator
+        return self.station_key_file
 
 
 def _http_origin(value: str) -> bool:

@@ -32,6 +32,13 @@
 ``WS   /api/preview/{cam}``  binary JPEG frames at ``api.preview_fps``
 ==========================  ===============================================
 
+Every route, HTTP and WebSocket, answers the operator console alone
+(``proctor.station.api_guard``, one middleware over the whole app): a request
+must carry the host's station key (``X-Proctor-Station-Key``, from the 0600
+file ``settings.station_key_file``), name the daemon's own loopback address
+in ``Host``, carry no ``Origin`` (nor ``Sec-Fetch-Site``), and send any body
+as ``application/json``; else 401, 403 or 415 naming the header.
+
 Errors are JSON ``{"detail": ..., "field": ...}`` (field only for
 validation): 409 when the station is in the wrong state, 404 when there is
 no work, 503 when the policy failed its pre-flight, 422 for a bad log.
@@ -51,6 +58,7 @@ from starlette.concurrency import run_in_threadpool
 
 from proctor.core.errors import FieldError, ProctorError, UsageError, http_answer
 from proctor.station import episodes
+from proctor.station.api_guard import StationApiGuard, allowed_names
 from proctor.station.daemon import NoWork, StationDaemon
 
 log = logging.getLogger(__name__)
@@ -66,7 +74,9 @@ async def proctor_error(request: Request, exc: ProctorError) -> JSONResponse:
     return JSONResponse(body, status_code=answer.status, headers=answer.headers)
 
 
-def create_app(daemon: StationDaemon) -> FastAPI:
+def create_app(daemon: StationDaemon, *, key: str) -> FastAPI:
+    """The local API over ``daemon``, answering only requests that carry
+    ``key`` (the host's station key) and pass the rest of the guard."""
     app = FastAPI(
         title="Proctor station",
         description="The station daemon's local API for the operator console.",
@@ -75,6 +85,8 @@ def create_app(daemon: StationDaemon) -> FastAPI:
     )
 
     app.add_exception_handler(ProctorError, proctor_error)  # type: ignore[arg-type]
+    # app-wide, so that no route (nor one added later) is reached around it
+    app.add_middleware(StationApiGuard, key=key, names=allowed_names(daemon.config.api.host))
 
     @app.get("/api/status")
     async def status() -> dict[str, Any]:

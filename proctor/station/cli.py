@@ -154,6 +154,7 @@ def run(
     """Start the station daemon and its local API for the operator console."""
     import uvicorn
 
+    from proctor.core.station_key import ensure_station_key
     from proctor.station.api import create_app
     from proctor.station.config import load_station_config
     from proctor.station.device_lock import HARDWARE_PROFILES, station_devices
@@ -171,6 +172,9 @@ def run(
     sys.setswitchinterval(0.001)
     log.info("interpreter switch interval %.1f ms", sys.getswitchinterval() * 1000)
     cfg = load_station_config(config)
+    # before any driver opens: a key file others can read stops the daemon here
+    key = ensure_station_key(settings.station_key_path)
+    log.info("local API key file %s", settings.station_key_path)  # its path, never the key
     if profile == "sim" and "clock" not in cfg.sim:
         # a daemon serves a person at the console: the simulated cell runs in real time
         # unless its config asks for the virtual clock
@@ -193,7 +197,7 @@ def run(
     daemon.open()
     server_ = uvicorn.Server(
         uvicorn.Config(
-            create_app(daemon),
+            create_app(daemon, key=key),
             host=cfg.api.host,
             port=cfg.api.port,
             log_level="warning",

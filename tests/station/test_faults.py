@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import av
-import httpx
 import numpy as np
 import pytest
 import sqlalchemy as sa
@@ -23,6 +22,7 @@ from proctor.station.demo_log import close_with_ground_truth
 from proctor.station.recording import load_recording
 from proctor.station.work import Work
 from tests.backends import cases_on_backends, once
+from tests.station.api_support import daemon_http
 from tests.station.conftest import PROCTOR, clean_env, sim_config, sim_runner
 
 TIMEOUT_S = 0.5
@@ -141,7 +141,7 @@ def test_a_killed_daemon_leaves_a_recoverable_episode(
     env = clean_env(PROCTOR_DATA_DIR=str(data))
     daemon = processes([*PROCTOR, "station", "run", "--profile", "sim", "--config", str(cfg)], env)
     api = daemon.wait_for(r"listening on (http://127\.0\.0\.1:\d+)").group(1)
-    with httpx.Client(base_url=api, timeout=10) as http:
+    with daemon_http(api, data, timeout=10) as http:
         assert http.get("/api/status").json()["state"] == "idle"
         armed = http.post("/api/next").json()
         uid = armed["episode"]
@@ -165,7 +165,7 @@ def test_a_killed_daemon_leaves_a_recoverable_episode(
     found = restarted.wait_for(r"recovered interrupted episode (\w+): (\d+) telemetry rows")
     assert found.group(1) == uid and int(found.group(2)) >= 150  # ≥ 3 segments of 50 rows
     api = restarted.wait_for(r"listening on (http://127\.0\.0\.1:\d+)").group(1)
-    with httpx.Client(base_url=api, timeout=10) as http:
+    with daemon_http(api, data, timeout=10) as http:
         status = http.get("/api/status").json()
     assert status["state"] == "idle" and uid in status["notice"]["message"]
     restarted.kill(signal.SIGTERM)

@@ -23,12 +23,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.domain import Outcome, Side
 from proctor.station import keys
-from proctor.station.api import create_app
 from proctor.station.clock import VirtualClock
 from proctor.station.daemon import StationDaemon
 from proctor.station.demo_log import close_with_ground_truth
@@ -41,6 +39,7 @@ from proctor.station.sim.gripper import SimGripper
 from proctor.station.sim.world import HOME_Q, CameraSink, SimParams, SimWorld
 from proctor.station.work import Work
 from tests.backends import cases_on_backends
+from tests.station.api_support import station_client
 from tests.station.conftest import sim_config, sim_runner
 
 DOWN = np.array([1.0, 0.0, 0.0, 0.0])
@@ -290,7 +289,7 @@ def test_safety_stop_and_recover_through_the_local_api(
     daemon.open()
     try:
         world = daemon.cell.arm.world
-        with TestClient(create_app(daemon)) as client:
+        with station_client(daemon) as client:
             assert client.post("/api/next").json()["state"] == "armed"
             client.post("/api/start")
             assert policy.reached.wait(60), f"the reference agent never got {moment}"

@@ -16,8 +16,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from proctor.core.artifacts import LocalArtifactStore
-from proctor.station.api import create_app
 from proctor.station.daemon import StationDaemon
+from tests.station.api_support import TEST_WS, station_client
 from tests.station.conftest import sim_config
 
 
@@ -53,7 +53,7 @@ def console(
     daemon.open()
     seen: list[str] = []
     try:
-        with TestClient(create_app(daemon)) as client:
+        with station_client(daemon) as client:
             original = client.request
 
             def recording(method: str, url: str, **kw: Any):  # every response body is checked
@@ -110,7 +110,7 @@ def test_a_whole_rollout_through_the_api(console) -> None:
     assert client.post("/api/next").status_code == 409  # one run at a time
 
     assert client.post("/api/start").json()["state"] in ("running", "finishing", "awaiting_log")
-    with client.websocket_connect("/api/events") as ws:
+    with client.websocket_connect(f"{TEST_WS}/api/events") as ws:
         assert ws.receive_json()["state"] in ("running", "finishing", "awaiting_log")
     status = _until(client, "awaiting_log")
     assert status["proposed_outcome"] == "success"

@@ -9,8 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-import httpx
-
+from tests.station.api_support import daemon_http
 from tests.station.conftest import PROCTOR, clean_env
 
 # e.g. "2026-11-24 09:30:01,123 INFO proctor.station.runner [episode] episode … started"
@@ -37,7 +36,7 @@ def test_the_daemon_logs_its_lifecycle_at_info(serve_demo, processes, tmp_path: 
     env = clean_env(PROCTOR_DATA_DIR=str(tmp_path / "data"))
     daemon = processes([*PROCTOR, "station", "run", "--profile", "sim", "--config", str(cfg)], env)
     api = daemon.wait_for(r"listening on (http://127\.0\.0\.1:\d+)").group(1)
-    with httpx.Client(base_url=api, timeout=10) as http:
+    with daemon_http(api, tmp_path / "data", timeout=10) as http:
         # the operator homes the arm (nothing homes on its own), then arms and starts
         homed = http.post("/api/home", json={"cell_clear": True})
         assert homed.status_code == 200, homed.text

@@ -33,6 +33,7 @@ from proctor.station.sim.arm import SimArm
 from proctor.station.sim.gripper import SimGripper
 from proctor.station.sim.world import HOME_Q, SimWorld
 from proctor.station.work import Work
+from tests.station.api_support import key_headers
 from tests.station.conftest import sim_config, sim_runner
 from tests.web.test_console_support import (
     adhoc_source,
@@ -333,8 +334,11 @@ def test_the_console_deadman_stops_a_running_episode_when_the_heartbeats_stop(
             spool=tmp_path / "spool",
             source=adhoc_source(server.url, items=3, cap_s=30.0),
             clock="monotonic",
+            key_file=tmp_path / "station-api.key",
         ) as daemon,
-        httpx.Client(base_url=base, timeout=30) as http,
+        httpx.Client(
+            base_url=base, headers=key_headers(tmp_path / "station-api.key"), timeout=30
+        ) as http,
     ):
         deadman_s = daemon.config.console_deadman_s
         assert deadman_s == 2.0  # the default

@@ -22,10 +22,10 @@ from proctor.core.db import session_scope
 from proctor.core.db.models import EpisodeEvent
 from proctor.core.domain import EndpointDialect
 from proctor.station import episodes
-from proctor.station.api import create_app
 from proctor.station.daemon import StationDaemon
 from proctor.station.policy.spec import ActionSpace
 from proctor.station.uplink.remote import StationFolder, open_remote_station
+from tests.station.api_support import station_client
 from tests.station.conftest import PROCTOR, ROOT, clean_env, sim_config
 from tests.station.fake_station_server import FakeStationServer, parts_sender
 from tests.station.uplink_support import (
@@ -79,7 +79,7 @@ def _until_state(client: TestClient, state: str, timeout: float = 60.0) -> dict[
 def test_a_claimed_sim_episode_reaches_the_server_closed_with_its_artifacts(
     remote: StationDaemon, fake: FakeStationServer, tmp_path: Path
 ) -> None:
-    with TestClient(create_app(remote)) as client:
+    with station_client(remote) as client:
         until(lambda: client.get("/api/status").json()["uplink"]["online"], what="online")
         armed = client.post("/api/next")
         assert armed.status_code == 200, armed.text

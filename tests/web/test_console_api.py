@@ -26,6 +26,7 @@ from proctor.core.db import make_engine, make_session_factory
 from proctor.core.db.models import Episode, EpisodeEvent
 from proctor.core.domain import EpisodeState, Outcome, Role, Side
 from proctor.core.settings import Settings, load_settings
+from proctor.core.station_key import ensure_station_key
 from proctor.station.daemon import StationDaemon
 from proctor.web.app import api_routes
 from proctor.web.console.photos import find_photo, register_photo
@@ -43,14 +44,17 @@ from tests.web.test_console_support import station_sock as station_sock  # the f
 
 @pytest.fixture
 def web_settings(web_db_url: str, tmp_path: Path, station_sock: socket.socket) -> Settings:
-    """The conftest's settings, pointed at this test's station."""
-    return load_settings(
+    """The conftest's settings, pointed at this test's station, on a host whose
+    daemon has run before: its station key file is there (the daemon made it)."""
+    settings = load_settings(
         env="test",
         data_dir=tmp_path,
         database_url=web_db_url,
         secret_key="test-secret-key-" + "x" * 32,
         web={"station_url": sock_url(station_sock)},
     )
+    ensure_station_key(settings.station_key_path)
+    return settings
 
 
 @pytest.fixture
@@ -72,6 +76,7 @@ def station(
             db_url=web.settings.db_url,
             artifacts=web.settings.artifacts_location,
             spool=tmp_path / "spool",
+            key_file=web.settings.station_key_path,
             source=adhoc_source(server.url, items=4, cap_s=20.0),
             clock=station_clock,
         ) as daemon,
@@ -186,6 +191,31 @@ def test_a_station_that_is_down_is_reported_not_hidden(web: Web) -> None:
         frame = json.loads(ws.receive_text())
     assert frame["state"] == "offline" and url in frame["detail"]
     assert op.get("/console").status_code == 200
+
+
+def test_a_key_file_the_console_cannot_use_shows_the_station_offline_naming_it(
+    web: Web,
+) -> None:
+    """The console reads the host's station key on every call: without it (the
+    daemon never started here) or with a key file others can read, it calls
+    nothing and says which file is wrong, on the status, the actions and the feed."""
+    op = Operator(web)
+    key_file = web.settings.station_key_path
+    key_file.chmod(0o644)
+    status = op.status()
+    assert status["state"] == "offline", status
+    assert f"station key file {key_file}: mode 0644" in status["detail"]
+    assert op.post("/api/console/next").status_code == 503
+    key_file.unlink()
+    missing = op.post("/api/console/next")
+    assert missing.status_code == 503
+    assert missing.json()["detail"].startswith(
+        f"the station is not answering at {web.settings.web.station_url} "
+        f"(no station key file {key_file} yet)"
+    )
+    with op.client.websocket_connect("/api/console/events") as ws:
+        frame = json.loads(ws.receive_text())
+    assert frame["state"] == "offline" and str(key_file) in frame["detail"]
 
 
 def test_a_live_feed_ends_when_its_sign_in_does(web: Web, monkeypatch: pytest.MonkeyPatch) -> None:

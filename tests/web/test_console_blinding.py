@@ -55,6 +55,7 @@ from proctor.core.domain import (
     Role,
     SubmissionKind,
 )
+from proctor.core.station_key import HEADER, ensure_station_key
 from proctor.scheduler.work_source import CampaignWorkSource
 from proctor.station.policy.demo import DemoPolicy
 from proctor.station.policy.server import PolicyServer
@@ -122,10 +123,10 @@ def search(needles: dict[str, list[str]], capture: Capture) -> list[str]:
 class Client:
     """An HTTP client whose every response goes into a capture."""
 
-    def __init__(self, base: str, capture: Capture) -> None:
+    def __init__(self, base: str, capture: Capture, headers: dict[str, str] | None = None) -> None:
         self.base = base
         self.capture = capture
-        self.http = httpx.Client(base_url=base, follow_redirects=False, timeout=60)
+        self.http = httpx.Client(base_url=base, headers=headers, follow_redirects=False, timeout=60)
         self.csrf = ""
 
     def get(self, path: str, **kw: Any) -> httpx.Response:
@@ -417,7 +418,9 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
         station_token=token,
     )
     console = Client(live.base_url, console_cap)
-    station_api = Client(sock_url(station_sock), station_cap)
+    # the station's own API is called as the console calls it: with the host's key
+    station_key = {HEADER: ensure_station_key(live.settings.station_key_path)}
+    station_api = Client(sock_url(station_sock), station_cap, station_key)
     taps: list[Tap] = []
     skipped: list[str] = []
     try:
@@ -427,6 +430,7 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
                 db_url=web_db_url,
                 artifacts=live.settings.artifacts_location,
                 spool=tmp_path / "spool",
+                key_file=live.settings.station_key_path,
                 source=source,
                 name="cell-blind",
                 clock="monotonic",  # real time: each stop lands at a known moment
@@ -452,8 +456,8 @@ def test_nothing_the_console_or_the_station_api_sends_names_a_policy(
                 Tap(console_cap, ws_url(live.base_url, "/api/console/events"), headers),
                 Tap(console_cap, ws_url(live.base_url, "/api/console/preview/exterior"), headers),
                 Tap(console_cap, ws_url(live.base_url, "/api/console/preview/wrist"), headers),
-                Tap(station_cap, ws_url(station_api.base, "/api/events"), {}),
-                Tap(station_cap, ws_url(station_api.base, "/api/preview/exterior"), {}),
+                Tap(station_cap, ws_url(station_api.base, "/api/events"), station_key),
+                Tap(station_cap, ws_url(station_api.base, "/api/preview/exterior"), station_key),
             ]
 
             def console_status() -> dict[str, Any]:

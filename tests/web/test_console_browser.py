@@ -45,6 +45,7 @@ def station(
             db_url=live_server.settings.db_url,
             artifacts=live_server.settings.artifacts_location,
             spool=tmp_path / "spool",
+            key_file=live_server.settings.station_key_path,
             source=adhoc_source(server.url, items=3, cap_s=30.0),
             clock="monotonic",
         ) as daemon,

@@ -81,7 +81,8 @@ def station(host: Path, fake: FakeStationServer) -> Iterator[tuple[StationDaemon
             send_parts=parts_sender(),
         )
         url = sock_url(sock)
-        with serving_station(daemon, sock):
+        # the key file the console reads (its settings' default, in the host's data folder)
+        with serving_station(daemon, sock, key_file=host / "station-api.key"):
             yield daemon, url
 
 

@@ -1,6 +1,9 @@
 """What the console tests share (no tests here): a real station daemon on the
 simulated cell serving its local API on a loopback port in this process,
 scripted demo policies over the real policy protocol, and small waits.
+The daemon makes the station key in the console's key file
+(``settings.station_key_file``), as ``proctor station run`` does, and the
+console reads it from there.
 
 Everything started here is stopped in a ``finally``, pass or fail: the
 uvicorn thread, the daemon (which stops a running episode and its cameras)
@@ -22,6 +25,7 @@ import uvicorn
 
 from proctor.core.artifacts import open_store
 from proctor.core.db import make_engine, make_session_factory
+from proctor.core.station_key import ensure_station_key
 from proctor.station.api import create_app as station_app
 from proctor.station.config import load_station_config
 from proctor.station.daemon import StationDaemon
@@ -77,11 +81,13 @@ def running_station(
     artifacts: str,
     spool: Path,
     source: WorkSource,
+    key_file: Path,
     clock: str = "virtual",
     name: str = "cell-console",
 ) -> Iterator[StationDaemon]:
     """``proctor station run --profile sim`` in this process: the daemon and its
-    local API under uvicorn on ``sock`` (loopback), until the block ends."""
+    local API under uvicorn on ``sock`` (loopback), until the block ends; its
+    key is in ``key_file`` (the console's ``settings.station_key_path``)."""
     config = load_station_config(
         None,
         name=name,
@@ -102,18 +108,22 @@ def running_station(
         source=source,
     )
     try:
-        with serving_station(daemon, sock):
+        with serving_station(daemon, sock, key_file=key_file):
             yield daemon
     finally:
         engine.dispose()
 
 
 @contextmanager
-def serving_station(daemon: StationDaemon, sock: socket.socket) -> Iterator[StationDaemon]:
+def serving_station(
+    daemon: StationDaemon, sock: socket.socket, *, key_file: Path
+) -> Iterator[StationDaemon]:
     """Open ``daemon`` and serve its local API under uvicorn on ``sock``
-    (loopback) until the block ends; then close both."""
+    (loopback), with the key in ``key_file`` (made if absent), until the block
+    ends; then close both."""
+    app = station_app(daemon, key=ensure_station_key(key_file))
     server = uvicorn.Server(
-        uvicorn.Config(station_app(daemon), log_level="warning", lifespan="off", access_log=False)
+        uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     try:

@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 
 from proctor.core.domain import Role
+from proctor.core.station_key import ensure_station_key
 from proctor.station.api import create_app as station_app
 from proctor.station.daemon import StationDaemon
 from proctor.station.uplink.remote import StationFolder, open_remote_station
@@ -47,8 +48,9 @@ def remote_station(
         heartbeat_s=0.5,
         send_parts=parts_sender(),
     )
+    app = station_app(daemon, key=ensure_station_key(live_server.settings.station_key_path))
     server = uvicorn.Server(
-        uvicorn.Config(station_app(daemon), log_level="warning", lifespan="off", access_log=False)
+        uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [station_sock]}, daemon=True)
     try:

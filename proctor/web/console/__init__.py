@@ -2,10 +2,13 @@
 
 How it reaches the station: through this web server, never from the browser
 directly. The station daemon's local API binds to loopback and has no
-accounts of its own, so the web server — which knows who is signed in —
+accounts of its own (only the host's key), so the web server — which knows who is signed in —
 stands in front of it: every console route needs the ``operator`` role, and
 the server relays to ``settings.web.station_url`` (validated to be a
-loopback ``http://`` origin) over HTTP and WebSocket. The browser therefore
+loopback ``http://`` origin) over HTTP and WebSocket, every call carrying
+the host's station key (``settings.station_key_file``, the 0600 file the
+daemon makes; the daemon answers nothing without it, nor anything that
+carries an ``Origin``: ``proctor/station/api_guard.py``). The browser therefore
 talks to one origin only, which the Content-Security-Policy
 (``connect-src 'self'``) requires anyway, and the station never has to
 answer anything but loopback.

@@ -87,7 +87,7 @@ CAMERA_NOT_FOUND = "camera not found"
 
 
 def station_link(settings: Settings) -> StationLink:
-    return StationLink(settings.web.station_url)
+    return StationLink(settings.web.station_url, settings.station_key_path)
 
 
 def _view(raw: Any) -> ConsoleStatus:
@@ -358,6 +358,8 @@ async def events(ws: WebSocket) -> None:
             except _UPSTREAM_ERRORS as exc:
                 reason = "connection refused" if isinstance(exc, ConnectionRefusedError) else None
                 why = StationUnreachable(link.base, reason or type(exc).__name__).detail
+            except StationUnreachable as exc:  # its key file cannot be read
+                why = exc.detail
             await ws.send_text(offline_status(str(why)).model_dump_json())
             await asyncio.sleep(RETRY_S)
 
@@ -384,7 +386,7 @@ async def preview(ws: WebSocket, camera: str) -> None:
                                 await ws.send_bytes(frame)
                     finally:
                         closed_with = upstream.close_code
-            except _UPSTREAM_ERRORS:
+            except (*_UPSTREAM_ERRORS, StationUnreachable):
                 pass
             if closed_with == 1008:
                 # the station has no such camera: say so, and do not try again

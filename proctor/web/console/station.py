@@ -1,7 +1,11 @@
 """The console's link to the station daemon's local API (loopback only).
 
 HTTP calls go through ``httpx``; the live streams (status events, camera
-previews) through ``websockets``. The station answers errors as JSON
+previews) through ``websockets``. Every call carries the host's station key
+(``X-Proctor-Station-Key``, read from ``settings.station_key_file``, the 0600
+file the daemon makes), without which the daemon answers nothing; a key file
+that is missing or that others can read is a 503 that names the file. The
+station answers errors as JSON
 ``{"detail": ..., "field": ...}``; they are turned into the web app's error
 shapes here, with the station's status code kept where it means something
 to the operator (404 no work, 409 wrong state, 422 a bad log, 503 the policy
@@ -13,11 +17,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 from fastapi import HTTPException, status
 from websockets.asyncio.client import ClientConnection, connect
+
+from proctor.core.errors import ConfigError
+from proctor.core.station_key import HEADER, KeyFileMissing, read_station_key
 
 # how long each kind of call may take: arming homes the arm and runs the
 # policy's pre-flight (its connect timeout is 10 s by default)
@@ -32,16 +40,38 @@ RELAYED = {404, 409, 422, 503}
 
 
 class StationUnreachable(HTTPException):
-    def __init__(self, base: str, why: str) -> None:
+    def __init__(self, base: str, why: str, *, detail: str | None = None) -> None:
         super().__init__(
             status.HTTP_503_SERVICE_UNAVAILABLE,
-            f"the station is not answering at {base} ({why}); is `proctor station run` running?",
+            detail
+            or f"the station is not answering at {base} ({why}); is `proctor station run` running?",
         )
+
+
+class StationKeyUnreadable(StationUnreachable):
+    """The key file cannot be used: the console cannot reach the station."""
+
+    def __init__(self, base: str, problem: ConfigError) -> None:
+        super().__init__(base, "", detail=f"the console cannot call the station: {problem}")
 
 
 @dataclass(frozen=True)
 class StationLink:
     base: str  # http://127.0.0.1:8100 (validated loopback by the settings)
+    key_file: Path  # settings.station_key_file: the key the daemon made
+
+    def headers(self) -> dict[str, str]:
+        """The station key's header, read from its file on every call (the daemon
+        may make it after the console started; the file is a few bytes)."""
+        try:
+            return {HEADER: read_station_key(self.key_file)}
+        except KeyFileMissing:
+            # the daemon makes it on its first start: it has never run here
+            raise StationUnreachable(
+                self.base, f"no station key file {self.key_file} yet"
+            ) from None
+        except ConfigError as exc:
+            raise StationKeyUnreadable(self.base, exc) from None
 
     @property
     def ws_base(self) -> str:
@@ -52,9 +82,10 @@ class StationLink:
     ) -> httpx.Response:
         """One request; a refused connection or a timeout is a 503, a station
         error is relayed (see ``raise_for_station``)."""
+        headers = self.headers()
         try:
             async with httpx.AsyncClient(base_url=self.base, timeout=timeout) as client:
-                response = await client.request(method, path, json=json)
+                response = await client.request(method, path, json=json, headers=headers)
         except httpx.TimeoutException:
             raise StationUnreachable(self.base, f"no answer within {timeout:g} s") from None
         except httpx.TransportError as exc:
@@ -77,7 +108,11 @@ class StationLink:
     async def stream(self, path: str) -> AsyncIterator[ClientConnection]:
         """A WebSocket to the station (``/api/events``, ``/api/preview/{camera}``)."""
         async with connect(
-            self.ws_base + path, open_timeout=QUICK_S, max_size=MAX_FRAME, compression=None
+            self.ws_base + path,
+            additional_headers=self.headers(),
+            open_timeout=QUICK_S,
+            max_size=MAX_FRAME,
+            compression=None,
         ) as ws:
             yield ws
 

@@ -51,6 +51,7 @@ from proctor.station.profiles import build_cell
 from proctor.station.teleop.policy import TeleopPolicy
 from proctor.station.teleop.source import TeleopCommand
 from proctor.station.work import Work
+from tests.station.api_support import daemon_http, key_headers
 from tests.station.drivers.conftest import PtyPair
 
 pytestmark = pytest.mark.hardware
@@ -640,12 +641,15 @@ def test_the_daemon_runs_the_twin_profile(tmp_path: Path) -> None:
             else:
                 time.sleep(0.2)
         assert url is not None, (tmp_path / "daemon.log").read_text()
-        with urllib.request.urlopen(f"{url}/api/status", timeout=10) as r:
+        key = key_headers(tmp_path / "data" / "station-api.key")
+        status_req = urllib.request.Request(f"{url}/api/status", headers=key)
+        with urllib.request.urlopen(status_req, timeout=10) as r:
             status = json.loads(r.read())
         assert status["profile"] == "twin" and status["state"] == "idle"
         assert status["arm_error"] is None
         assert status["robot_mode"] == "idle"  # franky.RobotMode.Idle, through the driver
-        with urllib.request.urlopen(f"{url}/api/preview/wrist", timeout=10) as r:
+        preview_req = urllib.request.Request(f"{url}/api/preview/wrist", headers=key)
+        with urllib.request.urlopen(preview_req, timeout=10) as r:
             assert r.status == 200 and r.read(3) == b"\xff\xd8\xff"  # a JPEG of the playback
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -671,8 +675,6 @@ def test_the_twin_daemon_starts_without_a_camera_and_arms_once_it_appears(
     used to exit, and systemd restarted it in a loop), its status shows the
     camera absent, /api/next is refused naming it, and once the recording is
     there the hub connects it and the same daemon arms a run."""
-    import httpx
-
     from tests.station.conftest import clean_env
 
     source = tmp_path / "later" / "wrist.db3"
@@ -695,7 +697,7 @@ items = 1
     args = [*PROCTOR, "station", "run", "--profile", "twin", "--config", str(config)]
     daemon = processes([*args, "--port", "0"], env)
     api = daemon.wait_for(r"listening on (http://127\.0\.0\.1:\d+)", 180).group(1)
-    with httpx.Client(base_url=api, timeout=30) as http:
+    with daemon_http(api, tmp_path / "data", timeout=30) as http:
 
         def wrist() -> dict[str, object]:
             return http.get("/api/status").json()["cameras"]["wrist"]["health"]
