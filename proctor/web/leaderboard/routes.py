@@ -120,11 +120,11 @@ def caching_view(
 )
 def get_leaderboard(
     campaign_id: DbId,
+    subset: SubsetDep,
     request: Request,
     session: SessionDep,
     who: OptionalUser,
     results: ResultsDep,
-    subset: SubsetDep,
     work: SubsetWorkDep,
     stream: StreamQuery = None,
 ) -> Response:
@@ -246,11 +246,11 @@ def leaderboard_home(
         return render(request, "leaderboard/empty.html", {})
     return leaderboard_page(
         campaigns[0].id,
+        Subset(()),
         request,
         session,
         who,
         results,
-        subset=Subset(()),
         work=request.app.state.web.subsets,
         stream=stream,
     )
@@ -259,11 +259,11 @@ def leaderboard_home(
 @page_router.get("/leaderboard/{campaign_id}", response_class=HTMLResponse)
 def leaderboard_page(
     campaign_id: DbId,
+    subset: SubsetDep,
     request: Request,
     session: SessionDep,
     who: OptionalUser,
     results: ResultsDep,
-    subset: SubsetDep,
     work: SubsetWorkDep,
     stream: StreamQuery = None,
 ) -> Response:

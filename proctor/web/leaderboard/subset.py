@@ -39,7 +39,8 @@ from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import AnalysisSubsetResult, Campaign, Episode, ObjectType, Station
 from proctor.core.domain import Side
 from proctor.scheduler.naming import blind_result, campaign_naming
-from proctor.web.auth.identity import Principal
+from proctor.web.auth.identity import NotSignedIn, Principal
+from proctor.web.auth.sessions import SESSION_COOKIE_NAMES
 from proctor.web.leaderboard.board import Board
 from proctor.web.snapshots.subset_work import SubsetWork
 
@@ -48,7 +49,19 @@ def _q(what: str) -> object:
     return Query(max_length=MAX_VALUE, description=f"only the episodes {what}")
 
 
-def subset_query(
+def _credentials(request: Request) -> bool:
+    """Whether the request carries any (a session cookie or an Authorization
+    header): without, the caller is anonymous, known without a query."""
+    return "authorization" in request.headers or any(
+        name in request.cookies for name in SESSION_COOKIE_NAMES
+    )
+
+
+# async, and the first parameter of the routes that take it: a filter the
+# public may not ask for is refused on the event loop, before any worker
+# thread, database session or sign-in lookup is spent on it
+async def subset_query(
+    request: Request,
     tote_side: Annotated[str | None, _q("with the tote on this side")] = None,
     camera_side: Annotated[str | None, _q("with the external camera on this side")] = None,
     object_tag: Annotated[str | None, _q("whose object carries this tag")] = None,
@@ -64,9 +77,16 @@ def subset_query(
     given = {k: (v if v else None) for k, v in given.items()}
     assert set(given) == set(FILTERS)
     try:
-        return Subset.of(given)
+        subset = Subset.of(given)
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    for name in ("tote_side", "camera_side"):
+        value = dict(subset.conditions).get(name)
+        if value is not None and (why := _side(value)) is not None:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name} = {value}: {why}")
+    if subset and subset.documented_level is None and not _credentials(request):
+        raise NotSignedIn(anonymous_refusal(subset))
+    return subset
 
 
 SubsetDep = Annotated[Subset, Depends(subset_query)]
@@ -82,7 +102,7 @@ SubsetWorkDep = Annotated[SubsetWork, Depends(get_subset_work)]
 # ------------------------------------------------- the campaign's levels, cheaply
 
 
-def _side(session: ProctorSession, campaign_id: int, value: str) -> str | None:
+def _side(value: str) -> str | None:
     if value in {s.value for s in Side}:
         return None
     return f"not a side ({', '.join(s.value for s in Side)})"
@@ -108,8 +128,8 @@ def _object_tag(session: ProctorSession, campaign_id: int, value: str) -> str | 
 # and the status that says so: outside the factor's domain is bad input (422),
 # a well-formed name the campaign lacks is not found (404)
 CHECKS: dict[str, tuple[Callable[[ProctorSession, int, str], str | None], int]] = {
-    "tote_side": (_side, status.HTTP_422_UNPROCESSABLE_CONTENT),
-    "camera_side": (_side, status.HTTP_422_UNPROCESSABLE_CONTENT),
+    "tote_side": (lambda _s, _c, v: _side(v), status.HTTP_422_UNPROCESSABLE_CONTENT),
+    "camera_side": (lambda _s, _c, v: _side(v), status.HTTP_422_UNPROCESSABLE_CONTENT),
     "station": (_station, status.HTTP_404_NOT_FOUND),
     "object_tag": (_object_tag, status.HTTP_404_NOT_FOUND),
 }
@@ -191,7 +211,7 @@ def filtered_board(
         return board
     check_levels(session, board.campaign.id, subset)
     if who is None and subset.documented_level is None:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, anonymous_refusal(subset))
+        raise NotSignedIn(anonymous_refusal(subset))
     key = ("subset", board.meta.id, board.naming_key, subset.conditions)
     result = work.cache.get(key)
     if result is None:
