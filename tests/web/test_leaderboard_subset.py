@@ -286,3 +286,26 @@ def test_filters_never_evict_the_public_pages(web: Web, released: SeededCampaign
         assert public.get(f"/leaderboard/{cid}", params=level).status_code == 200
     assert dict(state.results._items).keys() == kept.keys()
     assert len(state.subsets.cache._items) > codes.count(200) + 3
+
+
+def test_a_snapshot_scored_before_levels_were_stored_gets_them_at_the_next_recompute(
+    web: Web, released: SeededCampaign, spy: Spy
+) -> None:
+    from proctor.analysis.store import has_subsets, recompute
+    from proctor.core.db.models import AnalysisSubsetResult
+
+    cid = released.campaign_id
+    with web.db() as s:
+        s.execute(sa.delete(AnalysisSubsetResult))
+    work = web.app.state.web.subsets
+    c = web.client()
+    # until then a documented level is computed, under the permits, once
+    for _ in range(2):
+        assert c.get(f"/api/leaderboard/{cid}", params={"tote_side": "left"}).status_code == 200
+    assert work.analyses == 1 and spy.loads == 1
+    with web.db() as s:
+        [out] = recompute(s, campaign_id=cid, streams=(LabelStream.auto_and_reviewed,))
+        assert out.status == "unchanged" and out.snapshot_id is not None
+        assert has_subsets(s, out.snapshot_id)
+    assert c.get(f"/api/leaderboard/{cid}", params={"camera_side": "left"}).status_code == 200
+    assert work.analyses == 1 and spy.loads == 1
