@@ -231,6 +231,35 @@ def test_nginx_bounds_bodies_as_the_app_does() -> None:
         assert directive in server, directive
 
 
+def test_nginx_limits_filtered_leaderboards_per_address() -> None:
+    """Security review round three, [N2]: a query naming any filter the app
+    takes is keyed by the client's address (the plain board by "", which
+    limit_req leaves alone), and the location of the leaderboard page and its
+    JSON applies that zone."""
+    from proctor.analysis.subsets import FILTERS
+
+    conf = (DEPLOY / "nginx" / "proctor.conf").read_text()
+    (source, var) = re.findall(r'map "([^"]+)" (\$proctor_filter_client) \{', conf)[0]
+    assert sorted(re.findall(r"\$arg_(\w+)", source)) == sorted(FILTERS)
+    block = conf.split(f'map "{source}" {var} {{', 1)[1].split("}", 1)[0]
+    assert re.search(r'""\s+"";', block) and "default $binary_remote_addr;" in block
+    zone = re.search(rf"limit_req_zone \{var} zone=(\w+):\w+ rate=(\d+)r/m;", conf)
+    assert zone is not None and 0 < int(zone.group(2)) <= 60
+    server = conf.split("listen 443 ssl;", 1)[1]
+    limited = [
+        m
+        for m in re.finditer(r'location ~ "([^"]+)" \{(.*?)\}', server, re.S)
+        if f"limit_req zone={zone.group(1)}" in m.group(2)
+    ]
+    assert len(limited) == 1
+    pattern, body = limited[0].group(1), limited[0].group(2)
+    for path in ("/leaderboard/12", "/api/leaderboard/12"):
+        assert re.match(pattern, path), path
+    for path in ("/leaderboard/12/policies/arm%20A", "/api/leaderboard/12/episodes", "/"):
+        assert not re.match(pattern, path), path
+    assert "proxy_pass http://proctor_app;" in body and "X-Forwarded-For" in body
+
+
 def test_the_server_believes_forwarded_headers_only_from_its_proxy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

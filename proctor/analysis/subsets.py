@@ -16,13 +16,20 @@ from dataclasses import dataclass, replace
 
 from proctor.analysis.episodes import Episode, EpisodeTable
 
-# a filter's name -> whether an episode meets ``name = value``
-FILTERS: dict[str, Callable[[Episode, str], bool]] = {
-    "tote_side": lambda e, v: e.tote_placement == v,
-    "camera_side": lambda e, v: e.external_camera == v,
-    "station": lambda e, v: e.station == v,
-    "object_tag": lambda e, v: v in e.object_tags,
+# a filter's name -> the levels an episode has of it (an episode meets
+# ``name = value`` when value is one of them)
+LEVELS: dict[str, Callable[[Episode], tuple[str, ...]]] = {
+    "tote_side": lambda e: (e.tote_placement,) if e.tote_placement else (),
+    "camera_side": lambda e: (e.external_camera,) if e.external_camera else (),
+    "station": lambda e: (e.station,) if e.station else (),
+    "object_tag": lambda e: e.object_tags,
 }
+FILTERS = tuple(LEVELS)
+# the single-factor filters the leaderboard page offers everyone (its filter
+# form, docs/methods.md §14): each of their levels is scored with every
+# snapshot (proctor.analysis.store), so an anonymous caller's filtered board
+# is read, never computed on request
+DOCUMENTED = ("tote_side", "camera_side", "object_tag")
 MAX_VALUE = 200
 
 
@@ -49,10 +56,22 @@ class Subset:
         return bool(self.conditions)
 
     def matches(self, e: Episode) -> bool:
-        return all(FILTERS[name](e, value) for name, value in self.conditions)
+        return all(value in LEVELS[name](e) for name, value in self.conditions)
+
+    @property
+    def documented_level(self) -> tuple[str, str] | None:
+        """(factor, level) when this is one condition on a documented factor."""
+        if len(self.conditions) == 1 and self.conditions[0][0] in DOCUMENTED:
+            return self.conditions[0]
+        return None
 
     def describe(self) -> str:
         return ", ".join(f"{name} = {value}" for name, value in self.conditions)
+
+
+def levels(table: EpisodeTable, factors: tuple[str, ...] = FILTERS) -> dict[str, list[str]]:
+    """Each factor's levels among the table's episodes, sorted."""
+    return {name: sorted({v for e in table.episodes for v in LEVELS[name](e)}) for name in factors}
 
 
 def filter_table(table: EpisodeTable, subset: Subset) -> EpisodeTable:

@@ -83,6 +83,13 @@ class WebSettings(BaseModel):
     # thread (the deadlock that froze the server under ~100 anonymous requests). On
     # PostgreSQL, max_connections must leave room for it plus 16 (proctor.web.limits.POOL_HEADROOM)
     max_concurrent_requests: int = Field(default=48, ge=1, le=1000)
+    # filtered leaderboards computed on request (signed-in callers; the public
+    # reads the documented levels stored with each snapshot) run this many at
+    # once per process; beyond it, 503 with Retry-After (proctor.web.leaderboard.subset)
+    subset_analyses: int = Field(default=1, ge=1, le=16)
+    # filtered boards kept in memory, apart from the public pages' cache, so
+    # that no number of filters can evict those
+    subset_cache_entries: int = Field(default=64, ge=1, le=4096)
     # how long a request waits for a pooled database connection before it is answered
     # 503 (SQLAlchemy's default, 30 s, kept every worker stuck for the whole of it)
     db_pool_timeout_s: float = Field(default=5.0, gt=0, le=60)

@@ -57,6 +57,7 @@ from proctor.web.review import routes as review
 from proctor.web.shared_cache import GenerationWatcher, LocalCommits, SharedCacheMiddleware
 from proctor.web.snapshots import routes as snapshots
 from proctor.web.snapshots.service import ResultCache
+from proctor.web.snapshots.subset_work import SubsetWork
 from proctor.web.snapshots.worker import WORKER_KEY, SnapshotWorker
 from proctor.web.startup import recover
 from proctor.web.state import AppState, Clock
@@ -322,6 +323,9 @@ def create_app(
         throttle=throttle or ThrottlePolicy(),
         static_version=static_version,
         results=ResultCache(),
+        subsets=SubsetWork(
+            permits=settings.web.subset_analyses, capacity=settings.web.subset_cache_entries
+        ),
         artifact_cache=ArtifactCache(),
         rrd_locks=EpisodeLocks(),
         snapshot_worker=snapshot_worker,

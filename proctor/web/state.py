@@ -28,6 +28,7 @@ from proctor.web.auth.throttle import ThrottlePolicy
 from proctor.web.explorer.export import EpisodeLocks
 from proctor.web.shared_cache import LocalCommits
 from proctor.web.snapshots.service import ResultCache
+from proctor.web.snapshots.subset_work import SubsetWork
 from proctor.web.snapshots.worker import SnapshotWorker
 from proctor.web.submissions.queue import ConformanceWorkers
 
@@ -54,6 +55,9 @@ class AppState:
     # parsed snapshot results, the views and public pages made of them
     # (proctor.web.snapshots.service)
     results: ResultCache
+    # filtered leaderboards: their own cache and a few permits to compute them
+    # (proctor.web.snapshots.subset_work)
+    subsets: SubsetWork
     # parsed Parquet artifacts and the JSON served from them (proctor.web.artifacts.service)
     artifact_cache: ArtifactCache
     # one lock per episode whose .rrd is being built (proctor.web.explorer.export)

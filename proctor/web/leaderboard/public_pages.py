@@ -56,8 +56,11 @@ def public_page(
     campaign_id: int,
     stream: str | None,
     extra: tuple[object, ...] = (),
+    cache: ResultCache | None = None,
 ) -> PublicPage:
-    """``extra``: what else the page shows that the snapshot does not version."""
+    """``extra``: what else the page shows that the snapshot does not version;
+    ``cache``: where the page is kept, if not the app's result cache (a filtered
+    board's, so that filters never evict the public pages)."""
     if not anonymous(request, who):
         return PublicPage()
     version = board_version(session, campaign_id, parse_stream(stream))
@@ -73,9 +76,10 @@ def public_page(
         app.static_version,
     )
     etag = caching.etag_for(*key)
+    kept = cache if cache is not None else app.results
     hit = caching.conditional(request, etag, public=True)
     if hit is None:
-        cached = app.results.get(key)
+        cached = kept.get(key)
         if cached is not None:
             hit = HTMLResponse(cached, headers=caching.cache_headers(public=True, etag=etag))
-    return PublicPage(key, etag, hit, app.results)
+    return PublicPage(key, etag, hit, kept)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
-from proctor.analysis.subsets import Subset
+from proctor.analysis.subsets import DOCUMENTED, Subset
+from proctor.core.db.models import AnalysisSubsetResult, Episode, Station
 from proctor.web.deps import DbId, OptionalUser, ResultsDep, SessionDep
 from proctor.web.errors import error_responses
 from proctor.web.leaderboard import caching
@@ -31,8 +33,9 @@ from proctor.web.leaderboard.episodes import MAX_PAGE, EpisodeListOut, episode_l
 from proctor.web.leaderboard.format import FORMATS
 from proctor.web.leaderboard.public_pages import public_page
 from proctor.web.leaderboard.schemas import CampaignOut, LeaderboardOut, leaderboard_view
-from proctor.web.leaderboard.subset import SubsetDep, filtered_board
+from proctor.web.leaderboard.subset import SubsetDep, SubsetWorkDep, filtered_board
 from proctor.web.snapshots.service import ResultCache
+from proctor.web.snapshots.subset_work import SubsetWork
 from proctor.web.templating import render
 
 api_router = APIRouter(tags=["leaderboard"], responses=error_responses(404, 422))
@@ -76,10 +79,15 @@ def _view(
     stream: str | None,
     results: ResultCache,
     subset: Subset | None = None,
+    work: SubsetWork | None = None,
 ) -> tuple[Board, LeaderboardOut, str, bool]:
     board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     if subset:
-        board = filtered_board(session, board, subset, results)
+        assert work is not None
+        board = filtered_board(session, board, subset, who, work)
+        # a filtered board's views live in the subsets' own cache: no number of
+        # filters evicts the public pages (security review round three, [N2])
+        results = work.cache
     public = not board.blinded and who is None
     etag = caching.etag_for(
         "leaderboard",
@@ -112,11 +120,12 @@ def caching_view(
 )
 def get_leaderboard(
     campaign_id: DbId,
+    subset: SubsetDep,
     request: Request,
     session: SessionDep,
     who: OptionalUser,
     results: ResultsDep,
-    subset: SubsetDep,
+    work: SubsetWorkDep,
     stream: StreamQuery = None,
 ) -> Response:
     if who is None and not subset:  # the public's fast path: one query says which snapshot
@@ -141,14 +150,17 @@ def get_leaderboard(
                 media_type="application/json",
                 headers=caching.cache_headers(public=True, etag=etag),
             )
-    board, view, etag, public = _view(request, session, who, campaign_id, stream, results, subset)
+    board, view, etag, public = _view(
+        request, session, who, campaign_id, stream, results, subset, work
+    )
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
         return hit
     key = ("leaderboard-json", view.snapshot.id, board.cache_key(), subset.conditions)
-    body = results.get(key)
+    kept = work.cache if subset else results
+    body = kept.get(key)
     if body is None:
-        body = results.put(key, view.model_dump_json().encode())
+        body = kept.put(key, view.model_dump_json().encode())
     return Response(
         body, media_type="application/json", headers=caching.cache_headers(public=public, etag=etag)
     )
@@ -233,24 +245,42 @@ def leaderboard_home(
     if not campaigns:
         return render(request, "leaderboard/empty.html", {})
     return leaderboard_page(
-        campaigns[0].id, request, session, who, results, subset=Subset(()), stream=stream
+        campaigns[0].id,
+        Subset(()),
+        request,
+        session,
+        who,
+        results,
+        work=request.app.state.web.subsets,
+        stream=stream,
     )
 
 
 @page_router.get("/leaderboard/{campaign_id}", response_class=HTMLResponse)
 def leaderboard_page(
     campaign_id: DbId,
+    subset: SubsetDep,
     request: Request,
     session: SessionDep,
     who: OptionalUser,
     results: ResultsDep,
-    subset: SubsetDep,
+    work: SubsetWorkDep,
     stream: StreamQuery = None,
 ) -> Response:
-    page = public_page("leaderboard-page", request, session, who, campaign_id, stream)
+    page = public_page(
+        "leaderboard-page",
+        request,
+        session,
+        who,
+        campaign_id,
+        stream,
+        cache=work.cache if subset else None,
+    )
     if page.hit is not None:
         return page.hit
-    board, view, etag, public = _view(request, session, who, campaign_id, stream, results, subset)
+    board, view, etag, public = _view(
+        request, session, who, campaign_id, stream, results, subset, work
+    )
     page_etag = caching.etag_for(etag, caching.audience(who), request.app.state.web.static_version)
     hrt_max = max(
         [r.hrt.hi or r.hrt.estimate or 0 for r in view.rows if r.hrt is not None] + [100.0]
@@ -294,7 +324,8 @@ def leaderboard_page(
             "labels": labels,
             "verdicts": verdicts,
             "subset": subset,
-            "filters": _filter_choices(board),
+            "filters": _filter_choices(session, board, who),
+            "one_at_a_time": who is None,
         },
         etag=page.etag or page_etag,
         public=public,
@@ -302,16 +333,42 @@ def leaderboard_page(
     return page.keep(response)
 
 
-def _filter_choices(board: Board) -> dict[str, list[str]]:
-    """The values the page offers to filter by (those the result has)."""
+def _filter_choices(session: SessionDep, board: Board, who: OptionalUser) -> dict[str, list[str]]:
+    """The values the page offers to filter by: to everyone, the documented
+    levels stored with the snapshot (those the result has, for a snapshot
+    scored before they were stored); signed-in callers also the stations."""
     r = board.result
     # configurations read "tote=<side> camera=<side>" (proctor.analysis.episodes)
     parts = [dict(w.split("=", 1) for w in c.split()) for c in r.get("configurations", [])]
-    return {
+    choices = {
         "tote_side": sorted({p["tote"] for p in parts if "tote" in p}),
         "camera_side": sorted({p["camera"] for p in parts if "camera" in p}),
         "object_tag": sorted({t for o in r.get("objects", []) for t in o.get("tags", [])}),
     }
+    stored = session.execute(
+        sa.select(AnalysisSubsetResult.factor, AnalysisSubsetResult.level)
+        .where(
+            AnalysisSubsetResult.snapshot_id == board.meta.id,
+            AnalysisSubsetResult.result.is_not(None),
+        )
+        .order_by(AnalysisSubsetResult.factor, AnalysisSubsetResult.level)
+    ).all()
+    if stored:
+        choices = {name: [lv for f, lv in stored if f == name] for name in DOCUMENTED}
+    if who is not None:
+        choices["station"] = _stations(session, board.campaign.id)
+    return choices
+
+
+def _stations(session: SessionDep, campaign_id: int) -> list[str]:
+    return sorted(
+        session.scalars(
+            sa.select(Station.name)
+            .join(Episode, Episode.station_id == Station.id)
+            .where(Episode.campaign_id == campaign_id)
+            .distinct()
+        )
+    )
 
 
 @page_router.get("/leaderboard/{campaign_id}/episodes", response_class=HTMLResponse)

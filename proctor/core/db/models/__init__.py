@@ -1,7 +1,7 @@
 """The whole schema. Import from here so that every table is registered on
 ``Base.metadata`` before Alembic or ``create_all`` looks at it."""
 
-from proctor.core.db.models.analysis import AnalysisSnapshot
+from proctor.core.db.models.analysis import AnalysisSnapshot, AnalysisSubsetResult
 from proctor.core.db.models.annotation import AnnotationCandidate, PlacementEvent, ReviewAction
 from proctor.core.db.models.base import Base
 from proctor.core.db.models.campaigns import Assignment, Campaign, CampaignObject, CampaignPolicy
@@ -17,6 +17,7 @@ from proctor.core.db.models.system import CacheGeneration
 
 __all__ = [
     "AnalysisSnapshot",
+    "AnalysisSubsetResult",
     "AnnotationCandidate",
     "ApiToken",
     "Artifact",

@@ -29,3 +29,27 @@ class AnalysisSnapshot(Base):
     result: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     created_by_id: Mapped[int | None] = mapped_column(sa.ForeignKey("users.id"))
     created_at: Mapped[datetime] = created_at_column()
+
+
+class AnalysisSubsetResult(Base):
+    """One documented factor level of a snapshot, scored with it
+    (``proctor.analysis.store.build_snapshot``): the board on only the
+    episodes at ``factor = level``, so the public's filtered boards are read,
+    never computed on request (``proctor.web.leaderboard.subset``). ``result``
+    is None when the subset was too small to score; ``message`` says why."""
+
+    __tablename__ = "analysis_subset_results"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "snapshot_id", "factor", "level", name="uq_analysis_subset_results_level"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    snapshot_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("analysis_snapshots.id", ondelete="CASCADE"), index=True
+    )
+    factor: Mapped[str] = mapped_column(sa.String(32))
+    level: Mapped[str] = mapped_column(sa.String(200))
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    message: Mapped[str] = mapped_column(sa.Text, default="")
