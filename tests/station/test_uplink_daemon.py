@@ -154,7 +154,7 @@ def test_the_station_hosts_ledger_and_log_do_not_say_how_the_policy_spoke(
     """A shell on the robot's computer reads the ledger and the journal: neither
     may carry the dialect, action space, image size, camera count or session flag."""
     caplog.set_level(logging.DEBUG, logger="proctor")
-    with TestClient(create_app(remote)) as client:
+    with station_client(remote) as client:
         until(lambda: client.get("/api/status").json()["uplink"]["online"], what="online")
         armed = client.post("/api/next")
         assert armed.status_code == 200, armed.text
