@@ -32,6 +32,8 @@ from proctor.station.policy.server import PolicyServer
 from proctor.station.profiles.sim import SIM_ENVELOPE
 from proctor.station.recording import load_recording
 from proctor.station.sim import kinematics as kin
+from proctor.station.sim.arm import sim_arm_limits
+from proctor.station.sim.world import SimParams
 from proctor.station.work import Work
 from tests.backends import once
 from tests.station.conftest import sim_config, sim_runner
@@ -315,15 +317,12 @@ def _state(q: np.ndarray) -> ArmState:
     return ArmState(t=0.0, q=q, dq=np.zeros(7), ee_pose=pose)
 
 
+SIM_LIMITS = sim_arm_limits(SimParams())
+
+
 def _envelope(**limits: Any) -> Envelope:
     settings = EnvelopeSettings(**{**SIM_ENVELOPE, "max_tool_speed": CAP, **limits})
-    env = Envelope(
-        settings,
-        lambda q: kin.forward(q)[2],
-        q_min=ArmConfig.q_min,
-        q_max=ArmConfig.q_max,
-        control_hz=15.0,
-    )
+    env = Envelope(settings, kin.arm_kinematics, SIM_LIMITS, control_hz=15.0)
     env._first = False
     return env
 
@@ -376,7 +375,7 @@ def test_velocities_are_capped_and_stop_at_the_walls() -> None:
     # down only as far as the horizon leaves above the table; sideways untouched
     assert g.command.target[2] == pytest.approx(-0.03 / env.horizon)
     assert g.command.target[0] == 0.1
-    # joint velocities: the tool's speed (finite difference of the FK) at the cap
+    # joint velocities: the tool's speed (a fine finite difference of the FK) at the cap
     g = env.guard(ArmCommand(ArmCommandKind.joint_velocity, np.full(7, 3.0)), HOME)
     dq = g.command.target
     ahead = kin.forward(HOME.q + dq * 1e-4)[2][:3, 3]
