@@ -44,6 +44,9 @@ SIM_ENVELOPE: dict[str, Any] = {
     "table_z": 0.0,
     # the fingertips touch the table below this (the world's floor contact)
     "table_margin_m": SimParams().floor_clearance,
+    # the simulated fingers are a point (the world's contact model has no
+    # corners or camera to keep off the table)
+    "tool_points_m": (),
     "max_tool_speed": 1.0,
     "max_tool_rotation_speed": 2.5,
     "max_step_m": 0.3,
