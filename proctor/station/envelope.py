@@ -407,7 +407,7 @@ class Envelope:
     def _cartesian_velocity(
         self, target: np.ndarray, state: ArmState, first: bool
     ) -> tuple[np.ndarray, set[EnvelopeReason]]:
-        s, reasons = self.settings, set()
+        reasons: set[EnvelopeReason] = set()
         v, w = target[:3].copy(), target[3:].copy()
         for part, cap in ((v, self.speed_cap), (w, self.spin_cap)):
             norm = float(np.linalg.norm(part))
@@ -583,7 +583,10 @@ class Envelope:
             v = k.jacobian @ dq
             speeds = [float(np.linalg.norm(v[:3]))]
             speeds += [float(np.linalg.norm(j @ dq)) for j in k.body_jacobians]
-            for speed, cap in ((max(speeds), self.speed_cap), (float(np.linalg.norm(v[3:])), self.spin_cap)):
+            for speed, cap in (
+                (max(speeds), self.speed_cap),
+                (float(np.linalg.norm(v[3:])), self.spin_cap),
+            ):
                 if speed > cap:
                     scale = min(scale, cap / speed)
         return scale
@@ -604,11 +607,11 @@ __all__ = [
     "MAX_RUNS",
     "Envelope",
     "EnvelopeLog",
+    "EnvelopeProtocolFault",
     "EnvelopeStop",
     "Guarded",
-    "Run",
-    "EnvelopeProtocolFault",
     "KinematicsModel",
+    "Run",
     "arm_limits",
     "envelope_settings",
 ]

@@ -140,9 +140,7 @@ def test_where_playback_starts(timed_from_call: bool, real_time: bool, first: in
         open_loop_steps=4,
         control_hz=15.0,
         real_time=real_time,
-        envelope=Envelope.for_arm(
-            EnvelopeSettings(), cell.arm, control_hz=15.0
-        ),
+        envelope=Envelope.for_arm(EnvelopeSettings(), cell.arm, control_hz=15.0),
     )
     rows = np.zeros((10, 7))
     reply = Reply(rows, 0.2, 0.0, ActionSpace.cartesian_position, timed_from_call=timed_from_call)

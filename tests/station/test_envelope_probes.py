@@ -92,9 +92,7 @@ class Verdict:
         if dq.any():
             ahead = kin.forward(q + dq * 1e-4)[2][:3, 3]
             self.speed = max(self.speed, float(np.linalg.norm(ahead - tcp)) / 1e-4)
-        self.joint = max(
-            self.joint, float(np.max(q - env.q_max)), float(np.max(env.q_min - q))
-        )
+        self.joint = max(self.joint, float(np.max(q - env.q_max)), float(np.max(env.q_min - q)))
 
     def check(self) -> None:
         assert self.box <= BOX_TOL_M, f"tool {self.box * 1000:.1f} mm outside the box"
@@ -300,9 +298,7 @@ def test_an_adaptive_attacker_cannot_push_the_arm_through_the_table() -> None:
     verdict.check()
 
 
-def test_the_driver_scales_joint_velocities_uniformly_and_refuses_to_change_a_guarded_one() -> (
-    None
-):
+def test_the_driver_scales_joint_velocities_uniformly_and_refuses_to_change_a_guarded_one() -> None:
     arm = _arm()
     dq_max = np.asarray(arm.config.max_joint_velocity) * arm.config.relative_dynamics_factor
     row = np.array([3.0, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0])
@@ -349,7 +345,7 @@ def test_the_cartesian_speed_factor_counts_the_tool_frames_axes() -> None:
         travel = rng.normal(size=3) * rng.uniform(0.001, 0.1)
         turn = rng.normal(size=3) * rng.uniform(0.0, 0.3)
         r1 = geo.euler_to_matrix(turn) @ r0
-        target = np.concatenate([[0.4, 0.0, 0.3] + travel, geo.matrix_to_quat(r1)])
+        target = np.concatenate([np.array([0.4, 0.0, 0.3]) + travel, geo.matrix_to_quat(r1)])
         command = ArmCommand(
             ArmCommandKind.cartesian_pose, target, max_tool_speed=cap, max_tool_rotation_speed=1.0
         )

@@ -67,7 +67,7 @@ def sim_params(section: dict[str, Any]) -> tuple[str, SimParams]:
             f"sim: unknown setting(s) {', '.join(sorted(unknown))}; "
             f"known: clock, {', '.join(sorted(_PARAM_FIELDS))}"
         )
-    values: dict[str, float | bool] = {}
+    values: dict[str, Any] = {}
     for name, value in section.items():
         if name in _SWITCHES:
             if not isinstance(value, bool):

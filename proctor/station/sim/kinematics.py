@@ -17,7 +17,6 @@ import numpy as np
 from scipy.linalg import lapack
 
 from proctor.station.drivers.arm.base import ArmKinematics
-
 from proctor.station.geometry import (  # noqa: F401  (re-exported for the simulator)
     euler_to_matrix,
     matrix_to_euler,
