@@ -421,3 +421,13 @@ def test_the_station_config_overrides_the_profile_defaults() -> None:
 
     with pytest.raises(ConfigError, match=r"envelope\.workspace_max"):
         load_station_config(None, envelope={"workspace_max": (0.1, 0.5, 0.5)})
+
+
+def test_the_simulated_arms_own_speed_cap_is_a_switch() -> None:
+    from proctor.core.errors import ConfigError
+    from proctor.station.profiles.sim import sim_params
+
+    assert sim_params({"enforce_tool_speed": False})[1].enforce_tool_speed is False
+    assert sim_params({})[1].enforce_tool_speed is True
+    with pytest.raises(ConfigError, match="sim.enforce_tool_speed: must be true or false"):
+        sim_params({"enforce_tool_speed": 1})
