@@ -290,8 +290,13 @@ def test_commands_are_clipped_and_the_clipped_command_returned() -> None:
     assert np.all(sent.target <= np.asarray(c.q_max) - c.joint_margin_rad + 1e-12)
     assert np.all(sent.target >= np.asarray(c.q_min) + c.joint_margin_rad - 1e-12)
 
-    fast = arm.clip(ArmCommand(ArmCommandKind.joint_velocity, np.full(7, 10.0)))
-    assert np.allclose(fast.target, np.asarray(c.max_joint_velocity) * c.relative_dynamics_factor)
+    # a joint velocity is scaled uniformly: every joint alike, the direction kept
+    # (clipped joint by joint, the tool would move where nothing checked, review #1)
+    asked = np.array([10.0, -10.0, 5.0, 0.0, 0.0, 10.0, -2.0])
+    fast = arm.clip(ArmCommand(ArmCommandKind.joint_velocity, asked))
+    limits = np.asarray(c.max_joint_velocity) * c.relative_dynamics_factor
+    assert np.max(np.abs(fast.target) / limits) == pytest.approx(1.0)
+    assert np.allclose(fast.target / np.linalg.norm(fast.target), asked / np.linalg.norm(asked))
 
     far = arm.clip(ArmCommand(ArmCommandKind.cartesian_pose, [2.0, 0, -1.0, 0, 0, 0, 2.0]))
     assert np.allclose(far.target, [c.workspace_max[0], 0, c.workspace_min[2], 0, 0, 0, 1])
