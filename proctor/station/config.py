@@ -159,6 +159,25 @@ class EnvelopeSettings(BaseModel):
     # is the fingertip centre (commissioning checks that); e.g. 0.057 when Desk
     # still has the Franka Hand (10.34 cm) and a 2F-85 (≈ 16 cm) is mounted
     tcp_extra_m: float = Field(default=0.0, ge=0.0, le=0.5)
+    # points of the gripper in the frame of the end effector the arm reports
+    # (m; ``tcp_extra_m`` along z is added) that must stay above the table
+    # plane by ``table_margin_m``, like the tool point: by default the corners
+    # of the 2F-85's open fingers (±42.5 mm stroke and pad, either yaw) and a
+    # wrist camera 7 cm off-axis, 10 cm above the fingertips (UNVERIFIED:
+    # measure the mounted gripper and camera)
+    tool_points_m: tuple[Vec3, ...] = (
+        (0.05, 0.05, 0.0),
+        (0.05, -0.05, 0.0),
+        (-0.05, 0.05, 0.0),
+        (-0.05, -0.05, 0.0),
+        (0.07, 0.0, -0.10),
+    )
+    # the fastest any joint may turn under a joint velocity command (rad/s):
+    # bounds the self-motion (null space) that moves no tool point
+    max_joint_speed: float = Field(default=1.0, gt=0.0, le=5.3)
+    # a joint velocity row asking for more than this multiple of the arm's rated
+    # joint velocities is not a velocity but a protocol fault of the policy
+    joint_velocity_fault_multiple: float = Field(default=3.0, ge=1.0, le=100.0)
     # ONE tool speed cap for every action space (m/s), and one for rotation (rad/s)
     max_tool_speed: float = Field(default=0.25, gt=0.0, le=3.0)
     max_tool_rotation_speed: float = Field(default=1.0, gt=0.0, le=2.5)

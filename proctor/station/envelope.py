@@ -1,22 +1,43 @@
 """The envelope: every arm command a policy asks for is held to the cell's
 limits before it is sent, whatever its action space.
 
-For each command the envelope predicts where the tool goes — forward
-kinematics of the arm's own model for joint commands (``Arm.tool_transform``:
-franky's ``Model.pose`` on the real arm and the twin, the simulated cell's
+For each command the envelope predicts where the arm goes — the arm's own
+model for joint commands (``Arm.kinematics``: franky's ``Model.pose`` and
+``Model.zero_jacobian`` on the real arm and the twin, the simulated cell's
 ``proctor.station.sim.kinematics``), the straight line for Cartesian targets, and the
 velocity held for ``velocity_horizon_s`` for velocity commands — and changes
 it until:
 
 * the tool point and the fingertips (``tcp_extra_m`` beyond it along the
   tool's z axis) stay inside the commissioned workspace box and above the
-  table plane by ``table_margin_m``;
+  table plane by ``table_margin_m``; so do the gripper's corners and the
+  wrist camera (``tool_points_m``) and, for joint commands, the elbow and
+  the wrist (the origins of joints 4 and 6);
 * a position target lies at most ``max_step_m`` of tool travel and
   ``max_step_rad`` of any joint or of tool rotation from the MEASURED state;
 * the tool's z axis stays within ``cone_deg`` of straight down;
 * velocities stay under ONE tool speed cap, ``max_tool_speed``, which is also
   handed to the arm with every command (``ArmCommand.max_tool_speed``) so that
   position targets are approached no faster.
+
+One command, checked as sent (review #1): the envelope first holds a command
+to the limits the driver itself clips to (``Arm.limits``), so that what it
+checks is exactly what the driver sends; the driver refuses a guarded command
+it would still change. A joint velocity is
+
+1. refused as a protocol fault (``EnvelopeProtocolFault``) beyond
+   ``joint_velocity_fault_multiple`` × the arm's rated joint velocities: no
+   policy means that, and nothing larger ever reaches the arithmetic below;
+2. scaled uniformly — all joints alike, so it keeps its direction — into the
+   arm's joint velocity limits and ``max_joint_speed`` (which bounds the
+   self-motion no tool point shows);
+3. scaled so that every joint brakes before its position limit (the wall):
+   held for the horizon, then braking at the arm's deceleration;
+4. scaled so that the tool, its rotation, the elbow and the wrist stay under
+   the caps, by the model's Jacobians at points along the path;
+5. shortened to the largest part of its path (integrated in ≤ 0.05 rad steps
+   of any joint) that leaves the tool, the gripper's points and the arm's body
+   no farther outside the box, the table and the cone.
 
 Cartesian commands are clamped axis by axis (the tool slides along a wall);
 joint commands, which cannot be, are shortened along their own direction.
@@ -42,20 +63,35 @@ import numpy as np
 
 from proctor.station import geometry as geo
 from proctor.station.config import EnvelopeSettings, StationConfig
-from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
+from proctor.station.drivers.arm.base import (
+    Arm,
+    ArmCommand,
+    ArmCommandKind,
+    ArmKinematics,
+    ArmLimits,
+    ArmState,
+)
 from proctor.station.keys import EnvelopeReason
+from proctor.station.policy.client import PolicyProtocolError
 
-# forward kinematics: joint positions → the reported tool point's 4×4 pose, or None
-ToolModel = Callable[[np.ndarray], np.ndarray | None]
+# the arm's model: joint positions → its tool, body points and Jacobians, or None
+KinematicsModel = Callable[[np.ndarray], ArmKinematics | None]
 
 # the tolerance within which a prediction counts as "no farther out"
 _SLACK = 1e-6
 # bisection steps for the largest safe fraction of a step: 2⁻¹² of it
 _BISECT = 12
-# the time step of the finite difference giving a joint velocity's tool twist (s)
-_DIFF_S = 1e-3
+# a joint path is checked at points at most this far apart on any joint (rad):
+# the FK between two of them departs from the straight chord by well under a
+# millimetre for the FR3's links (≤ 1.3 m × 0.05²/8)
+_PATH_STEP_RAD = 0.05
 # the events an episode records at most (the manifest counts every intervention)
 MAX_RUNS = 200
+
+
+class EnvelopeProtocolFault(PolicyProtocolError):
+    """A row no policy can mean (a joint velocity far beyond the arm's rating):
+    the policy's protocol fault, charged to it as a malformed reply is."""
 
 
 class EnvelopeStop(Exception):
@@ -152,13 +188,40 @@ def _largest(ok: Callable[[float], bool], upper: float = 1.0) -> float:
 
 @dataclass(frozen=True)
 class _Excess:
-    """How far a pose is outside the box (m) and the orientation cone (rad)."""
+    """How far a pose is outside the box (m), the orientation cone (rad), and
+    how far the arm's body (elbow, wrist) is below the table's margin (m)."""
 
     box: float
     cone: float
+    body: float = 0.0
 
     def no_worse_than(self, base: _Excess) -> bool:
-        return self.box <= base.box + _SLACK and self.cone <= base.cone + _SLACK
+        return (
+            self.box <= base.box + _SLACK
+            and self.cone <= base.cone + _SLACK
+            and self.body <= base.body + _SLACK
+        )
+
+
+def arm_limits(arm: Arm[Any]) -> ArmLimits:
+    """The limits the envelope holds commands to for ``arm``: the driver's own
+    (what its ``send`` clips to), or, for an arm that clips nothing, its joint
+    range and no other."""
+    limits = arm.limits()
+    if limits is not None:
+        return limits
+    inf = np.full(7, np.inf)
+    return ArmLimits(
+        q_min=np.asarray(arm.config.q_min, dtype=np.float64),
+        q_max=np.asarray(arm.config.q_max, dtype=np.float64),
+        dq_max=inf,
+        ddq_max=inf,
+        dq_rated=inf,
+        max_linear_velocity=math.inf,
+        max_angular_velocity=math.inf,
+        workspace_min=np.full(3, -np.inf),
+        workspace_max=np.full(3, np.inf),
+    )
 
 
 class Envelope:
@@ -167,38 +230,58 @@ class Envelope:
     def __init__(
         self,
         settings: EnvelopeSettings,
-        tool_model: ToolModel,
+        kinematics: KinematicsModel,
+        limits: ArmLimits,
         *,
-        q_min: tuple[float, ...],
-        q_max: tuple[float, ...],
         control_hz: float,
     ) -> None:
         s = settings
         self.settings = s
-        self.lo = np.array(s.workspace_min, dtype=np.float64)
-        self.hi = np.array(s.workspace_max, dtype=np.float64)
-        self.lo[2] = max(self.lo[2], s.table_z + s.table_margin_m)
+        self.arm = limits
+        # the box: the commissioned one inside the driver's own (a pose target
+        # outside the driver's would be clipped there, unchecked)
+        self.lo = np.maximum(np.array(s.workspace_min, dtype=np.float64), limits.workspace_min)
+        self.hi = np.minimum(np.array(s.workspace_max, dtype=np.float64), limits.workspace_max)
+        self.table = s.table_z + s.table_margin_m  # nothing of the arm below this
+        self.lo[2] = max(self.lo[2], self.table)
+        # the gripper's points (corners, camera) in the reported tool frame
+        self.points = np.array(s.tool_points_m, dtype=np.float64).reshape(-1, 3)
+        self.points[:, 2] += s.tcp_extra_m
         self.cone = math.radians(s.cone_deg)
         self.horizon = max(1.0 / control_hz, s.velocity_horizon_s)
-        self.q_min, self.q_max = np.asarray(q_min), np.asarray(q_max)
-        self.fk = tool_model
+        # ONE cap each, the driver's clip included: it must not change them
+        self.speed_cap = min(s.max_tool_speed, limits.max_linear_velocity)
+        self.spin_cap = min(s.max_tool_rotation_speed, limits.max_angular_velocity)
+        self.q_min, self.q_max = np.asarray(limits.q_min), np.asarray(limits.q_max)
+        self.kin = kinematics
         self.log = EnvelopeLog()
         self._first = True
+
+    @classmethod
+    def for_arm(cls, settings: EnvelopeSettings, arm: Arm[Any], *, control_hz: float) -> Envelope:
+        return cls(settings, arm.kinematics, arm_limits(arm), control_hz=control_hz)
 
     # -- the limits ----------------------------------------------------------
     def bounds(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The box for the tool point with orientation ``r``: the fingertips,
-        ``tcp_extra_m`` along the tool's z axis, must be inside it too."""
+        ``tcp_extra_m`` along the tool's z axis, must be inside it too, and the
+        gripper's points (``tool_points_m``) above the table's margin."""
         tip = self.settings.tcp_extra_m * r[:, 2]
-        return self.lo + np.maximum(0.0, -tip), self.hi - np.maximum(0.0, tip)
+        lo, hi = self.lo + np.maximum(0.0, -tip), self.hi - np.maximum(0.0, tip)
+        if len(self.points):
+            lowest = float(np.min(self.points @ r[2]))  # z offsets of the points
+            lo[2] = max(lo[2], self.table - min(0.0, lowest))
+        return lo, hi
 
     def excess(self, p: np.ndarray, r: np.ndarray) -> _Excess:
         lo, hi = self.bounds(r)
         box = max(0.0, float(np.max(lo - p)), float(np.max(p - hi)))
         return _Excess(box, max(0.0, _tilt(r) - self.cone))
 
-    def _excess_t(self, t: np.ndarray) -> _Excess:
-        return self.excess(t[:3, 3], t[:3, :3])
+    def _excess_k(self, k: ArmKinematics) -> _Excess:
+        e = self.excess(k.tool[:3, 3], k.tool[:3, :3])
+        body = max(0.0, self.table - float(np.min(k.body[:, 2]))) if len(k.body) else 0.0
+        return _Excess(e.box, e.cone, body)
 
     def watch(self, state: ArmState) -> str | None:
         """Why the MEASURED tool must stop the episode, or None: farther outside
@@ -230,24 +313,35 @@ class Envelope:
     # -- guarding ------------------------------------------------------------
     def guard(self, command: ArmCommand, state: ArmState) -> Guarded:
         """The command as it may be sent, given the arm's measured ``state``;
-        raises ``EnvelopeStop`` when it must not be sent at all."""
+        raises ``EnvelopeStop`` when it must not be sent at all, and
+        ``EnvelopeProtocolFault`` for a row no policy can mean."""
         first, self._first = self._first, False
         target, reasons = _GUARDS[command.kind](self, command.target, state, first)
-        cap = self.settings.max_tool_speed
         if not reasons:
             target = command.target  # bit for bit what the policy asked
-        guarded = Guarded(replace(command, target=target, max_tool_speed=cap), frozenset(reasons))
+        guarded = Guarded(
+            replace(
+                command,
+                target=target,
+                max_tool_speed=self.speed_cap,
+                max_tool_rotation_speed=self.spin_cap,
+            ),
+            frozenset(reasons),
+        )
         self.log.record(state.t, guarded.reasons)
         return guarded
 
-    def _fk(self, q: np.ndarray) -> np.ndarray:
-        t = self.fk(q)
-        if t is None:
+    def _model(self, q: np.ndarray) -> ArmKinematics:
+        k = self.kin(q)
+        if k is None:
             raise EnvelopeStop(
                 EnvelopeReason.workspace,
                 "envelope: this arm has no kinematic model, so a joint command cannot be checked",
             )
-        return t
+        return k
+
+    def _fk(self, q: np.ndarray) -> np.ndarray:
+        return self._model(q).tool
 
     def _jump(self, what: str, size: float, limit: float, unit: str) -> EnvelopeStop:
         return EnvelopeStop(
@@ -284,6 +378,17 @@ class Envelope:
         if turn > s.max_step_rad:
             r = _rotvec_matrix(turn_vec * (s.max_step_rad / turn)) @ r0
             reasons.add(EnvelopeReason.step)
+            # part of the way along the rotation the z axis can bulge past the
+            # cone, and the next step would allow that grown tilt (the tilt
+            # ratchet): back onto the cone's edge, then the box for it again
+            r, coned = self._into_cone(r, r0)
+            if coned:
+                reasons.add(EnvelopeReason.orientation)
+                lo, hi = self.bounds(r)
+                inside = np.clip(clipped, lo, hi)
+                if np.any(inside != clipped):
+                    reasons.add(EnvelopeReason.workspace)
+                clipped = inside
         return np.concatenate([clipped, geo.matrix_to_quat(r)]), reasons
 
     def _into_cone(self, r: np.ndarray, r0: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -302,9 +407,9 @@ class Envelope:
     def _cartesian_velocity(
         self, target: np.ndarray, state: ArmState, first: bool
     ) -> tuple[np.ndarray, set[EnvelopeReason]]:
-        s, reasons = self.settings, set()
+        reasons: set[EnvelopeReason] = set()
         v, w = target[:3].copy(), target[3:].copy()
-        for part, cap in ((v, s.max_tool_speed), (w, s.max_tool_rotation_speed)):
+        for part, cap in ((v, self.speed_cap), (w, self.spin_cap)):
             norm = float(np.linalg.norm(part))
             if norm > cap:
                 part *= cap / norm
@@ -339,29 +444,48 @@ class Envelope:
         reasons: set[EnvelopeReason],
         upper: float,
     ) -> float:
-        """The largest fraction of ``q0 → q0 + dq`` (at most ``upper``) whose end
-        and midpoint leave the tool no farther outside the box and the cone."""
-        base = self._excess_t(self._fk(q0))
+        """The largest fraction of ``q0 → q0 + dq`` (at most ``upper``) along
+        which the tool, the gripper's points and the arm's body get no farther
+        outside the box, the cone and the table than at ``q0``: the path is
+        walked in steps of at most ``_PATH_STEP_RAD`` on any joint, and the
+        step that first breaks a limit is bisected."""
+        base = self._excess_k(self._model(q0))
+        widest = float(np.max(np.abs(dq))) * upper
+        n = max(1, math.ceil(widest / _PATH_STEP_RAD))
+        worst: _Excess | None = None
 
         def ok(f: float) -> bool:
-            return all(
-                self._excess_t(self._fk(q0 + g * dq)).no_worse_than(base) for g in (f, 0.5 * f)
-            )
+            nonlocal worst
+            e = self._excess_k(self._model(q0 + f * dq))
+            if e.no_worse_than(base):
+                return True
+            worst = e
+            return False
 
-        frac = _largest(ok, upper)
-        if frac < upper:  # which limit the whole step broke, at its end or midpoint
-            worst = [self._excess_t(self._fk(q0 + g * upper * dq)) for g in (1.0, 0.5)]
-            if any(e.box > base.box + _SLACK for e in worst):
-                reasons.add(EnvelopeReason.workspace)
-            if any(e.cone > base.cone + _SLACK for e in worst):
-                reasons.add(EnvelopeReason.orientation)
-        return frac
+        done = 0.0
+        for i in range(1, n + 1):
+            f = upper * i / n
+            if not ok(f):
+                lo, hi = done, f
+                for _ in range(_BISECT):
+                    mid = 0.5 * (lo + hi)
+                    lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+                assert worst is not None
+                if worst.box > base.box + _SLACK or worst.body > base.body + _SLACK:
+                    reasons.add(EnvelopeReason.workspace)
+                if worst.cone > base.cone + _SLACK:
+                    reasons.add(EnvelopeReason.orientation)
+                return lo
+            done = f
+        return upper
 
     def _joint_position(
         self, target: np.ndarray, state: ArmState, first: bool
     ) -> tuple[np.ndarray, set[EnvelopeReason]]:
         s, reasons = self.settings, set()
         q0 = state.q
+        # the driver's own joint range (its margin inside the controller's
+        # limits): the target checked is the one it sends
         qt = np.clip(target, self.q_min, self.q_max)
         p0 = self._fk(q0)[:3, 3]
         dq = qt - q0
@@ -387,22 +511,85 @@ class Envelope:
     def _joint_velocity(
         self, target: np.ndarray, state: ArmState, first: bool
     ) -> tuple[np.ndarray, set[EnvelopeReason]]:
-        s, reasons = self.settings, set()
+        s, arm, reasons = self.settings, self.arm, set()
         q0, dq = state.q, target.copy()
-        t0 = self._fk(q0)
-        t1 = self._fk(q0 + dq * _DIFF_S)
-        speed = float(np.linalg.norm(t1[:3, 3] - t0[:3, 3])) / _DIFF_S
-        spin = float(np.linalg.norm(geo.rotation_error(t1[:3, :3], t0[:3, :3]))) / _DIFF_S
+        # 1. no policy means a joint at many times its rating: a protocol fault
+        over = np.abs(dq) / arm.dq_rated
+        worst = int(np.argmax(over))
+        if over[worst] > s.joint_velocity_fault_multiple:
+            raise EnvelopeProtocolFault(
+                f"malformed policy reply: a joint_velocity row asks joint {worst + 1} for "
+                f"{dq[worst]:.4g} rad/s, over {s.joint_velocity_fault_multiple:g} × its rated "
+                f"{arm.dq_rated[worst]:g} rad/s"
+            )
+        # 2. uniformly into the arm's limits and the joint speed cap (never
+        # joint by joint: that turns the tool off the direction checked)
         scale = min(
             1.0,
-            s.max_tool_speed / speed if speed > 0 else 1.0,
-            s.max_tool_rotation_speed / spin if spin > 0 else 1.0,
+            float(np.min(arm.dq_max / np.maximum(np.abs(dq), 1e-300))),
+            s.max_joint_speed / max(float(np.max(np.abs(dq))), 1e-300),
         )
         if scale < 1.0:
             dq *= scale
             reasons.add(EnvelopeReason.speed)
-        frac = self._joint_path(q0, dq * self.horizon, reasons, 1.0)
+        # 3. the wall: every joint can still brake before its limit
+        wall = self._wall(q0, dq)
+        if wall < 1.0:
+            dq *= wall
+            reasons.add(EnvelopeReason.joint_limit)
+        # 4. the tool's speed and rotation and the body's speeds, from the
+        # model's Jacobians along the path the command may take
+        fast = self._speed_scale(q0, dq)
+        if fast < 1.0:
+            dq *= fast
+            reasons.add(EnvelopeReason.speed)
+        # 5. the path over the horizon and the braking after it, in small steps
+        frac = self._joint_path(q0, dq * self._span(dq), reasons, 1.0)
         return dq * frac, reasons
+
+    def _span(self, dq: np.ndarray) -> float:
+        """How long (s) the arm may follow ``dq`` before it is at rest: the
+        horizon, then braking at the arm's deceleration (the joints slow down
+        together, so the path stays on the line; half the stopping time)."""
+        a = self.arm.ddq_max
+        finite = np.isfinite(a)
+        brake = float(np.max(np.abs(dq[finite]) / a[finite])) / 2.0 if finite.any() else 0.0
+        return self.horizon + brake
+
+    def _wall(self, q0: np.ndarray, dq: np.ndarray) -> float:
+        """The largest uniform scale of ``dq`` with which every joint, moving
+        for the horizon and then braking at the arm's deceleration, stops
+        inside its limits: v·h + v²/(2a) ≤ room, i.e.
+        v ≤ a·(√(h² + 2·room/a) − h)."""
+        h, a = self.horizon, self.arm.ddq_max
+        room = np.where(dq > 0, self.q_max - q0, q0 - self.q_min)
+        room = np.maximum(room, 0.0)
+        with np.errstate(invalid="ignore"):
+            allowed = np.where(np.isfinite(a), a * (np.sqrt(h * h + 2.0 * room / a) - h), room / h)
+        moving = np.abs(dq) > 0
+        if not moving.any():
+            return 1.0
+        return float(min(1.0, np.min(allowed[moving] / np.abs(dq[moving]))))
+
+    def _speed_scale(self, q0: np.ndarray, dq: np.ndarray) -> float:
+        """The largest uniform scale of ``dq`` keeping the tool's speed and
+        rotation and every body point's speed under the caps at each point of
+        the path the command may take (the Jacobians change along it)."""
+        span = self._span(dq)
+        n = max(1, math.ceil(float(np.max(np.abs(dq))) * span / _PATH_STEP_RAD))
+        scale = 1.0
+        for i in range(n + 1):
+            k = self._model(q0 + dq * span * i / n)
+            v = k.jacobian @ dq
+            speeds = [float(np.linalg.norm(v[:3]))]
+            speeds += [float(np.linalg.norm(j @ dq)) for j in k.body_jacobians]
+            for speed, cap in (
+                (max(speeds), self.speed_cap),
+                (float(np.linalg.norm(v[3:])), self.spin_cap),
+            ):
+                if speed > cap:
+                    scale = min(scale, cap / speed)
+        return scale
 
 
 _GUARDS: dict[
@@ -420,9 +607,11 @@ __all__ = [
     "MAX_RUNS",
     "Envelope",
     "EnvelopeLog",
+    "EnvelopeProtocolFault",
     "EnvelopeStop",
     "Guarded",
+    "KinematicsModel",
     "Run",
-    "ToolModel",
+    "arm_limits",
     "envelope_settings",
 ]

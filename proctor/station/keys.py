@@ -122,6 +122,9 @@ class EnvelopeReason(StrEnum):
     speed = "speed"  # the tool would have moved faster than the cell's speed cap
     orientation = "orientation"  # the tool's z axis would have left the cone around "down"
     jump = "jump"  # the episode's first target lay far from the arm: stopped, not clamped
+    # a joint velocity would not have braked before the joint's limit (appended
+    # last: the bits of the reasons above stay as recorded before it)
+    joint_limit = "joint_limit"
 
     @property
     def bit(self) -> int:

@@ -140,13 +140,7 @@ def test_where_playback_starts(timed_from_call: bool, real_time: bool, first: in
         open_loop_steps=4,
         control_hz=15.0,
         real_time=real_time,
-        envelope=Envelope(
-            EnvelopeSettings(),
-            cell.arm.tool_transform,
-            q_min=cell.arm.config.q_min,
-            q_max=cell.arm.config.q_max,
-            control_hz=15.0,
-        ),
+        envelope=Envelope.for_arm(EnvelopeSettings(), cell.arm, control_hz=15.0),
     )
     rows = np.zeros((10, 7))
     reply = Reply(rows, 0.2, 0.0, ActionSpace.cartesian_position, timed_from_call=timed_from_call)
@@ -171,12 +165,8 @@ def test_gripper_commands_carry_the_objects_speed_and_force() -> None:
             control_hz=15.0,
             real_time=False,
             grip=cfg.gripper.for_object("spoons"),
-            envelope=Envelope(
-                envelope_settings(cfg, cell.envelope_defaults),
-                cell.arm.tool_transform,
-                q_min=cell.arm.config.q_min,
-                q_max=cell.arm.config.q_max,
-                control_hz=15.0,
+            envelope=Envelope.for_arm(
+                envelope_settings(cfg, cell.envelope_defaults), cell.arm, control_hz=15.0
             ),
         )
         row = np.append(q, 1.0)[None, :]

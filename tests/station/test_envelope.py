@@ -32,6 +32,8 @@ from proctor.station.policy.server import PolicyServer
 from proctor.station.profiles.sim import SIM_ENVELOPE
 from proctor.station.recording import load_recording
 from proctor.station.sim import kinematics as kin
+from proctor.station.sim.arm import sim_arm_limits
+from proctor.station.sim.world import SimParams
 from proctor.station.work import Work
 from tests.backends import once
 from tests.station.conftest import sim_config, sim_runner
@@ -184,8 +186,14 @@ def _work(url: str) -> Work:
     )
 
 
-def _config() -> Any:
-    return sim_config(envelope={"max_tool_speed": CAP})
+def _config(space: str = "") -> Any:
+    # the simulated arm's physics would hold the cap itself, a catch-all the
+    # real arm lacks for velocity commands: off for joint velocities, so that
+    # only the envelope holds them (the position spaces keep it: the simulated
+    # arm has no model of franky's per-motion velocity factor, which holds
+    # those on the real arm and is tested on the twin)
+    sim = {"enforce_tool_speed": space != "joint_velocity"}
+    return sim_config(envelope={"max_tool_speed": CAP}, sim=sim)
 
 
 @pytest.fixture
@@ -202,9 +210,9 @@ def hostile_server():
         s.stop()
 
 
-def _run(sessions: Any, tmp_path: Path, url: str) -> tuple[Any, Any, list[Any]]:
+def _run(sessions: Any, tmp_path: Path, url: str, space: str = "") -> tuple[Any, Any, list[Any]]:
     store = LocalArtifactStore(tmp_path / "artifacts")
-    with sim_runner(sessions, store, tmp_path, _config()) as runner:
+    with sim_runner(sessions, store, tmp_path, _config(space)) as runner:
         uid = runner.arm(_work(url))
         runner.start(background=False)
         summary = runner.last
@@ -227,7 +235,7 @@ def test_a_hostile_policy_cannot_take_the_tool_out_of_the_envelope(
     space: str, hostile_server, station_db, tmp_path: Path, backend: str
 ) -> None:
     _, sessions = station_db
-    summary, rec, events = _run(sessions, tmp_path, hostile_server(space).url)
+    summary, rec, events = _run(sessions, tmp_path, hostile_server(space).url, space)
     limits = envelope_settings(_config(), SIM_ENVELOPE)
     lo, hi = np.array(limits.workspace_min), np.array(limits.workspace_max)
     lo[2] = max(lo[2], limits.table_z + limits.table_margin_m)
@@ -315,15 +323,12 @@ def _state(q: np.ndarray) -> ArmState:
     return ArmState(t=0.0, q=q, dq=np.zeros(7), ee_pose=pose)
 
 
+SIM_LIMITS = sim_arm_limits(SimParams())
+
+
 def _envelope(**limits: Any) -> Envelope:
     settings = EnvelopeSettings(**{**SIM_ENVELOPE, "max_tool_speed": CAP, **limits})
-    env = Envelope(
-        settings,
-        lambda q: kin.forward(q)[2],
-        q_min=ArmConfig.q_min,
-        q_max=ArmConfig.q_max,
-        control_hz=15.0,
-    )
+    env = Envelope(settings, kin.arm_kinematics, SIM_LIMITS, control_hz=15.0)
     env._first = False
     return env
 
@@ -376,7 +381,7 @@ def test_velocities_are_capped_and_stop_at_the_walls() -> None:
     # down only as far as the horizon leaves above the table; sideways untouched
     assert g.command.target[2] == pytest.approx(-0.03 / env.horizon)
     assert g.command.target[0] == 0.1
-    # joint velocities: the tool's speed (finite difference of the FK) at the cap
+    # joint velocities: the tool's speed (a fine finite difference of the FK) at the cap
     g = env.guard(ArmCommand(ArmCommandKind.joint_velocity, np.full(7, 3.0)), HOME)
     dq = g.command.target
     ahead = kin.forward(HOME.q + dq * 1e-4)[2][:3, 3]
@@ -416,3 +421,13 @@ def test_the_station_config_overrides_the_profile_defaults() -> None:
 
     with pytest.raises(ConfigError, match=r"envelope\.workspace_max"):
         load_station_config(None, envelope={"workspace_max": (0.1, 0.5, 0.5)})
+
+
+def test_the_simulated_arms_own_speed_cap_is_a_switch() -> None:
+    from proctor.core.errors import ConfigError
+    from proctor.station.profiles.sim import sim_params
+
+    assert sim_params({"enforce_tool_speed": False})[1].enforce_tool_speed is False
+    assert sim_params({})[1].enforce_tool_speed is True
+    with pytest.raises(ConfigError, match="sim.enforce_tool_speed: must be true or false"):
+        sim_params({"enforce_tool_speed": 1})

@@ -49,12 +49,8 @@ class ControlLoop:
         # None until a Positronic server's first reply names it; its commands are
         # positions (cartesian_pos, joint_pos), never velocities
         space = act.client.action_space
-        act.envelope = Envelope(
-            envelope_settings(cfg, cell.envelope_defaults),
-            cell.arm.tool_transform,
-            q_min=cell.arm.config.q_min,
-            q_max=cell.arm.config.q_max,
-            control_hz=cfg.control_hz,
+        act.envelope = Envelope.for_arm(
+            envelope_settings(cfg, cell.envelope_defaults), cell.arm, control_hz=cfg.control_hz
         )
         self.envelope = act.envelope
         self.player = ChunkPlayer(

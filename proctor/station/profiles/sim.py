@@ -44,12 +44,16 @@ SIM_ENVELOPE: dict[str, Any] = {
     "table_z": 0.0,
     # the fingertips touch the table below this (the world's floor contact)
     "table_margin_m": SimParams().floor_clearance,
+    # the simulated fingers are a point (the world's contact model has no
+    # corners or camera to keep off the table)
+    "tool_points_m": (),
     "max_tool_speed": 1.0,
     "max_tool_rotation_speed": 2.5,
     "max_step_m": 0.3,
     "max_step_rad": 0.5,
 }
 _PARAM_FIELDS = {f.name for f in dataclasses.fields(SimParams)}
+_SWITCHES = {f.name for f in dataclasses.fields(SimParams) if isinstance(f.default, bool)}
 
 
 def sim_params(section: dict[str, Any]) -> tuple[str, SimParams]:
@@ -63,8 +67,13 @@ def sim_params(section: dict[str, Any]) -> tuple[str, SimParams]:
             f"sim: unknown setting(s) {', '.join(sorted(unknown))}; "
             f"known: clock, {', '.join(sorted(_PARAM_FIELDS))}"
         )
-    values: dict[str, float] = {}
+    values: dict[str, Any] = {}
     for name, value in section.items():
+        if name in _SWITCHES:
+            if not isinstance(value, bool):
+                raise ConfigError(f"sim.{name}: must be true or false, got {value!r}")
+            values[name] = value
+            continue
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ConfigError(f"sim.{name}: must be a positive number, got {value!r}")
         values[name] = float(value)

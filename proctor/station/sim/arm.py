@@ -16,12 +16,14 @@ from proctor.station.drivers.arm.base import (
     ArmErrorKind,
     ArmFault,
     ArmHalted,
+    ArmKinematics,
+    ArmLimits,
     ArmState,
     RobotMode,
 )
 from proctor.station.drivers.arm.flags import flags_in
 from proctor.station.sim import kinematics as kin
-from proctor.station.sim.world import SimWorld
+from proctor.station.sim.world import CARTESIAN_BOX, Q_MAX, Q_MIN, SimParams, SimWorld
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,22 @@ class SimArmConfig(ArmConfig):
     home_clearance_m: float = 0.06
     # … and moves at this fraction of the station's speed limits
     home_speed_scale: float = 0.3
+
+
+def sim_arm_limits(params: SimParams) -> ArmLimits:
+    """The limits of ``SimWorld.clip_command`` (and its braking)."""
+    lo, hi = CARTESIAN_BOX
+    return ArmLimits(
+        q_min=Q_MIN.copy(),
+        q_max=Q_MAX.copy(),
+        dq_max=kin.DQ_MAX.copy(),
+        ddq_max=kin.DDQ_MAX.copy(),
+        dq_rated=kin.DQ_MAX.copy(),
+        max_linear_velocity=params.v_max,
+        max_angular_velocity=params.w_max,
+        workspace_min=np.array(lo),
+        workspace_max=np.array(hi),
+    )
 
 
 @ARMS.register("sim")
@@ -102,6 +120,14 @@ class SimArm(Arm[SimArmConfig]):
     def tool_transform(self, q: np.ndarray) -> np.ndarray:
         """The simulated cell's own FR3 kinematics (``proctor.station.sim.kinematics``)."""
         return kin.forward(np.asarray(q, dtype=np.float64))[2]
+
+    def kinematics(self, q: np.ndarray) -> ArmKinematics:
+        """The same model with the elbow, the wrist and the Jacobians."""
+        return kin.arm_kinematics(q)
+
+    def limits(self) -> ArmLimits:
+        """What the simulated cell's ``clip_command`` holds a command to."""
+        return sim_arm_limits(self.world.params)
 
     def stop(self) -> None:
         if self._connected:

@@ -16,6 +16,7 @@ import math
 import numpy as np
 from scipy.linalg import lapack
 
+from proctor.station.drivers.arm.base import ArmKinematics
 from proctor.station.geometry import (  # noqa: F401  (re-exported for the simulator)
     euler_to_matrix,
     matrix_to_euler,
@@ -122,3 +123,29 @@ def dls(j: np.ndarray, twist: np.ndarray, damping: float = 0.02) -> np.ndarray:
     if info != 0:
         x = np.linalg.solve(jjt, twist)
     return j.T @ x
+
+
+# the arm's body points the envelope keeps above the table: the origins of the
+# frames of joint 4 (the elbow) and joint 6 (the wrist), as libfranka's
+# ``Frame.Joint4`` / ``Frame.Joint6`` name them (indices into ``forward``'s origins)
+BODY_FRAMES = (3, 5)
+
+
+def point_jacobian(origins: np.ndarray, axes: np.ndarray, k: int) -> np.ndarray:
+    """Linear Jacobian (3, 7) of the origin of joint frame ``k`` (0-based):
+    joint j < k turns it about axis j; joint k and beyond do not move it."""
+    j = np.zeros((3, 7))
+    r = origins[k] - origins[:k]
+    j[:, :k] = np.cross(axes[:k], r).T
+    return j
+
+
+def arm_kinematics(q: np.ndarray) -> ArmKinematics:
+    """The envelope's model of the simulated arm at ``q``."""
+    origins, axes, tool = forward(np.asarray(q, dtype=np.float64))
+    return ArmKinematics(
+        tool=tool,
+        body=origins[list(BODY_FRAMES)],
+        jacobian=jacobian(origins, axes),
+        body_jacobians=np.stack([point_jacobian(origins, axes, k) for k in BODY_FRAMES]),
+    )

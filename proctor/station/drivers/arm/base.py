@@ -42,8 +42,11 @@ class ArmCommand:
     target: np.ndarray
     # the tool speed (m/s) the arm must not exceed while executing this command:
     # the station's envelope sets its cap here (``proctor.station.envelope``); None: the
-    # arm's own limits only (homing, halts)
+    # arm's own limits only (homing, halts). A command that carries it is a
+    # GUARDED one: the driver must send it as it is or refuse it (``Arm.send``)
     max_tool_speed: float | None = None
+    # the same for the tool's rotation (rad/s), set by the envelope alongside
+    max_tool_rotation_speed: float | None = None
 
     def __post_init__(self) -> None:
         target = np.asarray(self.target, dtype=np.float64)
@@ -97,6 +100,46 @@ class ArmState:
     # its kind, and libfranka's error flags behind it (``proctor.station.drivers.arm.flags``)
     error_kind: ArmErrorKind | None = None
     error_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ArmLimits:
+    """The limits a driver itself holds a command to (its ``clip``), so that the
+    envelope can hold the command to them first and check exactly what will
+    be sent (``proctor.station.envelope``): a guarded command the driver would
+    change is refused, never altered unchecked."""
+
+    q_min: np.ndarray  # (7,) joint targets are clipped into these (rad)
+    q_max: np.ndarray
+    # (7,) joint velocities the arm executes (rad/s): a faster vector is
+    # scaled down uniformly, all joints alike, so it keeps its direction
+    dq_max: np.ndarray
+    # (7,) the joint deceleration a velocity command brakes with (rad/s²):
+    # the envelope's wall before the joint limits
+    ddq_max: np.ndarray
+    # (7,) the arm's rated joint velocities (datasheet, rad/s): a policy's row
+    # beyond a multiple of these is not a velocity but a protocol fault
+    dq_rated: np.ndarray
+    # a Cartesian velocity is clipped to these norms (m/s, rad/s)
+    max_linear_velocity: float
+    max_angular_velocity: float
+    # a Cartesian pose target's position is clipped into this box (base frame, m)
+    workspace_min: np.ndarray
+    workspace_max: np.ndarray
+
+
+@dataclass(frozen=True)
+class ArmKinematics:
+    """The arm's model at one joint configuration, for the envelope: the tool
+    pose, the points of the arm's body that must stay above the table (the
+    elbow and wrist origins, base frame), and the Jacobians that turn a joint
+    velocity into their velocities (base frame, the model's own: franky's
+    ``Model.zero_jacobian`` on the real arm and the twin)."""
+
+    tool: np.ndarray  # (4, 4) the reported end effector (O_T_EE)
+    body: np.ndarray  # (k, 3) elbow (joint 4) and wrist (joint 6) frame origins
+    jacobian: np.ndarray  # (6, 7) the tool's: rows vx, vy, vz, wx, wy, wz
+    body_jacobians: np.ndarray  # (k, 3, 7) the body points' linear ones
 
 
 @dataclass(frozen=True)
@@ -213,6 +256,17 @@ class Arm(ABC, Generic[C]):
         ``read_state().ee_pose`` reports, for joint positions ``q``; None when
         this arm has no kinematic model (the envelope then refuses joint-space
         commands, which it could not predict)."""
+        return None
+
+    def kinematics(self, q: np.ndarray) -> ArmKinematics | None:
+        """The tool, the elbow and wrist points and their Jacobians at ``q``;
+        None when this arm has no kinematic model (the envelope then refuses
+        joint-space commands)."""
+        return None
+
+    def limits(self) -> ArmLimits | None:
+        """The limits ``send`` clips a command to; None: an arm that clips
+        nothing (the envelope's own limits apply alone)."""
         return None
 
     @abstractmethod

@@ -42,7 +42,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -60,6 +60,8 @@ from proctor.station.drivers.arm.base import (
     ArmErrorKind,
     ArmFault,
     ArmHalted,
+    ArmKinematics,
+    ArmLimits,
     ArmState,
     ControllerReport,
     RobotMode,
@@ -107,6 +109,9 @@ FRANKY_ERRORS: tuple[type[BaseException], ...] = (
     franky.TorqueSignalTimeoutException,
     RuntimeError,
 )
+# the body points the envelope keeps above the table: the elbow and the wrist
+# (libfranka's frames of joints 4 and 6)
+BODY_FRAMES = (franky.Frame.Joint4, franky.Frame.Joint6)
 # libfranka's text when a motion or a stop is refused because the controller's
 # reflex has already stopped the arm ("… command aborted: motion aborted by
 # reflex!", ``handleCommandResponse`` in libfranka ``src/robot_impl.h``)
@@ -188,6 +193,12 @@ class FrankyArmConfig(ArmConfig):
     joint_margin_rad: float = 0.05
     # FR3 datasheet joint velocity limits (rad/s), scaled by the dynamics factor
     max_joint_velocity: tuple[float, ...] = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
+    # the joint acceleration a velocity command brakes with before the joint
+    # limits (rad/s², scaled by the acceleration factor) where the connected
+    # robot does not say (franky's ``Robot.joint_acceleration_limit``, read at
+    # run time, wins): franky's Ruckig limits (10 rad/s² per joint, the value
+    # franky-based stacks set; not verified against the FR3 controller)
+    max_joint_acceleration: tuple[float, ...] = (10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0)
     # FR3 datasheet end-effector limits: 3.0 m/s translation, 2.5 rad/s rotation
     max_linear_velocity: float = 3.0
     max_angular_velocity: float = 2.5
@@ -236,6 +247,7 @@ class FrankyArmConfig(ArmConfig):
             ("collision_torque_nm", N_JOINTS),
             ("collision_force_n", 6),
             ("max_joint_velocity", N_JOINTS),
+            ("max_joint_acceleration", N_JOINTS),
             ("workspace_min", 3),
             ("workspace_max", 3),
         ):
@@ -538,6 +550,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
         self._q_lo = np.asarray(config.q_min) + config.joint_margin_rad
         self._q_hi = np.asarray(config.q_max) - config.joint_margin_rad
         self._dq_max = np.asarray(config.max_joint_velocity) * config.relative_dynamics_factor
+        self._ddq_max: np.ndarray | None = None  # the robot's, read once connected
         # the controller's end effector (F_T_EE, EE_T_K) as last read: the model's
         # forward kinematics needs it (see tool_transform)
         self._ee_frames: tuple[Any, Any] | None = None
@@ -711,7 +724,11 @@ class FrankyArm(Arm[FrankyArmConfig]):
         if command.kind == ArmCommandKind.joint_position:
             target = np.clip(target, self._q_lo, self._q_hi)
         elif command.kind == ArmCommandKind.joint_velocity:
-            target = np.clip(target, -self._dq_max, self._dq_max)
+            # all joints alike (review #1): clipping each joint on its own
+            # changes the direction, and so the tool's path, that was checked
+            over = float(np.max(np.abs(target) / self._dq_max))
+            if over > 1.0:
+                target = target / over
         elif command.kind == ArmCommandKind.cartesian_pose:
             xyz = np.clip(target[:3], c.workspace_min, c.workspace_max)
             target = np.concatenate([xyz, quaternion_normalised(target[3:])])
@@ -723,7 +740,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
                     _clip_norm(target[3:], c.max_angular_velocity * factor),
                 ]
             )
-        return ArmCommand(command.kind, target, command.max_tool_speed)
+        return replace(command, target=target)
 
     def tool_transform(self, q: np.ndarray) -> np.ndarray:
         """Forward kinematics by franky's model of the arm: ``Model.pose(
@@ -738,6 +755,71 @@ class FrankyArm(Arm[FrankyArmConfig]):
             frame = franky.Frame.EndEffector
             pose = self._r().model.pose(frame, np.asarray(q, dtype=np.float64), *self._ee_frames)
             return np.asarray(pose.matrix, dtype=np.float64)
+
+    def _frames(self) -> tuple[Any, Any]:
+        if self._ee_frames is None:
+            s = self._r().state
+            self._ee_frames = (s.F_T_EE, s.EE_T_K)
+        return self._ee_frames
+
+    def kinematics(self, q: np.ndarray) -> ArmKinematics:
+        """franky's model (libfranka's) at ``q``: ``Model.pose`` and
+        ``Model.zero_jacobian`` (base-frame Jacobian) of ``Frame.EndEffector``,
+        ``Frame.Joint4`` (the elbow) and ``Frame.Joint6`` (the wrist), with the
+        controller's end effector (the overloads taking ``q, F_T_EE, EE_T_K``:
+        the installed wheel's ``_franky.pyi``; franky 2.0 ``python/bind_model.cpp``).
+        That libfranka's joint frames are the Craig DH frames of the FR3 (so
+        Joint4's origin is the elbow) is Franka's documented convention, the
+        same as ``proctor.station.sim.kinematics``'s."""
+        qq = np.asarray(q, dtype=np.float64)
+        with self._lock:
+            model, (f_t_ee, ee_t_k) = self._r().model, self._frames()
+            tool = np.asarray(
+                model.pose(franky.Frame.EndEffector, qq, f_t_ee, ee_t_k).matrix, dtype=np.float64
+            )
+            jac = np.asarray(
+                model.zero_jacobian(franky.Frame.EndEffector, qq, f_t_ee, ee_t_k), dtype=np.float64
+            )
+            body, body_jac = [], []
+            for frame in BODY_FRAMES:
+                pose = model.pose(frame, qq, f_t_ee, ee_t_k)
+                body.append(np.asarray(pose.translation, dtype=np.float64))
+                j = model.zero_jacobian(frame, qq, f_t_ee, ee_t_k)
+                body_jac.append(np.asarray(j, dtype=np.float64)[:3])
+        return ArmKinematics(
+            tool=tool, body=np.stack(body), jacobian=jac, body_jacobians=np.stack(body_jac)
+        )
+
+    def limits(self) -> ArmLimits:
+        """What ``clip`` holds a command to, and the braking acceleration of a
+        velocity command: franky's joint acceleration limit (read from the
+        robot once; its Ruckig brakes a ``JointVelocityMotion`` at it once the
+        motion's duration ends) times the Robot's acceleration factor."""
+        c = self.config
+        with self._lock:
+            if self._ddq_max is None:
+                ddq = np.asarray(c.max_joint_acceleration, dtype=np.float64)
+                if self._robot is not None:
+                    try:
+                        got = np.asarray(self._robot.joint_acceleration_limit.get(), dtype=float)
+                        if got.shape == (N_JOINTS,) and np.all(got > 0):
+                            ddq = got
+                    except FRANKY_ERRORS:
+                        log.warning("joint acceleration limit unreadable: using the config's")
+                self._ddq_max = ddq
+            ddq_max = self._ddq_max * c.dynamics[1]
+        factor = c.relative_dynamics_factor
+        return ArmLimits(
+            q_min=self._q_lo.copy(),
+            q_max=self._q_hi.copy(),
+            dq_max=self._dq_max.copy(),
+            ddq_max=ddq_max,
+            dq_rated=np.asarray(c.max_joint_velocity, dtype=np.float64),
+            max_linear_velocity=c.max_linear_velocity * factor,
+            max_angular_velocity=c.max_angular_velocity * factor,
+            workspace_min=np.asarray(c.workspace_min, dtype=np.float64),
+            workspace_max=np.asarray(c.workspace_max, dtype=np.float64),
+        )
 
     def _velocity_factor(self, command: ArmCommand) -> float:
         """The position motion's own velocity factor that keeps the tool under
@@ -754,12 +836,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
         robot = self._r()
         v_global = self.config.relative_dynamics_factor
         if command.kind == ArmCommandKind.cartesian_pose:
-            # franky limits each translation axis on its own (Ruckig DoFs:
-            # ``src/motion/cartesian_waypoint_motion.cpp``,
-            # getAbsoluteInputLimits), so n moving axes reach √n × the limit
-            travel = command.target[:3] - np.asarray(robot.state.O_T_EE.translation)
-            moving = max(1, int(np.count_nonzero(np.abs(travel) > 1e-4)))
-            bound = float(robot.translation_velocity_limit.get()) * v_global * math.sqrt(moving)
+            return min(1.0, self._cartesian_factor(command, robot, v_global))
         elif command.kind == ArmCommandKind.joint_position:
             if self._ee_frames is None:
                 s = robot.state
@@ -774,6 +851,36 @@ class FrankyArm(Arm[FrankyArmConfig]):
         else:
             return 1.0  # velocities: the envelope has scaled them to the cap already
         return min(1.0, cap / bound) if bound > 0 else 1.0
+
+    @staticmethod
+    def _cartesian_factor(command: ArmCommand, robot: Any, v_global: float) -> float:
+        """franky's Cartesian waypoint motion limits each of its Ruckig DoFs on
+        its own, in the frame of the pose the waypoint starts from:
+        ``setNewWaypoint`` sets ``ref_frame_ = ref_frame_ * current_pose`` and
+        the target is expressed in it (franky 2.0
+        ``src/motion/cartesian_waypoint_motion.cpp``; limits per axis from
+        ``getAbsoluteInputLimits``: translation, rotation, elbow). So n moving
+        axes of the TOOL-frame travel reach √n × the per-axis limit, in any
+        base-frame direction (review #6): the axes are counted in the measured
+        tool frame (the commanded start pose differs from it by the tracking
+        error only), and rotation is capped the same way."""
+        cap = command.max_tool_speed
+        assert cap is not None
+        pose = robot.state.O_T_EE
+        r0 = _quat_matrix(np.asarray(pose.quaternion, dtype=np.float64))
+        travel = r0.T @ (command.target[:3] - np.asarray(pose.translation, dtype=np.float64))
+        bound = float(robot.translation_velocity_limit.get()) * v_global * _axes(travel)
+        factor = cap / bound if bound > 0 else 1.0
+        spin_cap = command.max_tool_rotation_speed
+        if spin_cap is not None:
+            from proctor.station.geometry import rotation_error
+
+            turn = r0.T @ rotation_error(_quat_matrix(command.target[3:]), r0)
+            turning = _axes(turn)
+            spin = float(robot.rotation_velocity_limit.get()) * v_global * turning
+            if spin > 0:
+                factor = min(factor, spin_cap / spin)
+        return factor
 
     def _motion(self, command: ArmCommand) -> Any:
         # the Robot already scales every motion by its factors (given at
@@ -845,6 +952,22 @@ class FrankyArm(Arm[FrankyArmConfig]):
 
     def send(self, command: ArmCommand) -> ArmCommand:
         sent = self.clip(command)
+        if command.max_tool_speed is not None and _changed(command, sent):
+            # a guarded command is sent exactly as the envelope checked it: one
+            # this clip would change was checked against other limits than the
+            # arm's (a bug, or an envelope box wider than this driver's). Sending
+            # the changed one unchecked is what review #1 found; refuse instead
+            log.critical(
+                "REFUSED a guarded %s command the driver would change: %s → %s",
+                command.kind.value,
+                np.array2string(command.target, precision=6),
+                np.array2string(sent.target, precision=6),
+            )
+            raise ArmFault(
+                f"refused a guarded {command.kind.value} command that the arm's own limits "
+                "would change (the envelope and the driver disagree on the limits)",
+                ArmErrorKind.control,
+            )
         with self._lock:
             self._ready_to_move("move")
             try:
@@ -1075,6 +1198,33 @@ def _log_reflex_abort(exc: BaseException) -> None:
         exc,
         extra={"episode_fault": True},
     )
+
+
+def _axes(travel: np.ndarray) -> float:
+    """√n for the n axes of a tool-frame travel that move: n axes each at its
+    own limit move the tool at √n × that limit. An axis with under a tenth of
+    the longest travel is not counted: Ruckig synchronises the axes' durations
+    (franky's default), so from rest it moves at under a tenth of its limit
+    and two such add under 1 % to the speed (a residual, not verified on hardware:
+    a waypoint that starts while another axis still moves fast)."""
+    longest = float(np.max(np.abs(travel)))
+    n = int(np.count_nonzero(np.abs(travel) > max(1e-4, 0.1 * longest)))
+    return math.sqrt(max(1, n))
+
+
+def _quat_matrix(quat: np.ndarray) -> np.ndarray:
+    from proctor.station.geometry import quat_to_matrix
+
+    return quat_to_matrix(quat / np.linalg.norm(quat))
+
+
+def _changed(asked: ArmCommand, sent: ArmCommand) -> bool:
+    """Whether the clip changed a command beyond float rounding; a pose's
+    quaternion only normalised is not a change."""
+    a = asked.target
+    if asked.kind == ArmCommandKind.cartesian_pose:
+        a = np.concatenate([a[:3], a[3:] / np.linalg.norm(a[3:])])
+    return not np.allclose(sent.target, a, rtol=1e-9, atol=1e-12)
 
 
 def _clip_norm(v: np.ndarray, limit: float) -> np.ndarray:
