@@ -429,5 +429,5 @@ def test_the_simulated_arms_own_speed_cap_is_a_switch() -> None:
 
     assert sim_params({"enforce_tool_speed": False})[1].enforce_tool_speed is False
     assert sim_params({})[1].enforce_tool_speed is True
-    with pytest.raises(ConfigError, match="sim.enforce_tool_speed: must be true or false"):
+    with pytest.raises(ConfigError, match=r"sim\.enforce_tool_speed: must be true or false"):
         sim_params({"enforce_tool_speed": 1})

@@ -387,8 +387,11 @@ def test_the_console_deadman_stops_homing_when_the_heartbeats_stop(
             spool=tmp_path / "spool",
             source=adhoc_source(server.url, items=3, cap_s=30.0),
             clock="monotonic",
+            key_file=tmp_path / "station-api.key",
         ) as daemon,
-        httpx.Client(base_url=base, timeout=60) as http,
+        httpx.Client(
+            base_url=base, headers=key_headers(tmp_path / "station-api.key"), timeout=60
+        ) as http,
     ):
         arm = daemon.runner.cell.arm
         started = threading.Event()
