@@ -50,6 +50,7 @@ from proctor.core.db.models import (
     StationRequest,
     StationToken,
 )
+from proctor.core.db.types import utcnow
 from proctor.core.domain import AssignmentStatus, CampaignStatus, EpisodeState, Outcome, Side
 from proctor.core.errors import FieldConflict, FieldError, FieldForbidden
 from proctor.core.settings import SchedulerSettings
@@ -163,7 +164,9 @@ def claim(
     if campaign.status in (CampaignStatus.closed, CampaignStatus.released):
         return ClaimReply(work=None, reason=f"campaign '{campaign.name}' is {campaign.status}")
     try:
-        got = claims.claim_next(session, campaign_id=campaign.id, station_id=station_id, now=now)
+        got = claims.claim_next(
+            session, campaign_id=campaign.id, station_id=station_id, now=now, lease_s=lease_s
+        )
     except CampaignStateError as exc:
         # a draft campaign, or a cell profile the campaign does not take: the
         # console shows why, and the station asks again later
@@ -286,9 +289,19 @@ def sync_episode(
     station_id: int,
     wire: EpisodeWire,
     settings: SchedulerSettings,
+    *,
+    now: datetime | None = None,
 ) -> EpisodeReply:
     """Upsert the episode as the station's ledger holds it (see the module's
-    docstring). Everything is checked before anything is written."""
+    docstring). Everything is checked before anything is written.
+
+    A later revision of an episode whose run was settled without it (its
+    slot requeued while it ran: a claim after the episode went silent past
+    the lease) is stored, never refused: the recording and the operator's
+    log of an episode that really ran stay on the record, shown labelled as
+    excluded, and the station's outbox is not left with a refusal. It never
+    counts: the analysis scores only the episode that settled a ``done``
+    run (``analysis.store.load_episodes``), and the slot's replacement runs."""
     _check_int("rev", wire.rev)
     for i, e in enumerate(wire.events):
         _check_int(f"events[{i}].seq", e.seq)
@@ -302,16 +315,17 @@ def sync_episode(
         # a replay, or a snapshot older than the one stored: nothing changes
         return _reply(ep, a)
     outcome = _check(session, a, ep, wire)
-    if ep is not None:
-        _write(ep, a, wire, outcome)
-    else:
+    first = ep is None
+    if ep is None:
         ep = Episode(uid=wire.uid, station_id=station_id, run_code=a.run_code)
-        _write(ep, a, wire, outcome)
-        if not _inserted(session, ep):
-            # the same first snapshot, sent twice at once, and the other got in
-            # first: this one is answered as the one that came second
-            session.expire_all()
-            return sync_episode(session, station_id, wire, settings)
+    _write(ep, a, wire, outcome)
+    # heard from now: a live episode holds its run against a second claim
+    ep.synced_at = now or utcnow()
+    if first and not _inserted(session, ep):
+        # the same first snapshot, sent twice at once, and the other got in
+        # first: this one is answered as the one that came second
+        session.expire_all()
+        return sync_episode(session, station_id, wire, settings, now=now)
     session.flush()
     _add_events(session, ep, wire, timedelta(seconds=wire.clock_offset_s))
     if ep.state in _TERMINAL and a.status == AssignmentStatus.claimed:

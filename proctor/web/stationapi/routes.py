@@ -108,8 +108,9 @@ def sync_episode(
     caller: CallingStation,
     session: SessionDep,
     settings: SettingsDep,
+    now: NowDep,
 ) -> wire.EpisodeReply:
     """The episode as the station's ledger holds it now (a replay changes nothing)."""
     if uid != body.uid:
         raise FieldError("uid", "the path's uid and the body's differ")
-    return station_api.sync_episode(session, caller.station_id, body, settings.scheduler)
+    return station_api.sync_episode(session, caller.station_id, body, settings.scheduler, now=now)
