@@ -566,6 +566,91 @@ def test_an_interrupted_episode_requeues_its_run(web: Web, setup: Setup) -> None
         )
 
 
+def _rows(web: Web) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row the schedule and the episodes are made of, in full."""
+    out = {}
+    with web.db() as s:
+        for model in (Assignment, Episode, EpisodeEvent, StationRequest, AuditLog):
+            table = model.__table__
+            rows = s.execute(sa.select(table).order_by(*table.primary_key.columns)).all()
+            out[table.name] = [tuple(r) for r in rows]
+    return out
+
+
+def _claim_answer(web: Web, setup: Setup, station: str, key: str) -> Any:
+    return web.client().post(
+        f"{API}/claims",
+        json={"campaign": setup.campaign_id},
+        headers=keyed(setup.tokens[station], key),
+    )
+
+
+@pytest.mark.parametrize("state", ["armed", "running", "finishing", "awaiting_log"])
+def test_a_second_claim_while_an_episode_is_live_is_refused_and_settles_nothing(
+    web: Web, setup: Setup, state: str
+) -> None:
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    code = work["run_code"]
+    assert put(web, setup, "cell-a", episode_body(work, "uidLIVE01", 1, state=state)).is_success
+    web.clock.advance(seconds=LEASE_S - 1)
+    before = _rows(web)
+    # a second daemon on the same token (or its holder) asks again, with a new key
+    r = _claim_answer(web, setup, "cell-a", "claim:2")
+    assert r.status_code == 409, r.text
+    assert fields_of(r) == ["campaign"]
+    said = r.json()["detail"][0]["msg"]
+    assert code in said and f"uidLIVE01 {state}" in said
+    assert _rows(web) == before  # nothing settled, nothing handed out, no answer kept
+    assert assignment(web, code)[:2] == (AssignmentStatus.claimed, setup.ids["cell-a"])
+    # the station's own episode ends as it would have: the run counts once, its own
+    log = {"placed": work["items"], "lost": 0, "dropped": 0, "outcome": "success"}
+    closed = episode_body(work, "uidLIVE01", 2, state="closed", events=[event(0)], **log)
+    assert put(web, setup, "cell-a", closed).json()["settled"] is True
+    assert assignment(web, code)[0] == AssignmentStatus.done
+    with web.db() as s:
+        assert s.scalar(sa.select(sa.func.count()).where(Assignment.replaces_id.is_not(None))) == 0
+    # and the next claim, with the key refused before, is answered afresh
+    assert claim(web, setup, "cell-a", "claim:2")["work"]["run_code"] != code
+
+
+def test_an_episode_silent_past_the_lease_is_presumed_dead_and_never_counts(
+    web: Web, setup: Setup
+) -> None:
+    from proctor.analysis.store import load_episodes
+    from proctor.core.domain import LabelStream
+
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    code = work["run_code"]
+    running = episode_body(work, "uidLOST01", 1, state="running")
+    assert put(web, setup, "cell-a", running).is_success
+    # a later snapshot keeps it alive: the lease counts from the last sync
+    web.clock.advance(seconds=LEASE_S - 1)
+    assert put(web, setup, "cell-a", {**running, "rev": 2, "events": [event(0)]}).is_success
+    web.clock.advance(seconds=LEASE_S - 1)
+    assert _claim_answer(web, setup, "cell-a", "claim:2").status_code == 409
+    # silent for the lease (a host that lost its ledger): settled, and the next run given
+    web.clock.advance(seconds=2)
+    nxt = claim(web, setup, "cell-a", "claim:3")["work"]
+    assert nxt["run_code"] != code
+    assert assignment(web, code)[0] == AssignmentStatus.requeued
+    # the episode was in fact still running: its later revisions are kept, labelled
+    # by their requeued run, and never scored (the slot's replacement counts instead)
+    log = {"placed": work["items"], "lost": 0, "dropped": 0, "outcome": "success"}
+    closed = episode_body(work, "uidLOST01", 3, state="closed", events=[event(0)], **log)
+    r = put(web, setup, "cell-a", closed)
+    assert r.status_code == 200 and r.json()["settled"] is True
+    assert assignment(web, code)[0] == AssignmentStatus.requeued
+    with web.db() as s:
+        ep = s.scalars(sa.select(Episode).where(Episode.uid == "uidLOST01")).one()
+        assert (ep.state, ep.outcome) == ("closed", "success")
+        table = load_episodes(s, campaign_id=setup.campaign_id, stream=LabelStream.detector_only)
+    assert "uidLOST01" not in {e.episode_id for e in table.episodes}
+    reasons = {x.episode_id: x.reason for x in table.excluded}
+    assert reasons["uidLOST01"] == (
+        f"its run {code} was requeued, not done: the slot's replacement counts instead"
+    )
+
+
 def test_bad_episodes_are_refused_by_field_and_write_nothing(web: Web, setup: Setup) -> None:
     work = claim(web, setup, "cell-a", "claim:1")["work"]
     items = work["items"]
