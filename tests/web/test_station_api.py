@@ -651,6 +651,124 @@ def test_an_episode_silent_past_the_lease_is_presumed_dead_and_never_counts(
     )
 
 
+class _Station:
+    """A station host over the station API that claims again while its own
+    episode is live, several times an episode; every third run it goes silent
+    past the lease mid-episode, so the second claim goes through and the
+    episode it abandoned still ends with a counting outcome (the N3 repro)."""
+
+    def __init__(self, web: Web, setup: Setup, name: str) -> None:
+        self.web, self.setup, self.name = web, setup, name
+        self.keys = 0
+        self.refused = self.doubled = 0
+
+    def claim(self) -> Any:
+        self.keys += 1
+        r = _claim_answer(self.web, self.setup, self.name, f"claim:{self.keys}")
+        assert r.status_code == 200, r.text
+        return r.json()["work"]
+
+    def second_claim_refused(self, work: dict[str, Any]) -> None:
+        self.keys += 1
+        r = _claim_answer(self.web, self.setup, self.name, f"claim:{self.keys}")
+        assert r.status_code == 409 and work["run_code"] in r.text, r.text
+        self.refused += 1
+
+    def sync(self, work: dict[str, Any], uid: str, rev: int, state: str, **kw: Any) -> None:
+        r = put(self.web, self.setup, self.name, episode_body(work, uid, rev, state=state, **kw))
+        assert r.status_code == 200, r.text
+
+    def close(self, work: dict[str, Any], uid: str, rev: int, outcome: str) -> None:
+        log = {"placed": 0, "lost": 0, "dropped": 0} if outcome != "system" else {}
+        times = {"clock_start_s": 1000.0, "clock_end_s": 1060.0, "events": [event(0)]}
+        self.sync(work, uid, rev, "closed", outcome=outcome, **log, **times)
+
+    def run(self, work: dict[str, Any], n: int) -> None:
+        uid = f"uid{self.name[-1]}{n:04d}"
+        self.sync(work, uid, 1, "armed")
+        self.second_claim_refused(work)
+        self.sync(work, uid, 2, "running")
+        self.second_claim_refused(work)
+        if n % 3 == 0:
+            # silent past the lease: presumed dead, so the claim settles the run
+            self.web.clock.advance(seconds=LEASE_S + 1)
+            self.claim()  # held from now on, handed back by the next claim
+            self.doubled += 1
+            self.close(work, uid, 3, "ran_out_of_time")  # it was running all along
+            return
+        if n % 7 == 0:
+            self.close(work, uid, 3, "system")  # a station fault: requeued, as ever
+            return
+        self.sync(work, uid, 3, "awaiting_log")
+        self.second_claim_refused(work)
+        self.close(work, uid, 4, "ran_out_of_time")
+
+
+def test_one_slot_one_counted_episode_under_second_claims(web: Web, setup: Setup) -> None:
+    from collections import Counter
+
+    from proctor.analysis.store import load_episodes
+    from proctor.core.domain import LabelStatus, LabelStream, Outcome
+
+    stations = [_Station(web, setup, name) for name in ("cell-a", "cell-b")]
+    runs, idle = 0, 0
+    while idle < len(stations):
+        assert runs < 200, "the campaign never ran out of work"
+        st = stations[runs % len(stations)] if idle == 0 else stations[idle % len(stations)]
+        work = st.claim()
+        if work is None:
+            idle += 1
+            continue
+        idle = 0
+        runs += 1
+        st.run(work, runs)
+        web.clock.advance(seconds=1)
+
+    with web.db() as s:
+        cid = setup.campaign_id
+        assert (
+            s.scalar(
+                sa.select(sa.func.count()).where(
+                    Assignment.campaign_id == cid,
+                    Assignment.status.in_((AssignmentStatus.pending, AssignmentStatus.claimed)),
+                )
+            )
+            == 0
+        )
+        originals = sa.and_(Assignment.campaign_id == cid, Assignment.replaces_id.is_(None))
+        total = s.scalar(sa.select(sa.func.count()).where(originals))
+        done = s.scalar(
+            sa.select(sa.func.count()).where(
+                Assignment.campaign_id == cid, Assignment.status == AssignmentStatus.done
+            )
+        )
+        # the allocation: original slots per (policy, object) cell
+        allocation = Counter(
+            s.execute(sa.select(Assignment.policy_id, Assignment.object_type_id).where(originals))
+        )
+        closed = s.scalars(sa.select(Episode).where(Episode.campaign_id == cid)).all()
+        counting = [e for e in closed if e.outcome not in (None, Outcome.system)]
+        for e in closed:
+            e.label_status = LabelStatus.auto  # no placements to annotate: the counts are 0
+        s.flush()
+        table = load_episodes(s, campaign_id=cid, stream=LabelStream.auto_and_reviewed)
+        names = {p.id: p.name for p in [*setup.world.policies, setup.world.reference]}
+        objects = {o.id: o.name for o in setup.world.objects}
+        excluded = {x.episode_id: x.reason for x in table.excluded}
+
+    doubled = sum(st.doubled for st in stations)
+    assert doubled >= 3 and sum(st.refused for st in stations) >= 3 * runs - 2 * doubled
+    # episodes that ran to a counting end: one per slot, plus those abandoned by a claim
+    assert len(counting) == total + doubled
+    scored = Counter((e.policy, e.object) for e in table.episodes if e.outcome != "system")
+    assert scored == Counter(
+        {(names[pid], objects[oid]): n for (pid, oid), n in allocation.items()}
+    )
+    assert set(allocation.values()) == {4}  # builders.protocol's episodes per cell
+    assert done == total == sum(scored.values())
+    assert sum("was requeued, not done" in why for why in excluded.values()) == doubled
+
+
 def test_bad_episodes_are_refused_by_field_and_write_nothing(web: Web, setup: Setup) -> None:
     work = claim(web, setup, "cell-a", "claim:1")["work"]
     items = work["items"]
