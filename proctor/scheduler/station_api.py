@@ -7,7 +7,8 @@ Each function takes a ``session`` and never commits: the route's request is
 one transaction, so a refused call writes nothing.
 
 * ``hello``: register or heartbeat; the station's profile, site, cell
-  profile, software, layout hash and clock offset are written to its row.
+  profile, software, layout hash and clock offset are written to its row,
+  and the episodes it names ``live`` are marked heard from (``synced_at``).
 * ``claim``: the station's next run (``claims.claim_next``), blinded: an
   opaque run code and a gateway path whose handle only the server resolves.
 * ``abandon``: a claimed run never started (``claims.report_preflight_failure``).
@@ -16,7 +17,10 @@ one transaction, so a refused call writes nothing.
   older one changes nothing. Station wall times are mapped to the server's
   clock with the episode's ``clock_offset_s``; each event is stored once,
   keyed by its place in the station's ledger. A closed (operator-logged) or
-  interrupted episode settles its run once (``claims.complete``). Two first
+  interrupted episode settles its run once (``claims.complete``). Each accepted
+  revision marks the episode heard from (``synced_at``): a claim while the
+  held run's episode is live and heard from within the lease is refused
+  (``claims.EpisodeLive``, 409). Two first
   snapshots of one uid at once store one row: the later insert is answered
   as a replay. Who logged it is a label (``operator_label``, kept in the
   ``operator_log`` event's details), never an id: a station's
@@ -133,6 +137,18 @@ def hello(
     station.software_version, station.layout_hash = msg.software_version, msg.layout_hash
     station.clock_offset_s = msg.clock_offset_s
     station.last_seen_at = now
+    if msg.live:
+        # the daemon is running these: they hold their run against a second claim
+        # (only this station's, and only while the server too holds them live)
+        session.execute(
+            sa.update(Episode)
+            .where(
+                Episode.uid.in_(msg.live),
+                Episode.station_id == station.id,
+                Episode.state.in_(claims.LIVE_STATES),
+            )
+            .values(synced_at=now)
+        )
     session.flush()
     return HelloReply(
         station_id=station.id,

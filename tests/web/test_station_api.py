@@ -651,6 +651,51 @@ def test_an_episode_silent_past_the_lease_is_presumed_dead_and_never_counts(
     )
 
 
+def test_a_hello_keeps_the_daemons_running_episode_live_past_the_lease(
+    web: Web, setup: Setup
+) -> None:
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    code = work["run_code"]
+    assert put(web, setup, "cell-a", episode_body(work, "uidLONG01", 1, state="running")).is_success
+    other = claim(web, setup, "cell-b", "claim:1")["work"]
+    assert put(
+        web, setup, "cell-b", episode_body(other, "uidLONG02", 1, state="running")
+    ).is_success
+
+    def hello(station: str, live: list[str]) -> None:
+        r = web.client().post(
+            f"{API}/hello",
+            json=hello_body(station, live=live),
+            headers=bearer(setup.tokens[station]),
+        )
+        assert r.status_code == 200, r.text
+
+    # a long episode with no new snapshot: the daemon's heartbeats keep it live
+    for _ in range(4):
+        web.clock.advance(seconds=LEASE_S / 2)
+        # cell-b names cell-a's episode too: only a station's own are kept live
+        hello("cell-a", ["uidLONG01"])
+        hello("cell-b", ["uidLONG01"])
+    assert _claim_answer(web, setup, "cell-a", "claim:2").status_code == 409
+    # cell-b's own episode went quiet two leases ago: presumed dead, its run settled
+    assert claim(web, setup, "cell-b", "claim:2")["work"]["run_code"] != other["run_code"]
+    assert assignment(web, other["run_code"])[0] == AssignmentStatus.requeued
+    # a daemon that no longer names it (it lost track): dead one lease later
+    web.clock.advance(seconds=LEASE_S / 2)
+    hello("cell-a", [])
+    assert _claim_answer(web, setup, "cell-a", "claim:3").status_code == 409
+    web.clock.advance(seconds=LEASE_S / 2)
+    hello("cell-a", [])
+    assert claim(web, setup, "cell-a", "claim:4")["work"]["run_code"] != code
+    assert assignment(web, code)[0] == AssignmentStatus.requeued
+    bad = web.client().post(
+        f"{API}/hello",
+        json=hello_body("cell-a", live=["no spaces"]),
+        headers=bearer(setup.tokens["cell-a"]),
+    )
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "live", 0]
+
+
 class _Station:
     """A station host over the station API that claims again while its own
     episode is live, several times an episode; every third run it goes silent
