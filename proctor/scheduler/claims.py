@@ -93,9 +93,11 @@ class EpisodeLive(FieldConflict):
     """A claim while the station's held run has a live episode, synced within
     the lease (409): nothing is settled, and the held run stays the station's."""
 
-    def __init__(self, run_code: str, ep: Episode, quiet_s: float, lease_s: float) -> None:
+    def __init__(
+        self, field: str, run_code: str, ep: Episode, quiet_s: float, lease_s: float
+    ) -> None:
         super().__init__(
-            "campaign",
+            field,
             f"run {run_code}, which this station holds, has episode {ep.uid} "
             f"{ep.state.value} (last synced {quiet_s:.0f} s ago): sync it as closed or "
             "interrupted before claiming again; an episode not synced for "
@@ -281,7 +283,9 @@ def claim_next(
     return _claim(session, a, campaign, resumed=False)
 
 
-def _refuse_if_live(a: Assignment, ep: Episode, now: datetime, lease_s: float) -> None:
+def _refuse_if_live(
+    a: Assignment, ep: Episode, now: datetime, lease_s: float, *, field: str = "campaign"
+) -> None:
     """Refuse a claim while the station's held run ``a`` has a live episode
     ``ep`` that its station synced within ``lease_s``.
 
@@ -294,12 +298,14 @@ def _refuse_if_live(a: Assignment, ep: Episode, now: datetime, lease_s: float) -
     (a host that lost its ledger) is presumed dead and settled as before.
     Episodes written directly by an in-process station (``synced_at`` None)
     are settled as before: that station holds the database itself. The
-    caller's transaction is rolled back with the refusal, so it changes nothing."""
+    caller's transaction is rolled back with the refusal, so it changes nothing.
+    ``field``: the request's field the refusal names (the campaign claimed
+    from, or the run code abandoned)."""
     if ep.state not in LIVE_STATES or ep.synced_at is None:
         return
     quiet_s = (now - ep.synced_at).total_seconds()
     if quiet_s < lease_s:
-        raise EpisodeLive(a.run_code, ep, max(quiet_s, 0.0), lease_s)
+        raise EpisodeLive(field, a.run_code, ep, max(quiet_s, 0.0), lease_s)
 
 
 class ProfileNotAccepted(CampaignStateError):
@@ -577,20 +583,24 @@ def report_preflight_failure(
     reason: str,
     actor: Actor | None = None,
     now: datetime | None = None,
+    lease_s: float = CLAIM_LEASE_S,
 ) -> datetime | None:
     """The policy could not be reached before the episode: skip the run (the
     operator just moves on to the next code, learning nothing about whose it
     was) and reschedule its slot after a growing delay. Returns when; None
     if an episode had in fact begun under the run (it is settled instead,
-    as ``complete`` would)."""
+    as ``complete`` would; refused with ``EpisodeLive`` while it is live and
+    synced within ``lease_s``)."""
     a = _by_run_code(session, run_code)
     _holder_check(a, station_id)
     ran = _episodes_of(session, a)
+    now = now or utcnow()
     if ran:
-        # it did start after all: an episode that ran is settled, never skipped
+        # it did start after all: an episode that ran is settled, never skipped,
+        # and never while it is still heard from (as a second claim would)
+        _refuse_if_live(a, ran[-1], now, lease_s, field="run_code")
         _settle(session, a, ran[-1])
         return None
-    now = now or utcnow()
     delay = min(PREFLIGHT_RETRY_S * 2 ** (a.attempt - 1), PREFLIGHT_RETRY_MAX_S)
     a.status = AssignmentStatus.skipped
     a.completed_at = now

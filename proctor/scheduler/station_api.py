@@ -249,6 +249,7 @@ def abandon(
     reason: str,
     *,
     now: datetime,
+    lease_s: float = claims.CLAIM_LEASE_S,
 ) -> bool:
     """A claimed run that never started: skipped and rescheduled later. Returns
     False if an episode had begun under it after all (it was settled instead)."""
@@ -264,6 +265,7 @@ def abandon(
         reason=reason,
         actor=Actor(label=f"station:{name}"),
         now=now,
+        lease_s=lease_s,
     )
     return retry_at is not None
 

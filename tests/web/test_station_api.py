@@ -613,6 +613,20 @@ def test_a_second_claim_while_an_episode_is_live_is_refused_and_settles_nothing(
     assert claim(web, setup, "cell-a", "claim:2")["work"]["run_code"] != code
 
 
+def test_abandoning_a_run_whose_episode_is_live_is_refused_too(web: Web, setup: Setup) -> None:
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    code = work["run_code"]
+    assert put(web, setup, "cell-a", episode_body(work, "uidABAN01", 1, state="running")).is_success
+    before = _rows(web)
+    r = web.client().post(
+        f"{API}/claims/{code}/abandon",
+        json={"reason": "pre-flight failed"},
+        headers=keyed(setup.tokens["cell-a"], "abandon:1"),
+    )
+    assert r.status_code == 409 and fields_of(r) == ["run_code"] and code in r.text, r.text
+    assert _rows(web) == before
+
+
 def test_an_episode_silent_past_the_lease_is_presumed_dead_and_never_counts(
     web: Web, setup: Setup
 ) -> None:

@@ -80,13 +80,19 @@ def abandon(
     caller: CallingStation,
     key: IdempotencyKey,
     session: SessionDep,
+    settings: SettingsDep,
     now: NowDep,
 ) -> wire.AbandonReply:
     """A claimed run never started (its pre-flight failed): rescheduled later."""
 
     def act() -> wire.AbandonReply:
         rescheduled = station_api.abandon(
-            session, caller.station_id, run_code, body.reason, now=now
+            session,
+            caller.station_id,
+            run_code,
+            body.reason,
+            now=now,
+            lease_s=settings.scheduler.claim_lease_s,
         )
         return wire.AbandonReply(run_code=run_code, rescheduled=rescheduled)
 
