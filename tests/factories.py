@@ -16,7 +16,7 @@ from proctor.core.db.models import (
     User,
     UserRole,
 )
-from proctor.core.domain import PolicyKind, Role, Side
+from proctor.core.domain import AssignmentStatus, PolicyKind, Role, Side
 
 
 def user(session: ProctorSession, username: str | None = None, *roles: Role) -> User:
@@ -67,6 +67,7 @@ def assignment(
     obj: ObjectType,
     sequence: int,
     run_code: str | None = None,
+    status: AssignmentStatus = AssignmentStatus.pending,
 ) -> Assignment:
     a = Assignment(
         campaign_id=campaign.id,
@@ -79,6 +80,7 @@ def assignment(
         block_index=sequence // 4,
         slot=sequence % 4,
         sequence=sequence,
+        status=status,
     )
     session.add(a)
     session.flush()

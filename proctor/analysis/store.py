@@ -6,6 +6,8 @@ What counts, per label stream (``proctor.core.domain.LabelStream``):
 
 * only ``closed`` episodes with an operator log (outcome and counts) and
   both clock times; ``duration_s = clock_end_s − clock_start_s``;
+* only the episode that settled its run as ``done``: one slot, one counted
+  episode (an episode of a requeued run is excluded with the reason);
 * ``auto_and_reviewed``: ``reviewed`` episodes read the reviewer's
   ``confirmed`` placements, ``auto`` episodes the detector's ``accepted``
   ones; ``pending`` / ``needs_review`` / ``flagged`` episodes are excluded
@@ -121,7 +123,7 @@ def load_episodes(
     the analysis reads them under ``stream``."""
     stream = LabelStream(stream)
     q = (
-        sa.select(EpisodeRow, Policy, ObjectType, Station.name, Station.site)
+        sa.select(EpisodeRow, Policy, ObjectType, Station.name, Station.site, Assignment.status)
         .outerjoin(Assignment, EpisodeRow.assignment_id == Assignment.id)
         .outerjoin(Policy, Assignment.policy_id == Policy.id)
         .join(ObjectType, EpisodeRow.object_type_id == ObjectType.id)
@@ -141,7 +143,7 @@ def load_episodes(
     reconciled = 0
     references: set[str] = set()
     sources = _STREAM_SOURCES[stream]
-    for row, policy, obj, station_name, site in rows:
+    for row, policy, obj, station_name, site, slot_status in rows:
         policy_name = policy.name if policy is not None else ""
 
         def skip(
@@ -154,7 +156,7 @@ def load_episodes(
             continue
         if policy.kind == PolicyKind.reference:
             references.add(policy.name)
-        unready = _unready(row)
+        unready = _unready(row) or _not_done(slot_status, row)
         if unready is not None:
             skip(unready)
             continue
@@ -315,6 +317,23 @@ def _unready(row: EpisodeRow) -> str | None:
     if row.outcome is None or row.placed is None or row.lost is None or row.dropped is None:
         return "no operator log (outcome and counts)"
     return None
+
+
+def _not_done(slot_status: AssignmentStatus, row: EpisodeRow) -> str | None:
+    """Why an episode's slot does not count it, or None when it does.
+
+    One slot, one counted episode: only the episode that settled its run as
+    ``done`` is scored. An episode whose run was requeued (a system ending,
+    or settled while it ran, once a claim found it silent past the lease)
+    had its slot run again under a fresh code, and counting both would give
+    the policy an extra episode in that cell. A ``system`` episode is passed
+    through as ever (the analysis lists it and scores nothing)."""
+    if slot_status == AssignmentStatus.done or row.outcome == SYSTEM:
+        return None
+    return (
+        f"its run {row.run_code} was {_value(slot_status)}, not done: the slot's "
+        "replacement counts instead"
+    )
 
 
 def _reconcile_detector(

@@ -34,7 +34,8 @@ from proctor.core.artifacts import ArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Assignment, Campaign, Policy
-from proctor.core.domain import Outcome, PolicyKind, Side
+from proctor.core.db.types import utcnow
+from proctor.core.domain import AssignmentStatus, Outcome, PolicyKind, Side
 from proctor.station import episodes as station_episodes
 from proctor.station.config import StationConfig
 from proctor.station.demo_log import close_with_ground_truth
@@ -266,9 +267,20 @@ def simulate(
                 truth = scene.ground_truth() if scene is not None else {}
                 ids: list[int] = []
 
-                def write_log(s: ProctorSession, uid: str, ids: list[int] = ids) -> Any:
+                def write_log(
+                    s: ProctorSession,
+                    uid: str,
+                    ids: list[int] = ids,
+                    slot: int | None = assignment_id,
+                ) -> Any:
                     ep = close_with_ground_truth(s, store=store, uid=uid)
                     ids.append(ep.id)
+                    if slot is not None:
+                        # the slot is settled by the episode, as a station's completion
+                        # settles it: the analysis counts only a done slot's episode
+                        a = s.get(Assignment, slot)
+                        assert a is not None
+                        a.status, a.completed_at = AssignmentStatus.done, utcnow()
                     return ep
 
                 runner.close_with(write_log)

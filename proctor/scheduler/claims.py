@@ -47,7 +47,8 @@ from proctor.core.domain import (
     Side,
     SubmissionKind,
 )
-from proctor.core.errors import ProctorError, UsageError
+from proctor.core.errors import FieldConflict, ProctorError, UsageError
+from proctor.core.settings import SchedulerSettings
 from proctor.scheduler import runners
 from proctor.scheduler.adaptation import apply_plan
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
@@ -82,9 +83,37 @@ POLICY_FAULT_EVENT = "policy_fault"
 PREFLIGHT_RETRY_S = 300.0
 PREFLIGHT_RETRY_MAX_S = 3600.0
 
+# the scheduler's ``claim_lease_s`` default, for callers with no settings at hand
+CLAIM_LEASE_S = float(SchedulerSettings.model_fields["claim_lease_s"].default)
+
+
+# an episode in one of these states has not ended as far as the server knows:
+# the station may still be running it, or its operator still writing the log
+LIVE_STATES = frozenset(
+    {EpisodeState.armed, EpisodeState.running, EpisodeState.finishing, EpisodeState.awaiting_log}
+)
+
 
 class RunNotFound(ProctorError):
     """No assignment with that run code (the API answers 404)."""
+
+
+class EpisodeLive(FieldConflict):
+    """A claim while the station's held run has a live episode, synced within
+    the lease (409): nothing is settled, and the held run stays the station's."""
+
+    def __init__(
+        self, field: str, run_code: str, ep: Episode, quiet_s: float, lease_s: float
+    ) -> None:
+        super().__init__(
+            field,
+            f"run {run_code}, which this station holds, has episode {ep.uid} "
+            f"{ep.state.value} (last synced {quiet_s:.0f} s ago): sync it as closed or "
+            "interrupted before claiming again; an episode not synced for "
+            f"{lease_s:.0f} s is presumed dead and its run settled on the next claim",
+        )
+        self.run_code = run_code
+        self.state = ep.state
 
 
 @dataclass(frozen=True)
@@ -174,11 +203,19 @@ def scene_seed(allocation_seed: str, block_index: int) -> int:
 
 
 def claim_next(
-    session: Session, *, campaign_id: int, station_id: int, now: datetime | None = None
+    session: Session,
+    *,
+    campaign_id: int,
+    station_id: int,
+    now: datetime | None = None,
+    lease_s: float = CLAIM_LEASE_S,
 ) -> Claim | None:
     """The station's next run: the claim it already holds, else the first
     pending slot (by sequence) of an active policy that is due; None when
-    nothing is claimable now (all taken, or waiting out a retry delay)."""
+    nothing is claimable now (all taken, or waiting out a retry delay).
+
+    A held run whose episode is live and was synced within ``lease_s`` is
+    refused (``EpisodeLive``): nothing is settled."""
     campaign = session.get(Campaign, campaign_id)
     if campaign is None:
         raise CampaignNotFound(f"no campaign with id {campaign_id}")
@@ -208,8 +245,10 @@ def claim_next(
         if not ran:
             return _claim(session, held, campaign, resumed=True)
         # the station restarted after an episode began under this run and lost
-        # track of it (recovered as interrupted, or left awaiting a log it will
-        # never get): settle the run from that episode, then hand out the next
+        # track of it (recovered as interrupted, left awaiting a log it will
+        # never get, or silent past the lease): settle the run from that
+        # episode, then hand out the next; never while it is still heard from
+        _refuse_if_live(held, ran[-1], now, lease_s)
         _settle(session, held, ran[-1])
 
     active = sa.select(CampaignPolicy.policy_id).where(
@@ -251,6 +290,31 @@ def claim_next(
     if a is None:
         raise ProctorError("a claimed assignment vanished")  # impossible inside one transaction
     return _claim(session, a, campaign, resumed=False)
+
+
+def _refuse_if_live(
+    a: Assignment, ep: Episode, now: datetime, lease_s: float, *, field: str = "campaign"
+) -> None:
+    """Refuse a claim while the station's held run ``a`` has a live episode
+    ``ep`` that its station synced within ``lease_s``.
+
+    Settling such a run requeues its slot while the episode may still run to
+    a counting end: a second claim (two daemons with one token, or a token
+    holder choosing which runs get doubled) would give the policy an extra
+    episode and break the balanced allocation. An episode the station host
+    recovered after a crash is synced as ``interrupted`` before the daemon
+    claims again, so a real restart is not refused; one silent past the lease
+    (a host that lost its ledger) is presumed dead and settled as before.
+    Episodes written directly by an in-process station (``synced_at`` None)
+    are settled as before: that station holds the database itself. The
+    caller's transaction is rolled back with the refusal, so it changes nothing.
+    ``field``: the request's field the refusal names (the campaign claimed
+    from, or the run code abandoned)."""
+    if ep.state not in LIVE_STATES or ep.synced_at is None:
+        return
+    quiet_s = (now - ep.synced_at).total_seconds()
+    if quiet_s < lease_s:
+        raise EpisodeLive(field, a.run_code, ep, max(quiet_s, 0.0), lease_s)
 
 
 class ProfileNotAccepted(CampaignStateError):
@@ -535,20 +599,24 @@ def report_preflight_failure(
     reason: str,
     actor: Actor | None = None,
     now: datetime | None = None,
+    lease_s: float = CLAIM_LEASE_S,
 ) -> datetime | None:
     """The policy could not be reached before the episode: skip the run (the
     operator just moves on to the next code, learning nothing about whose it
     was) and reschedule its slot after a growing delay. Returns when; None
     if an episode had in fact begun under the run (it is settled instead,
-    as ``complete`` would)."""
+    as ``complete`` would; refused with ``EpisodeLive`` while it is live and
+    synced within ``lease_s``)."""
     a = _by_run_code(session, run_code)
     _holder_check(a, station_id)
     ran = _episodes_of(session, a)
+    now = now or utcnow()
     if ran:
-        # it did start after all: an episode that ran is settled, never skipped
+        # it did start after all: an episode that ran is settled, never skipped,
+        # and never while it is still heard from (as a second claim would)
+        _refuse_if_live(a, ran[-1], now, lease_s, field="run_code")
         _settle(session, a, ran[-1])
         return None
-    now = now or utcnow()
     delay = min(PREFLIGHT_RETRY_S * 2 ** (a.attempt - 1), PREFLIGHT_RETRY_MAX_S)
     a.status = AssignmentStatus.skipped
     a.completed_at = now

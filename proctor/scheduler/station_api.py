@@ -7,7 +7,8 @@ Each function takes a ``session`` and never commits: the route's request is
 one transaction, so a refused call writes nothing.
 
 * ``hello``: register or heartbeat; the station's profile, site, cell
-  profile, software, layout hash and clock offset are written to its row.
+  profile, software, layout hash and clock offset are written to its row,
+  and the episodes it names ``live`` are marked heard from (``synced_at``).
 * ``claim``: the station's next run (``claims.claim_next``), blinded: an
   opaque run code and a gateway path whose handle only the server resolves.
 * ``abandon``: a claimed run never started (``claims.report_preflight_failure``).
@@ -16,7 +17,10 @@ one transaction, so a refused call writes nothing.
   older one changes nothing. Station wall times are mapped to the server's
   clock with the episode's ``clock_offset_s``; each event is stored once,
   keyed by its place in the station's ledger. A closed (operator-logged) or
-  interrupted episode settles its run once (``claims.complete``). Two first
+  interrupted episode settles its run once (``claims.complete``). Each accepted
+  revision marks the episode heard from (``synced_at``): a claim while the
+  held run's episode is live and heard from within the lease is refused
+  (``claims.EpisodeLive``, 409). Two first
   snapshots of one uid at once store one row: the later insert is answered
   as a replay. Who logged it is a label (``operator_label``, kept in the
   ``operator_log`` event's details), never an id: a station's
@@ -50,6 +54,7 @@ from proctor.core.db.models import (
     StationRequest,
     StationToken,
 )
+from proctor.core.db.types import utcnow
 from proctor.core.domain import AssignmentStatus, CampaignStatus, EpisodeState, Outcome, Side
 from proctor.core.errors import FieldConflict, FieldError, FieldForbidden
 from proctor.core.settings import SchedulerSettings
@@ -132,6 +137,18 @@ def hello(
     station.software_version, station.layout_hash = msg.software_version, msg.layout_hash
     station.clock_offset_s = msg.clock_offset_s
     station.last_seen_at = now
+    if msg.live:
+        # the daemon is running these: they hold their run against a second claim
+        # (only this station's, and only while the server too holds them live)
+        session.execute(
+            sa.update(Episode)
+            .where(
+                Episode.uid.in_(msg.live),
+                Episode.station_id == station.id,
+                Episode.state.in_(claims.LIVE_STATES),
+            )
+            .values(synced_at=now)
+        )
     session.flush()
     return HelloReply(
         station_id=station.id,
@@ -163,7 +180,9 @@ def claim(
     if campaign.status in (CampaignStatus.closed, CampaignStatus.released):
         return ClaimReply(work=None, reason=f"campaign '{campaign.name}' is {campaign.status}")
     try:
-        got = claims.claim_next(session, campaign_id=campaign.id, station_id=station_id, now=now)
+        got = claims.claim_next(
+            session, campaign_id=campaign.id, station_id=station_id, now=now, lease_s=lease_s
+        )
     except CampaignStateError as exc:
         # a draft campaign, or a cell profile the campaign does not take: the
         # console shows why, and the station asks again later
@@ -230,6 +249,7 @@ def abandon(
     reason: str,
     *,
     now: datetime,
+    lease_s: float = claims.CLAIM_LEASE_S,
 ) -> bool:
     """A claimed run that never started: skipped and rescheduled later. Returns
     False if an episode had begun under it after all (it was settled instead)."""
@@ -245,6 +265,7 @@ def abandon(
         reason=reason,
         actor=Actor(label=f"station:{name}"),
         now=now,
+        lease_s=lease_s,
     )
     return retry_at is not None
 
@@ -286,9 +307,19 @@ def sync_episode(
     station_id: int,
     wire: EpisodeWire,
     settings: SchedulerSettings,
+    *,
+    now: datetime | None = None,
 ) -> EpisodeReply:
     """Upsert the episode as the station's ledger holds it (see the module's
-    docstring). Everything is checked before anything is written."""
+    docstring). Everything is checked before anything is written.
+
+    A later revision of an episode whose run was settled without it (its
+    slot requeued while it ran: a claim after the episode went silent past
+    the lease) is stored, never refused: the recording and the operator's
+    log of an episode that really ran stay on the record, shown labelled as
+    excluded, and the station's outbox is not left with a refusal. It never
+    counts: the analysis scores only the episode that settled a ``done``
+    run (``analysis.store.load_episodes``), and the slot's replacement runs."""
     _check_int("rev", wire.rev)
     for i, e in enumerate(wire.events):
         _check_int(f"events[{i}].seq", e.seq)
@@ -302,16 +333,17 @@ def sync_episode(
         # a replay, or a snapshot older than the one stored: nothing changes
         return _reply(ep, a)
     outcome = _check(session, a, ep, wire)
-    if ep is not None:
-        _write(ep, a, wire, outcome)
-    else:
+    first = ep is None
+    if ep is None:
         ep = Episode(uid=wire.uid, station_id=station_id, run_code=a.run_code)
-        _write(ep, a, wire, outcome)
-        if not _inserted(session, ep):
-            # the same first snapshot, sent twice at once, and the other got in
-            # first: this one is answered as the one that came second
-            session.expire_all()
-            return sync_episode(session, station_id, wire, settings)
+    _write(ep, a, wire, outcome)
+    # heard from now: a live episode holds its run against a second claim
+    ep.synced_at = now or utcnow()
+    if first and not _inserted(session, ep):
+        # the same first snapshot, sent twice at once, and the other got in
+        # first: this one is answered as the one that came second
+        session.expire_all()
+        return sync_episode(session, station_id, wire, settings, now=now)
     session.flush()
     _add_events(session, ep, wire, timedelta(seconds=wire.clock_offset_s))
     if ep.state in _TERMINAL and a.status == AssignmentStatus.claimed:

@@ -14,6 +14,7 @@ from proctor.analysis.results import Protocol
 from proctor.analysis.store import build_snapshot, load_episodes, recompute, stale_campaigns
 from proctor.core.db.models import AnalysisSnapshot, PlacementEvent, Station
 from proctor.core.domain import (
+    AssignmentStatus,
     EpisodeState,
     LabelStatus,
     LabelStream,
@@ -54,7 +55,7 @@ class World:
         items: int = 3,
         duration: float = 50.0,
     ):
-        a = f.assignment(self.s, self.campaign, policy, obj, self.seq)
+        a = f.assignment(self.s, self.campaign, policy, obj, self.seq, status=AssignmentStatus.done)
         self.seq += 1
         e = f.episode(
             self.s,

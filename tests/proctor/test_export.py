@@ -9,7 +9,7 @@ import pytest
 
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db.engine import ProctorSession
-from proctor.core.domain import CampaignStatus
+from proctor.core.domain import AssignmentStatus, CampaignStatus
 from proctor.core.errors import UsageError
 from proctor.export.dataset import export_campaign
 from tests import factories as f
@@ -88,7 +88,7 @@ def test_a_policy_that_did_not_opt_in_is_exported_under_its_arm_label(
     proud.visibility = Visibility.public
     for i, pol in enumerate((ref, shy, proud)):
         db_session.add(CampaignPolicy(campaign_id=camp.id, policy_id=pol.id))
-        a = f.assignment(db_session, camp, pol, obj, sequence=i)
+        a = f.assignment(db_session, camp, pol, obj, sequence=i, status=AssignmentStatus.done)
         ep = f.episode(
             db_session,
             obj,
@@ -160,7 +160,7 @@ def _reviewed_campaign(db_session: ProctorSession) -> tuple[str, dict[str, str],
     uids = {}
     for i, pol in enumerate((ref, shy)):
         db_session.add(CampaignPolicy(campaign_id=camp.id, policy_id=pol.id))
-        a = f.assignment(db_session, camp, pol, obj, sequence=i)
+        a = f.assignment(db_session, camp, pol, obj, sequence=i, status=AssignmentStatus.done)
         ep = f.episode(
             db_session,
             obj,
@@ -290,7 +290,7 @@ def test_the_dataset_gets_the_umasks_mode_and_a_never_succeeding_policy_scores(
     for i, (pol, succeeds) in enumerate([(ref, True), (ref, True), (stuck, False), (stuck, False)]):
         if i % 2 == 0:
             db_session.add(CampaignPolicy(campaign_id=camp.id, policy_id=pol.id))
-        a = f.assignment(db_session, camp, pol, obj, sequence=i)
+        a = f.assignment(db_session, camp, pol, obj, sequence=i, status=AssignmentStatus.done)
         ep = f.episode(
             db_session, obj, items=2, campaign_id=camp.id, assignment_id=a.id,
             run_code=a.run_code, state=EpisodeState.closed,

@@ -19,7 +19,7 @@ from sqlalchemy.orm import sessionmaker
 
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db.engine import ProctorSession
-from proctor.core.domain import CampaignStatus
+from proctor.core.domain import AssignmentStatus, CampaignStatus
 from proctor.core.errors import UsageError
 from proctor.export.lerobot import export_lerobot
 from proctor.runner.envs import BuiltEnv
@@ -69,7 +69,7 @@ def _demo(db: ProctorSession, store: LocalArtifactStore, tmp: Path, status: Camp
     uids = {}
     for i, pol in enumerate((ref, shy, proud)):
         db.add(CampaignPolicy(campaign_id=camp.id, policy_id=pol.id))
-        a = f.assignment(db, camp, pol, obj, sequence=i)
+        a = f.assignment(db, camp, pol, obj, sequence=i, status=AssignmentStatus.done)
         ep = f.episode(
             db, obj, items=2, campaign_id=camp.id, assignment_id=a.id, run_code=a.run_code,
             state=EpisodeState.closed, outcome=Outcome.success, placed=2, lost=0, dropped=0,

@@ -91,6 +91,8 @@ class State:
     violations: list[str] = field(default_factory=list)
     drop_after: set[str] = field(default_factory=set)  # "claims", "abandon", … : once each
     refuse_uids: set[str] = field(default_factory=set)  # episodes answered 422
+    # claims answered 409 with this detail while set (the held run's episode is live)
+    refuse_claims: str | None = None
     unavailable: set[str] = field(default_factory=set)  # answered 503, not acted on: once each
     aborted: set[str] = field(default_factory=set)  # upload ids the server's sweep aborted
     # the sweep's pass landing mid-upload: "up-1/2" aborts up-1 as its part 2
@@ -169,6 +171,8 @@ def _claims(app: FastAPI, ctx: _Ctx) -> None:
         body: ClaimRequest, idempotency_key: str | None = Header(default=None)
     ) -> JSONResponse:
         def act() -> tuple[int, Any]:
+            if state.refuse_claims is not None:
+                return 409, {"detail": state.refuse_claims}
             if state.held is None and state.runs:
                 state.held = state.runs.pop(0)
             if state.held is None:

@@ -102,6 +102,27 @@ def test_an_empty_campaign_says_so(fake: FakeStationServer, link: Callable[..., 
     assert source.nothing_reason == "the campaign has no run left"
 
 
+def test_a_claim_refused_while_an_episode_is_live_gets_no_work_and_says_why(
+    fake: FakeStationServer, link: Callable[..., Link]
+) -> None:
+    fake.state.runs = [work_wire("R-5")]
+    fake.state.refuse_claims = "campaign: run R-4, which this station holds, has episode x running"
+    up = link()
+    source = _source(up)
+    until(lambda: up.forwarder.online, what="online")
+    assert source.claim() is None
+    assert source.nothing_reason == (
+        "the server refused the claim: campaign: run R-4, which this station holds, "
+        "has episode x running"
+    )
+    assert fake.state.claims == [] and up.forwarder.online  # refused, not offline
+    # once the episode is settled the station claims again, under a fresh key
+    fake.state.refuse_claims = None
+    work = source.claim()
+    assert work is not None and work.run_code == "R-5"
+    assert [c[2] for c in fake.calls_to("/claims")] == ["claim:spring:0", "claim:spring:1"]
+
+
 def test_claimed_work_dials_the_gateway_with_the_station_token() -> None:
     secure = StationApiClient("https://proctor.example.org", TOKEN)
     plain = StationApiClient("http://127.0.0.1:8000/", TOKEN)

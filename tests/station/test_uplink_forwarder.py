@@ -273,3 +273,21 @@ def test_a_watcher_hears_when_the_link_changes(
     up.forwarder.nudge()
     until(lambda: heard[-1] == (False, 1), what="one waiting")
     assert len(heard) == len(set(heard))  # told of changes only, not of every pass
+
+
+def test_a_hello_names_live_only_the_episodes_this_daemon_is_running(
+    fake: FakeStationServer, link: Callable[..., Link], tmp_path
+) -> None:
+    from tests.station.uplink_support import Ledger
+
+    # a killed predecessor's episode, left awaiting a log nobody can write now
+    orphan = write_episode(Ledger.open(tmp_path / "station"), "R-OLD1", close=False)
+    up = link(start=False)
+    running = write_episode(up.ledger, "R-NEW1", close=False)
+    write_episode(up.ledger, "R-NEW0")  # closed: nothing to keep live
+    up.forwarder.run_once()
+    assert fake.state.hellos[-1].live == [running]  # never the orphan: it goes quiet
+    close_episode(up.ledger, running)
+    up.forwarder.run_once()
+    assert fake.state.hellos[-1].live == []
+    assert orphan not in {u for h in fake.state.hellos for u in h.live}

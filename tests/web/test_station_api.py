@@ -566,6 +566,268 @@ def test_an_interrupted_episode_requeues_its_run(web: Web, setup: Setup) -> None
         )
 
 
+def _rows(web: Web) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row the schedule and the episodes are made of, in full."""
+    out = {}
+    with web.db() as s:
+        for model in (Assignment, Episode, EpisodeEvent, StationRequest, AuditLog):
+            table = model.__table__
+            rows = s.execute(sa.select(table).order_by(*table.primary_key.columns)).all()
+            out[table.name] = [tuple(r) for r in rows]
+    return out
+
+
+def _claim_answer(web: Web, setup: Setup, station: str, key: str) -> Any:
+    return web.client().post(
+        f"{API}/claims",
+        json={"campaign": setup.campaign_id},
+        headers=keyed(setup.tokens[station], key),
+    )
+
+
+@pytest.mark.parametrize("state", ["armed", "running", "finishing", "awaiting_log"])
+def test_a_second_claim_while_an_episode_is_live_is_refused_and_settles_nothing(
+    web: Web, setup: Setup, state: str
+) -> None:
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    code = work["run_code"]
+    assert put(web, setup, "cell-a", episode_body(work, "uidLIVE01", 1, state=state)).is_success
+    web.clock.advance(seconds=LEASE_S - 1)
+    before = _rows(web)
+    # a second daemon on the same token (or its holder) asks again, with a new key
+    r = _claim_answer(web, setup, "cell-a", "claim:2")
+    assert r.status_code == 409, r.text
+    assert fields_of(r) == ["campaign"]
+    said = r.json()["detail"][0]["msg"]
+    assert code in said and f"uidLIVE01 {state}" in said
+    assert _rows(web) == before  # nothing settled, nothing handed out, no answer kept
+    assert assignment(web, code)[:2] == (AssignmentStatus.claimed, setup.ids["cell-a"])
+    # the station's own episode ends as it would have: the run counts once, its own
+    log = {"placed": work["items"], "lost": 0, "dropped": 0, "outcome": "success"}
+    closed = episode_body(work, "uidLIVE01", 2, state="closed", events=[event(0)], **log)
+    assert put(web, setup, "cell-a", closed).json()["settled"] is True
+    assert assignment(web, code)[0] == AssignmentStatus.done
+    with web.db() as s:
+        assert s.scalar(sa.select(sa.func.count()).where(Assignment.replaces_id.is_not(None))) == 0
+    # and the next claim, with the key refused before, is answered afresh
+    assert claim(web, setup, "cell-a", "claim:2")["work"]["run_code"] != code
+
+
+def test_abandoning_a_run_whose_episode_is_live_is_refused_too(web: Web, setup: Setup) -> None:
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    code = work["run_code"]
+    assert put(web, setup, "cell-a", episode_body(work, "uidABAN01", 1, state="running")).is_success
+    before = _rows(web)
+    r = web.client().post(
+        f"{API}/claims/{code}/abandon",
+        json={"reason": "pre-flight failed"},
+        headers=keyed(setup.tokens["cell-a"], "abandon:1"),
+    )
+    assert r.status_code == 409 and fields_of(r) == ["run_code"] and code in r.text, r.text
+    assert _rows(web) == before
+
+
+def test_an_episode_silent_past_the_lease_is_presumed_dead_and_never_counts(
+    web: Web, setup: Setup
+) -> None:
+    from proctor.analysis.store import load_episodes
+    from proctor.core.domain import LabelStream
+
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    code = work["run_code"]
+    running = episode_body(work, "uidLOST01", 1, state="running")
+    assert put(web, setup, "cell-a", running).is_success
+    # a later snapshot keeps it alive: the lease counts from the last sync
+    web.clock.advance(seconds=LEASE_S - 1)
+    assert put(web, setup, "cell-a", {**running, "rev": 2, "events": [event(0)]}).is_success
+    web.clock.advance(seconds=LEASE_S - 1)
+    assert _claim_answer(web, setup, "cell-a", "claim:2").status_code == 409
+    # silent for the lease (a host that lost its ledger): settled, and the next run given
+    web.clock.advance(seconds=2)
+    nxt = claim(web, setup, "cell-a", "claim:3")["work"]
+    assert nxt["run_code"] != code
+    assert assignment(web, code)[0] == AssignmentStatus.requeued
+    # the episode was in fact still running: its later revisions are kept, labelled
+    # by their requeued run, and never scored (the slot's replacement counts instead)
+    log = {"placed": work["items"], "lost": 0, "dropped": 0, "outcome": "success"}
+    closed = episode_body(work, "uidLOST01", 3, state="closed", events=[event(0)], **log)
+    r = put(web, setup, "cell-a", closed)
+    assert r.status_code == 200 and r.json()["settled"] is True
+    assert assignment(web, code)[0] == AssignmentStatus.requeued
+    with web.db() as s:
+        ep = s.scalars(sa.select(Episode).where(Episode.uid == "uidLOST01")).one()
+        assert (ep.state, ep.outcome) == ("closed", "success")
+        table = load_episodes(s, campaign_id=setup.campaign_id, stream=LabelStream.detector_only)
+    assert "uidLOST01" not in {e.episode_id for e in table.episodes}
+    reasons = {x.episode_id: x.reason for x in table.excluded}
+    assert reasons["uidLOST01"] == (
+        f"its run {code} was requeued, not done: the slot's replacement counts instead"
+    )
+
+
+def test_a_hello_keeps_the_daemons_running_episode_live_past_the_lease(
+    web: Web, setup: Setup
+) -> None:
+    work = claim(web, setup, "cell-a", "claim:1")["work"]
+    code = work["run_code"]
+    assert put(web, setup, "cell-a", episode_body(work, "uidLONG01", 1, state="running")).is_success
+    other = claim(web, setup, "cell-b", "claim:1")["work"]
+    assert put(
+        web, setup, "cell-b", episode_body(other, "uidLONG02", 1, state="running")
+    ).is_success
+
+    def hello(station: str, live: list[str]) -> None:
+        r = web.client().post(
+            f"{API}/hello",
+            json=hello_body(station, live=live),
+            headers=bearer(setup.tokens[station]),
+        )
+        assert r.status_code == 200, r.text
+
+    # a long episode with no new snapshot: the daemon's heartbeats keep it live
+    for _ in range(4):
+        web.clock.advance(seconds=LEASE_S / 2)
+        # cell-b names cell-a's episode too: only a station's own are kept live
+        hello("cell-a", ["uidLONG01"])
+        hello("cell-b", ["uidLONG01"])
+    assert _claim_answer(web, setup, "cell-a", "claim:2").status_code == 409
+    # cell-b's own episode went quiet two leases ago: presumed dead, its run settled
+    assert claim(web, setup, "cell-b", "claim:2")["work"]["run_code"] != other["run_code"]
+    assert assignment(web, other["run_code"])[0] == AssignmentStatus.requeued
+    # a daemon that no longer names it (it lost track): dead one lease later
+    web.clock.advance(seconds=LEASE_S / 2)
+    hello("cell-a", [])
+    assert _claim_answer(web, setup, "cell-a", "claim:3").status_code == 409
+    web.clock.advance(seconds=LEASE_S / 2)
+    hello("cell-a", [])
+    assert claim(web, setup, "cell-a", "claim:4")["work"]["run_code"] != code
+    assert assignment(web, code)[0] == AssignmentStatus.requeued
+    bad = web.client().post(
+        f"{API}/hello",
+        json=hello_body("cell-a", live=["no spaces"]),
+        headers=bearer(setup.tokens["cell-a"]),
+    )
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "live", 0]
+
+
+class _Station:
+    """A station host over the station API that claims again while its own
+    episode is live, several times an episode; every third run it goes silent
+    past the lease mid-episode, so the second claim goes through and the
+    episode it abandoned still ends with a counting outcome (the N3 repro)."""
+
+    def __init__(self, web: Web, setup: Setup, name: str) -> None:
+        self.web, self.setup, self.name = web, setup, name
+        self.keys = 0
+        self.refused = self.doubled = 0
+
+    def claim(self) -> Any:
+        self.keys += 1
+        r = _claim_answer(self.web, self.setup, self.name, f"claim:{self.keys}")
+        assert r.status_code == 200, r.text
+        return r.json()["work"]
+
+    def second_claim_refused(self, work: dict[str, Any]) -> None:
+        self.keys += 1
+        r = _claim_answer(self.web, self.setup, self.name, f"claim:{self.keys}")
+        assert r.status_code == 409 and work["run_code"] in r.text, r.text
+        self.refused += 1
+
+    def sync(self, work: dict[str, Any], uid: str, rev: int, state: str, **kw: Any) -> None:
+        r = put(self.web, self.setup, self.name, episode_body(work, uid, rev, state=state, **kw))
+        assert r.status_code == 200, r.text
+
+    def close(self, work: dict[str, Any], uid: str, rev: int, outcome: str) -> None:
+        log = {"placed": 0, "lost": 0, "dropped": 0} if outcome != "system" else {}
+        times = {"clock_start_s": 1000.0, "clock_end_s": 1060.0, "events": [event(0)]}
+        self.sync(work, uid, rev, "closed", outcome=outcome, **log, **times)
+
+    def run(self, work: dict[str, Any], n: int) -> None:
+        uid = f"uid{self.name[-1]}{n:04d}"
+        self.sync(work, uid, 1, "armed")
+        self.second_claim_refused(work)
+        self.sync(work, uid, 2, "running")
+        self.second_claim_refused(work)
+        if n % 3 == 0:
+            # silent past the lease: presumed dead, so the claim settles the run
+            self.web.clock.advance(seconds=LEASE_S + 1)
+            self.claim()  # held from now on, handed back by the next claim
+            self.doubled += 1
+            self.close(work, uid, 3, "ran_out_of_time")  # it was running all along
+            return
+        if n % 7 == 0:
+            self.close(work, uid, 3, "system")  # a station fault: requeued, as ever
+            return
+        self.sync(work, uid, 3, "awaiting_log")
+        self.second_claim_refused(work)
+        self.close(work, uid, 4, "ran_out_of_time")
+
+
+def test_one_slot_one_counted_episode_under_second_claims(web: Web, setup: Setup) -> None:
+    from collections import Counter
+
+    from proctor.analysis.store import load_episodes
+    from proctor.core.domain import LabelStatus, LabelStream, Outcome
+
+    stations = [_Station(web, setup, name) for name in ("cell-a", "cell-b")]
+    runs, idle = 0, 0
+    while idle < len(stations):
+        assert runs < 200, "the campaign never ran out of work"
+        st = stations[runs % len(stations)] if idle == 0 else stations[idle % len(stations)]
+        work = st.claim()
+        if work is None:
+            idle += 1
+            continue
+        idle = 0
+        runs += 1
+        st.run(work, runs)
+        web.clock.advance(seconds=1)
+
+    with web.db() as s:
+        cid = setup.campaign_id
+        assert (
+            s.scalar(
+                sa.select(sa.func.count()).where(
+                    Assignment.campaign_id == cid,
+                    Assignment.status.in_((AssignmentStatus.pending, AssignmentStatus.claimed)),
+                )
+            )
+            == 0
+        )
+        originals = sa.and_(Assignment.campaign_id == cid, Assignment.replaces_id.is_(None))
+        total = s.scalar(sa.select(sa.func.count()).where(originals))
+        done = s.scalar(
+            sa.select(sa.func.count()).where(
+                Assignment.campaign_id == cid, Assignment.status == AssignmentStatus.done
+            )
+        )
+        # the allocation: original slots per (policy, object) cell
+        allocation = Counter(
+            s.execute(sa.select(Assignment.policy_id, Assignment.object_type_id).where(originals))
+        )
+        closed = s.scalars(sa.select(Episode).where(Episode.campaign_id == cid)).all()
+        counting = [e for e in closed if e.outcome not in (None, Outcome.system)]
+        for e in closed:
+            e.label_status = LabelStatus.auto  # no placements to annotate: the counts are 0
+        s.flush()
+        table = load_episodes(s, campaign_id=cid, stream=LabelStream.auto_and_reviewed)
+        names = {p.id: p.name for p in [*setup.world.policies, setup.world.reference]}
+        objects = {o.id: o.name for o in setup.world.objects}
+        excluded = {x.episode_id: x.reason for x in table.excluded}
+
+    doubled = sum(st.doubled for st in stations)
+    assert doubled >= 3 and sum(st.refused for st in stations) >= 3 * runs - 2 * doubled
+    # episodes that ran to a counting end: one per slot, plus those abandoned by a claim
+    assert len(counting) == total + doubled
+    scored = Counter((e.policy, e.object) for e in table.episodes if e.outcome != "system")
+    assert scored == Counter(
+        {(names[pid], objects[oid]): n for (pid, oid), n in allocation.items()}
+    )
+    assert set(allocation.values()) == {4}  # builders.protocol's episodes per cell
+    assert done == total == sum(scored.values())
+    assert sum("was requeued, not done" in why for why in excluded.values()) == doubled
+
+
 def test_bad_episodes_are_refused_by_field_and_write_nothing(web: Web, setup: Setup) -> None:
     work = claim(web, setup, "cell-a", "claim:1")["work"]
     items = work["items"]

@@ -41,6 +41,7 @@ from proctor.core.artifacts import ArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Artifact, Episode
+from proctor.core.db.types import utcnow
 from proctor.core.domain import EpisodeState
 from proctor.core.errors import Conflict, NotFound, ProctorError, UsageError
 from proctor.station.uplink import snapshot
@@ -52,6 +53,14 @@ log = logging.getLogger(__name__)
 
 # corrections after these go through the server's review log, never the station
 FINAL_STATES = ("closed", "interrupted")
+# episode states a hello names as live (the runner's own episode, until it ends)
+LIVE_STATES = (
+    EpisodeState.armed,
+    EpisodeState.running,
+    EpisodeState.finishing,
+    EpisodeState.awaiting_log,
+)
+LIVE_MAX = 8  # the wire's bound on a hello's live list
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 
@@ -130,6 +139,8 @@ class Forwarder:
         self._shown: tuple[object, ...] | None = None
         # ledger ids of episodes the server holds for good (closed, all artifacts in)
         self._done: set[int] = set()
+        # episodes created before this are a predecessor's: never named live in a hello
+        self._born = utcnow()
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> Forwarder:
@@ -226,7 +237,7 @@ class Forwarder:
                 number = self._passes_begun
             try:
                 self._stamp()  # offline too: the status counts what changed
-                reply = self.client.hello(self._hello(self.outbox.unconfirmed()))
+                reply = self.client.hello(self._with_live(self._hello(self.outbox.unconfirmed())))
                 self.heartbeat_s = min(self.heartbeat_s, reply.heartbeat_s)
                 self.online = True
                 self._drain()
@@ -234,6 +245,22 @@ class Forwarder:
                 with self._passes:
                     self._passes_done = number
                     self._passes.notify_all()
+
+    def _with_live(self, hello: Hello) -> Hello:
+        """The hello naming the episodes this daemon is running now: those in a
+        live state created since the forwarder started. The server keeps them
+        live, so a second claim on this station's token cannot settle their run
+        mid-episode. One a killed predecessor left behind is never named: the
+        daemon's recovery syncs it as interrupted, and one left awaiting a log
+        nobody can write any more goes quiet and is presumed dead after the lease."""
+        with session_scope(self.sessions) as s:
+            uids = s.scalars(
+                sa.select(Episode.uid)
+                .where(Episode.state.in_(LIVE_STATES), Episode.created_at >= self._born)
+                .order_by(Episode.id.desc())
+                .limit(LIVE_MAX)
+            ).all()
+        return hello.model_copy(update={"live": list(uids)})
 
     # -- draining --------------------------------------------------------------------
     def _episodes(self) -> list[int]:

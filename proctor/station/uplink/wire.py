@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -82,6 +82,11 @@ class Hello(Wire):
     # the station's last estimate of (server clock - station clock), seconds
     clock_offset_s: float | None = Field(default=None, ge=-86400 * 365, le=86400 * 365)
     waiting: int = Field(default=0, ge=0)  # episodes not yet confirmed by the server
+    # uids of the episodes this daemon is running now (armed, running, finishing,
+    # awaiting the log): each hello keeps them live on the server, so a second
+    # claim cannot settle their run however long they run (at most a few: one
+    # runner per station)
+    live: list[Annotated[str, Field(pattern=_UID)]] = Field(default_factory=list, max_length=8)
 
 
 class HelloReply(Wire):

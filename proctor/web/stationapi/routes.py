@@ -80,13 +80,19 @@ def abandon(
     caller: CallingStation,
     key: IdempotencyKey,
     session: SessionDep,
+    settings: SettingsDep,
     now: NowDep,
 ) -> wire.AbandonReply:
     """A claimed run never started (its pre-flight failed): rescheduled later."""
 
     def act() -> wire.AbandonReply:
         rescheduled = station_api.abandon(
-            session, caller.station_id, run_code, body.reason, now=now
+            session,
+            caller.station_id,
+            run_code,
+            body.reason,
+            now=now,
+            lease_s=settings.scheduler.claim_lease_s,
         )
         return wire.AbandonReply(run_code=run_code, rescheduled=rescheduled)
 
@@ -108,8 +114,9 @@ def sync_episode(
     caller: CallingStation,
     session: SessionDep,
     settings: SettingsDep,
+    now: NowDep,
 ) -> wire.EpisodeReply:
     """The episode as the station's ledger holds it now (a replay changes nothing)."""
     if uid != body.uid:
         raise FieldError("uid", "the path's uid and the body's differ")
-    return station_api.sync_episode(session, caller.station_id, body, settings.scheduler)
+    return station_api.sync_episode(session, caller.station_id, body, settings.scheduler, now=now)

@@ -77,6 +77,10 @@ class Episode(Base):
     # the station's revision of this episode last synced over the station API
     # (None: written here directly): an older or repeated one changes nothing
     sync_rev: Mapped[int | None]
+    # the server's time of the last snapshot (or running heartbeat) the station
+    # sent over the station API (None: written here directly): a live episode
+    # heard from within the claim lease holds its run against a second claim
+    synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = created_at_column()
 
     artifacts: Mapped[list[Artifact]] = relationship(
