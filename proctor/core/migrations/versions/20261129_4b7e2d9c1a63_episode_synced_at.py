@@ -8,7 +8,7 @@ give the policy an extra episode. NULL: written here directly (an in-process
 station, a simulation), or synced before this revision.
 
 Revision ID: 4b7e2d9c1a63
-Revises: 9d3c6a1e5f72
+Revises: b5d2e8f4a1c7
 Create Date: 2026-11-29
 """
 
@@ -20,7 +20,7 @@ from alembic import op
 import proctor.core.db.types
 
 revision: str = "4b7e2d9c1a63"
-down_revision: str | None = "9d3c6a1e5f72"
+down_revision: str | None = "b5d2e8f4a1c7"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
