@@ -281,7 +281,15 @@ def build(config: StationConfig, clock: Clock | None = None) -> Cell:
         clock=clock,
         # libfranka's realtime check stays on for the real arm (review #9):
         # "ignore" is for franky-sim and development machines only
-        arm=build_arm(arm_section, "real.arm", clock, realtime="enforce", **fixed),
+        arm=build_arm(
+            arm_section,
+            "real.arm",
+            clock,
+            realtime="enforce",
+            # homing is held to the cap every policy command is
+            home_max_tool_speed=config.envelope.max_tool_speed,
+            **fixed,
+        ),
         gripper=build_gripper(gripper_section, "real.gripper", clock),
         cameras=cameras,
         commissioned=commissioned,

@@ -232,7 +232,15 @@ def build(config: StationConfig) -> Cell:
                 playback_real_time=True,
                 repeat_playback=True,
             )
-        arm = build_arm(arm_section, "twin.arm", clock, host=host, realtime="ignore", **fixed)
+        arm = build_arm(
+            arm_section,
+            "twin.arm",
+            clock,
+            host=host,
+            realtime="ignore",
+            home_max_tool_speed=config.envelope.max_tool_speed,
+            **fixed,
+        )
         gripper = build_gripper(
             gripper_section, "twin.gripper", clock, port=str(peers.socat.driver_end)
         )

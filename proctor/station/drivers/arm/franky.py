@@ -162,6 +162,11 @@ class FrankyArmConfig(ArmConfig):
     # homing crosses the whole workspace with no policy watching: slower still
     # (never faster than relative_dynamics_factor, which caps every motion)
     home_dynamics_factor: float = 0.1
+    # … and under the envelope's tool-speed cap (m/s): the station profiles set
+    # it from ``[envelope] max_tool_speed``, so homing is held to the cap every
+    # policy command is (hardware review #8: 0.1 alone allowed 0.17 m/s per
+    # tool axis, up to 0.29 m/s on a diagonal)
+    home_max_tool_speed: float = 0.25
     # how long homing may take before it is a fault: the longest home move
     # (~3 rad on joint 1) at 10 % dynamics takes about 10 s
     home_timeout_s: float = 20.0
@@ -277,6 +282,8 @@ class FrankyArmConfig(ArmConfig):
             raise ValueError("franky arm config: position_hold_s must be in [0, 5] s")
         if not 0.0 < self.home_dynamics_factor <= 1.0:
             raise ValueError("franky arm config: home_dynamics_factor must be in (0, 1]")
+        if not 0.0 < self.home_max_tool_speed <= 3.0:
+            raise ValueError("franky arm config: home_max_tool_speed must be in (0, 3] m/s")
         for name in ("acceleration_factor", "jerk_factor"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
@@ -1088,9 +1095,18 @@ class FrankyArm(Arm[FrankyArmConfig]):
         # relative to the Robot's global factor, which caps every motion
         factor = min(1.0, c.home_dynamics_factor / c.relative_dynamics_factor)
 
+        def capped(kind: ArmCommandKind, target: np.ndarray) -> float:
+            """The homing factor, lowered to keep this move under the cap
+            (from the measured pose when the move starts: ``make`` runs under
+            the lock, just before the motion)."""
+            cmd = ArmCommand(kind, target, max_tool_speed=c.home_max_tool_speed)
+            return min(factor, self._velocity_factor(cmd))
+
         def to_pose(xyz: np.ndarray, quat: np.ndarray) -> Callable[[], Any]:
+            pose = np.concatenate([xyz, quat])
             return lambda: franky.CartesianMotion(
-                franky.Affine(xyz, quat), relative_dynamics_factor=factor
+                franky.Affine(xyz, quat),
+                relative_dynamics_factor=capped(ArmCommandKind.cartesian_pose, pose),
             )
 
         cartesian = ArmCommandKind.cartesian_pose.value
@@ -1107,7 +1123,10 @@ class FrankyArm(Arm[FrankyArmConfig]):
         home_quat = np.array(home.quaternion, dtype=np.float64)
         self._home_move(to_pose(across, home_quat), cartesian, deadline)
         self._home_move(
-            lambda: franky.JointMotion(target, relative_dynamics_factor=factor),
+            lambda: franky.JointMotion(
+                target,
+                relative_dynamics_factor=capped(ArmCommandKind.joint_position, target),
+            ),
             ArmCommandKind.joint_position.value,
             deadline,
         )
