@@ -25,6 +25,12 @@ OUTCOMES = (SUCCESS, RAN_OUT_OF_TIME, OPERATOR_STOP, SAFETY, SYSTEM)
 CENSORING_OUTCOMES = (RAN_OUT_OF_TIME, OPERATOR_STOP)
 
 
+# the fault classes a policy is answerable for (proctor.scheduler.claims.POLICY_FAULTS):
+# a malformed reply, its checkpoint's server failing by the submitter's fault, an
+# arm fault the station is blamed for after the policy's own motion
+POLICY_FAULT_CLASSES = ("policy_protocol", "policy_server", "policy_motion")
+
+
 @dataclass(frozen=True)
 class Episode:
     """One rollout of one policy on one object type.
@@ -58,6 +64,10 @@ class Episode:
     envelope_interventions: int | None = None
     # the station's per-call table (proctor.analysis.latency); None: not recorded
     calls: EpisodeCalls | None = None
+    # the fault of the policy's own doing behind a system or charged ending
+    # (proctor.analysis.policy_faults: policy_protocol, policy_server,
+    # policy_motion); None: none
+    policy_fault: str | None = None
 
     @property
     def placed(self) -> int:
@@ -116,6 +126,12 @@ def validate_episode(ep: Episode) -> list[Problem]:
         bad("budget_s", f"must be a finite number > 0, got {ep.budget_s}")
     if ep.envelope_interventions is not None and ep.envelope_interventions < 0:
         bad("envelope_interventions", f"must not be negative, got {ep.envelope_interventions}")
+    if ep.policy_fault is not None and ep.policy_fault not in POLICY_FAULT_CLASSES:
+        bad(
+            "policy_fault",
+            f"unknown fault class {ep.policy_fault!r} (expected one of "
+            f"{', '.join(POLICY_FAULT_CLASSES)})",
+        )
     problems.extend(_calls_problems(ep))
 
     placement = _placement_problem(ep)

@@ -3,8 +3,10 @@
 Required columns: ``episode_id, policy, object, items, duration_s,
 placements_s, lost, dropped, outcome``; optional: ``budget_s,
 tote_placement, external_camera, station, site, started_at, reference`` and,
-two extensions of §8, ``object_tags`` and ``envelope_interventions`` (empty:
-not counted). A reader that predates a column ignores it with a note, so
+three extensions of §8, ``object_tags``, ``envelope_interventions`` (empty:
+not counted) and ``policy_fault`` (the fault class of the policy's own doing
+behind a system or charged ending, ``proctor.analysis.policy_faults``; empty:
+none). A reader that predates a column ignores it with a note, so
 files with ``site`` (where the station stands) still read everywhere. In
 CSV, ``placements_s`` and ``object_tags`` are space-separated lists; in JSON
 Lines they may be arrays.
@@ -52,6 +54,7 @@ OPTIONAL = (
     "reference",
     "object_tags",
     "envelope_interventions",
+    "policy_fault",
 )
 COLUMNS = REQUIRED + OPTIONAL
 MAX_REPORTED = 100
@@ -302,6 +305,7 @@ def _episode(line: int, row: dict[str, Any], problems: _Problems) -> Episode | N
         "object_tags": get("object_tags", _words, (), required=False),
         "envelope_interventions": get("envelope_interventions", _int, required=False),
         "site": get("site", _text, required=False),
+        "policy_fault": get("policy_fault", _text, required=False),
     }
     if len(problems) > start:
         return None
@@ -406,6 +410,7 @@ def _row(ep: Episode) -> dict[str, Any]:
         "object_tags": list(ep.object_tags),
         "envelope_interventions": ep.envelope_interventions,
         "site": ep.site,
+        "policy_fault": ep.policy_fault,
     }
 
 

@@ -40,6 +40,7 @@ from proctor.analysis.latency import latency
 from proctor.analysis.notes import NOT_COMPARED
 from proctor.analysis.operations import concat_operations
 from proctor.analysis.planning import BridgeModel, ObjectEffect, indicator_icc
+from proctor.analysis.policy_faults import policy_faults
 from proctor.analysis.results import (
     AtT,
     BinarySummary,
@@ -189,7 +190,11 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
     ranked: list[PolicyResult] = []
     rank = 0
     for p in order:
-        r = policy_results[p]
+        r = replace(
+            policy_results[p],
+            # over every episode it ran: the system endings are its record too
+            policy_faults=policy_faults([e for e in table.episodes if e.policy == p]),
+        )
         if not r.is_reference:
             rank += 1
         hrt_tests = (

@@ -26,6 +26,7 @@ from proctor.analysis.results import (
     Leaderboard,
     ObjectResult,
     PairResult,
+    PolicyFaults,
     PolicyResult,
     Sweep,
 )
@@ -58,6 +59,7 @@ RESULT_KEYS = frozenset(
         *("latency", "p50_ms", "p95_ms", "p99_ms", "server_p50_ms", "stale_action_rate"),
         *("calls", "calls_per_episode", "server_calls", "actions", "stale_actions"),
         *("over_budget", "sites", "stations", "per_site", "per_station"),
+        *("policy_faults", "faults", "by_class", "class", "count", "share"),
         *("interaction_factors", "hrt_interactions", "interactions", "factor", "levels"),
         *("per_level", "permutations", "note"),
     }
@@ -223,6 +225,19 @@ def _policy(r: PolicyResult) -> dict[str, Any]:
         "notes": list(r.notes),
         "latency": _latency(r.latency),
         "hrt_interactions": [_interaction(x) for x in r.hrt_interactions],
+        "policy_faults": _policy_faults(r.policy_faults),
+    }
+
+
+def _policy_faults(x: PolicyFaults | None) -> dict[str, Any] | None:
+    """Faults of the policy's own doing that the score excludes (None: not computed)."""
+    if x is None:
+        return None
+    return {
+        "episodes": x.episodes,
+        "faults": x.faults,
+        "by_class": [{"class": c, "count": n} for c, n in x.by_class],
+        "share": _iv(x.share),
     }
 
 

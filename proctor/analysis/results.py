@@ -161,6 +161,18 @@ class FailureModes:
 
 
 @dataclass(frozen=True)
+class PolicyFaults:
+    """Endings of the policy's own doing that are not scored as its failures
+    (``proctor.analysis.policy_faults``): over the episodes it ran, scored
+    and ``system`` alike."""
+
+    episodes: int
+    faults: int
+    by_class: tuple[tuple[str, int], ...]
+    share: Interval  # faults / episodes, Wilson 95 %
+
+
+@dataclass(frozen=True)
 class Breakdown:
     """Completion and HRT of one policy on a subset of its episodes: one
     spatial configuration, the objects carrying one tag, one site or one station."""
@@ -221,6 +233,8 @@ class PolicyResult:
     per_station: tuple[Breakdown, ...] = ()
     # the pre-registered factors' tests of this policy's HRT (against the reference)
     hrt_interactions: tuple[InteractionResult, ...] = ()
+    # faults of its own doing that the score excludes (None: not computed)
+    policy_faults: PolicyFaults | None = None
 
 
 @dataclass(frozen=True)

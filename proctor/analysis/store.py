@@ -38,6 +38,7 @@ from proctor.analysis import ANALYSIS_VERSION
 from proctor.analysis.drift import sentinel_drift
 from proctor.analysis.episodes import (
     OPERATOR_STOP,
+    POLICY_FAULT_CLASSES,
     SUCCESS,
     SYSTEM,
     Episode,
@@ -136,6 +137,7 @@ def load_episodes(
 
     placements = _placements(session, [r[0].id for r in rows])
     calls = _calls(session, [r[0].id for r in rows])
+    faults = _policy_faults(session, [r[0].id for r in rows])
 
     episodes: list[Episode] = []
     excluded: list[Exclusion] = []
@@ -185,6 +187,7 @@ def load_episodes(
             object_tags=tuple(sorted(obj.tags or ())),
             envelope_interventions=row.envelope_interventions,
             calls=calls.get(row.id),
+            policy_fault=faults.get(row.id),
         )
         if _value(row.outcome) == SYSTEM:
             # only its identity matters: the analysis lists it and scores nothing
@@ -269,6 +272,29 @@ def _placements(
                 (float(ev.t_s), PlacementSource(ev.source), PlacementStatus(ev.status))
             )
     return placements
+
+
+# the events that name the fault class behind a policy's system or charged
+# ending (proctor.scheduler.claims): the station's ending event, the
+# scheduler's runner-fault note, and the charge
+_FAULT_EVENTS = ("system_fault", "policy_fault", "protocol_fault_charged")
+
+
+def _policy_faults(session: Session, ids: list[int]) -> dict[int, str]:
+    """The fault of the policy's own doing behind each episode of ``ids`` that
+    has one (``proctor.analysis.policy_faults``)."""
+    out: dict[int, str] = {}
+    for chunk in range(0, len(ids), 500):
+        part = ids[chunk : chunk + 500]
+        for episode_id, details in session.execute(
+            sa.select(EpisodeEvent.episode_id, EpisodeEvent.details).where(
+                EpisodeEvent.episode_id.in_(part), EpisodeEvent.kind.in_(_FAULT_EVENTS)
+            )
+        ):
+            fault = details.get("fault") if isinstance(details, dict) else None
+            if fault in POLICY_FAULT_CLASSES:
+                out[episode_id] = str(fault)
+    return out
 
 
 def _calls(session: Session, ids: list[int]) -> dict[int, EpisodeCalls]:

@@ -179,7 +179,7 @@ def test_envelope_interventions_column_round_trips_and_empty_is_unknown(tmp_path
     for name in ("out.csv", "out.jsonl"):
         write_interchange(table.episodes, tmp_path / name)
         assert read_interchange(tmp_path / name).episodes == table.episodes
-    assert ",4\n" in (tmp_path / "out.csv").read_text()
+    assert ",4,\n" in (tmp_path / "out.csv").read_text()  # policy_fault follows, empty
     rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["envelope_interventions"] for r in rows] == [4, None, 0]
 
@@ -196,3 +196,24 @@ def test_a_bad_envelope_count_names_the_field(tmp_path: Path) -> None:
     a, b = err.value.lines
     assert "(episode a): envelope_interventions: must not be negative, got -2" in a
     assert "(episode b): envelope_interventions: expected an integer, got '1.5'" in b
+
+
+def test_the_policy_fault_column_round_trips_and_an_unknown_class_is_refused(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "faults.csv"
+    f.write_text(
+        HEADER + ",policy_fault\n"
+        "a,bot,cup,3,90,,0,0,system,policy_motion\n"
+        "b,bot,cup,3,90,,1,0,ran_out_of_time,\n"
+    )
+    table = read_interchange(f)
+    assert [e.policy_fault for e in table.episodes] == ["policy_motion", None]
+    for name in ("out.csv", "out.jsonl"):
+        write_interchange(table.episodes, tmp_path / name)
+        assert read_interchange(tmp_path / name).episodes == table.episodes
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEADER + ",policy_fault\na,bot,cup,3,90,,0,0,system,the_weather\n")
+    with pytest.raises(InvalidFile) as exc:
+        read_interchange(bad)
+    assert "policy_fault: unknown fault class 'the_weather'" in exc.value.lines[0]

@@ -315,3 +315,48 @@ def test_each_episode_carries_its_stations_name_and_site(world: World) -> None:
     assert by[one.uid] == ("cell-a", "lab-a")
     assert by[two.uid] == ("cell-b", None)
     assert by[w.last_bot.uid] == (None, None)  # recorded by no station
+
+
+def test_a_policy_that_voids_its_episodes_shows_its_own_faults_on_the_board(
+    world: World,
+) -> None:
+    """Issue 29 item 3 / hardware review #4: a policy that drives a joint into
+    its limit every episode. Its first system endings are free (requeued,
+    excluded from the score) and the rest charged as safety stops; either way
+    the share of its episodes that ended in a fault of its own doing is on its
+    board row, over every episode it ran — here 3 free + 1 charged of 10."""
+    from proctor.core.db.models import EpisodeEvent
+
+    w = world
+    voids = []
+    for _ in range(3):
+        ep = w.episode(w.bot, w.cup, placed=[], outcome=Outcome.system)
+        w.s.add(EpisodeEvent(episode_id=ep.id, kind="system_fault", message="joint limit",
+                             details={"fault": "policy_motion"}))  # fmt: skip
+        voids.append(ep)
+    charged = w.episode(w.bot, w.cup, placed=[], outcome=Outcome.safety)
+    charge = {"fault": "policy_motion", "free_protocol_faults": 3}
+    w.s.add(EpisodeEvent(episode_id=charged.id, kind="protocol_fault_charged", message="charged",
+                         details=charge))  # fmt: skip
+    # a system ending that is not the policy's (a camera stalled): not counted
+    stalled = w.episode(w.bot, w.towel, placed=[], outcome=Outcome.system)
+    w.s.add(EpisodeEvent(episode_id=stalled.id, kind="system_fault", message="camera",
+                         details={}))  # fmt: skip
+    w.s.flush()
+    table = load_episodes(w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed)
+    by = {e.episode_id: e.policy_fault for e in table.episodes}
+    assert [by[e.uid] for e in voids] == ["policy_motion"] * 3
+    assert by[charged.uid] == "policy_motion" and by[stalled.uid] is None
+    result = build_snapshot(
+        w.s,
+        campaign_id=w.campaign.id,
+        stream=LabelStream.auto_and_reviewed,
+        protocol=Protocol(tau=60.0, bootstrap=100, seed=2),
+    ).result
+    bot = next(p for p in result["policies"] if p["policy"] == "bot-1")
+    # 6 world episodes + 3 free + 1 charged + 1 stalled = 11 run, 4 its own faults
+    assert bot["policy_faults"]["episodes"] == 11 and bot["policy_faults"]["faults"] == 4
+    assert bot["policy_faults"]["by_class"] == [{"class": "policy_motion", "count": 4}]
+    assert bot["policy_faults"]["share"]["estimate"] == pytest.approx(4 / 11)
+    human = next(p for p in result["policies"] if p["policy"] == "human-ref")
+    assert human["policy_faults"]["faults"] == 0

@@ -54,6 +54,7 @@ def test_the_leaderboard_shows_the_snapshots_numbers(page: Any, live_server: Liv
             "envelope": (p["failure_modes"]["envelope_interventions_per_episode"]["estimate"], num),
             "interventions": (p["failure_modes"]["operator_stops_per_episode"]["estimate"], num),
             "episodes": (p["episodes"], str),
+            "own_faults": (p["policy_faults"]["share"]["estimate"], pct),
         }
         for key, (value, fmt) in want.items():
             if value is None:  # not defined: no number cell (the dash is checked below)

@@ -140,6 +140,12 @@ class RowOut(BaseModel):
     interventions_per_episode: IntervalOut = Field(
         description="operator stops per episode (safety stops count under hard failures)"
     )
+    policy_faults_per_episode: IntervalOut = Field(
+        description="episodes that ended in a fault of the policy's own doing that the score "
+        "excludes (a malformed reply, its server failing, an arm fault after its own motion "
+        "such as a joint driven into its limit), over every episode it ran; Wilson 95 % "
+        "(null: a snapshot computed before they were counted)"
+    )
     uph: IntervalOut
     mtbfa: IntervalOut
     objects_missing: list[str]
@@ -265,6 +271,8 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
                     fm.get("envelope_interventions_per_episode")
                 ),
                 interventions_per_episode=_iv(fm["operator_stops_per_episode"]),
+                # snapshots computed before these were counted have no such key
+                policy_faults_per_episode=_iv((p.get("policy_faults") or {}).get("share")),
                 uph=_iv(p["uph"]),
                 mtbfa=_iv(p["mtbfa"]),
                 objects_missing=p["objects_missing"],
