@@ -705,6 +705,17 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 mode=mode,
             )
 
+    def controller_time(self) -> float:
+        """Seconds on the controller's own clock: libfranka's ``RobotState.time``,
+        one millisecond per state of its 1 kHz loop. Motions are generated on
+        this clock, so speeds measured on it are the commanded ones even when
+        the host (or franky-sim on a loaded machine) runs behind real time."""
+        with self._lock:
+            try:
+                return float(self._r().state.time.to_sec())
+            except FRANKY_ERRORS as exc:
+                raise self._latch(exc) from exc
+
     def controller_report(self) -> ControllerReport:
         with self._lock:
             self._r()
