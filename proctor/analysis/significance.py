@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special  # not scipy.stats: see binary.py
 
-from proctor.analysis.km import at_risk, risk_set, survival
+from proctor.analysis.km import RiskSet, at_risk, risk_set, survival
 from proctor.analysis.operations import Operations, concat_operations
 
 
@@ -157,29 +157,249 @@ def logrank(strata: Sequence[tuple[Operations, Operations]]) -> LogRank:
     return LogRank(o_total, e_total, v_total, chi2, float(special.chdtrc(1, chi2)))
 
 
+# --- valid under the weak null: episode-cluster-robust studentization (issue 31) ---
+
+
+def _episode_matrices(rs: RiskSet) -> tuple[np.ndarray, np.ndarray]:
+    """Dense (J, E): each episode's successes at each grid time, and its
+    operations at risk there (a success at grid[j−1] has left by grid[j])."""
+    d = rs.events.toarray()
+    x = rs.exits.toarray()
+    x[1:] += d[:-1]
+    y = rs.n_ops[None, :] - np.cumsum(x, axis=0)
+    return d, y
+
+
+def _km_cluster_var(
+    d_e: np.ndarray, y_e: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """KM S and its episode-cluster-robust variance for every column of the
+    0/1 membership ``w`` (E, R). The influence of episode i on Ŝ(t) is
+    −Ŝ(t) Σ_{t_j ≤ t} [dN_i(t_j) − Y_i(t_j) dΛ̂(t_j)] / Y(t_j) (the KM's
+    martingale representation summed over the episode's operations); the
+    variance is Ŝ² Σ_i (that sum)² · n/(n − 1) over the arm's n episodes
+    (the sandwich of Ying & Wei 1994 for clustered data, with the usual
+    small-sample factor). One episode in the arm: variance 0 (undefined)."""
+    d = d_e @ w
+    y = y_e @ w
+    inv = np.divide(1.0, y, out=np.zeros_like(y), where=y > 0)
+    h = d * inv
+    s = np.cumprod(1.0 - h, axis=0)
+    b = h * inv
+    # (J, E, R): every episode's running influence sum in every column
+    c = d_e[:, :, None] * inv[:, None, :] - y_e[:, :, None] * b[:, None, :]
+    np.cumsum(c, axis=0, out=c)
+    np.multiply(c, c, out=c)
+    acc = np.einsum("jer,er->jr", c, w)
+    n = w.sum(axis=0)
+    factor = np.where(n > 1, n / np.maximum(n - 1, 1), 0.0)
+    return s, s * s * acc * factor[None, :]
+
+
+# the smallest variance a studentized gap is divided by; a real one is at
+# least about 1/operations² (≥ 1e-7 at a thousand operations an arm)
+_VAR_FLOOR = 1e-10
+# elements of the (grid × episodes × replicates) tensor per block (16 MB)
+_TENSOR_CELLS = 2_000_000
+
+
+def _studentized_sups(
+    d_e: np.ndarray, y_e: np.ndarray, w_a: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(sup_t |F̂_A − F̂_B| / SE, sup_t |F̂_A − F̂_B|) for every column of
+    arm A's membership ``w_a`` (arm B is the rest)."""
+    w_b = 1.0 - w_a
+    s_a, v_a = _km_cluster_var(d_e, y_e, w_a)
+    s_b, v_b = _km_cluster_var(d_e, y_e, w_b)
+    gap = np.abs(s_a - s_b)
+    # floored: arms without spread (every episode alike) and a gap give a
+    # large finite Z (perfect separation), not 0/0 or inf in the JSON
+    z = gap / np.sqrt(np.maximum(v_a + v_b, _VAR_FLOOR))
+    return np.max(z, axis=0), np.max(gap, axis=0)
+
+
+@dataclass(frozen=True)
+class StudentizedKS:
+    """The studentized macro-KS (the board's test) and, on the same
+    relabellings, the unstudentized one it replaces (for comparison)."""
+
+    statistic: float
+    p: float
+    per_object: dict[str, float]
+    replicates: int
+    raw_statistic: float
+    raw_p: float
+
+
+def studentized_macro_ks_test(
+    strata: dict[str, tuple[Operations, Operations]],
+    *,
+    tau: float,
+    replicates: int,
+    rngs: dict[str, np.random.Generator],
+) -> StudentizedKS:
+    """docs/methods.md §5: per object, Z_o = sup over the pooled success
+    times t ≤ τ of |F̂_A(t) − F̂_B(t)| / √(V̂_A(t) + V̂_B(t)) with V̂ the
+    episode-cluster-robust KM variance; the statistic is the mean of Z_o
+    over objects; p by relabelling whole episodes within each object, the
+    variances recomputed in every relabelling (a studentized permutation
+    test: exact when episodes are exchangeable, asymptotically of size α
+    at each t when only the two CDFs are equal — Janssen 1997; Chung &
+    Romano 2013)."""
+    if not strata:
+        raise ValueError("studentized_macro_ks_test: the two arms share no object")
+    per_object: dict[str, float] = {}
+    raw_obs = 0.0
+    null_z = np.zeros(replicates)
+    null_raw = np.zeros(replicates)
+    for obj, (ops_a, ops_b) in strata.items():
+        pooled = concat_operations([ops_a, ops_b])
+        n_a, n_b = ops_a.n_episodes, ops_b.n_episodes
+        rs = risk_set(pooled, t_max=tau)
+        labels = permutation_labels(n_a + n_b, n_a, replicates, rngs[obj])
+        if rs.n_grid == 0:
+            per_object[obj] = 0.0
+            continue
+        d_e, y_e = _episode_matrices(rs)
+        observed = np.zeros((n_a + n_b, 1))
+        observed[:n_a] = 1.0
+        z, raw = _studentized_sups(d_e, y_e, observed)
+        per_object[obj] = float(z[0])
+        raw_obs += float(raw[0])
+        # replicate columns per block: the (J, E, R) influence tensor stays small
+        block = max(1, _TENSOR_CELLS // max(d_e.size, 1))
+        for start in range(0, replicates, block):
+            stop = min(start + block, replicates)
+            z, raw = _studentized_sups(d_e, y_e, labels[:, start:stop])
+            null_z[start:stop] += z
+            null_raw[start:stop] += raw
+    k = len(strata)
+    statistic = float(np.mean(list(per_object.values())))
+    raw_statistic = raw_obs / k
+
+    def p_of(null: np.ndarray, obs: float) -> float:
+        # a tolerance so that a replicate equal to the observed value counts as >=
+        return (1 + int(np.sum(null / k >= obs - 1e-12))) / (replicates + 1)
+
+    return StudentizedKS(
+        statistic=statistic,
+        p=p_of(null_z, statistic),
+        per_object=per_object,
+        replicates=replicates,
+        raw_statistic=raw_statistic,
+        raw_p=p_of(null_raw, raw_statistic),
+    )
+
+
+@dataclass(frozen=True)
+class ClusteredLogRank:
+    """The stratified log-rank score U = Σ(O − E) for arm A with its
+    episode-cluster-robust variance, and two p-values: the normal one of
+    χ² = U² / V (1 df) and the permutation one (the board's)."""
+
+    observed: float
+    expected: float
+    variance: float
+    chi2: float
+    p_normal: float
+    p: float
+    replicates: int
+
+
+def clustered_logrank(
+    strata: Sequence[tuple[Operations, Operations]],
+    *,
+    replicates: int,
+    rngs: Sequence[np.random.Generator],
+) -> ClusteredLogRank:
+    """docs/methods.md §5: the log-rank score of :func:`logrank` with the
+    variance of Lin & Wei (1989) summed per episode: episode i's score is
+    U_i = Σ_j (z_i − Ȳ_A,j/Y_j)(dN_i(t_j) − Y_i(t_j) d_j/Y_j), Σ_i U_i =
+    O_A − E_A, V = Σ_i U_i² (the robust score test of R's
+    ``coxph(... + strata(object) + cluster(episode))`` at β = 0, Breslow
+    ties). p: |U/√V| against its value in relabellings of whole episodes
+    within each stratum, V recomputed in each (studentized permutation)."""
+    score = np.zeros(replicates + 1)
+    var = np.zeros(replicates + 1)
+    o_total = e_total = 0.0
+    for (ops_a, ops_b), rng in zip(strata, rngs, strict=True):
+        pooled = concat_operations([ops_a, ops_b])
+        n_a = ops_a.n_episodes
+        n = pooled.n_episodes
+        labels = permutation_labels(n, n_a, replicates, rng)
+        rs = risk_set(pooled)
+        if rs.n_grid == 0:
+            continue
+        d_e, y_e = _episode_matrices(rs)
+        d = d_e.sum(axis=1)
+        y = y_e.sum(axis=1)
+        hazard = np.divide(d, y, out=np.zeros_like(d), where=y > 0)
+        m = d_e - y_e * hazard[:, None]  # (J, E): each episode's martingale increments
+        m_sum = m.sum(axis=0)
+        w = np.hstack([np.zeros((n, 1)), labels])
+        w[:n_a, 0] = 1.0
+        share = np.divide(
+            y_e @ w, y[:, None], out=np.zeros((y.shape[0], w.shape[1])), where=y[:, None] > 0
+        )
+        u = w * m_sum[:, None] - m.T @ share  # (E, R + 1)
+        score += u.sum(axis=0)
+        var += np.einsum("er,er->r", u, u)
+        o_total += float(d_e[:, :n_a].sum())
+        e_total += float(np.sum(d * share[:, 0]))
+    if var[0] <= 0:
+        return ClusteredLogRank(o_total, e_total, 0.0, 0.0, 1.0, 1.0, replicates)
+    z = np.divide(score, np.sqrt(var), out=np.zeros_like(score), where=var > 0)
+    chi2 = float(z[0] ** 2)
+    exceed = int(np.sum(np.abs(z[1:]) >= abs(z[0]) - 1e-12))
+    return ClusteredLogRank(
+        observed=o_total,
+        expected=e_total,
+        variance=float(var[0]),
+        chi2=chi2,
+        p_normal=float(special.chdtrc(1, chi2)),
+        p=(1 + exceed) / (replicates + 1),
+        replicates=replicates,
+    )
+
+
 def bonferroni(p: float, comparisons: int) -> float:
     return float(min(1.0, p * max(comparisons, 1)))
 
 
 BETTER = "better"
 CROSSING = "crossing"
+# the KS rejects, but the Bonferroni-level interval of ΔRMST holds 0: the
+# policies differ and the data do not say which is faster (issue 31)
+UNCLEAR = "unclear"
 INDISTINGUISHABLE = "indistinguishable"
 
 
-def verdict(significant: bool, rmst_diff: float, auc_ab: float) -> tuple[str, str | None]:
-    """docs/methods.md §5: (i) KS rejects and the scalars agree → one is better;
-    (ii) KS rejects but they disagree in sign → the CDFs cross;
-    (iii) KS does not reject → indistinguishable at this n.
+def verdict(
+    significant: bool,
+    rmst_diff: float,
+    auc_ab: float,
+    rmst_ci: tuple[float | None, float | None] = (None, None),
+) -> tuple[str, str | None]:
+    """docs/methods.md §5: (i) KS rejects, the Bonferroni-level interval
+    ``rmst_ci`` of ΔRMST excludes 0 and the AUC agrees with its sign → one
+    is better; (ii) KS rejects, the interval excludes 0 but the AUC points
+    the other way (or sits at ½) → the CDFs cross; (iii) KS rejects but the
+    interval holds 0 (or is missing) → different, direction unclear; (iv) KS
+    does not reject → indistinguishable at this n.
 
     ``rmst_diff`` = RMST_A − RMST_B (negative: A is faster);
     ``auc_ab`` = P(T_A < T_B) + ½P(T_A = T_B) (above ½: A tends to be faster).
-    Returns (verdict, winner) with winner "a", "b" or None. A scalar exactly
-    at its no-difference value counts as disagreeing (no direction to read).
+    Returns (verdict, winner) with winner "a", "b" or None. Only the
+    interval's side of 0 carries error control (Bonferroni over pairs); the
+    AUC's point estimate can only withhold a direction, never grant one.
     """
     if not significant:
         return INDISTINGUISHABLE, None
-    rmst_says = np.sign(-rmst_diff)
+    lo, hi = rmst_ci
+    if lo is None or hi is None or not (hi < 0 or lo > 0):
+        return UNCLEAR, None
+    rmst_says = -1.0 if lo > 0 else 1.0  # interval below 0: A faster
     auc_says = np.sign(auc_ab - 0.5)
-    if rmst_says != 0 and rmst_says == auc_says:
+    if rmst_says == auc_says:
         return BETTER, "a" if rmst_says > 0 else "b"
     return CROSSING, None

@@ -106,7 +106,7 @@ def test_crossing_curves_get_the_crossing_verdict() -> None:
                            "success"))  # fmt: skip
     lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=60.0, bootstrap=200, seed=0))
     (pair,) = lb.pairs
-    assert pair.macro_ks.statistic == pytest.approx(0.6)
+    assert pair.macro_ks.raw_statistic == pytest.approx(0.6)
     assert pair.significant
     assert pair.verdict == "crossing" and pair.winner is None
     a_first = pair.a == "A"
@@ -115,11 +115,17 @@ def test_crossing_curves_get_the_crossing_verdict() -> None:
 
 
 def test_verdict_rules() -> None:
-    assert verdict(False, -3.0, 0.7) == ("indistinguishable", None)
-    assert verdict(True, -3.0, 0.7) == ("better", "a")
-    assert verdict(True, 3.0, 0.3) == ("better", "b")
-    assert verdict(True, -3.0, 0.3) == ("crossing", None)
-    assert verdict(True, 0.0, 0.7) == ("crossing", None)
+    # the direction is read from the Bonferroni-level interval of ΔRMST (issue 31)
+    assert verdict(False, -3.0, 0.7, (-5.0, -1.0)) == ("indistinguishable", None)
+    assert verdict(True, -3.0, 0.7, (-5.0, -1.0)) == ("better", "a")
+    assert verdict(True, 3.0, 0.3, (1.0, 5.0)) == ("better", "b")
+    assert verdict(True, -3.0, 0.3, (-5.0, -1.0)) == ("crossing", None)
+    assert verdict(True, -3.0, 0.5, (-5.0, -1.0)) == ("crossing", None)
+    # KS rejects, the interval holds 0: different, direction unclear — even
+    # where both point estimates agree (the old rule called this "better")
+    assert verdict(True, -3.0, 0.7, (-6.0, 0.5)) == ("unclear", None)
+    assert verdict(True, -3.0, 0.7, (-6.0, 0.0)) == ("unclear", None)
+    assert verdict(True, -3.0, 0.7) == ("unclear", None)  # no interval
 
 
 @pytest.fixture(scope="module")
