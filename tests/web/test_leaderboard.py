@@ -435,6 +435,7 @@ def test_the_unclear_verdict_and_old_snapshots_verdicts_render(
     rows = doc.find("table", id="pair-table").find_all("tr", data_pair=True)
     assert rows[0].get("data-verdict") == "unclear"
     assert "different, direction unclear" in rows[0].text()
+    assert "the direction is not resolved" in rows[0].text()
     assert f"{second['a']} better" in rows[1].text()
     assert "crossing" in rows[2].text()
     grid = doc.find_all("td", class_="verdict-unclear")
