@@ -418,7 +418,7 @@ def test_the_unclear_verdict_and_old_snapshots_verdicts_render(
         new = copy.deepcopy(row.result)
         assert len(new["pairs"]) >= 3
         first, second, third = new["pairs"][:3]
-        first.update(verdict="unclear", winner=None, significant=True)
+        first.update(verdict="unclear", winner=None, significant=True, power=None)
         # the old snapshot shape: no method keys, no Bonferroni interval
         for q in (second, third):
             q["macro_ks"].pop("method")
