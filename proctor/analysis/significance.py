@@ -230,7 +230,8 @@ def cluster_km_variance(
 # the smallest variance a studentized gap is divided by; a real one is at
 # least about 1/operations² (≥ 1e-7 at a thousand operations an arm)
 _VAR_FLOOR = 1e-10
-# the range of the macro pooled F over which the studentized sup is taken
+# the share of the macro pooled F's rise on [0, τ] over which the
+# studentized sup is taken
 _BAND = (0.1, 0.9)
 # elements of the (grid × episodes × replicates) tensor per block (16 MB)
 _TENSOR_CELLS = 2_000_000
@@ -288,12 +289,14 @@ def _macro_sups(
     # floored: arms without spread (every episode alike) and a gap give a
     # large finite Z (perfect separation), not 0/0 or inf in the JSON
     z = np.abs(gap_sum) / np.sqrt(np.maximum(var_sum, _VAR_FLOOR))
-    # the sup only where the macro pooled F is inside the band: a
-    # standardized empirical process has no finite sup near F = 0 or 1
-    # (Eicker 1979; Jaeschke 1979), and there a few fast or slow episodes
-    # make the studentized gap far from normal
+    # the sup only where the macro pooled F is inside the band of its rise on
+    # [0, τ]: a standardized empirical process has no finite sup near F = 0
+    # or 1 (Eicker 1979; Jaeschke 1979), and there a few fast or slow
+    # episodes make the studentized gap far from normal. Relative to the
+    # rise, so that policies that rarely succeed before τ are still compared
     f_pool = np.mean([_on_grid(st.grid, 1.0 - st.s_pool, union, 0.0) for st in strata], axis=0)
-    inside = (f_pool >= _BAND[0]) & (f_pool <= _BAND[1])
+    top = float(f_pool[-1]) if f_pool.size else 0.0
+    inside = (f_pool >= _BAND[0] * top) & (f_pool <= _BAND[1] * top) & (f_pool > 0)
     z_sup = np.max(z[inside], axis=0) if inside.any() else np.zeros(n_cols)
     return z_sup, raw / len(strata)
 

@@ -183,3 +183,17 @@ def test_the_new_tests_hold_their_size_where_the_old_ones_do_not() -> None:
     # the null really is one the old tests fail: far above α
     assert old_ks >= 0.2, rate
     assert old_lr >= 0.12, rate
+
+
+def test_policies_that_rarely_succeed_are_still_compared() -> None:
+    # A never succeeds, B places one of five items in each episode: the
+    # pooled F stays near 0.1 on [0, τ], so a band fixed at F ∈ [0.1, 0.9]
+    # would hold no time and the test could never reject; the band follows
+    # the pooled F's rise instead
+    rng = np.random.default_rng(6)
+    a = ops([[(np.inf, LOST_OP)] * 5 for _ in range(20)])
+    b = ops([[(float(rng.uniform(1, 50)), S)] + [(np.inf, LOST_OP)] * 4 for _ in range(20)])
+    res = studentized_macro_ks_test(
+        {"o": (a, b)}, tau=60.0, replicates=400, rngs={"o": np.random.default_rng(2)}
+    )
+    assert res.p < 0.01, res
