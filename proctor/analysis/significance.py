@@ -1,18 +1,24 @@
 """Is there any difference? (docs/methods.md §5)
 
-* Macro-averaged KS: D_o = sup over t in [0, τ] of |F_A,o(t) − F_B,o(t)| on
-  the KM curves, D = mean over objects (equal weights); p-value by an
-  episode-clustered permutation test: under H0 the two arms' episodes of
-  each object are exchangeable, so shuffle the arm labels of whole episodes
-  within each object (keeping both arms' sizes), recompute D*;
-  p = (1 + #{D* >= D}) / (B + 1), which has size at most α for any n
-  (Phipson & Smyth 2010). The pooled-resample bootstrap it replaces (two arms
-  drawn with replacement from the pool) rejected 0.067 / 0.126 at
-  α = 0.05 / 0.10 on null splits with 15 episodes a cell, mean p 0.44: see
-  docs/methods.md §5.
-* Log-rank stratified by object (Mantel 1966): sum over strata of O − E and
-  of the hypergeometric variances, χ² on 1 df; Bonferroni over pairs.
-* The verdict: direction comes from scalars, never from the KS sign.
+* The board's test, the studentized macro-KS (issue 31): the macro
+  (equal-weight) CDF gap Σ_o (F̂_A,o − F̂_B,o)(t) over its episode-cluster-
+  robust standard error, sup over a band of t; p by relabelling whole
+  episodes within objects, the variances recomputed each time. Exact when
+  the episodes are exchangeable, asymptotically valid when only the CDFs
+  are equal (``studentized_macro_ks_test``).
+* The unstudentized macro-KS it replaces: D_o = sup over t in [0, τ] of
+  |F_A,o(t) − F_B,o(t)| on the KM curves, D = mean over objects; the same
+  episode permutation, p = (1 + #{D* >= D}) / (B + 1), size at most α for
+  any n when episodes are exchangeable (Phipson & Smyth 2010) — but not
+  when only the CDFs are equal (a "streaky" policy against a steady one,
+  unequal n: benchmarks/robustness.py). Kept for comparison
+  (``macro_ks_test``; the detection machinery's power model uses it).
+* Log-rank stratified by object (Mantel 1966): O − E summed over strata.
+  ``clustered_logrank`` (the board's) takes its variance per episode (Lin &
+  Wei 1989) and its p by studentized permutation; ``logrank`` (R's
+  ``survdiff``) treats operations as independent and is kept for comparison.
+* The verdict: direction comes from the Bonferroni-level ΔRMST interval,
+  never from the KS sign.
 
 The KS sup is taken over the grid of pooled success times in [0, τ]: both
 curves are right-continuous steps that only move there, so the largest gap on
@@ -21,7 +27,11 @@ curves are right-continuous steps that only move there, so the largest gap on
 References: PhAIL (seeds/002) §3.3 and App. J; Smirnov (1948); Mantel (1966),
 Cancer Chemother. Rep. 50:163; Efron & Tibshirani (1993) §15–16; Phipson &
 Smyth (2010), Stat. Appl. Genet. Mol. Biol. 9:39 (the +1 of random
-permutations).
+permutations); Lin & Wei (1989), JASA 84:1074; Ying & Wei (1994), J.
+Multivariate Anal. 50:17; Janssen (1997), Stat. Probab. Lett. 36:9; Chung &
+Romano (2013), Ann. Stat. 41:484; Brendel, Janssen, Mayer & Pauly (2014),
+Scand. J. Stat. 41; Eicker (1979), Ann. Stat. 7:116; Jaeschke (1979),
+Ann. Stat. 7:108.
 """
 
 from __future__ import annotations
