@@ -23,8 +23,9 @@ Rejection rate at α = 0.05 with its Monte Carlo SE √(r(1 − r)/trials),
 and the mean p. Power: the PhAIL-like ``alpha`` model (its budget on)
 against itself with arm B ``--slower`` × slower, both streaky.
 
-About 0.1 s of CPU a trial at B = 200; the default (300 trials a row, 7
-rows) runs in about four minutes on one core.
+About 0.1–0.2 s a trial at B = 200; the default (400 trials a row, 7
+rows: the table in docs/methods.md §5) took 8 minutes on a shared
+two-core machine. ``--only`` runs the rows whose label contains a string.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def run(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=300, help="trials a row")
+    ap.add_argument("--trials", type=int, default=400, help="trials a row")
     ap.add_argument("--inner", type=int, default=200, help="relabellings per p-value (B)")
     ap.add_argument("--tau", type=float, default=60.0)
     ap.add_argument("--alpha", type=float, default=0.05)

