@@ -361,11 +361,16 @@ def _print_leaderboard(lb: Any, tau_source: str) -> None:
             p.letters,
         )
     con.print(t)
-    v = Table(title="Pairwise verdicts (macro-KS, episode permutation)")
-    for col in ("pair", "macro D", "p (Bonf.)", "log-rank χ² (p Bonf.)", "ΔRMST s [CI]", "verdict"):
+    from proctor.analysis.significance import UNCLEAR
+
+    v = Table(title="Pairwise verdicts (studentized macro-KS, episode permutation)")
+    cols = ("pair", "macro Z", "p (Bonf.)", "clustered log-rank χ² (p Bonf.)", "ΔRMST s [CI]")
+    for col in (*cols, "verdict"):
         v.add_column(col, overflow="fold")
     for pr_ in lb.pairs:
         verdict = pr_.verdict
+        if verdict == UNCLEAR:
+            verdict = "different, direction unclear"
         if pr_.winner:
             verdict = f"{pr_.winner} better"
         elif pr_.power is not None and pr_.power.more_episodes_per_cell:

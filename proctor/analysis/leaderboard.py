@@ -60,8 +60,9 @@ from proctor.analysis.results import (
 )
 from proctor.analysis.significance import (
     bonferroni,
+    clustered_logrank,
     logrank,
-    macro_ks_test,
+    studentized_macro_ks_test,
     two_arm_survival,
     verdict,
 )
@@ -688,18 +689,25 @@ def _pair_result(
     if not shared:
         raise ValueError(f"policies {a!r} and {b!r} share no object: they cannot be compared")
     strata = {o: (cells[(a, o)].ops, cells[(b, o)].ops) for o in shared}
-    ks = macro_ks_test(
+    ks = studentized_macro_ks_test(
         strata,
         tau=protocol.tau,
         replicates=protocol.resamples,
         rngs={o: child_rng(protocol.seed, "ks", first, second, o) for o in shared},
     )
-    lr = logrank(list(strata.values()))
+    lr = clustered_logrank(
+        list(strata.values()),
+        replicates=protocol.resamples,
+        rngs=[child_rng(protocol.seed, "logrank", first, second, o) for o in shared],
+    )
     rmst_diff = np.mean([cells[(a, o)].rmst() - cells[(b, o)].rmst() for o in shared], axis=0)
     auc = np.mean([_auc(cells[(b, o)], cells[(a, o)]) for o in shared], axis=0)
     p_bonf = bonferroni(ks.p, n_pairs)
     significant = p_bonf < alpha
-    v, w = verdict(significant, float(rmst_diff[0]), float(auc[0]))
+    # the direction is error-controlled at the family's level: the interval
+    # of ΔRMST at α/pairs must exclude 0 (docs/methods.md §5)
+    rmst_bonf = _interval(rmst_diff, alpha / max(n_pairs, 1))
+    v, w = verdict(significant, float(rmst_diff[0]), float(auc[0]), (rmst_bonf.lo, rmst_bonf.hi))
     winner = {"a": a, "b": b}.get(w) if w else None
     ca = [e.placed / e.items for o in shared for e in cells[(a, o)].episodes]
     cb = [e.placed / e.items for o in shared for e in cells[(b, o)].episodes]
@@ -719,7 +727,9 @@ def _pair_result(
         ks_p_bonferroni=p_bonf,
         logrank=lr,
         logrank_p_bonferroni=bonferroni(lr.p, n_pairs),
+        logrank_operations=logrank(list(strata.values())),
         rmst_diff=_interval(rmst_diff, alpha),
+        rmst_diff_bonferroni=rmst_bonf,
         auc=_interval(auc, alpha),
         completion_welch=welch,
         significant=significant,

@@ -62,6 +62,8 @@ RESULT_KEYS = frozenset(
         *("policy_faults", "faults", "by_class", "class", "count", "share"),
         *("interaction_factors", "hrt_interactions", "interactions", "factor", "levels"),
         *("per_level", "permutations", "note"),
+        *("method", "unstudentized", "p_normal", "variance_robust", "operation_level"),
+        *("variance", "rmst_diff_bonferroni"),
     }
 )
 
@@ -282,6 +284,7 @@ def _pair(p: PairResult) -> dict[str, Any]:
         "b": p.b,
         "objects": list(p.objects),
         "macro_ks": {
+            "method": "studentized",
             "statistic": p.macro_ks.statistic,
             "p": p.macro_ks.p,
             "p_bonferroni": p.ks_p_bonferroni,
@@ -289,15 +292,28 @@ def _pair(p: PairResult) -> dict[str, Any]:
             "per_object": [
                 {"object": o, "statistic": d} for o, d in sorted(p.macro_ks.per_object.items())
             ],
+            # the unstudentized macro D on the same relabellings (not the board's test)
+            "unstudentized": {"statistic": p.macro_ks.raw_statistic, "p": p.macro_ks.raw_p},
         },
         "logrank": {
+            "method": "episode_clustered",
             "chi2": p.logrank.chi2,
             "p": p.logrank.p,
+            "p_normal": p.logrank.p_normal,
             "p_bonferroni": p.logrank_p_bonferroni,
             "observed_a": p.logrank.observed,
             "expected_a": p.logrank.expected,
+            "variance_robust": p.logrank.variance,
+            "resamples": p.logrank.replicates,
+            # operations as independent subjects (R's survdiff): not the board's test
+            "operation_level": {
+                "chi2": p.logrank_operations.chi2,
+                "p": p.logrank_operations.p,
+                "variance": p.logrank_operations.variance,
+            },
         },
         "rmst_diff": _iv(p.rmst_diff),
+        "rmst_diff_bonferroni": _iv(p.rmst_diff_bonferroni),
         "auc": _iv(p.auc),
         "completion_welch": (
             None

@@ -12,7 +12,7 @@ from proctor.analysis.bootstrap import Interval
 from proctor.analysis.episodes import Exclusion
 from proctor.analysis.interaction import InteractionResult, factor_named
 from proctor.analysis.latency import Latency
-from proctor.analysis.significance import LogRank, MacroKS
+from proctor.analysis.significance import ClusteredLogRank, LogRank, StudentizedKS
 
 
 @dataclass(frozen=True)
@@ -270,11 +270,18 @@ class PairResult:
     a: str
     b: str
     objects: tuple[str, ...]
-    macro_ks: MacroKS
+    # the studentized macro-KS (docs/methods.md §5), with the unstudentized
+    # statistic and p on the same relabellings for comparison
+    macro_ks: StudentizedKS
     ks_p_bonferroni: float
-    logrank: LogRank
+    # the episode-clustered log-rank (its permutation p); the operation-level
+    # one (valid only for independent operations) kept for comparison
+    logrank: ClusteredLogRank
     logrank_p_bonferroni: float
+    logrank_operations: LogRank
     rmst_diff: Interval  # macro RMST_a − RMST_b (negative: a faster)
+    # the same at the Bonferroni level α/pairs: the verdict's direction reads it
+    rmst_diff_bonferroni: Interval
     auc: Interval  # P(T_a < T_b) + ½ P(T_a = T_b), macro over objects
     completion_welch: WelchTest | None  # None: fewer than two episodes on a side
     significant: bool

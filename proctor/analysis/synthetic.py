@@ -30,6 +30,10 @@ class PolicyModel:
     scale_s: float  # median attempt duration on a speed-1 object
     sigma: float = 0.6  # log-normal spread of attempt durations
     frailty_shape: float = 4.0  # Gamma shape of the per-episode slowness (inf: none)
+    # the slowness drawn anew after every success instead of once an episode:
+    # each operation's time has the same law, without the within-episode
+    # correlation (the "steady" arm of the hidden nulls, benchmarks/robustness.py)
+    frailty_per_operation: bool = False
     p_drop: float = 0.04
     p_lost: float = 0.01
     p_safety: float = 0.005  # per attempt
@@ -71,11 +75,13 @@ def simulate_episode(
             reference=model.reference,
             object_tags=tags,
         )
-    z = (
-        1.0
-        if not np.isfinite(model.frailty_shape)
-        else rng.gamma(model.frailty_shape, 1.0 / model.frailty_shape)
-    )
+
+    def slowness() -> float:
+        if not np.isfinite(model.frailty_shape):
+            return 1.0
+        return float(rng.gamma(model.frailty_shape, 1.0 / model.frailty_shape))
+
+    z = slowness()
     speed = model.object_speed.get(obj, 1.0)
     if tote is not None and camera is not None and tote != camera:
         speed *= model.opposite_side_slowdown
@@ -102,6 +108,8 @@ def simulate_episode(
             lost += 1
         else:
             placements.append(round(t, 3))
+            if model.frailty_per_operation:
+                z = slowness()
         handled += 1
     duration = round(end if end is not None else t, 3)
     # rounding can tie two placements: keep them strictly increasing

@@ -104,7 +104,9 @@ def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -
     for col in ("pair", "verdict", "KS p", "LR p", "ΔRMST s", "to resolve"):
         pairs.add_column(col, no_wrap=col != "to resolve")
     for pair in result.get("pairs", []):
-        verdict = {"indistinguishable": "≈ same"}.get(pair["verdict"], pair["verdict"])
+        verdict = {"indistinguishable": "≈ same", "unclear": "different, direction unclear"}.get(
+            pair["verdict"], pair["verdict"]
+        )
         if pair["verdict"] == "better" and pair.get("winner"):
             verdict = f"{pair['winner']} better"
         power = pair.get("power") or {}
@@ -131,5 +133,6 @@ def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -
     counts = verdict_counts(result)
     console.print(
         f"pairs: {counts.get('better', 0)} resolved, {counts.get('crossing', 0)} crossing, "
+        f"{counts.get('unclear', 0)} different with the direction unclear, "
         f"{counts.get('indistinguishable', 0)} indistinguishable at this n"
     )

@@ -106,7 +106,7 @@ def test_crossing_curves_get_the_crossing_verdict() -> None:
                            "success"))  # fmt: skip
     lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=60.0, bootstrap=200, seed=0))
     (pair,) = lb.pairs
-    assert pair.macro_ks.statistic == pytest.approx(0.6)
+    assert pair.macro_ks.raw_statistic == pytest.approx(0.6)
     assert pair.significant
     assert pair.verdict == "crossing" and pair.winner is None
     a_first = pair.a == "A"
@@ -114,12 +114,43 @@ def test_crossing_curves_get_the_crossing_verdict() -> None:
     assert pair.auc.estimate == pytest.approx(0.6 if a_first else 0.4)
 
 
+def test_a_difference_without_a_clear_direction_is_unclear() -> None:
+    """Issue 31: A's operations take 2 s or 58 s (each episode one or the
+    other), B's about 30 s: the CDFs differ plainly (KS rejects) but
+    RMST(60) is about 30 s for both, so the Bonferroni-level ΔRMST interval
+    holds 0 and no one is called better."""
+    rng = np.random.default_rng(1)
+    eps = []
+    for k in range(16):
+        step = 2.0 if k % 2 else 58.0
+        a = tuple(round(step * (i + 1) + float(rng.uniform(0, 0.5)), 3) for i in range(3))
+        eps.append(Episode(f"a{k}", "A", "o", 3, a[-1], a, 0, 0, "success"))
+        b = tuple(round(30.0 * (i + 1) + float(rng.uniform(0, 0.5)), 3) for i in range(3))
+        eps.append(Episode(f"b{k}", "B", "o", 3, b[-1], b, 0, 0, "success"))
+    lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=60.0, bootstrap=400, seed=0))
+    (pair,) = lb.pairs
+    assert pair.significant
+    iv = pair.rmst_diff_bonferroni
+    assert iv.lo is not None and iv.hi is not None and iv.lo < 0 < iv.hi
+    assert (pair.verdict, pair.winner) == ("unclear", None)
+    js = to_json(lb)["pairs"][0]
+    assert js["verdict"] == "unclear"
+    assert js["macro_ks"]["method"] == "studentized"
+    assert js["logrank"]["method"] == "episode_clustered"
+
+
 def test_verdict_rules() -> None:
-    assert verdict(False, -3.0, 0.7) == ("indistinguishable", None)
-    assert verdict(True, -3.0, 0.7) == ("better", "a")
-    assert verdict(True, 3.0, 0.3) == ("better", "b")
-    assert verdict(True, -3.0, 0.3) == ("crossing", None)
-    assert verdict(True, 0.0, 0.7) == ("crossing", None)
+    # the direction is read from the Bonferroni-level interval of ΔRMST (issue 31)
+    assert verdict(False, -3.0, 0.7, (-5.0, -1.0)) == ("indistinguishable", None)
+    assert verdict(True, -3.0, 0.7, (-5.0, -1.0)) == ("better", "a")
+    assert verdict(True, 3.0, 0.3, (1.0, 5.0)) == ("better", "b")
+    assert verdict(True, -3.0, 0.3, (-5.0, -1.0)) == ("crossing", None)
+    assert verdict(True, -3.0, 0.5, (-5.0, -1.0)) == ("crossing", None)
+    # KS rejects, the interval holds 0: different, direction unclear — even
+    # where both point estimates agree (the old rule called this "better")
+    assert verdict(True, -3.0, 0.7, (-6.0, 0.5)) == ("unclear", None)
+    assert verdict(True, -3.0, 0.7, (-6.0, 0.0)) == ("unclear", None)
+    assert verdict(True, -3.0, 0.7) == ("unclear", None)  # no interval
 
 
 @pytest.fixture(scope="module")

@@ -400,3 +400,43 @@ def test_a_snapshot_from_before_the_envelope_rate_shows_a_dash(
     doc = parse(web.client().get(f"/leaderboard/{released.campaign_id}").text)
     cells = doc.find("table", id="board-table").find_all("td", data_cell="envelope")
     assert cells and {c.text().strip() for c in cells} == {"—"}
+
+
+def test_the_unclear_verdict_and_old_snapshots_verdicts_render(
+    web: Web, released: SeededCampaign
+) -> None:
+    """Issue 31: a pair whose KS rejects but whose Bonferroni-level ΔRMST
+    interval holds 0 is "different, direction unclear" (verdict "unclear"),
+    on the pair table and in the grid; a snapshot from before the change
+    (no studentized fields, the old verdict values) still renders."""
+    import copy
+
+    with web.db() as s:
+        row = service.latest_row(
+            s, campaign_id=released.campaign_id, stream=LabelStream.auto_and_reviewed
+        )
+        new = copy.deepcopy(row.result)
+        assert len(new["pairs"]) >= 3
+        first, second, third = new["pairs"][:3]
+        first.update(verdict="unclear", winner=None, significant=True, power=None)
+        # the old snapshot shape: no method keys, no Bonferroni interval
+        for q in (second, third):
+            q["macro_ks"].pop("method")
+            q["macro_ks"].pop("unstudentized")
+            q["logrank"] = {k: q["logrank"][k] for k in ("chi2", "p", "p_bonferroni",
+                                                         "observed_a", "expected_a")}  # fmt: skip
+            q.pop("rmst_diff_bonferroni")
+        second.update(verdict="better", winner=second["a"], significant=True)
+        third.update(verdict="crossing", winner=None, significant=True)
+        row.result = new
+    body = web.client().get(f"/api/leaderboard/{released.campaign_id}").json()
+    assert [p["verdict"] for p in body["pairs"][:3]] == ["unclear", "better", "crossing"]
+    doc = parse(web.client().get(f"/leaderboard/{released.campaign_id}").text)
+    rows = doc.find("table", id="pair-table").find_all("tr", data_pair=True)
+    assert rows[0].get("data-verdict") == "unclear"
+    assert "different, direction unclear" in rows[0].text()
+    assert "the direction is not resolved" in rows[0].text()
+    assert f"{second['a']} better" in rows[1].text()
+    assert "crossing" in rows[2].text()
+    grid = doc.find_all("td", class_="verdict-unclear")
+    assert grid and all("≠" in td.text() for td in grid)

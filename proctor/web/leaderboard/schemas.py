@@ -156,7 +156,9 @@ class RowOut(BaseModel):
 class PairOut(BaseModel):
     a: str
     b: str
-    verdict: str = Field(description="better | crossing | indistinguishable")
+    verdict: str = Field(
+        description="better | crossing | unclear (different, direction unclear) | indistinguishable"
+    )
     winner: str | None
     significant: bool
     ks_statistic: float
