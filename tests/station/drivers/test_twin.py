@@ -131,7 +131,9 @@ def test_preflight_passes_on_the_twin(twin_cell: Cell, tmp_path: Path) -> None:
         assert by_name[name].status == CheckStatus.passed, by_name[name].line()
     assert by_name["commissioning"].status == CheckStatus.warning
     # playback: the frames' own domain; a recording reports no USB link
-    assert by_name["link wrist"].detail == "timestamps hardware_clock, USB not supported"
+    assert by_name["link wrist"].detail == (
+        "timestamps hardware_clock, USB not supported, firmware not reported"
+    )
     # this host's clock may or may not be NTP-disciplined; the twin never fails on it
     assert by_name["clock"].status in (CheckStatus.passed, CheckStatus.warning)
     # the simulated 2F-85 starts as a powered, never activated gripper: pre-flight
