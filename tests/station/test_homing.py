@@ -146,7 +146,7 @@ def test_a_final_joint_move_that_would_sweep_the_tool_down_is_refused() -> None:
     below this cell's clearance (25 cm above the rims, less the lift's
     tolerance: z = 0.205 m). Refused before it starts: the arm has not moved."""
     q = np.array((2.7343, 0.8224, -2.8833, -2.3504, 0.1883, 1.5453, 0.5604))
-    clock, world, arm = _placed(q, clearance_m=0.25)
+    _, world, arm = _placed(q, clearance_m=0.25)
     with pytest.raises(ArmFault, match="final joint move to home_q would take the tool down"):
         arm.home()
     np.testing.assert_allclose(world.q, q, atol=1e-3)
@@ -158,8 +158,8 @@ def test_a_wrist_turn_past_joint_7s_limit_is_refused() -> None:
     wrist where it was."""
     q = HOME_Q.copy()
     q[6] -= 3.5
-    clock, world, arm = _placed(q)
-    with pytest.raises(ArmFault, match="joint 7 to about .* outside its limits"):
+    _, world, arm = _placed(q)
+    with pytest.raises(ArmFault, match=r"joint 7 to about .* outside its limits"):
         arm.home()
     np.testing.assert_allclose(world.q, q, atol=1e-3)
 
@@ -169,7 +169,7 @@ def test_a_large_wrist_turn_homes_in_stages() -> None:
     is reached (in two stages of one rad)."""
     q = HOME_Q.copy()
     q[6] -= 2.0
-    clock, world, arm = _placed(q)
+    _, world, arm = _placed(q)
     arm.home()
     np.testing.assert_allclose(world.q, HOME_Q, atol=arm.config.home_tolerance_rad)
 
