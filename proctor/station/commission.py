@@ -137,11 +137,12 @@ def _tcp_position(cell: Cell) -> tuple[float, float, float]:
 
 
 def _confirmed(op: Operator, choice: bool | None, text: str, option: str) -> bool:
-    """The operator's yes to an optional step: the option's, or asked (no,
-    non-interactively: nothing optional happens unasked)."""
+    """The operator's yes to an optional step: the option's, or asked, an
+    explicit yes only (nothing optional happens by default, and nothing
+    moves the gripper's fingers unconfirmed)."""
     if choice is not None:
         return choice
-    answer = op.ask(f"{text} (y/n)", "y" if op.interactive else "n", option)
+    answer = op.ask(f"{text} (y/n)", "n", option)
     return answer.strip().lower() in ("y", "yes")
 
 

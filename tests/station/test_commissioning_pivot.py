@@ -110,7 +110,7 @@ def test_the_flange_pose_removes_the_configured_tcp() -> None:
 
 
 def test_the_pivot_step_reads_the_arm_at_each_touch() -> None:
-    """Interactive: Enter at each of 4 touches; the arm reports O_T_EE with the
+    """Interactive: the operator says yes, then Enter at each of 4 touches; the arm reports O_T_EE with the
     typed TCP configured; the solved TCP is shown and returned."""
     typed = Tcp((0.0, 0.0, 0.16))
     ee = []
@@ -130,6 +130,9 @@ def test_the_pivot_step_reads_the_arm_at_each_touch() -> None:
         prompts.append(text)
         if "orientation" in text:
             held.append(next(touches))
+        if text.endswith("(y/n)"):
+            assert default == "n"  # nothing optional happens by default
+            return "y"
         return default
 
     said: list[str] = []

@@ -196,7 +196,9 @@ class SimArm(Arm[SimArmConfig]):
         stages = wrist_stages(start[3:], home_quat)
         for k in range(1, stages + 1):
             now = self.read_state()
-            check_wrist_turn(now.ee_pose[3:], home_quat, float(now.q[6]), Q_MIN[6], Q_MAX[6])
+            check_wrist_turn(
+                now.ee_pose[3:], home_quat, float(now.q[6]), float(Q_MIN[6]), float(Q_MAX[6])
+            )
             s = k / stages
             stage = np.concatenate(
                 [start[:3] + (home_xyz - start[:3]) * s, slerp(start[3:], home_quat, s)]

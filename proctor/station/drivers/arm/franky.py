@@ -1137,7 +1137,11 @@ class FrankyArm(Arm[FrankyArmConfig]):
         for k in range(1, stages + 1):
             now = self.read_state()
             check_wrist_turn(
-                now.ee_pose[3:], home_quat, float(now.q[6]), self._q_lo[6], self._q_hi[6]
+                now.ee_pose[3:],
+                home_quat,
+                float(now.q[6]),
+                float(self._q_lo[6]),
+                float(self._q_hi[6]),
             )
             s = k / stages
             stage_xyz = start[:3] + (across - start[:3]) * s

@@ -41,7 +41,9 @@ WRIST_TURN_BOUND_RAD = math.pi / 2
 JOINT_LINE_STEP_RAD = 0.05
 
 
-def joint_line(q_from: np.ndarray, q_to: np.ndarray, step: float = JOINT_LINE_STEP_RAD):
+def joint_line(
+    q_from: np.ndarray, q_to: np.ndarray, step: float = JOINT_LINE_STEP_RAD
+) -> list[tuple[float, np.ndarray]]:
     """The points of the straight joint-space line, ends included, no joint
     moving more than ``step`` between two of them."""
     a, b = np.asarray(q_from, dtype=np.float64), np.asarray(q_to, dtype=np.float64)
