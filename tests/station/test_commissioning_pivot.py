@@ -28,6 +28,7 @@ from proctor.station.commissioning import (
     flange_pose,
     load_commissioned,
 )
+from proctor.station.config import load_station_config
 from proctor.station.geometry import euler_to_matrix, matrix_to_quat, quat_to_matrix
 from proctor.station.profiles import build_cell
 from tests.station.test_commissioning import LIMITS, _real_config, a_cell
@@ -110,8 +111,9 @@ def test_the_flange_pose_removes_the_configured_tcp() -> None:
 
 
 def test_the_pivot_step_reads_the_arm_at_each_touch() -> None:
-    """Interactive: the operator says yes, then Enter at each of 4 touches; the arm reports O_T_EE with the
-    typed TCP configured; the solved TCP is shown and returned."""
+    """Interactive: the operator says yes, then Enter at each of 4 touches;
+    the arm reports O_T_EE with the typed TCP configured; the solved TCP is
+    shown and returned."""
     typed = Tcp((0.0, 0.0, 0.16))
     ee = []
     for pose in poses(SPREAD[:4]):
@@ -230,3 +232,15 @@ def test_the_real_profile_takes_closed_counts_from_the_commissioned_cell(tmp_pat
     # a cell commissioned without it leaves the config's (or the default) in force
     a_cell().save(path)
     assert build_cell("real", hand_set).gripper.config.closed_counts == 230  # type: ignore[attr-defined]
+
+
+def test_the_twin_profile_refuses_a_hand_set_closed_counts_before_any_peer_starts(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "cell.json"
+    a_cell(gripper_closed_counts=227).save(path)
+    config = load_station_config(None, commissioned=path, twin={"gripper": {"closed_counts": 230}})
+    with pytest.raises(
+        ConfigError, match=r"twin\.gripper: closed_counts is set by the commissioned cell"
+    ):
+        build_cell("twin", config)
