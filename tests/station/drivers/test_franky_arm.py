@@ -766,6 +766,11 @@ class FaultInjectingRobot:
     def is_in_control(self) -> bool:
         return self._robot.is_in_control
 
+    def __getattr__(self, name: str) -> Any:
+        # the rest (the limits homing's speed cap reads: translation_velocity_limit,
+        # joint_velocity_limit…) passes through untouched
+        return getattr(self._robot, name)
+
 
 REFLEX = 'libfranka: Move command aborted: motion aborted by reflex! ["cartesian_reflex"]'
 LOST_LINK = "libfranka: UDP receive: Timeout"

@@ -90,3 +90,7 @@ def test_a_large_turn_goes_in_stages_of_at_most_a_quarter_turn() -> None:
     mid = slerp(a, b, 0.5)
     half = quat(HOME + np.array([0, 0, 0, 0, 0, 0, 1.5]))
     assert min(np.linalg.norm(mid - half), np.linalg.norm(mid + half)) < 1e-9
+    # the last stage's target is the home quaternion itself, sign included
+    # (franky's planner failed on its negative on franky-sim)
+    np.testing.assert_allclose(slerp(a, -b, 1.0), -b, atol=1e-12)
+    np.testing.assert_allclose(slerp(-a, b, 1.0), b, atol=1e-12)

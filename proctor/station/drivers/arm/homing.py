@@ -110,12 +110,15 @@ def check_wrist_turn(
 
 
 def slerp(q0: np.ndarray, q1: np.ndarray, s: float) -> np.ndarray:
-    """The unit quaternion ``s`` of the way along the shortest arc from q0 to q1."""
+    """The unit quaternion ``s`` of the way along the shortest arc from q0 to
+    q1, on q1's side of the sphere: at ``s = 1`` it is q1 itself, sign
+    included (a homing move's target is the home quaternion exactly; franky's
+    planner failed on its negative, the same rotation, on franky-sim)."""
     a = np.asarray(q0, dtype=np.float64) / np.linalg.norm(q0)
     b = np.asarray(q1, dtype=np.float64) / np.linalg.norm(q1)
     dot = float(a @ b)
     if dot < 0.0:
-        b, dot = -b, -dot
+        a, dot = -a, -dot
     if dot > 0.9995:
         out = a + s * (b - a)
         return out / np.linalg.norm(out)
