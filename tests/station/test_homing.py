@@ -154,14 +154,18 @@ def test_a_final_joint_move_that_would_sweep_the_tool_down_is_refused() -> None:
 
 def test_a_wrist_turn_past_joint_7s_limit_is_refused() -> None:
     """Hardware review #8: joint 7 stopped 3.5 rad from home's; the shortest
-    turn to home's orientation would drive it past its limit. Refused, the
-    wrist where it was."""
-    q = HOME_Q.copy()
-    q[6] -= 3.5
-    _, world, arm = _placed(q)
-    with pytest.raises(ArmFault, match=r"joint 7 to about .* outside its limits"):
-        arm.home()
-    np.testing.assert_allclose(world.q, q, atol=1e-3)
+    turn to home's orientation would drive it past its limit. Refused before
+    anything moves: at home's height, and low down (fingertips at z ≈ 0.12 m,
+    below the lift height), where the lift is not made either."""
+    for bend in (np.zeros(7), np.array([0.0, 1.1, 0.0, 0.2, 0.0, 0.0, 0.0])):
+        q = HOME_Q + bend
+        q[6] -= 3.5
+        _, world, arm = _placed(q)
+        low = bool(world.ee_pose()[2] < world.layout.rim_height + arm.config.home_clearance_m)
+        assert low == bool(bend.any())
+        with pytest.raises(ArmFault, match=r"joint 7 to about .* outside its limits"):
+            arm.home()
+        np.testing.assert_allclose(world.q, q, atol=1e-3)
 
 
 def test_a_large_wrist_turn_homes_in_stages() -> None:

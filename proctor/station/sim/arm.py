@@ -176,8 +176,14 @@ class SimArm(Arm[SimArmConfig]):
             if w.error is not None:
                 raise ArmFault(f"arm in error, not homing: {w.error}")
             pose = w.ee_pose()
+            q7 = float(w.q[6])
             clear = w.layout.rim_height + cfg.home_clearance_m
         target_q = np.array(cfg.home_q)
+        _, _, tool = kin.forward(target_q)
+        home_xyz, home_quat = tool[:3, 3], kin.matrix_to_quat(tool[:3, :3])
+        # before anything moves (the lift keeps the wrist as it is); again
+        # before each stage of "across", from the joints then measured
+        check_wrist_turn(pose[3:], home_quat, q7, float(Q_MIN[6]), float(Q_MAX[6]))
         if pose[2] < clear:
             lift = pose.copy()
             lift[2] = clear
@@ -188,8 +194,6 @@ class SimArm(Arm[SimArmConfig]):
                     f"homing: could not lift the tool clear of the bins "
                     f"(it stopped at z = {z:.3f} m)"
                 )
-        _, _, tool = kin.forward(target_q)
-        home_xyz, home_quat = tool[:3, 3], kin.matrix_to_quat(tool[:3, :3])
         # across in stages, none turning the wrist more than a quarter turn,
         # each checked first for where it leaves joint 7 (as FrankyArm: homing.py)
         start = self.read_state().ee_pose

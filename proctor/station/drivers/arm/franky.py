@@ -1100,6 +1100,12 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 raise self._latch(exc) from exc
             xyz = np.array(s.O_T_EE.translation, dtype=np.float64)
             quat = np.array(s.O_T_EE.quaternion, dtype=np.float64)
+            q7 = float(s.q[6])
+        home_quat = np.array(home.quaternion, dtype=np.float64)
+        q7_lo, q7_hi = float(self._q_lo[6]), float(self._q_hi[6])
+        # before anything moves (the lift keeps the wrist as it is); again
+        # before each stage of "across", from the joints then measured
+        check_wrist_turn(quat, home_quat, q7, q7_lo, q7_hi)
         clear = c.home_clearance_z_m
         # relative to the Robot's global factor, which caps every motion
         factor = min(1.0, c.home_dynamics_factor / c.relative_dynamics_factor)
@@ -1129,20 +1135,13 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 )
         across = np.array(home.translation, dtype=np.float64)
         across[2] = max(across[2], clear)
-        home_quat = np.array(home.quaternion, dtype=np.float64)
         # across in stages, none turning the wrist more than a quarter turn,
         # each checked first for where it leaves joint 7 (homing.py)
         start = self.read_state().ee_pose
         stages = wrist_stages(start[3:], home_quat)
         for k in range(1, stages + 1):
             now = self.read_state()
-            check_wrist_turn(
-                now.ee_pose[3:],
-                home_quat,
-                float(now.q[6]),
-                float(self._q_lo[6]),
-                float(self._q_hi[6]),
-            )
+            check_wrist_turn(now.ee_pose[3:], home_quat, float(now.q[6]), q7_lo, q7_hi)
             s = k / stages
             stage_xyz = start[:3] + (across - start[:3]) * s
             self._home_move(to_pose(stage_xyz, slerp(start[3:], home_quat, s)), cartesian, deadline)
