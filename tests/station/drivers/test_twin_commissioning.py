@@ -7,6 +7,7 @@ non-realtime kernel (a fake sysfs tree) and a gripper in fault."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -495,6 +496,16 @@ sysfs_root = "{sysfs}"
     env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
     points = [arg for p in TABLE for arg in ("--table-point", ",".join(map(str, p)))]
     totes = [arg for s, b in TOTES.items() for arg in ("--tote", f"{s}={','.join(map(str, b))}")]
+    # the pivot check from given flange poses: the fingertip (0, 0, 0.16) on
+    # one point from four tilts of a tool pointing down
+    from proctor.station.geometry import euler_to_matrix, matrix_to_quat
+
+    pivot = []
+    for tilt in ((20, 0, 0), (-20, 0, 15), (0, 20, -15), (0, -20, 0)):
+        r = euler_to_matrix([np.pi, 0.0, 0.0]) @ euler_to_matrix(np.radians(tilt))
+        t = np.array([0.5, 0.0, 0.2]) - r @ np.array(TCP.xyz)
+        pose = ",".join(f"{v:.12g}" for v in (*t, *matrix_to_quat(r)))
+        pivot += ["--pivot-pose", pose]
     out = subprocess.run(
         [
             *PROCTOR,
@@ -510,6 +521,8 @@ sysfs_root = "{sysfs}"
             *totes,
             "--tote-height=0.08",
             "--home-q=current",
+            *pivot,
+            "--closed-counts=227",
         ],
         capture_output=True,
         text=True,
@@ -518,6 +531,10 @@ sysfs_root = "{sysfs}"
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert (tmp_path / "cell.json").is_file() and (tmp_path / "cell.exterior.png").is_file()
+    stored = json.loads((tmp_path / "cell.json").read_text(encoding="utf-8"))
+    assert stored["gripper_closed_counts"] == 227
+    assert stored["tcp_pivot"]["tcp_xyz"] == pytest.approx(TCP.xyz, abs=1e-6)
+    assert stored["tcp_pivot"]["residual_m"] < 1e-6
     out = subprocess.run(
         [*PROCTOR, "station", "check", "--profile", "twin", "--config", str(config)],
         capture_output=True,
