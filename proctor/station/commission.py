@@ -9,6 +9,12 @@ how the tests and a scripted re-commissioning run it):
    with them, so franky configures them and they are read back from the
    robot's own state before anything is touched (an error stops here). The
    touch points below are then measured at the true tool centre point.
+1b. **TCP pivot check** (optional; ``--pivot``/``--no-pivot``, or the flange
+   poses as ``--pivot-pose``): the operator holds the fingertip centre on one
+   fixed point from ≥ 4 orientations, tilted about two axes (hand-guiding,
+   Enter at each); the flange's pose is read at each (``O_T_EE`` with the
+   configured TCP removed), the TCP and the point are solved by least squares
+   and the typed TCP is refused if they differ by more than 5 mm.
 2. **Table plane**: the operator guides the closed fingertips onto the table
    at ≥ 3 points (hand-guiding: the pilot's buttons) and presses Enter at each;
    the TCP position is read from the arm.
@@ -20,6 +26,10 @@ how the tests and a scripted re-commissioning run it):
    must lie inside the joint limits (nothing is clipped).
 6. **Cameras**: a reference frame of each camera, saved beside the file,
    and its serial. Camera extrinsics are not measured (no fiducial detector).
+7. **Gripper closed reading** (optional, only on the operator's
+   confirmation: the fingers move; ``--measure-closed``/``--no-measure-closed``,
+   or the value as ``--closed-counts``): the empty 2F-85 closes and its gPO is
+   read; the profiles hand it to the gripper's ``closed_counts``.
 """
 
 from __future__ import annotations
@@ -42,9 +52,12 @@ from proctor.station.commissioning import (
     Payload,
     TablePlane,
     Tcp,
+    TcpPivot,
     Tote,
     check_joint_vector,
+    flange_pose,
 )
+from proctor.station.drivers.gripper.base import GripperCommand
 from proctor.station.framing import save_image
 
 # how far the proposed workspace box reaches beyond the totes (m), and how
@@ -53,6 +66,7 @@ WORKSPACE_MARGIN_M = 0.05
 WORKSPACE_FLOOR_M = 0.01
 WORKSPACE_HEIGHT_M = 0.5
 DEFAULT_TABLE_POINTS = 4
+PIVOT_TOUCHES = 4
 
 
 @dataclass
@@ -68,6 +82,13 @@ class Inputs:
     workspace_min: tuple[float, float, float] | None = None
     workspace_max: tuple[float, float, float] | None = None
     home_q: tuple[float, ...] | None = None  # None: guide the arm there
+    # the pivot check: flange poses given (x,y,z,qx,qy,qz,qw), or whether to
+    # touch them (None: ask)
+    pivot_poses: list[tuple[float, ...]] | None = None
+    pivot: bool | None = None
+    # the gripper's closed reading: given, or whether to measure it (None: ask)
+    closed_counts: int | None = None
+    measure_closed: bool | None = None
     note: str = ""
 
 
@@ -113,6 +134,68 @@ def numbers(text: str, size: int | None, what: str) -> tuple[float, ...]:
 def _tcp_position(cell: Cell) -> tuple[float, float, float]:
     x, y, z = cell.arm.read_state().ee_pose[:3]
     return float(x), float(y), float(z)
+
+
+def _confirmed(op: Operator, choice: bool | None, text: str, option: str) -> bool:
+    """The operator's yes to an optional step: the option's, or asked, an
+    explicit yes only (nothing optional happens by default, and nothing
+    moves the gripper's fingers unconfirmed)."""
+    if choice is not None:
+        return choice
+    answer = op.ask(f"{text} (y/n)", "n", option)
+    return answer.strip().lower() in ("y", "yes")
+
+
+def measure_pivot(cell: Cell, inputs: Inputs, op: Operator) -> TcpPivot | None:
+    """The pivot check of the typed TCP (``TcpPivot``), or None when skipped."""
+    tcp = inputs.tcp
+    assert tcp is not None  # commission() checks it first
+    if inputs.pivot_poses is not None:
+        poses = inputs.pivot_poses
+    elif not _confirmed(op, inputs.pivot, "check the typed TCP by a pivot", "--pivot"):
+        op.say("TCP pivot check: skipped")
+        return None
+    else:
+        op.say(
+            "TCP pivot check: hold the fingertip centre on one fixed point (a cone tip, "
+            "a marked dot) and change the tool's orientation between touches, tilting it "
+            "at least 20° about two different axes."
+        )
+        poses = []
+        for i in range(PIVOT_TOUCHES):
+            op.wait(f"touch the point, orientation {i + 1} of {PIVOT_TOUCHES}", "--pivot-pose")
+            poses.append(flange_pose(cell.arm.read_state().ee_pose, tcp))
+    pivot = TcpPivot.solve(poses)
+    pivot.check(tcp)
+    op.say(
+        f"TCP pivot check: [{', '.join(f'{1000 * v:.1f}' for v in pivot.tcp_xyz)}] mm "
+        f"(typed [{', '.join(f'{1000 * v:.1f}' for v in tcp.xyz)}] mm), "
+        f"residual {1000 * pivot.residual_m:.2f} mm"
+    )
+    return pivot
+
+
+def measure_closed_counts(cell: Cell, inputs: Inputs, op: Operator) -> int | None:
+    """The 2F-85's gPO with the empty fingers closed, or None when skipped."""
+    if inputs.closed_counts is not None:
+        return inputs.closed_counts
+    measure = getattr(cell.gripper, "measure_closed_counts", None)
+    if measure is None:
+        op.say("gripper closed reading: not measured (the gripper's driver cannot)")
+        return None
+    text = "close the empty gripper to read its fully-closed position? THE FINGERS MOVE"
+    if not _confirmed(op, inputs.measure_closed, text, "--measure-closed"):
+        op.say("gripper closed reading: skipped")
+        return None
+    if cell.gripper.needs_activation():
+        raise UsageError(
+            "commission: the gripper is not activated; activate it first "
+            "(`proctor station gripper-activate`)"
+        )
+    counts = int(measure())
+    cell.gripper.send(GripperCommand(position=0.0))  # open again, as it started
+    op.say(f"gripper closed reading: gPO {counts}")
+    return counts
 
 
 def measure_table(cell: Cell, inputs: Inputs, op: Operator) -> TablePlane:
@@ -211,12 +294,14 @@ def commission(cell: Cell, inputs: Inputs, op: Operator, out: Path) -> Commissio
         f"TCP {list(inputs.tcp.as_tuple())} and payload {inputs.payload.mass} kg: "
         "configured through franky and read back at connect"
     )
+    pivot = measure_pivot(cell, inputs, op)
     table = measure_table(cell, inputs, op)
     op.say(f"table plane: normal {[round(v, 4) for v in table.normal]}, z≈{table.z_at(0.5, 0):.4f}")
     totes = {side.value: measure_tote(cell, side.value, inputs, table, op) for side in Side}
     lo, hi = measure_workspace(table, totes, inputs, op)
     home_q = measure_home(cell, inputs, op)
     cameras = capture_cameras(cell, out, op)
+    closed_counts = measure_closed_counts(cell, inputs, op)
     result = CommissionedCell(
         table=table,
         totes=totes,
@@ -226,6 +311,8 @@ def commission(cell: Cell, inputs: Inputs, op: Operator, out: Path) -> Commissio
         tcp=inputs.tcp,
         payload=inputs.payload,
         cameras=cameras,
+        tcp_pivot=pivot,
+        gripper_closed_counts=closed_counts,
         commissioned_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         note=inputs.note,
         path=out,
@@ -259,6 +346,10 @@ def _inputs(
     workspace_max: str | None,
     home_q: str | None,
     op: Operator,
+    pivot_pose: list[str] | None = None,
+    pivot: bool | None = None,
+    closed_counts: int | None = None,
+    measure_closed: bool | None = None,
 ) -> Inputs:
     if tcp is None:
         tcp = op.ask("TCP: flange → fingertip centre, x, y, z [m] (+ quaternion)", None, "--tcp")
@@ -277,6 +368,10 @@ def _inputs(
         workspace_min=numbers(workspace_min, 3, "--workspace-min") if workspace_min else None,  # type: ignore[arg-type]
         workspace_max=numbers(workspace_max, 3, "--workspace-max") if workspace_max else None,  # type: ignore[arg-type]
         home_q=None if home_q in (None, "guide") else numbers(home_q, 7, "--home-q"),  # type: ignore[arg-type]
+        pivot_poses=[numbers(p, 7, "--pivot-pose") for p in pivot_pose] if pivot_pose else None,
+        pivot=pivot,
+        closed_counts=closed_counts,
+        measure_closed=measure_closed,
     )
 
 
@@ -307,6 +402,28 @@ def commission_command(
     home_q: Annotated[
         str | None, typer.Option(help="7 joint angles (rad), or 'current' for where the arm is.")
     ] = None,
+    pivot_pose: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A flange pose x,y,z,qx,qy,qz,qw (base frame) with the fingertip on the "
+            "pivot point (repeat ≥ 4 times): the TCP pivot check without touching."
+        ),
+    ] = None,
+    pivot: Annotated[
+        bool | None,
+        typer.Option("--pivot/--no-pivot", help="Run the TCP pivot check (default: ask)."),
+    ] = None,
+    closed_counts: Annotated[
+        int | None,
+        typer.Option(help="The 2F-85's gPO with the empty fingers closed, if known (1–255)."),
+    ] = None,
+    measure_closed: Annotated[
+        bool | None,
+        typer.Option(
+            "--measure-closed/--no-measure-closed",
+            help="Close the empty gripper to read closed_counts: the fingers move (default: ask).",
+        ),
+    ] = None,
     interactive: Annotated[
         bool, typer.Option("--interactive/--non-interactive", help="Prompt the operator.")
     ] = True,
@@ -336,6 +453,10 @@ def commission_command(
         workspace_max,
         None if home_q == "current" else home_q,
         op,
+        pivot_pose,
+        pivot,
+        closed_counts,
+        measure_closed,
     )
     # re-commissioning measures afresh: the old file's values must not
     # configure the arm; the entered TCP and payload do

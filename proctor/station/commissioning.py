@@ -10,7 +10,11 @@ What it holds, all in the robot base frame (metres, +y the robot's left):
 * the TCP (flange → tool centre point) and the payload on the flange
   (everything mounted: gripper, coupling, wrist camera), which the arm driver
   configures through franky at connect and pre-flight checks against the
-  robot's own state;
+  robot's own state; optionally the pivot check of the typed TCP (the
+  fingertip centre held on one point from ≥ 4 orientations; ``TcpPivot``);
+* the 2F-85's fully-closed position reading (``gripper_closed_counts``),
+  measured by closing the empty gripper, which the profiles hand to the
+  gripper's ``closed_counts``;
 * per camera: its serial and a reference image of the cell as commissioned
   (pre-flight compares today's framing with it). Camera extrinsics are not
   measured (no fiducial detector yet): ``pose`` stays null unless entered.
@@ -32,7 +36,7 @@ import numpy as np
 
 from proctor.core.domain import Side
 from proctor.core.errors import ConfigError
-from proctor.station.geometry import quat_to_matrix
+from proctor.station.geometry import matrix_to_quat, quat_to_matrix
 
 COMMISSIONED_FORMAT = "proctor.commissioned_cell/1"
 LAYOUT_FORMAT = "proctor.cell_layout/1"
@@ -152,6 +156,90 @@ class Tcp:
         return (*self.xyz, *self.quaternion)
 
 
+# the pivot check: at least this many orientations; the solved TCP may differ
+# from the typed one by at most this much; the touched point may wander by at
+# most this much (RMS) between orientations; and the orientations must spread
+# enough for the solution to be determined (the smallest singular value of
+# the stacked [R_i, −I] per orientation: 0.15 is about ±17° of tilt about
+# two axes; orientations about one axis only leave the TCP's component along
+# it undetermined, and give 0)
+PIVOT_MIN_POSES = 4
+PIVOT_MAX_TCP_ERROR_M = 0.005
+PIVOT_MAX_RESIDUAL_M = 0.002
+PIVOT_MIN_SPREAD = 0.15
+
+
+@dataclass(frozen=True)
+class TcpPivot:
+    """The TCP solved from flange poses (``[x, y, z, qx, qy, qz, qw]``, base
+    frame) taken with the fingertip centre held on one fixed point: for each
+    pose ``R_i p + t_i = c``, with ``p`` the TCP in the flange frame and ``c``
+    the point in the base frame, solved by least squares."""
+
+    poses: tuple[tuple[float, ...], ...]
+    tcp_xyz: tuple[float, float, float]
+    point: tuple[float, float, float]
+    residual_m: float  # RMS distance of R_i p + t_i from c
+
+    @classmethod
+    def solve(cls, flange_poses: list[tuple[float, ...]] | np.ndarray) -> TcpPivot:
+        poses = np.asarray(flange_poses, dtype=np.float64).reshape(-1, 7)
+        if len(poses) < PIVOT_MIN_POSES:
+            raise ConfigError(
+                f"tcp_pivot.poses: touch the point from at least {PIVOT_MIN_POSES} "
+                f"orientations, got {len(poses)}"
+            )
+        rotations = [quat_to_matrix(q[3:]) for q in poses]
+        a = np.vstack([np.hstack([r, -np.eye(3)]) for r in rotations])
+        b = -poses[:, :3].reshape(-1)
+        spread = float(np.linalg.svd(a, compute_uv=False)[-1]) / math.sqrt(len(poses))
+        if spread < PIVOT_MIN_SPREAD:
+            raise ConfigError(
+                f"tcp_pivot.poses: the orientations are too alike to determine the TCP "
+                f"(spread {spread:.3f}, need {PIVOT_MIN_SPREAD}; ill-conditioned): tilt the "
+                "tool at least 20° about two different axes"
+            )
+        x, *_ = np.linalg.lstsq(a, b, rcond=None)
+        tcp, point = x[:3], x[3:]
+        misses = [r @ tcp + t - point for r, t in zip(rotations, poses[:, :3], strict=True)]
+        residual = float(np.sqrt(np.mean([m @ m for m in misses])))
+        return cls(
+            poses=tuple(tuple(float(v) for v in pose) for pose in poses),
+            tcp_xyz=(float(tcp[0]), float(tcp[1]), float(tcp[2])),
+            point=(float(point[0]), float(point[1]), float(point[2])),
+            residual_m=residual,
+        )
+
+    def check(self, typed: Tcp) -> None:
+        """Refuse a pivot that did not hold still, or a typed TCP it disagrees with."""
+        mm = ", ".join(f"{1000 * v:.1f}" for v in self.tcp_xyz)
+        if self.residual_m > PIVOT_MAX_RESIDUAL_M:
+            raise ConfigError(
+                f"tcp_pivot: the fingertip moved off the point between orientations "
+                f"(residual {1000 * self.residual_m:.1f} mm, limit "
+                f"{1000 * PIVOT_MAX_RESIDUAL_M:g} mm): touch again"
+            )
+        error = float(np.linalg.norm(np.asarray(self.tcp_xyz) - np.asarray(typed.xyz)))
+        if error > PIVOT_MAX_TCP_ERROR_M:
+            typed_mm = ", ".join(f"{1000 * v:.1f}" for v in typed.xyz)
+            raise ConfigError(
+                f"tcp: the pivot check measures the TCP at [{mm}] mm, the typed --tcp is "
+                f"[{typed_mm}] mm: {1000 * error:.1f} mm apart (limit "
+                f"{1000 * PIVOT_MAX_TCP_ERROR_M:g} mm; residual {1000 * self.residual_m:.1f} "
+                "mm): fix the typed TCP or touch again"
+            )
+
+
+def flange_pose(ee_pose: np.ndarray, tcp: Tcp) -> tuple[float, ...]:
+    """The flange's pose ``O_T_F`` from the reported end effector ``O_T_EE``
+    and the TCP the arm is configured with (``F_T_EE``): O_T_EE · F_T_EE⁻¹."""
+    o_t_ee = np.eye(4)
+    o_t_ee[:3, :3] = quat_to_matrix(np.asarray(ee_pose[3:], dtype=np.float64))
+    o_t_ee[:3, 3] = ee_pose[:3]
+    o_t_f = o_t_ee @ np.linalg.inv(tcp.matrix())
+    return (*(float(v) for v in o_t_f[:3, 3]), *(float(v) for v in matrix_to_quat(o_t_f[:3, :3])))
+
+
 @dataclass(frozen=True)
 class Payload:
     """Everything on the flange: mass (kg), centre of mass in the flange
@@ -185,6 +273,10 @@ class CommissionedCell:
     tcp: Tcp
     payload: Payload
     cameras: dict[str, CameraReference] = field(default_factory=dict)
+    # the pivot check of the typed TCP, when it was run
+    tcp_pivot: TcpPivot | None = None
+    # the 2F-85's gPO with the empty gripper closed (0–255), when measured
+    gripper_closed_counts: int | None = None
     commissioned_at: str = ""
     note: str = ""
     # the file it was read from: reference images are found beside it
@@ -248,6 +340,13 @@ class CommissionedCell:
         _positive("payload.mass", self.payload.mass)
         _floats("payload.com", self.payload.com, 3)
         _floats("payload.inertia", self.payload.inertia, 9)
+        if self.tcp_pivot is not None:
+            self.tcp_pivot.check(self.tcp)
+        counts = self.gripper_closed_counts
+        if counts is not None and (
+            isinstance(counts, bool) or not isinstance(counts, int) or not 0 < counts <= 255
+        ):
+            raise ConfigError(f"gripper_closed_counts: expected 1–255, got {counts!r}")
 
     def layout(self, tote_side: Side | str, camera_side: Side | str) -> dict[str, Any]:
         """The manifest's ``layout`` (``proctor.cell_layout/1``) for one
@@ -338,6 +437,20 @@ def _from_json(data: Any, where: str) -> CommissionedCell:
             )
             for name, c in data.get("cameras", {}).items()
         }
+        pivot = data.get("tcp_pivot")
+        tcp_pivot = None
+        if pivot is not None:
+            tcp_pivot = TcpPivot(
+                poses=tuple(_floats("tcp_pivot.poses", q, 7) for q in pivot["poses"]),
+                tcp_xyz=_floats("tcp_pivot.tcp_xyz", pivot["tcp_xyz"], 3),  # type: ignore[arg-type]
+                point=_floats("tcp_pivot.point", pivot["point"], 3),  # type: ignore[arg-type]
+                residual_m=float(pivot["residual_m"]),
+            )
+        counts = data.get("gripper_closed_counts")
+        if counts is not None and (isinstance(counts, bool) or not isinstance(counts, int)):
+            raise ConfigError(
+                f"{where}: gripper_closed_counts: expected an integer, got {counts!r}"
+            )
         return CommissionedCell(
             table=plane,
             totes=totes,
@@ -347,6 +460,8 @@ def _from_json(data: Any, where: str) -> CommissionedCell:
             tcp=tcp,
             payload=payload,
             cameras=cameras,
+            tcp_pivot=tcp_pivot,
+            gripper_closed_counts=counts,
             commissioned_at=str(data.get("commissioned_at", "")),
             note=str(data.get("note", "")),
         )
@@ -383,7 +498,9 @@ __all__ = [
     "Payload",
     "TablePlane",
     "Tcp",
+    "TcpPivot",
     "Tote",
     "check_joint_vector",
+    "flange_pose",
     "load_commissioned",
 ]

@@ -460,9 +460,45 @@ def check_camera_link(name: str, camera: Camera, settings: PreflightSettings) ->
             f"USB {usb} link: two colour streams need USB 3 (a USB 3 port and cable, no USB 2 hub)"
         )
     detail = f"timestamps {domain}, USB {usb}"
+    firmware, behind = firmware_note(camera)
+    if firmware is not None:
+        detail += f", {firmware}"
     if problems:
         return CheckResult(label, CheckStatus.failed, "; ".join(problems))
-    return CheckResult(label, CheckStatus.passed, detail)
+    return CheckResult(label, CheckStatus.warning if behind else CheckStatus.passed, detail)
+
+
+def firmware_note(camera: Camera) -> tuple[str | None, bool]:
+    """The camera's firmware against the one its SDK recommends (RealSense:
+    ``camera_info.firmware_version`` and ``recommended_firmware_version``,
+    read at connect), and whether it is older. None for a driver that reads
+    no firmware at all; "not reported" where the device has none (a playback
+    device)."""
+    if not hasattr(camera, "firmware_version"):
+        return None, False
+    have = getattr(camera, "firmware_version", None)
+    want = getattr(camera, "recommended_firmware_version", None)
+    if have is None:
+        return "firmware not reported", False
+    if want is None:
+        return f"firmware {have} (no recommended version reported)", False
+    older = _version_key(have) < _version_key(want) if _comparable(have, want) else False
+    if older:
+        return (
+            f"firmware {have} is older than the recommended {want}: update it "
+            "(RealSense Viewer or rs-fw-update) before a session",
+            True,
+        )
+    return f"firmware {have} (recommended {want})", False
+
+
+def _comparable(*versions: str) -> bool:
+    return all(part.isdigit() for v in versions for part in v.strip().split("."))
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    # "5.16.0.1": compared part by part as numbers ("5.9" is older than "5.16")
+    return tuple(int(part) for part in version.strip().split("."))
 
 
 def _device_clock_spread(frames: list[Frame]) -> float | None:

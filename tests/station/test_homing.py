@@ -34,7 +34,7 @@ from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmFaul
 from proctor.station.policy.demo import DemoPolicy
 from proctor.station.policy.server import PolicyServer
 from proctor.station.runner import RunnerState, StopKind
-from proctor.station.sim.arm import SimArm
+from proctor.station.sim.arm import SimArm, SimArmConfig
 from proctor.station.sim.gripper import SimGripper
 from proctor.station.sim.world import HOME_Q, CameraSink, SimParams, SimWorld
 from proctor.station.work import Work
@@ -126,6 +126,56 @@ def test_homing_from_home_stays_put_and_a_faulted_arm_refuses() -> None:
         world.error = "cartesian reflex: test"
     with pytest.raises(ArmFault, match="arm in error, not homing: cartesian reflex"):
         arm.home()
+
+
+def _placed(q: np.ndarray, clearance_m: float = 0.06) -> tuple[VirtualClock, SimWorld, SimArm]:
+    """The cell with the arm standing still at ``q`` (as a stop could leave it)."""
+    clock, world, arm = _cell(seed=1, tote=Side.right)
+    arm.config = SimArmConfig(home_clearance_m=clearance_m)
+    with world.lock:
+        world.q = np.asarray(q, dtype=np.float64).copy()
+        world.dq = np.zeros(7)
+        world._fk()  # the world's cached tool pose and Jacobian
+        world._tcp_prev = world.tcp.copy()
+    return clock, world, arm
+
+
+def test_a_final_joint_move_that_would_sweep_the_tool_down_is_refused() -> None:
+    """Hardware review #8: the tool is at home's pose but the arm on its other
+    branch; the joint move to home_q would swing the fingers down to z ≈ 0.19 m,
+    below this cell's clearance (25 cm above the rims, less the lift's
+    tolerance: z = 0.205 m). Refused before it starts: the arm has not moved."""
+    q = np.array((2.7343, 0.8224, -2.8833, -2.3504, 0.1883, 1.5453, 0.5604))
+    _, world, arm = _placed(q, clearance_m=0.25)
+    with pytest.raises(ArmFault, match="final joint move to home_q would take the tool down"):
+        arm.home()
+    np.testing.assert_allclose(world.q, q, atol=1e-3)
+
+
+def test_a_wrist_turn_past_joint_7s_limit_is_refused() -> None:
+    """Hardware review #8: joint 7 stopped 3.5 rad from home's; the shortest
+    turn to home's orientation would drive it past its limit. Refused before
+    anything moves: at home's height, and low down (fingertips at z ≈ 0.12 m,
+    below the lift height), where the lift is not made either."""
+    for bend in (np.zeros(7), np.array([0.0, 1.1, 0.0, 0.2, 0.0, 0.0, 0.0])):
+        q = HOME_Q + bend
+        q[6] -= 3.5
+        _, world, arm = _placed(q)
+        low = bool(world.ee_pose()[2] < world.layout.rim_height + arm.config.home_clearance_m)
+        assert low == bool(bend.any())
+        with pytest.raises(ArmFault, match=r"joint 7 to about .* outside its limits"):
+            arm.home()
+        np.testing.assert_allclose(world.q, q, atol=1e-3)
+
+
+def test_a_large_wrist_turn_homes_in_stages() -> None:
+    """Two rad from home's about the tool axis, within joint 7's limits: home
+    is reached (in two stages of one rad)."""
+    q = HOME_Q.copy()
+    q[6] -= 2.0
+    _, world, arm = _placed(q)
+    arm.home()
+    np.testing.assert_allclose(world.q, HOME_Q, atol=arm.config.home_tolerance_rad)
 
 
 # -- through the runner and the daemon ------------------------------------------------

@@ -220,6 +220,25 @@ def commissioned_arm(
     }
 
 
+def commissioned_gripper(
+    config: StationConfig,
+    cell: CommissionedCell | None,
+    gripper_section: dict[str, Any],
+    where: str,
+) -> dict[str, Any]:
+    """The gripper settings a commissioned cell fixes: the 2F-85's
+    fully-closed reading, where commissioning measured it (the profile's
+    gripper table may then not set it, as the arm's commissioned fields)."""
+    if cell is None or cell.gripper_closed_counts is None:
+        return {}
+    if "closed_counts" in gripper_section:
+        raise ConfigError(
+            f"{where}: closed_counts is set by the commissioned cell "
+            f"({config.commissioned}), not the config"
+        )
+    return {"closed_counts": cell.gripper_closed_counts}
+
+
 def commissioned_envelope(config: StationConfig, cell: CommissionedCell | None) -> dict[str, Any]:
     """The envelope's limits on a commissioned cell (``Cell.envelope_defaults``):
     the measured box and table (hardware review #2). ``[envelope]`` may
@@ -290,7 +309,12 @@ def build(config: StationConfig, clock: Clock | None = None) -> Cell:
             home_max_tool_speed=config.envelope.max_tool_speed,
             **fixed,
         ),
-        gripper=build_gripper(gripper_section, "real.gripper", clock),
+        gripper=build_gripper(
+            gripper_section,
+            "real.gripper",
+            clock,
+            **commissioned_gripper(config, commissioned, gripper_section, "real.gripper"),
+        ),
         cameras=cameras,
         commissioned=commissioned,
         envelope_defaults=commissioned_envelope(config, commissioned),

@@ -54,6 +54,7 @@ from proctor.station.profiles.real import (
     check_section,
     commissioned_arm,
     commissioned_envelope,
+    commissioned_gripper,
 )
 from proctor.station.twin.peers import FrankySimProcess, GripperSimProcess, PeerError, SocatPtyPair
 
@@ -160,10 +161,15 @@ def build(config: StationConfig) -> Cell:
     if extra:
         raise ConfigError(f"twin.cameras: unknown camera(s) {', '.join(extra)}")
     commissioned, fixed = commissioned_arm(config, arm_section, "twin.arm")
+    gripper_fixed = commissioned_gripper(
+        config, commissioned, _table(section, "gripper", "twin"), "twin.gripper"
+    )
     home_q = fixed.get("home_q", arm_section.get("home_q", ArmConfig.home_q))
     # refuse a bad config before any peer starts (placeholders for what the
     # peers will provide)
-    _validate(config, {**arm_section, **fixed}, gripper_section, cameras_section)
+    _validate(
+        config, {**arm_section, **fixed}, {**gripper_section, **gripper_fixed}, cameras_section
+    )
 
     if "workdir" in section:
         workdir, temporary = Path(str(section["workdir"])).expanduser(), False
@@ -242,7 +248,11 @@ def build(config: StationConfig) -> Cell:
             **fixed,
         )
         gripper = build_gripper(
-            gripper_section, "twin.gripper", clock, port=str(peers.socat.driver_end)
+            gripper_section,
+            "twin.gripper",
+            clock,
+            port=str(peers.socat.driver_end),
+            **gripper_fixed,
         )
     except BaseException:
         peers.stop()

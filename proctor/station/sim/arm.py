@@ -22,6 +22,12 @@ from proctor.station.drivers.arm.base import (
     RobotMode,
 )
 from proctor.station.drivers.arm.flags import flags_in
+from proctor.station.drivers.arm.homing import (
+    check_joint_line,
+    check_wrist_turn,
+    slerp,
+    wrist_stages,
+)
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.world import CARTESIAN_BOX, Q_MAX, Q_MIN, SimParams, SimWorld
 
@@ -155,8 +161,10 @@ class SimArm(Arm[SimArmConfig]):
         the fingers through a tote wall (a collision reflex). So it goes in
         three slow moves: straight up until the fingertips clear the bins'
         rims by ``home_clearance_m``, across in a straight line to the home
-        pose (every point of it above that height), then the joints to
-        ``home_q`` exactly."""
+        pose (every point of it above that height; in stages, none turning the
+        wrist more than a quarter turn, joint 7 checked before each), then the
+        joints to ``home_q`` exactly, their joint-space line checked first to
+        keep the fingertips above the clearance (``drivers.arm.homing``)."""
         self._need()
         w = self.world
         cfg = self.config
@@ -168,8 +176,14 @@ class SimArm(Arm[SimArmConfig]):
             if w.error is not None:
                 raise ArmFault(f"arm in error, not homing: {w.error}")
             pose = w.ee_pose()
+            q7 = float(w.q[6])
             clear = w.layout.rim_height + cfg.home_clearance_m
         target_q = np.array(cfg.home_q)
+        _, _, tool = kin.forward(target_q)
+        home_xyz, home_quat = tool[:3, 3], kin.matrix_to_quat(tool[:3, :3])
+        # before anything moves (the lift keeps the wrist as it is); again
+        # before each stage of "across", from the joints then measured
+        check_wrist_turn(pose[3:], home_quat, q7, float(Q_MIN[6]), float(Q_MAX[6]))
         if pose[2] < clear:
             lift = pose.copy()
             lift[2] = clear
@@ -180,9 +194,26 @@ class SimArm(Arm[SimArmConfig]):
                     f"homing: could not lift the tool clear of the bins "
                     f"(it stopped at z = {z:.3f} m)"
                 )
-        _, _, tool = kin.forward(target_q)
-        home_pose = np.concatenate([tool[:3, 3], kin.matrix_to_quat(tool[:3, :3])])
-        self._move(ArmCommand(ArmCommandKind.cartesian_pose, home_pose), deadline)
+        # across in stages, none turning the wrist more than a quarter turn,
+        # each checked first for where it leaves joint 7 (as FrankyArm: homing.py)
+        start = self.read_state().ee_pose
+        stages = wrist_stages(start[3:], home_quat)
+        for k in range(1, stages + 1):
+            now = self.read_state()
+            check_wrist_turn(
+                now.ee_pose[3:], home_quat, float(now.q[6]), float(Q_MIN[6]), float(Q_MAX[6])
+            )
+            s = k / stages
+            stage = np.concatenate(
+                [start[:3] + (home_xyz - start[:3]) * s, slerp(start[3:], home_quat, s)]
+            )
+            self._move(ArmCommand(ArmCommandKind.cartesian_pose, stage), deadline)
+        # the final joint move keeps the fingertips above the clearance (or
+        # home's own height, where home is lower) all along its joint-space line
+        floor = min(clear, float(home_xyz[2])) - 0.5 * cfg.home_clearance_m
+        check_joint_line(
+            lambda q: float(self.tool_transform(q)[2, 3]), self.read_state().q, target_q, floor
+        )
         self._move(ArmCommand(ArmCommandKind.joint_position, target_q), deadline, joints=True)
 
     def _move(self, command: ArmCommand, deadline: float, joints: bool = False) -> None:

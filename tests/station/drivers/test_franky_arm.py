@@ -32,6 +32,9 @@ from proctor.station.drivers.arm.franky import (
     _connect_robot,
     configure_end_effector,
 )
+from proctor.station.drivers.arm.homing import joint_line
+from proctor.station.geometry import rotation_error
+from proctor.station.sim import kinematics as kin
 from tests.station.drivers.conftest import HOME_Q, wait_for
 
 pytestmark = pytest.mark.hardware
@@ -421,6 +424,42 @@ def test_homing_is_held_to_the_tool_speed_cap(franky_sim: str) -> None:
     assert np.linalg.norm(points[-1] - points[0]) > 0.1  # it did travel
 
 
+def test_homing_refuses_a_final_joint_move_that_would_sweep_the_tool_down(
+    arm: FrankyArm,
+) -> None:
+    """Hardware review #8: the tool at home's pose with the arm on its other
+    branch (found here by IK on franky's own model): the joint move to home_q
+    would swing the fingers far below the clearance. Homing refuses it before
+    it starts, naming it, and the arm stays where it was."""
+    home = np.asarray(HOME_Q, dtype=np.float64)
+    target = arm.kinematics(home).tool
+    lo, hi = arm.limits().q_min, arm.limits().q_max
+    q = np.clip(np.array((2.6, 0.83, -2.8, -2.35, 0.2, 1.55, 0.56)), lo, hi)
+    for _ in range(300):  # damped least squares on franky's model, inside the limits
+        k = arm.kinematics(q)
+        err = np.concatenate(
+            [target[:3, 3] - k.tool[:3, 3], rotation_error(target[:3, :3], k.tool[:3, :3])]
+        )
+        if np.linalg.norm(err) < 1e-7:
+            break
+        q = np.clip(q + kin.dls(k.jacobian, err, 0.05), lo, hi)
+    assert np.linalg.norm(err) < 1e-5, err
+    floor = arm.config.home_clearance_z_m - arm.config.home_lift_tolerance_m
+    lowest = min(float(arm.tool_transform(p)[2, 3]) for _, p in joint_line(q, home))
+    assert lowest < floor - 0.05  # the premise: that line dips well below the floor
+    arm.send(ArmCommand(ArmCommandKind.joint_position, q))
+    placed = settle(arm)
+    try:
+        with pytest.raises(ArmFault, match="final joint move to home_q would take the tool down"):
+            arm.home()
+        assert np.max(np.abs(settle(arm) - placed)) < 0.01
+    finally:
+        # back by a plain joint move (franky-sim has nothing to sweep through),
+        # so the next test's homing starts on home's branch
+        arm.send(ArmCommand(ArmCommandKind.joint_position, home))
+        settle(arm)
+
+
 def test_a_stop_during_homing_ends_it_and_the_arm_stays_halted(arm: FrankyArm) -> None:
     away = np.asarray(HOME_Q) + np.array([-0.8, 0.2, 0.3, 0.3, 0.2, -0.2, 0.5])
     arm.send(ArmCommand(ArmCommandKind.joint_position, away))
@@ -726,6 +765,11 @@ class FaultInjectingRobot:
     @property
     def is_in_control(self) -> bool:
         return self._robot.is_in_control
+
+    def __getattr__(self, name: str) -> Any:
+        # the rest (the limits homing's speed cap reads: translation_velocity_limit,
+        # joint_velocity_limit…) passes through untouched
+        return getattr(self._robot, name)
 
 
 REFLEX = 'libfranka: Move command aborted: motion aborted by reflex! ["cartesian_reflex"]'

@@ -199,6 +199,27 @@ def test_object_detected_while_closing(gripper: RobotiqGripper, sim: SimulatedGr
     assert gripper.read_state().position == 0.0
 
 
+def test_closed_counts_are_measured_by_closing_the_empty_gripper(pty_pair: PtyPair) -> None:
+    """Commissioning's ``closed_counts`` (deploy step 9b): a 2F-85 whose empty
+    fingers meet at gPO 227 reads 227; with something between the fingers the
+    measurement is refused, naming it."""
+    sim = SimulatedGripper(SimulatedGripperConfig(activation_s=0.3, closed_counts=227))
+    sim.start_serial(str(pty_pair.device_end))
+    driver = make_driver(pty_pair)
+    try:
+        driver.connect()
+        driver.activate()
+        assert driver.measure_closed_counts(timeout_s=30.0) == 227
+        driver.send(GripperCommand(position=0.0))
+        settle(driver)
+        sim.model.place_object(0.5)
+        with pytest.raises(GripperFault, match=r"closed_counts: something stopped the fingers"):
+            driver.measure_closed_counts(timeout_s=30.0)
+    finally:
+        driver.disconnect()
+        sim.stop()
+
+
 def test_a_device_fault_is_surfaced_and_cleared_by_reactivation(
     gripper: RobotiqGripper, sim: SimulatedGripper
 ) -> None:

@@ -131,7 +131,9 @@ def test_preflight_passes_on_the_twin(twin_cell: Cell, tmp_path: Path) -> None:
         assert by_name[name].status == CheckStatus.passed, by_name[name].line()
     assert by_name["commissioning"].status == CheckStatus.warning
     # playback: the frames' own domain; a recording reports no USB link
-    assert by_name["link wrist"].detail == "timestamps hardware_clock, USB not supported"
+    assert by_name["link wrist"].detail == (
+        "timestamps hardware_clock, USB not supported, firmware not reported"
+    )
     # this host's clock may or may not be NTP-disciplined; the twin never fails on it
     assert by_name["clock"].status in (CheckStatus.passed, CheckStatus.warning)
     # the simulated 2F-85 starts as a powered, never activated gripper: pre-flight
@@ -299,7 +301,21 @@ def test_preflight_camera_link_fails_arrival_timestamps_and_usb2(tmp_path: Path)
         )
     assert result.status == CheckStatus.failed and "USB 2.1 link" in result.detail
     assert lenient.status == CheckStatus.passed
-    assert lenient.detail == "timestamps system_time, USB 2.1"
+    # a recording reports no firmware (camera_info.firmware_version unsupported)
+    assert lenient.detail == "timestamps system_time, USB 2.1, firmware not reported"
+
+    class OldFirmwareCamera(RealSenseCamera):  # stand-in: what a D4xx reports at connect
+        def connect(self) -> None:
+            super().connect()
+            self.firmware_version, self.recommended_firmware_version = "5.13.0.50", "5.16.0.1"
+
+    cam = OldFirmwareCamera(cam.config)
+    with cam:
+        old = check_camera_link(
+            "wrist", cam, PreflightSettings(require_usb3=False, require_device_timestamps=False)
+        )
+    assert old.status == CheckStatus.warning
+    assert "firmware 5.13.0.50 is older than the recommended 5.16.0.1" in old.detail
 
 
 def test_preflight_settings_are_validated() -> None:

@@ -7,6 +7,7 @@ non-realtime kernel (a fake sysfs tree) and a gripper in fault."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -408,6 +409,61 @@ def test_commissioning_reads_the_touched_points_from_the_arm(
     assert len(result.home_q) == 7
 
 
+def test_the_pivot_check_finds_the_configured_tcp_on_franky_sim(twin_cell: Cell) -> None:
+    """The fingertip held on one point from four orientations (driven there:
+    franky-sim has no hand-guiding). The flange pose commissioning derives
+    (the reported O_T_EE with the configured TCP removed) is franky's own
+    ``Frame.Flange`` at the measured joints, and the TCP solved from those
+    poses is the configured one."""
+    import franky
+
+    from proctor.station.commissioning import TcpPivot, flange_pose
+    from proctor.station.geometry import euler_to_matrix, matrix_to_quat, quat_to_matrix
+
+    arm = twin_cell.arm
+    home = arm.read_state()
+    point, r0 = home.ee_pose[:3].copy(), quat_to_matrix(home.ee_pose[3:])
+    flanges = []
+    try:
+        for tilt in ((20, 0, 0), (-20, 0, 15), (0, 20, -15), (0, -20, 0)):
+            quat = matrix_to_quat(r0 @ euler_to_matrix(np.radians(tilt)))
+            arm.send(ArmCommand(ArmCommandKind.cartesian_pose, np.array([*point, *quat])))
+            deadline = time.monotonic() + 30.0
+
+            def there(quat: np.ndarray = quat) -> bool:
+                ee = arm.read_state().ee_pose
+                return (
+                    bool(np.linalg.norm(ee[:3] - point) < 0.0005)
+                    and abs(float(ee[3:] @ quat)) > 0.99999
+                )
+
+            while not there():
+                assert time.monotonic() < deadline, f"the arm did not reach the tilt {tilt}"
+                time.sleep(0.02)
+            time.sleep(0.3)  # at rest
+            s = arm.read_state()
+            derived = np.asarray(flange_pose(s.ee_pose, TCP))
+            robot = arm._r()  # type: ignore[attr-defined]
+            st = robot.state
+            franky_flange = robot.model.pose(franky.Frame.Flange, s.q, st.F_T_EE, st.EE_T_K)
+            # to 2 mm: the state's q and O_T_EE are franky-sim's, not one sample's
+            # model (0.6 mm apart here); a wrong composition or quaternion order
+            # would be off by the TCP's length, 16 cm
+            np.testing.assert_allclose(derived[:3], franky_flange.translation, atol=0.002)
+            assert abs(float(derived[3:] @ np.asarray(franky_flange.quaternion))) > 0.9999
+            flanges.append(tuple(derived))
+    finally:
+        arm.send(ArmCommand(ArmCommandKind.joint_position, home.q))
+        deadline = time.monotonic() + 20.0
+        while np.max(np.abs(arm.read_state().q - home.q)) > 0.03:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    pivot = TcpPivot.solve(flanges)
+    np.testing.assert_allclose(pivot.tcp_xyz, TCP.xyz, atol=0.001)
+    np.testing.assert_allclose(pivot.point, point, atol=0.001)
+    pivot.check(TCP)
+
+
 def test_commission_then_check_cli_on_the_twin(tmp_path: Path) -> None:
     """`proctor station commission --non-interactive` writes the file the
     config names; `proctor station check` then passes on it."""
@@ -440,6 +496,16 @@ sysfs_root = "{sysfs}"
     env = {**os.environ, "PROCTOR_DATA_DIR": str(tmp_path / "data")}
     points = [arg for p in TABLE for arg in ("--table-point", ",".join(map(str, p)))]
     totes = [arg for s, b in TOTES.items() for arg in ("--tote", f"{s}={','.join(map(str, b))}")]
+    # the pivot check from given flange poses: the fingertip (0, 0, 0.16) on
+    # one point from four tilts of a tool pointing down
+    from proctor.station.geometry import euler_to_matrix, matrix_to_quat
+
+    pivot = []
+    for tilt in ((20, 0, 0), (-20, 0, 15), (0, 20, -15), (0, -20, 0)):
+        r = euler_to_matrix([np.pi, 0.0, 0.0]) @ euler_to_matrix(np.radians(tilt))
+        t = np.array([0.5, 0.0, 0.2]) - r @ np.array(TCP.xyz)
+        pose = ",".join(f"{v:.12g}" for v in (*t, *matrix_to_quat(r)))
+        pivot += ["--pivot-pose", pose]
     out = subprocess.run(
         [
             *PROCTOR,
@@ -455,6 +521,8 @@ sysfs_root = "{sysfs}"
             *totes,
             "--tote-height=0.08",
             "--home-q=current",
+            *pivot,
+            "--closed-counts=227",
         ],
         capture_output=True,
         text=True,
@@ -463,6 +531,10 @@ sysfs_root = "{sysfs}"
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert (tmp_path / "cell.json").is_file() and (tmp_path / "cell.exterior.png").is_file()
+    stored = json.loads((tmp_path / "cell.json").read_text(encoding="utf-8"))
+    assert stored["gripper_closed_counts"] == 227
+    assert stored["tcp_pivot"]["tcp_xyz"] == pytest.approx(TCP.xyz, abs=1e-6)
+    assert stored["tcp_pivot"]["residual_m"] < 1e-6
     out = subprocess.run(
         [*PROCTOR, "station", "check", "--profile", "twin", "--config", str(config)],
         capture_output=True,

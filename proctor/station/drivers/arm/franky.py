@@ -20,7 +20,10 @@ it; only ``resume()`` (an operator's start or recover) clears it.
 Homing goes as on the simulated cell (``proctor.station.sim.arm``): straight up to
 ``home_clearance_z_m``, a check that the tool got there, across to the home
 pose (computed with franky's model: ``Model.pose(Frame.EndEffector, q, F_T_EE,
-EE_T_K)``), then the joints to ``home_q``, each move slow and ended by a stop.
+EE_T_K)``; in stages, none turning the wrist more than a quarter turn, joint 7
+checked first), then the joints to ``home_q`` (their joint-space line checked
+first to keep the tool above the clearance: ``homing``), each move slow and
+ended by a stop.
 
 Which exceptions franky raises (franky 2.0.0, ``python/bind_errors.cpp``):
 libfranka's (``ControlException``, ``CommandException``, ``NetworkException``…,
@@ -67,6 +70,12 @@ from proctor.station.drivers.arm.base import (
     RobotMode,
 )
 from proctor.station.drivers.arm.flags import LIBFRANKA_ERROR_FLAGS, flags_in, unique
+from proctor.station.drivers.arm.homing import (
+    check_joint_line,
+    check_wrist_turn,
+    slerp,
+    wrist_stages,
+)
 
 log = logging.getLogger(__name__)
 
@@ -1102,6 +1111,12 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 raise self._latch(exc) from exc
             xyz = np.array(s.O_T_EE.translation, dtype=np.float64)
             quat = np.array(s.O_T_EE.quaternion, dtype=np.float64)
+            q7 = float(s.q[6])
+        home_quat = np.array(home.quaternion, dtype=np.float64)
+        q7_lo, q7_hi = float(self._q_lo[6]), float(self._q_hi[6])
+        # before anything moves (the lift keeps the wrist as it is); again
+        # before each stage of "across", from the joints then measured
+        check_wrist_turn(quat, home_quat, q7, q7_lo, q7_hi)
         clear = c.home_clearance_z_m
         # relative to the Robot's global factor, which caps every motion
         factor = min(1.0, c.home_dynamics_factor / c.relative_dynamics_factor)
@@ -1131,8 +1146,22 @@ class FrankyArm(Arm[FrankyArmConfig]):
                 )
         across = np.array(home.translation, dtype=np.float64)
         across[2] = max(across[2], clear)
-        home_quat = np.array(home.quaternion, dtype=np.float64)
-        self._home_move(to_pose(across, home_quat), cartesian, deadline)
+        # across in stages, none turning the wrist more than a quarter turn,
+        # each checked first for where it leaves joint 7 (homing.py)
+        start = self.read_state().ee_pose
+        stages = wrist_stages(start[3:], home_quat)
+        for k in range(1, stages + 1):
+            now = self.read_state()
+            check_wrist_turn(now.ee_pose[3:], home_quat, float(now.q[6]), q7_lo, q7_hi)
+            s = k / stages
+            stage_xyz = start[:3] + (across - start[:3]) * s
+            self._home_move(to_pose(stage_xyz, slerp(start[3:], home_quat, s)), cartesian, deadline)
+        # the final joint move keeps the tool above the clearance (or home's
+        # own height, where home is lower) all along its joint-space line
+        floor = min(clear, float(home.translation[2])) - c.home_lift_tolerance_m
+        check_joint_line(
+            lambda q: float(self.tool_transform(q)[2, 3]), self.read_state().q, target, floor
+        )
         self._home_move(
             lambda: franky.JointMotion(
                 target,

@@ -148,6 +148,11 @@ class RealSenseCamera(Camera[RealSenseCameraConfig]):
         self.stream_size: tuple[int, int] | None = None  # (width, height) actually streamed
         self.stream_fps: int | None = None
         self.usb_type: str | None = None  # the USB link the device reports ("3.2", "2.1")
+        # the firmware and the one this librealsense recommends for the model
+        # (camera_info.firmware_version / recommended_firmware_version); a
+        # playback device reports neither: pre-flight's link line compares them
+        self.firmware_version: str | None = None
+        self.recommended_firmware_version: str | None = None
         self.options: dict[str, Any] = {}  # colour options as read back after connect
         self.timestamp_domain: str | None = None  # of the last frame read
 
@@ -207,6 +212,10 @@ class RealSenseCamera(Camera[RealSenseCameraConfig]):
             self.device_serial = _info(device, rs.camera_info.serial_number)
             self.device_name = _info(device, rs.camera_info.name)
             self.usb_type = _info(device, rs.camera_info.usb_type_descriptor)
+            self.firmware_version = _info(device, rs.camera_info.firmware_version)
+            self.recommended_firmware_version = _info(
+                device, rs.camera_info.recommended_firmware_version
+            )
             video = profile.get_stream(COLOR).as_video_stream_profile()
             self.stream_size = (video.width(), video.height())
             self.stream_fps = video.fps()

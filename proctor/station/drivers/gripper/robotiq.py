@@ -457,6 +457,40 @@ class RobotiqGripper(Gripper[RobotiqGripperConfig]):
         self._publish(status, t)
         self._target = 0.0
 
+    def measure_closed_counts(self, timeout_s: float = 10.0) -> int:
+        """Close the empty fingers at full scale and return where they stop
+        (gPO): commissioning's ``closed_counts`` (a 2F-85 stops short of 255).
+        The fingers move: an operator's action only, hands clear. Refused if
+        something stops them (gOBJ: contact while closing) or they do not
+        stop in time; the fingers are left closed."""
+        sent = self.send(GripperCommand(position=1.0, speed=0.5, force=0.2))
+        target = round(sent.position * regs.POSITION_MAX)
+        deadline = self.clock.now() + timeout_s
+        period = 1.0 / self.config.poll_hz
+        while True:
+            status, _ = self._fresh_status()
+            # gPR echoes the request once the device took it; gOBJ leaves
+            # "moving" when the fingers stop
+            if status.gpr == target and status.gobj != regs.GObj.moving:
+                break
+            if self.clock.now() > deadline:
+                raise GripperFault(
+                    f"closed_counts: the fingers did not stop within {timeout_s:g} s "
+                    f"(gPO={status.gpo})"
+                )
+            self._stop.wait(period)
+        if status.gobj == regs.GObj.contact_closing:
+            raise GripperFault(
+                f"closed_counts: something stopped the fingers at gPO={status.gpo}: "
+                "empty the gripper and measure again"
+            )
+        if status.gpo <= self.config.open_counts:
+            raise GripperFault(
+                f"closed_counts: the fingers read gPO={status.gpo} closed, not above "
+                f"open_counts={self.config.open_counts}"
+            )
+        return int(status.gpo)
+
     def halt(self) -> None:
         """Drop the mailbox and write rGTO = 0 ("Stop", manual §4.3: the fingers
         stop where they are), keeping rACT (no reset, which would release the
