@@ -1,6 +1,6 @@
 """Size of the board's tests on nulls that are *not* their permutation
 distribution, and their power (``./run bench robustness``; docs/methods.md
-§5 has the table it feeds; issue 31 item 9, the statistics review §3–§4).
+§5 has the table it feeds; the statistical review's hidden nulls, its §3–§4).
 
 The hidden null: on every object both policies have the *same*
 per-operation time-to-success law and ghost share, but one is "streaky"

@@ -1,6 +1,6 @@
 """Is there any difference? (docs/methods.md §5)
 
-* The board's test, the studentized macro-KS (issue 31): the macro
+* The board's test, the studentized macro-KS: the macro
   (equal-weight) CDF gap Σ_o (F̂_A,o − F̂_B,o)(t) over its episode-cluster-
   robust standard error, sup over a band of t; p by relabelling whole
   episodes within objects, the variances recomputed each time. Exact when
@@ -167,7 +167,7 @@ def logrank(strata: Sequence[tuple[Operations, Operations]]) -> LogRank:
     return LogRank(o_total, e_total, v_total, chi2, float(special.chdtrc(1, chi2)))
 
 
-# --- valid under the weak null: episode-cluster-robust studentization (issue 31) ---
+# --- valid under the weak null: episode-cluster-robust studentization ---
 
 
 def _episode_matrices(rs: RiskSet) -> tuple[np.ndarray, np.ndarray]:
@@ -471,7 +471,7 @@ def bonferroni(p: float, comparisons: int) -> float:
 BETTER = "better"
 CROSSING = "crossing"
 # the KS rejects, but the Bonferroni-level interval of ΔRMST holds 0: the
-# policies differ and the data do not say which is faster (issue 31)
+# policies differ and the data do not say which is faster
 UNCLEAR = "unclear"
 INDISTINGUISHABLE = "indistinguishable"
 
