@@ -109,12 +109,13 @@ class _Handed:
 def _listen(path: Path) -> socket.socket:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        # private before it exists: no other local user may connect
-        old = os.umask(0o177)
-        try:
-            listener.bind(str(path))
-        finally:
-            os.umask(old)
+        # private: its folder is 0700 (``_fresh_folder``), so no other local
+        # account reaches the socket even for the moment before the chmod. Not
+        # by narrowing the umask around bind: the umask is the whole process's,
+        # and another thread (the worker's, the web app's) creating a folder in
+        # that moment would get it without its x bits
+        listener.bind(str(path))
+        path.chmod(0o600)
         listener.listen(128)
     except BaseException:
         listener.close()
