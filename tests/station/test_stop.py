@@ -10,6 +10,7 @@ tests/station/drivers/test_franky_arm.py.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -317,19 +318,19 @@ def test_nothing_homes_after_an_episode_on_recover_or_on_close(
 # -- the console-link deadman -------------------------------------------------------------
 
 
-def test_the_console_deadman_stops_a_running_episode_when_the_heartbeats_stop(
-    fresh_db_url: str, tmp_path: Path
-) -> None:
+@contextlib.contextmanager
+def _console_station(db_url: str, tmp_path: Path) -> Iterator[tuple[Any, httpx.Client]]:
+    """A sim daemon in real time behind its local API on loopback, and a client
+    that reaches it as the console does (the host's key), for the deadman tests."""
     from proctor.core.db import migrate
 
-    migrate.upgrade(fresh_db_url)
+    migrate.upgrade(db_url)
     sock = bind_loopback()
-    base = sock_url(sock)
     with (
         demo_policies("reference") as (server,),
         running_station(
             sock=sock,
-            db_url=fresh_db_url,
+            db_url=db_url,
             artifacts=str(tmp_path / "artifacts"),
             spool=tmp_path / "spool",
             source=adhoc_source(server.url, items=3, cap_s=30.0),
@@ -337,9 +338,16 @@ def test_the_console_deadman_stops_a_running_episode_when_the_heartbeats_stop(
             key_file=tmp_path / "station-api.key",
         ) as daemon,
         httpx.Client(
-            base_url=base, headers=key_headers(tmp_path / "station-api.key"), timeout=30
+            base_url=sock_url(sock), headers=key_headers(tmp_path / "station-api.key"), timeout=60
         ) as http,
     ):
+        yield daemon, http
+
+
+def test_the_console_deadman_stops_a_running_episode_when_the_heartbeats_stop(
+    fresh_db_url: str, tmp_path: Path
+) -> None:
+    with _console_station(fresh_db_url, tmp_path) as (daemon, http):
         deadman_s = daemon.config.console_deadman_s
         assert deadman_s == 2.0  # the default
         assert http.post("/api/next").json()["state"] == "armed"
@@ -373,26 +381,7 @@ def test_the_console_deadman_stops_homing_when_the_heartbeats_stop(
     silent gets a safety stop (the arm halts and needs the operator's
     Recover). The simulated arm's homing is made slow here (it waits for the
     halt latch), so that the console's silence outlasts the deadman."""
-    from proctor.core.db import migrate
-
-    migrate.upgrade(fresh_db_url)
-    sock = bind_loopback()
-    base = sock_url(sock)
-    with (
-        demo_policies("reference") as (server,),
-        running_station(
-            sock=sock,
-            db_url=fresh_db_url,
-            artifacts=str(tmp_path / "artifacts"),
-            spool=tmp_path / "spool",
-            source=adhoc_source(server.url, items=3, cap_s=30.0),
-            clock="monotonic",
-            key_file=tmp_path / "station-api.key",
-        ) as daemon,
-        httpx.Client(
-            base_url=base, headers=key_headers(tmp_path / "station-api.key"), timeout=60
-        ) as http,
-    ):
+    with _console_station(fresh_db_url, tmp_path) as (daemon, http):
         arm = daemon.runner.cell.arm
         started = threading.Event()
 
