@@ -46,7 +46,7 @@ from proctor.analysis.episodes import EpisodeTable, scored
 from proctor.analysis.interchange import write_interchange
 from proctor.analysis.leaderboard import analyze
 from proctor.analysis.operations import extract_operations
-from proctor.analysis.results import Protocol
+from proctor.analysis.results import AnalysisProtocol
 from proctor.analysis.significance import macro_ks_test
 from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 
@@ -166,8 +166,8 @@ def main() -> None:
         f"items {min(n_items)}–{max(n_items)}, τ = {TAU:g} s"
     )
 
-    protocol = Protocol(tau=TAU, bootstrap=B, ks_resamples=B, seed=args.seed)
-    analyze(EpisodeTable(table.episodes[:60]), Protocol(tau=TAU, bootstrap=20))  # warm-up
+    protocol = AnalysisProtocol(tau=TAU, bootstrap=B, ks_resamples=B, seed=args.seed)
+    analyze(EpisodeTable(table.episodes[:60]), AnalysisProtocol(tau=TAU, bootstrap=20))  # warm-up
     clock = Clock()
     lb = analyze(table, protocol)
     lb_wall, lb_cpu = clock.done()

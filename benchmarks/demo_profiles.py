@@ -6,7 +6,7 @@ Runs a campaign shaped like ``proctor demo``'s (the demo's arms × the four
 objects × ``--episodes-per-cell`` episodes of ``--items`` items, the time
 budget items × cap, every spatial configuration drawn at random) through the
 station's real runner on the simulated cell, telemetry only
-(``proctor.annotator.simulate``), and scores it from the cell's ground truth with
+(``proctor.demo.simulated_episodes``), and scores it from the cell's ground truth with
 the analysis the leaderboard uses, at τ = the episode budget (the demo's
 integration cap). It prints, per profile, the pooled Kaplan–Meier median
 time to success, the raw median time between placements, the plateau
@@ -40,10 +40,10 @@ PAIRS = (("swift", "steady"), ("balanced", "dawdler"), ("reference", "steady"))
 def _simulate(folder: Path, args: argparse.Namespace) -> list:
     from rich.progress import Progress
 
-    from proctor.annotator.simulate import corpus_plan, simulate
     from proctor.core.artifacts import LocalArtifactStore
     from proctor.core.db import migrate
     from proctor.core.db.engine import make_engine, make_session_factory
+    from proctor.demo.simulated_episodes import corpus_plan, simulate
 
     url = f"sqlite:///{folder / 'campaign.db'}"
     migrate.upgrade(url)
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from proctor.analysis.episodes import EpisodeTable
     from proctor.analysis.leaderboard import analyze
-    from proctor.analysis.results import Protocol
+    from proctor.analysis.results import AnalysisProtocol
 
     budget = args.items * args.per_item_cap
     load = os.getloadavg()[0]
@@ -173,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{r['safety_per_episode']:>9.1%} {r['dropped_per_op']:>8.1%} "
             f"{r['lost_per_op']:>8.1%} {r['ghost_per_op']:>8.1%} {r['timeouts']:>8d}"
         )
-    protocol = Protocol(tau=budget, bootstrap=args.bootstrap, power_sims=100, seed=args.seed)
+    protocol = AnalysisProtocol(
+        tau=budget, bootstrap=args.bootstrap, power_sims=100, seed=args.seed
+    )
     board = analyze(EpisodeTable(tuple(eps), reference="reference"), protocol)
     print(f"pairs at τ = {budget:g} s (macro-KS, Bonferroni over {len(board.pairs)} pairs):")
     wanted = {frozenset(p) for p in PAIRS}

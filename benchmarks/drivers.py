@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from proctor.station.clock import MonotonicClock
+from proctor.core.clock import MonotonicClock
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmConfig
 from proctor.station.drivers.arm.franky import FrankyArm, FrankyArmConfig
 from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig

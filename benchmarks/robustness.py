@@ -13,19 +13,25 @@ shared budget censors the streaky policy's slow episodes early, which
 makes the KM limits differ: not a null). Safety stops and system faults
 off for the same reason; drops and losses (ghosts) on.
 
-Four tests per trial, all on the same data:
-  old macro-KS  — mean over objects of sup |F̂_A − F̂_B|, episode permutation
-  new macro-KS  — the studentized macro-KS (``studentized_macro_ks_test``)
-  old log-rank  — stratified, operations as independent (χ², ``logrank``)
-  new log-rank  — episode-clustered score, studentized permutation p
-                  (``clustered_logrank``)
+Six p-values per trial, all on the same data:
+  old macro-KS    — mean over objects of sup |F̂_A − F̂_B|, episode permutation
+  stud. KS, perm  — the studentized macro-KS, studentized permutation p alone
+                    (the board's p before the wild bootstrap was added)
+  new macro-KS    — the board's: max of that and the wild bootstrap p
+                    (``studentized_macro_ks_test``)
+  old log-rank    — stratified, operations as independent (χ², ``logrank``)
+  clust. LR, perm — episode-clustered score, studentized permutation p alone
+  new log-rank    — the board's: max of that and the wild bootstrap p
+                    (``clustered_logrank``)
 Rejection rate at α = 0.05 with its Monte Carlo SE √(r(1 − r)/trials),
 and the mean p. Power: the PhAIL-like ``alpha`` model (its budget on)
 against itself with arm B ``--slower`` × slower, both streaky.
 
-About 0.1–0.2 s a trial at B = 200; the default (400 trials a row, 7
-rows: the table in docs/methods.md §5) took 8 minutes on a shared
-two-core machine. ``--only`` runs the rows whose label contains a string.
+About 0.2–0.4 s a trial at B = 200 on a shared two-core machine; the
+table in docs/methods.md §5 ("After") is ``--inner 100``: 400 trials a null
+row and 200 a power row (``--power-trials``), about 7 minutes a null row
+there. ``--only`` runs the rows whose label contains one of its comma-separated
+strings (to split the table across processes; each row's seed is fixed).
 """
 
 from __future__ import annotations
@@ -41,7 +47,14 @@ from proctor.analysis.operations import extract_operations
 from proctor.analysis.significance import clustered_logrank, logrank, studentized_macro_ks_test
 from proctor.analysis.synthetic import PHAIL_OBJECTS, PolicyModel, cohort, phail_like_models
 
-TESTS = ("old macro-KS", "new macro-KS", "old log-rank", "new log-rank")
+TESTS = (
+    "old macro-KS",
+    "stud. KS, perm",
+    "new macro-KS",
+    "old log-rank",
+    "clust. LR, perm",
+    "new log-rank",
+)
 NO_BUDGET = 1e6  # s an item: never reached
 
 
@@ -110,10 +123,8 @@ def settings(slower: float) -> list[Setting]:
     return out
 
 
-def trial(
-    s: Setting, *, tau: float, inner: int, rng: np.random.Generator
-) -> tuple[float, float, float, float]:
-    """The four p-values on one fresh cohort."""
+def trial(s: Setting, *, tau: float, inner: int, rng: np.random.Generator) -> tuple[float, ...]:
+    """The six p-values (``TESTS``) on one fresh cohort."""
     strata = {}
     for o, tags in PHAIL_OBJECTS.items():
         arms = []
@@ -131,7 +142,7 @@ def trial(
     ks = studentized_macro_ks_test(strata, tau=tau, replicates=inner, rngs={o: rng for o in strata})
     lr = clustered_logrank(list(strata.values()), replicates=inner, rngs=[rng] * len(strata))
     old_lr = logrank(list(strata.values()))
-    return ks.raw_p, ks.p, old_lr.p, lr.p
+    return ks.raw_p, ks.p_permutation, ks.p, old_lr.p, lr.p_permutation, lr.p
 
 
 def run(
@@ -149,17 +160,22 @@ def run(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=400, help="trials a row")
+    ap.add_argument("--trials", type=int, default=400, help="trials a null row")
+    ap.add_argument("--power-trials", type=int, default=200, help="trials a power row")
     ap.add_argument("--inner", type=int, default=200, help="relabellings per p-value (B)")
     ap.add_argument("--tau", type=float, default=60.0)
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--slower", type=float, default=1.3, help="arm B's time factor (power rows)")
-    ap.add_argument("--only", default="", help="run only the rows whose label contains this")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="run only the rows whose label contains one of these (comma-separated)",
+    )
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    for name in ("trials", "inner"):
+    for name in ("trials", "power_trials", "inner"):
         if getattr(args, name) < 1:
-            ap.error(f"--{name}: must be at least 1")
+            ap.error(f"--{name.replace('_', '-')}: must be at least 1")
     if not (np.isfinite(args.tau) and args.tau > 0):
         ap.error("--tau: must be finite and positive")
     if not 0 < args.alpha < 1:
@@ -168,17 +184,18 @@ def main() -> None:
         ap.error("--slower: must be finite and positive")
     print(
         f"rejection rate at α = {args.alpha:g} (Monte Carlo SE) [mean p]; "
-        f"{args.trials} trials a row, B = {args.inner}, τ = {args.tau:g} s, 4 objects"
+        f"{args.trials} trials a null row, {args.power_trials} a power row, "
+        f"B = {args.inner}, τ = {args.tau:g} s, 4 objects"
     )
     print(f"| setting | {' | '.join(TESTS)} |")
     print(f"|---|{'---|' * len(TESTS)}")
     wall = time.perf_counter()
     for k, s in enumerate(settings(args.slower)):
-        if args.only and args.only not in s.label:
+        if args.only and not any(x and x in s.label for x in args.only.split(",")):
             continue
         res = run(
             s,
-            trials=args.trials,
+            trials=args.trials if s.null else args.power_trials,
             tau=args.tau,
             inner=args.inner,
             alpha=args.alpha,

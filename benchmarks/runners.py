@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 
 from proctor.core.settings import RunnerSettings, SubmissionSettings
+from proctor.policywire.client import PolicyClient
 from proctor.runner.archive import ArchiveLimits
 from proctor.runner.envs import MARKER, BuiltEnv, EnvStore, default_env_dir
 from proctor.runner.frameworks.base import HELPERS_DIR, SANDBOX_CHECKPOINT, SANDBOX_HELPERS
@@ -77,7 +78,6 @@ from proctor.runner.manifest import Manifest, parse_manifest
 from proctor.runner.pipeline import READY_POLL_S, Launched, PipelineConfig, ServerPipeline
 from proctor.runner.sandbox.base import Limits
 from proctor.runner.sandbox.relay import Relay
-from proctor.station.policy.client import PolicyClient
 
 TARGET_OVERHEAD_MS = 2.0
 HERE = Path(__file__).resolve().parent

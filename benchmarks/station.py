@@ -32,16 +32,19 @@ from pathlib import Path
 
 import numpy as np
 
-from proctor.station import keys
-from proctor.station.clock import MonotonicClock
+from proctor.core import episode_record
+from proctor.core.clock import MonotonicClock
+from proctor.core.recording import keys
+from proctor.policywire.client import PolicyClient
+from proctor.policywire.observation import ImageResizer, build_observation, resize_with_pad
+from proctor.policywire.serving.openpi import PolicyServer
+from proctor.policywire.wire import codec
+from proctor.policywire.wire.spec import ActionSpace
+from proctor.station.control.commands import to_commands
+from proctor.station.control.observe import proprio
 from proctor.station.drivers.arm.base import ArmState
 from proctor.station.drivers.camera.base import Frame
 from proctor.station.drivers.gripper.base import GripperState
-from proctor.station.policy import codec
-from proctor.station.policy.client import PolicyClient
-from proctor.station.policy.observation import ImageResizer, build_observation, resize_with_pad
-from proctor.station.policy.server import PolicyServer
-from proctor.station.policy.spec import ActionSpace, to_commands
 from proctor.station.recorder import Recorder, VideoSettings
 
 
@@ -85,7 +88,7 @@ def _camera_frames(n: int) -> list[dict[str, np.ndarray]]:
 
 def bench_step_overhead(steps: int) -> None:
     print("\n== per-step overhead: observation + encode + loopback + decode + dispatch ==")
-    from proctor.station.clock import VirtualClock
+    from proctor.core.clock import VirtualClock
     from proctor.station.sim.arm import SimArm
     from proctor.station.sim.gripper import SimGripper
     from proctor.station.sim.world import SimWorld
@@ -108,8 +111,7 @@ def bench_step_overhead(steps: int) -> None:
             pair = frames[i % len(frames)]
             return build_observation(
                 info,
-                arm=a,
-                gripper=g,
+                proprio=proprio(a, g),
                 images=pair,
                 prompt="x",
                 resizer=resizer,
@@ -340,11 +342,11 @@ def bench_episode(fps: int) -> None:
     from proctor.core.artifacts import LocalArtifactStore
     from proctor.core.db import make_engine, make_session_factory, migrate
     from proctor.core.domain import Side
+    from proctor.core.work import Work
+    from proctor.policywire.serving.demo import DemoPolicy
     from proctor.station.config import load_station_config
-    from proctor.station.policy.demo import DemoPolicy
+    from proctor.station.episode_runner import EpisodeRunner
     from proctor.station.profiles import build_cell
-    from proctor.station.runner import EpisodeRunner
-    from proctor.station.work import Work
 
     with tempfile.TemporaryDirectory() as tmp, PolicyServer(DemoPolicy("reference")) as server:
         url = f"sqlite:///{Path(tmp) / 'db.sqlite'}"
@@ -409,7 +411,7 @@ def _close(s, uid):  # type: ignore[no-untyped-def]
     from proctor.station import episodes
 
     return episodes.submit_log(
-        s, uid=uid, log=episodes.OperatorLog(0, 0, 0, Outcome.operator_stop, "benchmark")
+        s, uid=uid, log=episode_record.OperatorLog(0, 0, 0, Outcome.operator_stop, "benchmark")
     )
 
 

@@ -217,7 +217,7 @@ class BenchStation:
         self.api = StationApiClient(self.origin, self.token, timeout_s=120)
 
     def hello(self) -> Any:
-        from proctor.station.uplink.wire import Hello
+        from proctor.core.station_api_wire import Hello
 
         return self.api.hello(
             Hello(
@@ -242,7 +242,7 @@ class BenchStation:
 
 
 def episode_of(work: Any, uid: str, rev: int, state: str, **extra: Any) -> Any:
-    from proctor.station.uplink.wire import EpisodeWire
+    from proctor.core.station_api_wire import EpisodeWire
 
     return EpisodeWire(
         uid=uid,
@@ -410,8 +410,8 @@ def presigned_upload(station: BenchStation, path: Path, uid: str) -> UploadTimes
     """Upload ``path`` as a station does: the plan, the parts one at a time to
     the presigned URLs (``send_parts``), the completion (the server reads the
     object back once for its size and sha256 before registering it)."""
+    from proctor.core.station_api_wire import UploadRequest
     from proctor.station.uplink.upload import send_parts
-    from proctor.station.uplink.wire import UploadRequest
 
     sha = _sha256_of(path)
     size = path.stat().st_size

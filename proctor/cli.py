@@ -66,6 +66,13 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         "How many episodes per cell a pair needs (bridge model), the empirical detection "
         "rate vs n, null calibration, and the Wilson / Connor formulas.",
     ),
+    "import": ServiceCommand(
+        "proctor.analysis.importers.cli",
+        "import_app",
+        True,
+        "Convert another benchmark's released episodes (PhAIL's) into an interchange file "
+        "for proctor analyze.",
+    ),
     "annotate": ServiceCommand(
         "proctor.annotator.cli",
         "annotate",
@@ -78,6 +85,12 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
         False,
         "Write a released campaign for the public (or a submitter's own episodes) as a dataset.",
     ),
+    "calibrate": ServiceCommand(
+        "proctor.calibrate_cli",
+        "calibrate",
+        False,
+        "Re-calibrate the annotator's thresholds on simulated episodes (thresholds.toml).",
+    ),
     "db": ServiceCommand(
         "proctor.db_cli",
         "db_app",
@@ -86,7 +99,7 @@ SERVICE_COMMANDS: dict[str, ServiceCommand] = {
     ),
     "station": ServiceCommand("proctor.station.cli", "station_app", True, "The station daemon."),
     "policy": ServiceCommand(
-        "proctor.station.cli",
+        "proctor.policywire.cli",
         "policy_app",
         True,
         "Policy servers: demo policies, conformance checks.",

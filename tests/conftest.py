@@ -25,8 +25,9 @@ from proctor.core.db import migrate
 from proctor.core.db.engine import ProctorSession, make_engine
 
 # live server + headless Chromium fixtures for every service's browser tests; the
-# runner's LeRobot environment for the runner's and the LeRobot export's tests
-pytest_plugins = ["tests.browser", "tests.lerobot_env"]
+# runner's LeRobot environment for the runner's and the LeRobot export's tests; the
+# policy servers and subprocesses the station's and the protocol layer's tests share
+pytest_plugins = ["tests.browser", "tests.lerobot_env", "tests.policy_servers"]
 
 PG_ADMIN_URL = os.environ.get(
     "PROCTOR_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

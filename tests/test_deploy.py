@@ -71,13 +71,13 @@ def test_the_real_station_config_builds_valid_driver_configs() -> None:
     from proctor.station.profiles.real import driver_config
 
     section = tomllib.loads((DEPLOY / "station" / "station-real.toml").read_text())["real"]
-    arm_cls = ARMS.load("franky")
+    arm_cls = ARMS.get("franky")
     assert driver_config(arm_cls.config_class, dict(section["arm"]), "real.arm").host
-    gripper_cls = GRIPPERS.load("robotiq_2f85")
+    gripper_cls = GRIPPERS.get("robotiq_2f85")
     assert driver_config(gripper_cls.config_class, dict(section["gripper"]), "real.gripper").port
     for cam_name, table in section["cameras"].items():
         table = dict(table)
-        cam_cls = CAMERAS.load(table.pop("driver"))
+        cam_cls = CAMERAS.get(table.pop("driver"))
         driver_config(cam_cls.config_class, table, f"real.cameras.{cam_name}", name=cam_name)
 
 
@@ -338,7 +338,7 @@ def test_the_station_unit_waits_long_enough_for_a_clean_stop() -> None:
     closes the drivers; systemd must not kill it before, with a margin for
     closing the drivers (the arm's connection, the gripper's poller, cameras)."""
     from proctor.station.cli import API_SHUTDOWN_GRACE_S
-    from proctor.station.runner import CLOSE_WAIT_S
+    from proctor.station.episode_runner import CLOSE_WAIT_S
 
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]

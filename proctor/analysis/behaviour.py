@@ -7,6 +7,11 @@ with the mode with a Wilson score interval. The unit is the episode, not the
 tag: operations within an episode are not independent (one bad grasp
 strategy repeats), episodes are — so a mode tagged five times in one
 episode counts once in the share (the tag count is shown beside it).
+
+Tags exist only where someone looked (or the telemetry proposer fired), so
+the share is a *tagged* rate: a lower bound of the true rate when review is
+selective. Each cell says how many of its episodes were reviewed, so the
+reader can tell a rate over every episode from one over a few.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class BehaviourCell:
     episodes_with: int
     tags: int
     share: Interval
+    reviewed: int  # of ``episodes``, those a reviewer looked at
 
 
 def wilson(k: int, n: int, level: float = 0.95) -> Interval:
@@ -50,14 +56,19 @@ def behaviour_breakdown(
     episode_object: np.ndarray,
     tag_episode: np.ndarray,
     tag_mode: np.ndarray,
+    episode_reviewed: np.ndarray,
     *,
     level: float = 0.95,
 ) -> tuple[BehaviourCell, ...]:
     """``episode_object[e]``: index into ``objects`` of episode ``e``;
     ``tag_episode[j]``, ``tag_mode[j]``: the episode index and the index into
-    ``modes`` of live tag ``j``. One cell per (object, mode), objects and
-    modes in the order given."""
+    ``modes`` of live tag ``j``; ``episode_reviewed[e]``: whether episode
+    ``e`` was reviewed. One cell per (object, mode), objects and modes in the
+    order given."""
     episode_object = np.asarray(episode_object, dtype=np.int64)
+    episode_reviewed = np.asarray(episode_reviewed, dtype=bool)
+    if episode_reviewed.shape != episode_object.shape:
+        raise ValueError("episode_reviewed: one flag per episode")
     tag_episode = np.asarray(tag_episode, dtype=np.int64)
     tag_mode = np.asarray(tag_mode, dtype=np.int64)
     if tag_episode.shape != tag_mode.shape:
@@ -72,12 +83,19 @@ def behaviour_breakdown(
     out = []
     for oi, obj in enumerate(objects):
         rows = counts[episode_object == oi]
+        reviewed = int(np.count_nonzero(episode_reviewed[episode_object == oi]))
         for mi, mode in enumerate(modes):
             n = int(rows.shape[0])
             k = int(np.count_nonzero(rows[:, mi])) if n else 0
             out.append(
                 BehaviourCell(
-                    obj, mode, n, k, int(rows[:, mi].sum()) if n else 0, wilson(k, n, level)
+                    obj,
+                    mode,
+                    n,
+                    k,
+                    int(rows[:, mi].sum()) if n else 0,
+                    wilson(k, n, level),
+                    reviewed,
                 )
             )
     return tuple(out)

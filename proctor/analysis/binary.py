@@ -1,12 +1,20 @@
 """Binary and partial-credit outcomes (docs/methods.md §7, the TRI LBM paper).
 
 * Success rate: posterior Beta(1 + s, 1 + n − s) under a uniform prior;
-* task completion on a rubric with levels v_1..v_K: the posterior of the
-  mean Σ π_k v_k under a uniform Dirichlet prior, π ~ Dirichlet(1 + counts);
+* mean task completion: the Bayesian bootstrap (Rubin 1981), weights
+  w ~ Dirichlet(1, …, 1) over the *episodes*, mean Σ w_i x_i: no levels are
+  needed and no prior mass pulls the mean (its posterior mean is the sample
+  mean), whatever values completion takes;
+* on a rubric with levels v_1..v_K *declared before the data*: the
+  posterior of the mean Σ π_k v_k under a uniform Dirichlet prior,
+  π ~ Dirichlet(1 + counts). Never build the levels from the data: one
+  pseudo-count a distinct value grows the prior with n and pulls the mean
+  toward the levels' average (the review of §7);
 * Welch's t for a difference in mean completion.
 
 Reference: TRI LBM team, "A Careful Examination of Large Behavior Models…"
-(seeds/003) §IV-A4/5; Welch (1947), Biometrika 34:28.
+(seeds/003) §IV-A4/5; Rubin (1981), Ann. Statist. 9:130; Welch (1947),
+Biometrika 34:28.
 """
 
 from __future__ import annotations
@@ -65,6 +73,44 @@ def dirichlet_mean_posterior(
     tail = (1 - level) / 2
     return Posterior(
         mean=float((1.0 + counts) @ lv / (1.0 + counts).sum()),
+        lo=float(np.quantile(means, tail)),
+        hi=float(np.quantile(means, 1 - tail)),
+    )
+
+
+def bayesian_bootstrap_mean(
+    scores: Sequence[float],
+    *,
+    rng: np.random.Generator,
+    draws: int = 4000,
+    level: float = 0.95,
+) -> Posterior:
+    """The Bayesian bootstrap of the mean of ``scores`` (Rubin 1981): each
+    draw weighs the n episodes by w ~ Dirichlet(1, …, 1) and takes Σ w_i x_i.
+    The estimate is the posterior mean, which is the sample mean (E w_i = 1/n);
+    the interval is equal-tailed over ``draws`` draws. The episode is the unit
+    (its completion is one number), as in the clustered bootstrap of §5.
+
+    For 0/1 scores with k ones the draw is a sum of k Dirichlet components,
+    Beta(k, n − k): the check in tests/analysis/test_completion_posterior.py.
+    The posterior lives on the observed values: when every episode scores
+    the same, the interval is that point (the Beta posterior of the success
+    rate beside it says how sure 3 of 3 is)."""
+    x = np.asarray(scores, dtype=float)
+    if x.size == 0:
+        raise ValueError("bayesian_bootstrap_mean: no scores")
+    if draws < 1 or not 0 < level < 1:
+        raise ValueError("bayesian_bootstrap_mean: need draws >= 1 and level in (0, 1)")
+    # Dirichlet(1, …, 1) as normalised unit exponentials (what numpy's
+    # dirichlet does), drawn in chunks so a large n does not hold draws × n
+    means = np.empty(draws)
+    chunk = max(1, 2_000_000 // x.size)
+    for start in range(0, draws, chunk):
+        g = rng.standard_exponential((min(chunk, draws - start), x.size))
+        means[start : start + g.shape[0]] = (g @ x) / g.sum(axis=1)
+    tail = (1 - level) / 2
+    return Posterior(
+        mean=float(x.mean()),
         lo=float(np.quantile(means, tail)),
         hi=float(np.quantile(means, 1 - tail)),
     )

@@ -19,6 +19,7 @@ from proctor.analysis.bootstrap import child_rng, cluster_bootstrap
 from proctor.analysis.episodes import OPERATOR_STOP, RAN_OUT_OF_TIME, SAFETY, Episode
 from proctor.analysis.km import RiskSet, quantile_time, risk_set, rmst, survival, survival_at
 from proctor.analysis.operations import DROPPED_OP, LOST_OP, Operations, extract_operations
+from proctor.analysis.rmst_variance import rmst_variance
 
 
 @dataclass
@@ -49,6 +50,27 @@ class CellWork:
         key = ("rmst", t)
         if key not in self._cache:
             self._cache[key] = rmst(self.rs.grid, self.s, t)
+        return self._cache[key]
+
+    def jackknife_rmst(self, tau: float | None = None) -> np.ndarray:
+        """RMST(τ) with each episode left out in turn, shape (E,): the
+        jackknife the expanded percentile and BCa read (proctor.analysis.intervals). One
+        more KM pass with E columns, beside the 1 + B of the replicates."""
+        t = self.tau if tau is None else tau
+        key = ("rmst_jackknife", t)
+        if key not in self._cache:
+            n = self.n_episodes
+            s = survival(self.rs, 1.0 - np.eye(n)) if n else np.ones((self.rs.n_grid, 0))
+            self._cache[key] = rmst(self.rs.grid, s, t)
+        return self._cache[key]
+
+    def rmst_variance(self, tau: float | None = None) -> np.ndarray:
+        """Episode-clustered variance of RMST(τ) for the data and every
+        replicate, shape (1 + B,) (proctor.analysis.rmst_variance)."""
+        t = self.tau if tau is None else tau
+        key = ("rmst_var", t)
+        if key not in self._cache:
+            self._cache[key] = rmst_variance(self.rs, self.weights, self.s, t)
         return self._cache[key]
 
     def survival_at(self, t: float) -> np.ndarray:

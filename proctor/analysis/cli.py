@@ -103,7 +103,7 @@ def _finite_option(name: str, value: float | None, *, positive: bool = False) ->
         raise UsageError(f"{name}: must be {need}, got {value:g}")
 
 
-# Protocol reports a bad value by its field name; the user typed an option
+# AnalysisProtocol reports a bad value by its field name; the user typed an option
 _PROTOCOL_OPTIONS = {
     "tau": "--tau",
     "bootstrap": "--bootstrap",
@@ -195,7 +195,8 @@ def analyze(
         typer.Option(
             "--sequential",
             help="Also give anytime-valid verdicts: the e-process of each pair over its "
-            "episodes in started_at order (docs/methods.md §10).",
+            "episodes paired within block by (block, sequence), or in started_at order "
+            "when the file has no block and sequence (docs/methods.md §10).",
         ),
     ] = False,
 ) -> None:
@@ -204,7 +205,7 @@ def analyze(
     from proctor.analysis.leaderboard import analyze as run_analysis
     from proctor.analysis.leaderboard import budget_overrun_note, default_tau
     from proctor.analysis.report import data_version, to_json
-    from proctor.analysis.results import Protocol
+    from proctor.analysis.results import AnalysisProtocol
     from proctor.analysis.store import code_version
 
     success_at = _floats_option("--at", at)
@@ -219,7 +220,7 @@ def analyze(
         if note is not None:
             table = dataclasses.replace(table, notes=(*table.notes, note))
     try:
-        protocol = Protocol(
+        protocol = AnalysisProtocol(
             tau=tau,
             bootstrap=bootstrap,
             ks_resamples=ks_resamples,
@@ -264,9 +265,12 @@ def analyze(
 
 
 def _sequential_starts(table: Any) -> dict[str, Any]:
-    """Every scored episode's start, or exit 2 naming what is missing; a
-    policy left with no scored episode leaves its pairs with none."""
+    """Every scored episode's start, or exit 2 naming what is missing; empty
+    when the file pairs by design (every scored episode has block and
+    sequence: start times are then not read). A policy left with no scored
+    episode leaves its pairs with none."""
     from proctor.analysis.episodes import scored
+    from proctor.analysis.pairing import has_design
     from proctor.analysis.sequential import start_times
 
     kept, _ = scored(table.episodes)
@@ -276,6 +280,8 @@ def _sequential_starts(table: Any) -> dict[str, Any]:
             f"--sequential: policy {empty[0]} has no scored episodes (all system faults), "
             "so its pairs have no episodes to order"
         )
+    if has_design(kept):
+        return {}
     try:
         return start_times(kept)
     except ValueError as exc:
@@ -296,6 +302,7 @@ def _sequential_runs(table: Any, lb: Any, starts: dict[str, Any]) -> list[Any]:
                     starts,
                     alpha=lb.protocol.alpha,
                     comparisons=len(lb.pairs),
+                    tau=lb.protocol.tau,
                 )
             )
         except ValueError as exc:
@@ -314,24 +321,100 @@ def _sparkline(path: Any, bar: float, width: int = 24) -> str:
     return "".join(blocks[round((x + 1) / 2 * (len(blocks) - 1))] for x in level)
 
 
+def _sequential_verdict(r: Any) -> str:
+    """The e-process says whether; the confidence sequence says which way."""
+    if r.favours is not None:
+        return f"{r.favours} better"
+    return "different, direction unclear" if r.rejected else "—"
+
+
 def _print_sequential(runs: list[Any]) -> None:
+    order = "block and sequence" if runs[0].pairing == "block" else "start order"
     t = Table(
-        title=f"Anytime-valid verdicts (e-process over episodes in start order, "
-        f"threshold {runs[0].threshold:g} = pairs/α)"
+        title=f"Anytime-valid verdicts (e-process over episodes paired by {order}, "
+        f"threshold {runs[0].threshold:g} = pairs/α; direction from the confidence "
+        f"sequence of δ, A's time per item truncated at τ saved against B's)"
     )
-    for col in ("pair", "episodes", "matched pairs", "E", "stopped at", "path (log scale)"):
+    for col in (
+        "pair",
+        "episodes",
+        "matched pairs",
+        "E",
+        "stopped at",
+        "δ (s/item)",
+        "verdict",
+        "path (log scale)",
+    ):
         t.add_column(col, overflow="fold")
     for r in runs:
-        stop = "—" if r.stopped_at is None else f"episode {r.stopped_at} ({r.favours} better)"
+        stop = "—" if r.stopped_at is None else f"episode {r.stopped_at}"
+        cs = "—" if r.delta_s is None else f"[{r.delta_s[0]:+.3g}, {r.delta_s[1]:+.3g}]"
         t.add_row(
             f"{r.a} vs {r.b}",
             str(r.episodes_total),
             str(r.matched_pairs),
             f"{r.e_value:.3g}",
             stop,
+            cs,
+            _sequential_verdict(r),
             _sparkline(r.path, r.threshold),
         )
     _stdout().print(t)
+    if runs[0].note:
+        _stdout().print(f"note: {runs[0].note}")
+
+
+def _fmt_success(x: Any) -> str:
+    if x is None:
+        return "—"
+    return (
+        f"{x.successes_a}/{x.episodes_a} vs {x.successes_b}/{x.episodes_b}: "
+        f"{x.p:.3g} ({x.p_bonferroni:.3g})"
+    )
+
+
+def _print_claims(lb: Any) -> None:
+    """Per-object letters and the rankings side by side (proctor.analysis.claims)."""
+    con = _stdout()
+    if lb.letters_per_object:
+        t = Table(title="Letters per object (studentized KS on each object, Bonferroni over pairs)")
+        t.add_column("policy")
+        for o in lb.letters_per_object:
+            t.add_column(o)
+        for p in lb.policies:
+            t.add_row(p.policy, *(v.get(p.policy, "—") for v in lb.letters_per_object.values()))
+        con.print(t)
+    if lb.rankings:
+        t = Table(title="Rankings by rule (share of bootstrap replicates ranked first)")
+        t.add_column("#")
+        for r in lb.rankings:
+            t.add_column(r.metric)
+        depth = max(len(r.order) for r in lb.rankings)
+        for k in range(depth):
+            t.add_row(
+                str(k + 1),
+                *(
+                    f"{r.order[k]} ({r.top1_share[r.order[k]]:.0%})" if k < len(r.order) else ""
+                    for r in lb.rankings
+                ),
+            )
+        con.print(t)
+
+
+def _hrt_text(p: Any) -> str:
+    hrt = "—"
+    if p.hrt is not None:
+        hrt = _fmt_iv(p.hrt) if not p.is_reference else "100 (reference)"
+    if p.hrt_coverage_warning is not None:
+        # the interval covers less than it says: flagged in the cell, said below the table
+        hrt += " ⚠"
+    return hrt
+
+
+def _metric_text(m: Any, p: Any) -> str:
+    if m.name == "hrt":
+        return _hrt_text(p)  # the reference's own and a coverage warning are spelled out
+    return _fmt_iv(m.read(p), m.digits, pct=m.percent)
 
 
 def _print_leaderboard(lb: Any, tau_source: str) -> None:
@@ -342,29 +425,31 @@ def _print_leaderboard(lb: Any, tau_source: str) -> None:
         f"{pr.resamples} KS resamples, seed {pr.seed}, α = {pr.alpha:g} "
         f"(Bonferroni over {len(lb.pairs)} pairs)"
     )
-    t = Table(title="Leaderboard (95% episode-clustered bootstrap intervals)")
-    columns = ("#", "policy", "episodes", "HRT %", "RMST s", "completion", "hard failures", "group")
-    for col in columns:
+    t = Table(title=f"Leaderboard ({1 - pr.alpha:.0%} episode-clustered bootstrap intervals)")
+    from proctor.analysis.metrics import cli_metrics
+
+    shown = cli_metrics()
+    for col in ("#", "policy", "episodes", *(m.cli_label or m.label for m in shown), "group"):
         t.add_column(col, overflow="fold")
     for p in lb.policies:
-        hrt = "—"
-        if p.hrt is not None:
-            hrt = _fmt_iv(p.hrt) if not p.is_reference else "100 (reference)"
         t.add_row(
             "ref" if p.is_reference else str(p.rank),
             p.policy,
             str(p.episodes),
-            hrt,
-            _fmt_iv(p.rmst),
-            _fmt_iv(p.completion, 1, pct=True),
-            _fmt_iv(p.hard_failure_rate, 1, pct=True),
+            *(_metric_text(m, p) for m in shown),
             p.letters,
         )
     con.print(t)
+    for p in lb.policies:
+        if p.hrt_coverage_warning is not None:
+            con.print(f"⚠ {p.policy}: {p.hrt_coverage_warning.text}")
     from proctor.analysis.significance import UNCLEAR
 
     v = Table(title="Pairwise verdicts (studentized macro-KS, episode permutation)")
-    cols = ("pair", "macro Z", "p (Bonf.)", "clustered log-rank χ² (p Bonf.)", "ΔRMST s [CI]")
+    cols = (
+        *("pair", "macro Z", "p (Bonf.)", "clustered log-rank χ² (p Bonf.)", "ΔRMST s [CI]"),
+        "success, Barnard p (Bonf.)",
+    )
     for col in (*cols, "verdict"):
         v.add_column(col, overflow="fold")
     for pr_ in lb.pairs:
@@ -385,9 +470,11 @@ def _print_leaderboard(lb: Any, tau_source: str) -> None:
             f"{pr_.macro_ks.p:.4f} ({pr_.ks_p_bonferroni:.4f})",
             f"{pr_.logrank.chi2:.1f} ({pr_.logrank_p_bonferroni:.2g})",
             _fmt_iv(pr_.rmst_diff),
+            _fmt_success(pr_.success_barnard),
             verdict,
         )
     con.print(v)
+    _print_claims(lb)
     for note in lb.notes:
         con.print(f"note: {note}")
     if lb.excluded:
@@ -425,7 +512,7 @@ def _flat_form_hint(args: list[str]) -> str:
     uses = " and ".join(f"`proctor power {w}`" for w in wanted)
     return (
         f"proctor power: {args[0]!r} is not a subcommand; use {uses} "
-        "(subcommands: pair, sequential, detection, calibrate, wilson, connor; "
+        "(subcommands: pair, sequential, detection, calibrate, wilson, connor, step; "
         "see `proctor power --help`)"
     )
 
@@ -649,17 +736,30 @@ def power_detection(
     ] = "30,60",
     json_out: JsonOpt = None,
     plots: PlotsOpt = None,
+    target: TargetOpt = 0.8,
+    calibrate_rho: Annotated[
+        bool,
+        typer.Option(
+            "--calibrate-rho",
+            help="Fit the bridge model's ρ to the macro-KS detection rates (PhAIL App. H).",
+        ),
+    ] = False,
+    sims: Annotated[
+        int, typer.Option("--bridge-sims", help="Bridge simulations for --calibrate-rho.")
+    ] = 2000,
 ) -> None:
     """The empirical detection rate of each test vs episodes per cell.
 
     Subsamples each pair's episodes and counts how often each test resolves
-    the pair."""
+    the pair; then, per pair and test, the first n tried whose rate reaches
+    --power (PhAIL Table 4)."""
     _check_json_target(json_out)
     _check_plots_target(plots)
     _finite_option("--tau", tau, positive=True)
     _check_seed(seed)
     _check_alpha(alpha)
     _check_trials(outer, inner)
+    _check_target(target)
     n = _ints_option("--n", n_values)
     thresholds = _floats_option("--at", at)
     episodes = _power_episodes(file, reference, tau, pair)
@@ -675,7 +775,126 @@ def power_detection(
         thresholds=thresholds,
         plots=plots,
     )
-    _write_power_json(json_out, {**episodes.header(), "alpha": alpha, "detection": detection})
+    _print_first_n(detection, target)
+    out: dict[str, Any] = {
+        **episodes.header(),
+        "alpha": alpha,
+        "power": target,
+        "detection": detection,
+    }
+    if calibrate_rho:
+        if sims < 10:
+            raise UsageError(f"--bridge-sims: must be at least 10, got {sims}")
+        out["rho_calibration"] = _calibrate_rho(
+            episodes, detection, alpha=alpha, target=target, sims=sims, seed=seed
+        )
+    _write_power_json(json_out, out)
+
+
+def _calibrate_rho(
+    episodes: _PowerEpisodes,
+    detection: list[dict[str, Any]],
+    *,
+    alpha: float,
+    target: float,
+    sims: int,
+    seed: int,
+) -> dict[str, Any]:
+    """PhAIL App. H: one ρ for every pair, fitted to the macro-KS detection
+    rates just measured; the model's n for ``target`` under it, beside the
+    n under the indicator-ICC ρ the board uses."""
+    from proctor.analysis.bootstrap import child_rng
+    from proctor.analysis.cells import build_cell
+    from proctor.analysis.leaderboard import pair_effects
+    from proctor.analysis.planning import BridgeModel, calibrate_rho
+
+    tau = episodes.tau
+    work = {
+        k: build_cell(k[0], k[1], v, tau=tau, replicates=1, seed=seed)
+        for k, v in episodes.cells.items()
+    }
+    models, curves, estimated = [], [], []
+    for entry in detection:
+        a, b = entry["a"], entry["b"]
+        objs = episodes.objects(a, b)
+        effects, rho_est, _ = pair_effects(
+            {o: work[(a, o)] for o in objs}, {o: work[(b, o)] for o in objs}, tau=tau, rho=None
+        )
+        first, second = sorted((a, b))
+        model = BridgeModel(effects, sims=sims, rng=child_rng(seed, "power", first, second))
+        models.append(model)
+        estimated.append(rho_est)
+        curves.append((model, entry["n"], entry["rate"]["macro_ks"]))
+    fit = calibrate_rho(curves, alpha=alpha)
+    t = Table(
+        title=f"Bridge model ρ calibrated to the macro-KS detection rates: ρ = {fit.rho:.2f} "
+        f"(largest gap {fit.max_gap:.3f}, rms {fit.rms_gap:.3f})"
+    )
+    for col in ("pair", "ρ (indicator ICC)", "n needed (ICC ρ)", "n needed (calibrated ρ)"):
+        t.add_column(col)
+    pairs = []
+    for entry, model, rho_est in zip(detection, models, estimated, strict=True):
+        n_icc = model.with_rho(rho_est).n_needed(alpha=alpha, target=target)
+        n_cal = model.with_rho(fit.rho).n_needed(alpha=alpha, target=target)
+        t.add_row(
+            f"{entry['a']} vs {entry['b']}",
+            f"{rho_est:.3f}",
+            "—" if n_icc is None else str(n_icc),
+            "—" if n_cal is None else str(n_cal),
+        )
+        pairs.append(
+            {
+                "a": entry["a"],
+                "b": entry["b"],
+                "rho_estimated": rho_est,
+                "n_needed_estimated_rho": n_icc,
+                "n_needed_calibrated_rho": n_cal,
+            }
+        )
+    _stdout().print(t)
+    return {
+        "rho": fit.rho,
+        "max_gap": fit.max_gap,
+        "rms_gap": fit.rms_gap,
+        "points": [
+            {"pair": i, "n": n, "observed": obs, "predicted": pred}
+            for i, n, obs, pred in fit.points
+        ],
+        "pairs": pairs,
+    }
+
+
+def _print_first_n(detection: list[dict[str, Any]], target: float) -> None:
+    """PhAIL Table 4 from the curves just run: adds ``first_n`` to each entry."""
+    import numpy as np
+
+    from proctor.analysis.detection import DetectionCurve, first_n_reaching
+
+    if not detection:
+        return
+    t = Table(title=f"First n per cell reaching {target:.0%} detection (PhAIL Table 4)")
+    t.add_column("pair")
+    keys = list(detection[0]["rate"])
+    for key in keys:
+        t.add_column(key)
+    for entry in detection:
+        curve = DetectionCurve(
+            n=np.asarray(entry["n"]),
+            rate={k: np.asarray(v) for k, v in entry["rate"].items()},
+            lo={},
+            hi={},
+            outer=entry["outer"],
+            inner=entry["inner"],
+            alpha=0.0,
+        )
+        first = first_n_reaching(curve, target)
+        entry["first_n"] = first
+        top = max(entry["n"])
+        t.add_row(
+            f"{entry['a']} vs {entry['b']}",
+            *(str(first[k]) if first.get(k) is not None else f"> {top}" for k in keys),
+        )
+    _stdout().print(t)
 
 
 @power_app.command("calibrate")
@@ -737,6 +956,63 @@ def power_wilson(
     )
     out = {"halfwidth": halfwidth, "p": p, "n": plan.approximate, "n_exact": plan.exact}
     _write_power_json(json_out, {"wilson": out})
+
+
+@power_app.command("step")
+def power_step(
+    n_max: Annotated[
+        int, typer.Option("--n-max", help="Most pairs of episodes (one of each policy per step).")
+    ] = 50,
+    alpha: AlphaOpt = 0.05,
+    rates: Annotated[
+        str | None,
+        typer.Option(
+            "--rates", help="Success rates p_A,p_B to report the design's power and steps at."
+        ),
+    ] = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """A sequential test on binary success (STEP family) fixed before the
+    first episode: its boundary, exact worst-case size, and at --rates its
+    exact power and expected pairs (docs/methods.md §7)."""
+    from proctor.analysis.binary_tests import step_design, step_operating
+
+    _check_json_target(json_out)
+    _check_alpha(alpha)
+    if not 1 <= n_max <= 400:
+        raise UsageError(f"--n-max: must be in 1..400, got {n_max}")
+    at = _floats_option("--rates", rates) if rates else ()
+    if at and (len(at) != 2 or not all(0 <= x <= 1 for x in at)):
+        raise UsageError("--rates: two success rates in [0, 1], e.g. 0.5,0.7")
+    d = step_design(n_max, alpha)
+    con = _stdout()
+    con.print(
+        f"Run the pair one episode each per step, at most {n_max} steps; stop at the first "
+        f"step whose running table has |pooled z| ≥ {d.boundary:.4f}. Exact worst-case "
+        f"type-I error under p_A = p_B: {d.size:.4f} (at rate {d.worst_rate:.3f}) ≤ α = {alpha:g}"
+    )
+    out: dict[str, Any] = {
+        "n_max": n_max,
+        "alpha": alpha,
+        "boundary": d.boundary,
+        "size": d.size,
+        "worst_rate": d.worst_rate,
+    }
+    if at:
+        op = step_operating(d, at[0], at[1])
+        con.print(
+            f"at p_A = {at[0]:g}, p_B = {at[1]:g}: rejects with probability {op.reject:.4f} "
+            f"(saying A is better: {op.reject_a_better:.4f}); expected pairs run "
+            f"{op.expected_steps:.1f} of {n_max}"
+        )
+        out["at"] = {
+            "p_a": at[0],
+            "p_b": at[1],
+            "reject": op.reject,
+            "reject_a_better": op.reject_a_better,
+            "expected_steps": op.expected_steps,
+        }
+    _write_power_json(json_out, {"step": out})
 
 
 @power_app.command("connor")

@@ -304,3 +304,15 @@ def null_calibration(
         trials=outer,
         inner=inner,
     )
+
+
+def first_n_reaching(curve: DetectionCurve, target: float = 0.8) -> dict[str, int | None]:
+    """PhAIL Table 4: per test, the smallest n of the curve whose detection
+    rate reaches ``target`` (None: no n tried reaches it). The curve's n are
+    the ones tried; the answer is exact only to their spacing."""
+    order = np.argsort(curve.n)
+    out: dict[str, int | None] = {}
+    for key, rate in curve.rate.items():
+        hit = [int(curve.n[k]) for k in order if rate[k] >= target]
+        out[key] = hit[0] if hit else None
+    return out

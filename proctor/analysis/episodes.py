@@ -68,6 +68,11 @@ class Episode:
     # (proctor.analysis.policy_faults: policy_protocol, policy_server,
     # policy_motion); None: none
     policy_fault: str | None = None
+    # the allocation's block and sequence of the slot the episode ran in
+    # (interchange format 2, §8): what pairs episodes by design (§10, §11);
+    # None where unknown (then pairing falls back to start order)
+    block: int | None = None
+    sequence: int | None = None
 
     @property
     def placed(self) -> int:
@@ -92,6 +97,21 @@ class Problem:
 
     field: str
     reason: str
+
+
+def _design_problems(ep: Episode) -> list[Problem]:
+    """Block and sequence (interchange format 2) are both given or neither,
+    and neither is negative."""
+    out = [
+        Problem(name, f"must not be negative, got {value}")
+        for name, value in (("block", ep.block), ("sequence", ep.sequence))
+        if value is not None and value < 0
+    ]
+    if (ep.block is None) != (ep.sequence is None):
+        out.append(
+            Problem("block" if ep.block is None else "sequence", "block and sequence come together")
+        )
+    return out
 
 
 def validate_episode(ep: Episode) -> list[Problem]:
@@ -132,6 +152,7 @@ def validate_episode(ep: Episode) -> list[Problem]:
             f"unknown fault class {ep.policy_fault!r} (expected one of "
             f"{', '.join(POLICY_FAULT_CLASSES)})",
         )
+    problems.extend(_design_problems(ep))
     problems.extend(_calls_problems(ep))
 
     placement = _placement_problem(ep)

@@ -22,7 +22,7 @@ p-value is a permutation test with the +1 correction, ``(1 + #{S* ≥ S}) /
   at least 1 / (number of distinct assignments)).
 
 The factors to test are named in the protocol before the data are seen
-(``Protocol.interaction_factors``: pre-registered); only those are tested.
+(``AnalysisProtocol.interaction_factors``: pre-registered); only those are tested.
 """
 
 from __future__ import annotations

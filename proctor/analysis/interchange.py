@@ -6,9 +6,13 @@ tote_placement, external_camera, station, site, started_at, reference`` and,
 three extensions of §8, ``object_tags``, ``envelope_interventions`` (empty:
 not counted) and ``policy_fault`` (the fault class of the policy's own doing
 behind a system or charged ending, ``proctor.analysis.policy_faults``; empty:
-none). A reader that predates a column ignores it with a note, so
-files with ``site`` (where the station stands) still read everywhere. In
-CSV, ``placements_s`` and ``object_tags`` are space-separated lists; in JSON
+none). Format 2 (``FORMAT``) adds ``block`` and ``sequence``, the
+allocation's block and slot sequence of each episode, which pair episodes
+by design (§10); a format-1 file (without them) still reads, and its
+sequential verdicts pair in start order (the documented fallback). A
+reader that predates a column ignores it with a note, so files with
+``site`` (where the station stands) still read everywhere. In CSV,
+``placements_s`` and ``object_tags`` are space-separated lists; in JSON
 Lines they may be arrays.
 
 Reading validates everything first and reports the problems, one line each
@@ -55,8 +59,12 @@ OPTIONAL = (
     "object_tags",
     "envelope_interventions",
     "policy_fault",
+    "block",
+    "sequence",
 )
 COLUMNS = REQUIRED + OPTIONAL
+# format 2: block and sequence (docs/methods.md §8); format 1 lacks them
+FORMAT = 2
 MAX_REPORTED = 100
 _TRUE = {"true", "1", "yes", "y", "t"}
 _FALSE = {"false", "0", "no", "n", "f", ""}
@@ -306,6 +314,8 @@ def _episode(line: int, row: dict[str, Any], problems: _Problems) -> Episode | N
         "envelope_interventions": get("envelope_interventions", _int, required=False),
         "site": get("site", _text, required=False),
         "policy_fault": get("policy_fault", _text, required=False),
+        "block": get("block", _int, required=False),
+        "sequence": get("sequence", _int, required=False),
     }
     if len(problems) > start:
         return None
@@ -411,6 +421,8 @@ def _row(ep: Episode) -> dict[str, Any]:
         "envelope_interventions": ep.envelope_interventions,
         "site": ep.site,
         "policy_fault": ep.policy_fault,
+        "block": ep.block,
+        "sequence": ep.sequence,
     }
 
 

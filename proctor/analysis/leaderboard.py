@@ -9,8 +9,11 @@ Aggregation choices (written down in proctor/analysis/README.md):
   operations pooled, with replicates stratified by cell.
 * Completion and failure rates: pooled ratios (Σ numerator / Σ denominator)
   over the policy's episodes, replicates stratified by cell.
-* Every interval: episode-clustered percentile bootstrap, both arms
-  resampled independently for ratios and differences.
+* Every interval: episode-clustered bootstrap, both arms resampled
+  independently for ratios and differences; the policy's and each object's
+  RMST and HRT by the methods that covered best in benchmarks/coverage.py,
+  percentile for the rest (proctor.analysis.throughput; docs/methods.md §4,
+  "Interval coverage").
 """
 
 from __future__ import annotations
@@ -23,9 +26,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from proctor.analysis.binary import beta_posterior, dirichlet_mean_posterior, welch_t
+from proctor.analysis.binary import bayesian_bootstrap_mean, beta_posterior, welch_t
 from proctor.analysis.bootstrap import Interval, child_rng, percentile_interval, pointwise_band
 from proctor.analysis.cells import CellWork, build_cell
+from proctor.analysis.claims import (
+    MetricRanking,
+    letters_per_object,
+    object_pair_test,
+    rank_metric,
+    success_test,
+)
 from proctor.analysis.cld import compact_letters
 from proctor.analysis.episodes import (
     SUCCESS,
@@ -42,6 +52,7 @@ from proctor.analysis.operations import concat_operations
 from proctor.analysis.planning import BridgeModel, ObjectEffect, indicator_icc
 from proctor.analysis.policy_faults import policy_faults
 from proctor.analysis.results import (
+    AnalysisProtocol,
     AtT,
     BinarySummary,
     Breakdown,
@@ -53,7 +64,6 @@ from proctor.analysis.results import (
     PolicyResult,
     PowerPrediction,
     PPData,
-    Protocol,
     QQData,
     Sweep,
     WelchTest,
@@ -66,6 +76,7 @@ from proctor.analysis.significance import (
     two_arm_survival,
     verdict,
 )
+from proctor.analysis.throughput import coverage_warning, hrt_interval, rmst_interval
 
 QQ_PROBABILITIES = np.round(np.arange(0.02, 0.99, 0.02), 2)
 
@@ -98,7 +109,7 @@ def budget_overrun_note(table: EpisodeTable, tau: float) -> str | None:
     )
 
 
-def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
+def analyze(table: EpisodeTable, protocol: AnalysisProtocol) -> Leaderboard:
     """Score every policy of ``table`` under ``protocol``.
 
     Raises ValueError when there is nothing to score or the reference is
@@ -212,6 +223,10 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
             )
         )
     excluded = (*table.excluded, *system)
+    by_object_letters = letters_per_object(
+        order, {(pr.a, pr.b): pr.per_object_tests for pr in pairs}
+    )
+    rankings = _rankings(order, cells, objects, policy_results, ref_cells, ref_rmst, protocol)
     return Leaderboard(
         protocol=protocol,
         reference=reference,
@@ -226,11 +241,54 @@ def analyze(table: EpisodeTable, protocol: Protocol) -> Leaderboard:
         configurations=tuple(configurations),
         sites=tuple(sites),
         stations=tuple(stations),
+        letters_per_object=by_object_letters,
+        rankings=rankings,
     )
 
 
+def _rankings(
+    order: list[str],
+    cells: dict[tuple[str, str], CellWork],
+    objects: tuple[str, ...],
+    results: dict[str, PolicyResult],
+    ref_cells: dict[str, CellWork],
+    ref_rmst: dict[str, np.ndarray],
+    protocol: AnalysisProtocol,
+) -> tuple[MetricRanking, ...]:
+    """The non-reference policies ranked under each aggregation rule, from
+    the bootstrap replicates the intervals use (proctor.analysis.claims)."""
+    models = [p for p in order if not results[p].is_reference]
+    mine = {p: [cells[(p, o)] for o in objects if (p, o) in cells] for p in models}
+    out = []
+    hrt = {
+        p: np.mean([_hrt(ref_rmst[c.object], c.rmst()) for c in cs if c.object in ref_rmst], axis=0)
+        for p, cs in mine.items()
+        if any(c.object in ref_rmst for c in cs)
+    }
+    if hrt:
+        out.append(rank_metric("hrt", hrt, higher_is_better=True))
+    pooled = {}
+    for p, cs in mine.items():
+        prs = risk_set(concat_operations([c.ops for c in cs]))
+        pooled[p] = rmst(prs.grid, survival(prs, np.vstack([c.weights for c in cs])), protocol.tau)
+    if pooled:
+        out.append(rank_metric("rmst_pooled", pooled, higher_is_better=False))
+    auc = {
+        p: np.mean([_auc(ref_cells[c.object], c) for c in cs if c.object in ref_cells], axis=0)
+        for p, cs in mine.items()
+        if any(c.object in ref_cells for c in cs)
+    }
+    if auc:
+        out.append(rank_metric("auc_vs_reference", auc, higher_is_better=True))
+    for t in protocol.success_at:
+        at = {p: np.mean([1.0 - c.survival_at(t) for c in cs], axis=0) for p, cs in mine.items()}
+        if at:
+            out.append(rank_metric(f"success_at_{t:g}", at, higher_is_better=True))
+    return tuple(out)
+
+
 def _interactions(
-    kept: Sequence[Episode], policies: tuple[str, str], effect: str, protocol: Protocol
+    kept: Sequence[Episode], policies: tuple[str, str], effect: str, protocol: AnalysisProtocol
 ) -> tuple[InteractionResult, ...]:
     """The pre-registered interaction tests of one pair or one policy's HRT."""
     out = []
@@ -320,12 +378,12 @@ def _qq(ref: CellWork, cell: CellWork) -> QQData:
     )
 
 
-def _sweep_taus(protocol: Protocol) -> np.ndarray:
+def _sweep_taus(protocol: AnalysisProtocol) -> np.ndarray:
     k = protocol.sweep_points
     return np.linspace(protocol.tau / k, protocol.tau, k)
 
 
-def _sweep(cells: Sequence[CellWork], protocol: Protocol) -> Sweep:
+def _sweep(cells: Sequence[CellWork], protocol: AnalysisProtocol) -> Sweep:
     taus = _sweep_taus(protocol)
     uph = np.zeros((len(cells), taus.size))
     mtb = np.zeros((len(cells), taus.size))
@@ -343,7 +401,7 @@ def _object_result(
     *,
     ref_cell: CellWork | None,
     ref_rmst: np.ndarray | None,
-    protocol: Protocol,
+    protocol: AnalysisProtocol,
     tags: tuple[str, ...],
 ) -> ObjectResult:
     a = protocol.alpha
@@ -365,7 +423,7 @@ def _object_result(
     hrt = auc = None
     pp = qq = None
     if ref_cell is not None and ref_rmst is not None:
-        hrt = _interval(_hrt(ref_rmst, rm), a)
+        hrt = hrt_interval([(ref_cell, cell)], a)
         auc = _interval(_auc(ref_cell, cell), a)
         pp = _pp(ref_cell, cell)
         qq = _qq(ref_cell, cell)
@@ -374,7 +432,7 @@ def _object_result(
         tags=tags,
         episodes=cell.n_episodes,
         operations=cell.n_operations,
-        rmst=_interval(rm, a),
+        rmst=rmst_interval([cell], a),
         hrt=hrt,
         uph=_interval(3600.0 / rm, a),
         mtbfa=_interval(mtbfa, a),
@@ -414,7 +472,7 @@ def _policy_result(
     reference: str | None,
     ref_cells: dict[str, CellWork],
     ref_rmst: dict[str, np.ndarray],
-    protocol: Protocol,
+    protocol: AnalysisProtocol,
     tags: dict[str, tuple[str, ...]],
     configurations: list[str],
     sites: list[str],
@@ -438,18 +496,22 @@ def _policy_result(
         )
         for c in cells
     )
-    rm = np.mean([c.rmst() for c in cells], axis=0)
     uph = np.mean([3600.0 / c.rmst() for c in cells], axis=0)
     mtbfa = np.mean([_mtbfa(c.rmst(), c.survival_at(protocol.tau)) for c in cells], axis=0)
-    hrt = auc = None
+    hrt = auc = small_cells = None
     with_ref = [c for c in cells if c.object in ref_cells]
     if reference is not None:
         if with_ref:
-            hrt = _interval(
-                np.mean([_hrt(ref_rmst[c.object], c.rmst()) for c in with_ref], axis=0), a
-            )
+            hrt = hrt_interval([(ref_cells[c.object], c) for c in with_ref], a)
             if is_ref:
                 hrt = Interval(100.0, None, None)
+            else:
+                small_cells = coverage_warning(
+                    min(
+                        n for c in with_ref for n in (c.n_episodes, ref_cells[c.object].n_episodes)
+                    ),
+                    level=1 - a,
+                )
             auc = _interval(np.mean([_auc(ref_cells[c.object], c) for c in with_ref], axis=0), a)
         else:
             notes.append("no reference episodes on this policy's objects: HRT undefined")
@@ -490,9 +552,10 @@ def _policy_result(
         operations=sum(c.n_operations for c in cells),
         objects=mine,
         objects_missing=missing,
-        rmst=_interval(rm, a),
+        rmst=rmst_interval(cells, a),
         rmst_pooled=_interval(pooled_rmst, a),
         hrt=hrt,
+        hrt_coverage_warning=small_cells,
         uph=_interval(uph, a),
         mtbfa=_interval(mtbfa, a),
         completion=rate("placed", "items"),
@@ -538,7 +601,7 @@ def _per_configuration(
     cells: list[CellWork],
     configurations: list[str],
     ref_rmst: dict[str, np.ndarray],
-    protocol: Protocol,
+    protocol: AnalysisProtocol,
 ) -> tuple[Breakdown, ...]:
     """Completion and HRT per spatial configuration (``_per_group``), each
     naming its tote placement and camera side."""
@@ -571,7 +634,7 @@ def _per_group(
     keys: Sequence[str],
     key_of: Callable[[Episode], str | None],
     ref_rmst: dict[str, np.ndarray],
-    protocol: Protocol,
+    protocol: AnalysisProtocol,
     *,
     label: str,
 ) -> tuple[Breakdown, ...]:
@@ -630,7 +693,7 @@ def _per_tag(
     cells: list[CellWork],
     tags: dict[str, tuple[str, ...]],
     ref_rmst: dict[str, np.ndarray],
-    protocol: Protocol,
+    protocol: AnalysisProtocol,
 ) -> tuple[Breakdown, ...]:
     a = protocol.alpha
     all_tags = sorted({t for c in cells for t in tags.get(c.object, ())})
@@ -660,13 +723,14 @@ def _per_tag(
     return tuple(out)
 
 
-def _binary(episodes: list[Episode], protocol: Protocol) -> BinarySummary:
+def _binary(episodes: list[Episode], protocol: AnalysisProtocol) -> BinarySummary:
     successes = sum(e.outcome == SUCCESS for e in episodes)
     post = beta_posterior(successes, len(episodes), 1 - protocol.alpha)
-    completion = [e.placed / e.items for e in episodes]
-    levels = sorted({*completion, 0.0, 1.0})
+    # the Bayesian bootstrap over episodes, not a Dirichlet over the data's
+    # distinct levels: that prior grows with n and pulls the mean (§7)
     rng = child_rng(protocol.seed, "dirichlet", episodes[0].policy if episodes else "")
-    cpost = dirichlet_mean_posterior(completion, levels, rng=rng, level=1 - protocol.alpha)
+    completion = [e.placed / e.items for e in episodes]
+    cpost = bayesian_bootstrap_mean(completion, rng=rng, level=1 - protocol.alpha)
     return BinarySummary(
         successes=successes,
         episodes=len(episodes),
@@ -680,7 +744,7 @@ def _pair_result(
     b: str,
     cells: dict[tuple[str, str], CellWork],
     objects: tuple[str, ...],
-    protocol: Protocol,
+    protocol: AnalysisProtocol,
     n_pairs: int,
 ) -> PairResult:
     shared = tuple(o for o in objects if (a, o) in cells and (b, o) in cells)
@@ -716,6 +780,22 @@ def _pair_result(
         wt = welch_t(ca, cb)
         welch = WelchTest(wt.statistic, wt.df, wt.p, bonferroni(wt.p, n_pairs))
     power = None
+    success = success_test(
+        [e for o in shared for e in cells[(a, o)].episodes],
+        [e for o in shared for e in cells[(b, o)].episodes],
+        n_pairs,
+    )
+    per_object_tests = tuple(
+        object_pair_test(
+            o,
+            (ks.object_statistic[o], ks.object_p[o]),
+            (cells[(a, o)].episodes, cells[(b, o)].episodes),
+            cells[(a, o)].rmst() - cells[(b, o)].rmst(),
+            comparisons=n_pairs,
+            alpha=alpha,
+        )
+        for o in shared
+    )
     if not significant:
         # the alpha this leaderboard resolves pairs at (Bonferroni over pairs)
         power = _power(a, b, shared, cells, protocol, alpha / max(n_pairs, 1))
@@ -736,6 +816,8 @@ def _pair_result(
         verdict=v,
         winner=winner,
         power=power,
+        success_barnard=success,
+        per_object_tests=per_object_tests,
     )
 
 
@@ -785,7 +867,7 @@ def _power(
     b: str,
     shared: tuple[str, ...],
     cells: dict[tuple[str, str], CellWork],
-    protocol: Protocol,
+    protocol: AnalysisProtocol,
     alpha: float,
 ) -> PowerPrediction:
     effects, rho, estimated = pair_effects(

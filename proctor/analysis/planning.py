@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import special  # not scipy.stats: see binary.py
@@ -166,6 +167,15 @@ class BridgeModel:
             np.mean([np.max(np.abs(e.delta)) if e.delta.size else 0.0 for e in self.effects])
         )
 
+    def with_rho(self, rho: float) -> BridgeModel:
+        """The same model — the same bridge draws — with every object's ρ set
+        to ``rho`` (for calibrating ρ: its fit is then not blurred by new
+        simulation noise at each candidate)."""
+        new = copy.copy(self)
+        new.effects = [replace(e, rho=rho) for e in self.effects]
+        new._power = {}
+        return new
+
     def power(self, n: float, alpha: float = 0.05) -> float:
         key = (float(n), float(alpha))
         if key not in self._power:
@@ -266,3 +276,53 @@ def indicator_icc(
             continue
         values.append(float(np.clip((msb - msw) / denom, 0.0, 1.0)))
     return float(np.mean(values)) if values else 0.0
+
+
+@dataclass(frozen=True)
+class RhoCalibration:
+    """ρ fitted to empirical macro-KS detection rates (PhAIL App. H): the
+    one ρ, shared by every pair, that minimises the squared gap between the
+    bridge model's power and the observed rates at the n tried; the largest
+    and the root-mean-square gap at that ρ, and the points it was fitted on
+    as (pair index, n, observed, predicted)."""
+
+    rho: float
+    max_gap: float
+    rms_gap: float
+    points: tuple[tuple[int, int, float, float], ...]
+
+
+def calibrate_rho(
+    curves: Sequence[tuple[BridgeModel, Sequence[int], Sequence[float]]],
+    *,
+    alpha: float = 0.05,
+    grid: Sequence[float] | None = None,
+) -> RhoCalibration:
+    """``curves``: per pair, its bridge model and the empirical detection
+    rates of the macro-KS test at episodes per cell ``n`` (from
+    ``proctor.analysis.detection``, same α). A grid search over ρ in [0, 1]
+    (step 0.01 unless ``grid``): predicted power falls as ρ rises, so the
+    least-squares ρ is found without a model of the noise. One parameter
+    against every point — PhAIL fitted it to six and checked the rest."""
+    if not curves:
+        raise ValueError("calibrate_rho: no detection curves")
+    candidates = np.asarray(grid if grid is not None else np.linspace(0.0, 1.0, 101), dtype=float)
+    best: tuple[float, float, list[tuple[int, int, float, float]]] | None = None
+    for rho in candidates:
+        pts = []
+        for i, (model, ns, rates) in enumerate(curves):
+            m = model.with_rho(float(rho))
+            for n, r in zip(ns, rates, strict=True):
+                pts.append((i, int(n), float(r), m.power(float(n), alpha)))
+        sse = float(sum((obs - pred) ** 2 for _, _, obs, pred in pts))
+        if best is None or sse < best[1] - 1e-12:
+            best = (float(rho), sse, pts)
+    assert best is not None
+    rho, sse, pts = best
+    gaps = [abs(obs - pred) for _, _, obs, pred in pts]
+    return RhoCalibration(
+        rho=rho,
+        max_gap=float(max(gaps)),
+        rms_gap=float(math.sqrt(sse / len(pts))),
+        points=tuple(pts),
+    )

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from proctor.analysis import metrics
 from proctor.analysis.bootstrap import Interval
+from proctor.analysis.claims import MetricRanking, ObjectPairTest, SuccessTest
 from proctor.analysis.episodes import EpisodeTable
 from proctor.analysis.interaction import InteractionResult
 from proctor.analysis.latency import Latency
@@ -30,8 +32,8 @@ from proctor.analysis.results import (
     PolicyResult,
     Sweep,
 )
-
-SCHEMA = "proctor.analysis/1"
+from proctor.analysis.snapshot import SCHEMA
+from proctor.analysis.throughput import CoverageWarning
 
 # every key the result JSON uses (proctor/analysis/README.md; a test checks a real
 # result against it): policy names must not be one of them, so that no name
@@ -63,7 +65,13 @@ RESULT_KEYS = frozenset(
         *("interaction_factors", "hrt_interactions", "interactions", "factor", "levels"),
         *("per_level", "permutations", "note"),
         *("method", "unstudentized", "p_normal", "variance_robust", "operation_level"),
-        *("variance", "rmst_diff_bonferroni"),
+        *("variance", "rmst_diff_bonferroni", "p_permutation", "p_wild"),
+        *("success_barnard", "per_object_tests", "ks", "letters_per_object", "rankings"),
+        *("metric", "higher_is_better", "top1_share", "replicates"),
+        *("hrt_coverage_warning", "min_episodes_per_cell", "threshold", "measured_at"),
+        *("coverage", "text", "sequential"),
+        # every metric row's keys (proctor.analysis.metrics): a new row adds its own
+        *(key for m in metrics.METRICS for key in m.json_path),
     }
 )
 
@@ -89,6 +97,10 @@ def _scored(record: dict[str, Any]) -> dict[str, Any]:
     per-call table, which stays in the store (an export re-analysed from its
     file has the same data version; latency is reported from the store only)."""
     record.pop("calls", None)
+    # a format-1 episode (no block or sequence) hashes as it did before format 2
+    for name in ("block", "sequence"):
+        if record.get(name) is None:
+            record.pop(name, None)
     return record
 
 
@@ -177,8 +189,7 @@ def _breakdown(b: Breakdown) -> dict[str, Any]:
 
 
 def _policy(r: PolicyResult) -> dict[str, Any]:
-    fm = r.failure_modes
-    return {
+    out: dict[str, Any] = {
         "policy": r.policy,
         "reference": r.is_reference,
         "rank": r.rank,
@@ -187,24 +198,16 @@ def _policy(r: PolicyResult) -> dict[str, Any]:
         "operations": r.operations,
         "objects": list(r.objects),
         "objects_missing": list(r.objects_missing),
-        "rmst": _iv(r.rmst),
-        "rmst_pooled": _iv(r.rmst_pooled),
-        "hrt": _iv(r.hrt),
-        "uph": _iv(r.uph),
-        "completion": _iv(r.completion),
-        "mtbfa": _iv(r.mtbfa),
-        "hard_failure_rate": _iv(r.hard_failure_rate),
-        "failure_modes": {
-            "ghosts_per_operation": _iv(fm.ghosts_per_operation),
-            "drops_per_operation": _iv(fm.drops_per_operation),
-            "lost_per_operation": _iv(fm.lost_per_operation),
-            "safety_stops_per_episode": _iv(fm.safety_stops_per_episode),
-            "timeouts_per_episode": _iv(fm.timeouts_per_episode),
-            "operator_stops_per_episode": _iv(fm.operator_stops_per_episode),
-            "envelope_interventions_per_episode": _iv(fm.envelope_interventions_per_episode),
-        },
-        "auc_vs_reference": _iv(r.auc_vs_reference),
-        "median": _iv(r.median),
+        "failure_modes": {},
+    }
+    for m in metrics.METRICS:  # read when called: a row added at run time is written
+        if m.part_of_record:
+            continue  # written with the record it belongs to
+        parent = out
+        for key in m.json_path[:-1]:
+            parent = parent.setdefault(key, {})
+        parent[m.json_path[-1]] = _iv(m.read(r))
+    return out | {
         "success_at": _at(r.success_at),
         "per_object": [_object(o) for o in r.per_object],
         "per_configuration": [_breakdown(b) for b in r.per_configuration],
@@ -228,6 +231,20 @@ def _policy(r: PolicyResult) -> dict[str, Any]:
         "latency": _latency(r.latency),
         "hrt_interactions": [_interaction(x) for x in r.hrt_interactions],
         "policy_faults": _policy_faults(r.policy_faults),
+        "hrt_coverage_warning": _coverage_warning(r.hrt_coverage_warning),
+    }
+
+
+def _coverage_warning(x: CoverageWarning | None) -> dict[str, Any] | None:
+    """docs/methods.md §4, "Interval coverage" (None: every cell is large enough)."""
+    if x is None:
+        return None
+    return {
+        "min_episodes_per_cell": x.min_episodes_per_cell,
+        "threshold": x.threshold,
+        "measured_at": x.measured_at,
+        "coverage": x.coverage,
+        "text": x.text,
     }
 
 
@@ -278,6 +295,41 @@ def _interaction(x: InteractionResult) -> dict[str, Any]:
     }
 
 
+def _success(x: SuccessTest | None) -> dict[str, Any] | None:
+    """Barnard's exact test on per-episode success (proctor.analysis.claims)."""
+    if x is None:
+        return None
+    return {
+        "successes": [x.successes_a, x.successes_b],
+        "episodes": [x.episodes_a, x.episodes_b],
+        "statistic": _num(x.statistic),
+        "p": _num(x.p),
+        "p_bonferroni": _num(x.p_bonferroni),
+    }
+
+
+def _object_pair(x: ObjectPairTest) -> dict[str, Any]:
+    return {
+        "object": x.object,
+        "ks": {"statistic": _num(x.ks_statistic), "p": x.ks_p, "p_bonferroni": x.ks_p_bonferroni},
+        "success_barnard": _success(x.success),
+        "rmst_diff": _iv(x.rmst_diff),
+        "significant": x.significant,
+    }
+
+
+def _ranking(r: MetricRanking) -> dict[str, Any]:
+    return {
+        "metric": r.metric,
+        "higher_is_better": r.higher_is_better,
+        "replicates": r.replicates,
+        "policies": [
+            {"policy": p, "estimate": _num(r.estimates[p]), "top1_share": r.top1_share[p]}
+            for p in r.order
+        ],
+    }
+
+
 def _pair(p: PairResult) -> dict[str, Any]:
     return {
         "a": p.a,
@@ -287,6 +339,9 @@ def _pair(p: PairResult) -> dict[str, Any]:
             "method": "studentized",
             "statistic": p.macro_ks.statistic,
             "p": p.macro_ks.p,
+            # the two references p is the larger of (docs/methods.md §5)
+            "p_permutation": p.macro_ks.p_permutation,
+            "p_wild": p.macro_ks.p_wild,
             "p_bonferroni": p.ks_p_bonferroni,
             "resamples": p.macro_ks.replicates,
             "per_object": [
@@ -299,6 +354,8 @@ def _pair(p: PairResult) -> dict[str, Any]:
             "method": "episode_clustered",
             "chi2": p.logrank.chi2,
             "p": p.logrank.p,
+            "p_permutation": p.logrank.p_permutation,
+            "p_wild": p.logrank.p_wild,
             "p_normal": p.logrank.p_normal,
             "p_bonferroni": p.logrank_p_bonferroni,
             "observed_a": p.logrank.observed,
@@ -329,6 +386,8 @@ def _pair(p: PairResult) -> dict[str, Any]:
         "interactions": [_interaction(x) for x in p.interactions],
         "verdict": p.verdict,
         "winner": p.winner,
+        "success_barnard": _success(p.success_barnard),
+        "per_object_tests": [_object_pair(x) for x in p.per_object_tests],
         "power": (
             None
             if p.power is None
@@ -384,7 +443,10 @@ def to_json(
         "power_target": pr.power_target,
         "rho": pr.rho,
         "interaction_factors": list(pr.interaction_factors),
-        "interval": "percentile, episode-clustered bootstrap",
+        "interval": (
+            "episode-clustered bootstrap: expanded percentile (episode jackknife) for "
+            "RMST and HRT, percentile for the rest"
+        ),
         **(extra_protocol or {}),
     }
     return {
@@ -400,6 +462,10 @@ def to_json(
         "pairs": [_pair(p) for p in lb.pairs],
         "letters": dict(lb.letters),
         "letters_completion": dict(lb.letters_completion),
+        "letters_per_object": [
+            {"object": o, "letters": dict(v)} for o, v in lb.letters_per_object.items()
+        ],
+        "rankings": [_ranking(r) for r in lb.rankings],
         "matrix": _matrix(lb),
         "excluded": [
             {"episode_id": x.episode_id, "policy": x.policy, "object": x.object, "reason": x.reason}

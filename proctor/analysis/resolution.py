@@ -2,40 +2,33 @@
 
 The pure core of the adaptive rule, shared by the scheduler (which acts on
 it) and the leaderboard (which shows it). Each pair's e-process is the one
-of :mod:`proctor.analysis.sequential` (matched episodes within object, the
-same bet and stake), but its matched pairs are bet on in an order fixed
-before the campaign starts — round k = 0, 1, …: the k-th episode of A with
-the k-th of B on each object in ascending id — not in the order they
-complete. Under adaptive allocation the order of completion depends on
-outcomes (a stop shifts slots, which moves later episodes earlier), and a
-bet whose position depends on the outcome of one of its own episodes is no
-longer fair; in the fixed order every pair's two episodes are fresh draws
-whatever the allocation did, so the product is a test martingale and
-Ville's bound covers every look. What is read at a decision is the product
-up to the first pair not complete yet. The block (and sequence) of each
-episode comes from the allocation, so re-reading after the reveal gives
-the same answer whatever the stations' clocks said.
+of ``proctor analyze --sequential`` (:mod:`proctor.analysis.sequential`):
+the same pairing by design (:mod:`proctor.analysis.pairing`), within each
+block and object the j-th episode of A by sequence against the j-th of B,
+bet on in block order. Under adaptive allocation the order in which pairs
+*complete* depends on outcomes (a stop shifts slots), and a bet whose
+position depends on the outcome of one of its own episodes is no longer
+fair; the block order and the number of pairs in a block are fixed by the
+plan before the block runs, so every stake is predictable. Both episodes of
+a pair ran in one block, so a drift of the station cancels from every bet
+(matching the k-th episode of A with the k-th of B across blocks did not:
+after a shift the receiving policy's k-th episode ran blocks earlier than
+its partner's, and with item times ×3 over a campaign a true-null pair was
+rejected at 5× its bound). What is read at a decision is the product over
+the settled blocks. The block and sequence come from the allocation, so
+re-reading after the reveal gives the same answer whatever the stations'
+clocks said.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-import numpy as np
-
-from proctor.analysis.episodes import SYSTEM, Episode
-from proctor.analysis.operations import extract_operations
-from proctor.analysis.sequential import (
-    PaddedEpisodes,
-    bet_scores,
-    log_wealth,
-    pad_operations,
-    pair_z,
-    threshold,
-)
+from proctor.analysis.episodes import Episode
+from proctor.analysis.pairing import has_shared_episodes, pair_episodes
+from proctor.analysis.sequential import pairing_result
 
 
 @dataclass(frozen=True)
@@ -65,61 +58,36 @@ def pair_crossings(
     outcomes: Sequence[Outcome],
 ) -> list[PairStop]:
     """Every pair whose e-process crossed its threshold (m/α over the m pairs
-    of ``policies``) on ``outcomes``, with the block after which it had."""
-    by_cell: dict[tuple[str, str], list[Outcome]] = {}
-    for o in sorted(outcomes, key=lambda o: (o.block_index, o.sequence)):
-        if o.episode.outcome != SYSTEM:
-            by_cell.setdefault((o.episode.policy, o.episode.object), []).append(o)
+    of ``policies``) on ``outcomes``, with the block after which it had.
+    The e-process is the CLI's (:func:`proctor.analysis.sequential.pairing_result`
+    on the pairing by design of :mod:`proctor.analysis.pairing`), so the
+    board, the rule and ``proctor analyze --sequential`` read one process."""
+    known = {str(o) for o in objects}
+    episodes = [
+        replace(o.episode, block=o.block_index, sequence=o.sequence)
+        for o in outcomes
+        if o.episode.object in known
+    ]
     pairs = list(itertools.combinations(sorted(policies), 2))
-    bar = math.log(threshold(alpha, len(pairs)))
+    m = len(pairs)
     out: list[PairStop] = []
     for a, b in pairs:
-        matched = _fixed_order(str(a), str(b), sorted(objects), by_cell)
-        if not matched:
+        if not has_shared_episodes(str(a), str(b), episodes):
+            continue  # no scored episode on a shared object yet
+        # any other ValueError (two episodes in one (block, sequence)) is a
+        # fault in the data, not a pair without data: it propagates
+        pairing = pair_episodes(str(a), str(b), episodes)
+        if not pairing.pairs:
             continue
-        eps = [e for x, y in matched for e in (x.episode, y.episode)]
-        padded = pad_operations(extract_operations(eps))
-        g = np.array(
-            [
-                bet_scores(pair_z(_row(padded, 2 * j), _row(padded, 2 * j + 1))[0, 0])
-                for j in range(len(matched))
-            ]
-        )
-        logs = log_wealth(g)[0]
-        hit = np.nonzero(logs >= bar - 1e-12)[0]
-        if not hit.size:
+        run = pairing_result(pairing, alpha=alpha, comparisons=m)
+        if run.stopped_at is None:
             continue
-        j = int(hit[0])
-        # observed once every pair up to j had completed
-        block = max(max(x.block_index, y.block_index) for x, y in matched[: j + 1])
-        seen = sum(
-            o.block_index <= block
-            for (pol, _obj), got in by_cell.items()
-            if pol in (str(a), str(b))
-            for o in got
-        )
-        out.append(PairStop(a, b, block, seen, float(np.exp(logs[j]))))
+        # observed once the block holding the crossing had settled
+        crossing = pairing.episodes[run.stopped_at - 1]
+        assert crossing.block is not None
+        seen = sum(e.block is not None and e.block <= crossing.block for e in pairing.episodes)
+        out.append(PairStop(a, b, crossing.block, seen, run.e_value))
     return out
-
-
-def _fixed_order(
-    a: str, b: str, objects: Sequence[int], by_cell: dict[tuple[str, str], list[Outcome]]
-) -> list[tuple[Outcome, Outcome]]:
-    """The matched pairs in the order fixed before the campaign: the k-th
-    episode of A with the k-th of B on each object, k = 0, 1, …, objects in
-    ascending id within each k; up to the first pair not complete yet."""
-    out: list[tuple[Outcome, Outcome]] = []
-    for k in itertools.count():
-        for obj in objects:
-            xs, ys = by_cell.get((a, str(obj)), []), by_cell.get((b, str(obj)), [])
-            if k >= len(xs) or k >= len(ys):
-                return out
-            out.append((xs[k], ys[k]))
-    return out  # unreachable: itertools.count never ends
-
-
-def _row(p: PaddedEpisodes, i: int) -> PaddedEpisodes:
-    return PaddedEpisodes(p.time[i : i + 1], p.event[i : i + 1], p.present[i : i + 1])
 
 
 def policy_stops(

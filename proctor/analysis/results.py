@@ -9,14 +9,16 @@ import numpy as np
 
 from proctor.analysis.binary import Posterior
 from proctor.analysis.bootstrap import Interval
+from proctor.analysis.claims import MetricRanking, ObjectPairTest, SuccessTest
 from proctor.analysis.episodes import Exclusion
 from proctor.analysis.interaction import InteractionResult, factor_named
 from proctor.analysis.latency import Latency
 from proctor.analysis.significance import ClusteredLogRank, LogRank, StudentizedKS
+from proctor.analysis.throughput import CoverageWarning
 
 
 @dataclass(frozen=True)
-class Protocol:
+class AnalysisProtocol:
     """Everything a result depends on besides the data; disclosed with it.
 
     ``tau``: RMST integration cap (s). ``bootstrap``: replicates for every
@@ -190,8 +192,8 @@ class Breakdown:
 @dataclass(frozen=True)
 class BinarySummary:
     """§7 views: episode success (outcome ``success``) with its Beta(1+s,
-    1+n−s) posterior, and the posterior of mean per-episode completion under
-    a uniform Dirichlet prior over the observed completion levels."""
+    1+n−s) posterior, and the Bayesian bootstrap (Dirichlet weights over the
+    episodes) of mean per-episode completion."""
 
     successes: int
     episodes: int
@@ -235,6 +237,9 @@ class PolicyResult:
     hrt_interactions: tuple[InteractionResult, ...] = ()
     # faults of its own doing that the score excludes (None: not computed)
     policy_faults: PolicyFaults | None = None
+    # its HRT rests on a cell smaller than the measured coverage allows
+    # (docs/methods.md §4, "Interval coverage"); None: no such cell
+    hrt_coverage_warning: CoverageWarning | None = None
 
 
 @dataclass(frozen=True)
@@ -290,11 +295,15 @@ class PairResult:
     power: PowerPrediction | None
     # the pre-registered factors' tests of this pair's effect
     interactions: tuple[InteractionResult, ...] = ()
+    # Barnard's exact test on per-episode success, and the pair's tests on
+    # each shared object alone (proctor.analysis.claims)
+    success_barnard: SuccessTest | None = None
+    per_object_tests: tuple[ObjectPairTest, ...] = ()
 
 
 @dataclass(frozen=True)
 class Leaderboard:
-    protocol: Protocol
+    protocol: AnalysisProtocol
     reference: str | None
     objects: tuple[str, ...]
     object_tags: dict[str, tuple[str, ...]]
@@ -308,3 +317,7 @@ class Leaderboard:
     # the sites and stations the scored episodes ran at (those that declared one)
     sites: tuple[str, ...] = ()
     stations: tuple[str, ...] = ()
+    # object → policy → letters from that object's own pair tests, and the
+    # ranking under each aggregation rule (proctor.analysis.claims)
+    letters_per_object: dict[str, dict[str, str]] = field(default_factory=dict)
+    rankings: tuple[MetricRanking, ...] = ()

@@ -33,7 +33,6 @@ Bonferroni: familywise error ≤ α).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,8 +40,10 @@ from datetime import datetime
 
 import numpy as np
 
-from proctor.analysis.episodes import SYSTEM, Episode
+from proctor.analysis.confseq import betting_confidence_sequence
+from proctor.analysis.episodes import Episode
 from proctor.analysis.operations import SUCCESS_OP, Operations, extract_operations
+from proctor.analysis.pairing import BY_DESIGN, Pairing, pair_episodes
 
 Z_SCALE = 2.0  # a pair's |z| of 2 or more is a full-size bet
 LAMBDA_MAX = 0.5  # the stake never risks more than half of the wealth
@@ -124,6 +125,39 @@ def pair_z(a: PaddedEpisodes, b: PaddedEpisodes, *, chunk: int = 64) -> np.ndarr
         return np.where(v > 0, u / np.sqrt(np.where(v > 0, v, 1.0)), 0.0)
 
 
+def _side_matched(
+    own: PaddedEpisodes, other: PaddedEpisodes, own_is_a: bool
+) -> tuple[np.ndarray, ...]:
+    """:func:`_side` for row p of ``own`` against row p of ``other`` only:
+    the (P,) sums of O − E and V over ``own``'s successes."""
+    t = own.time[:, :, None]  # (P, M_own, 1)
+    n_own = np.sum(own.present[:, None, :] & (own.time[:, None, :] >= t), axis=2).astype(float)
+    tie_own = np.sum(own.event[:, None, :] & (own.time[:, None, :] == t), axis=2)
+    n_other = np.sum(other.present[:, None, :] & (other.time[:, None, :] >= t), axis=2)
+    tie_other = np.sum(other.event[:, None, :] & (other.time[:, None, :] == t), axis=2)
+    n = n_own + n_other
+    d = (tie_own + tie_other).astype(float)
+    n_a = n_own if own_is_a else n_other.astype(float)
+    n_b = n - n_a
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u = (1.0 if own_is_a else 0.0) - n_a / n
+        v = np.where(n > 1, n_a * n_b * (n - d) / (n * n * (n - 1)), 0.0)
+    return np.sum(np.where(own.event, u, 0.0), axis=1), np.sum(np.where(own.event, v, 0.0), axis=1)
+
+
+def matched_z(a: PaddedEpisodes, b: PaddedEpisodes) -> np.ndarray:
+    """The diagonal of :func:`pair_z` (A's episode p against B's episode p,
+    shape (P,)) without the (E_a, E_b) matrix: the bets of matched pairs in
+    one pass over the pairs, not one call each."""
+    if a.n_episodes != b.n_episodes:
+        raise ValueError("matched_z: as many episodes of A as of B")
+    ua, va = _side_matched(a, b, True)
+    ub, vb = _side_matched(b, a, False)
+    u, v = ua + ub, va + vb
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(v > 0, u / np.sqrt(np.where(v > 0, v, 1.0)), 0.0)
+
+
 def bet_scores(z: np.ndarray) -> np.ndarray:
     return np.clip(np.asarray(z, dtype=float) / Z_SCALE, -1.0, 1.0)
 
@@ -147,14 +181,20 @@ def threshold(alpha: float, comparisons: int) -> float:
 
 @dataclass(frozen=True)
 class SequentialResult:
-    """The e-process of one pair over its episodes in start order.
+    """The e-process of one pair over its episodes in reading order (block
+    and sequence by design, start order as the fallback: :mod:`pairing`).
 
     ``path[i]`` is E after the pair's first i + 1 scored episodes (it moves
-    only when an episode completes a matched pair). ``stopped_at`` is the
-    number of episodes seen when E first reached ``threshold`` (None:
-    never); ``e_value`` is E there, or at the last episode when never.
-    ``favours`` is the policy the evidence points to (the sign of the summed
-    scores), None without a completed pair."""
+    only when every matched pair before in bet order has completed).
+    ``stopped_at`` is the number of episodes seen when E first reached
+    ``threshold`` (None: never); ``e_value`` is E there, or at the last
+    episode when never. E tests "the two policies' episodes are
+    exchangeable"; it names no direction. The direction comes from
+    ``delta_s``, the anytime-valid confidence sequence (level α/m, running
+    intersection, at the last episode) on δ = E[s_B − s_A] · τ, the mean
+    within-pair difference of the per-episode time per item truncated at τ
+    (:func:`episode_scores`; positive: A faster): once E has rejected,
+    ``favours`` is A when it lies above 0, B when below; None otherwise."""
 
     a: str
     b: str
@@ -165,10 +205,23 @@ class SequentialResult:
     episodes_total: int
     matched_pairs: int
     favours: str | None
+    delta_s: tuple[float, float] | None = None
+    tau: float | None = None
+    pairing: str = BY_DESIGN
+    note: str | None = None
 
     @property
     def rejected(self) -> bool:
         return self.stopped_at is not None
+
+    @property
+    def verdict(self) -> str:
+        """``better`` (E rejected and the confidence sequence excludes 0:
+        ``favours`` is better), ``unclear`` (E rejected but the sequence
+        holds 0: different, direction unclear) or ``undecided``."""
+        if self.favours is not None:
+            return "better"
+        return "unclear" if self.rejected else "undecided"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -177,7 +230,30 @@ class SequentialResult:
             "episodes_total": self.episodes_total,
             "e_value": self.e_value,
             "threshold": self.threshold,
+            # added with the directional estimand (§10); readers of the five
+            # keys above are unaffected
+            "verdict": self.verdict,
+            "favours": self.favours,
+            "delta_s": None if self.delta_s is None else list(self.delta_s),
+            "tau": self.tau,
+            "pairing": self.pairing,
         }
+
+
+def episode_scores(episodes: Sequence[Episode], tau: float) -> np.ndarray:
+    """s = (Σ_placed min(T_i, τ) + τ · (items − placed)) / (τ · items) ∈ [0, 1]
+    for each episode: its mean time per item truncated at τ, an item not
+    placed (lost, dropped, unhandled) charged the full τ, as a ghost is in
+    RMST (§4). T_i are the inter-placement times of §2. With no operation
+    censored before τ, E[s] = RMST(τ)/τ of the episode's operations; it
+    needs no censoring model, so it is defined for every scored episode."""
+    if not tau > 0:
+        raise ValueError(f"tau: must be > 0, got {tau}")
+    out = np.empty(len(episodes))
+    for i, e in enumerate(episodes):
+        gaps = np.diff(np.asarray((0.0, *e.placements_s)))
+        out[i] = (np.minimum(gaps, tau).sum() + tau * (e.items - e.placed)) / (tau * e.items)
+    return np.clip(out, 0.0, 1.0)
 
 
 def start_times(episodes: Sequence[Episode]) -> dict[str, datetime]:
@@ -206,76 +282,75 @@ def start_times(episodes: Sequence[Episode]) -> dict[str, datetime]:
     return out
 
 
-def _ordered(
-    a: str, b: str, episodes: Sequence[Episode], starts: dict[str, datetime]
-) -> list[Episode]:
-    mine = [e for e in episodes if e.policy in (a, b) and e.outcome != SYSTEM]
-    shared = {e.object for e in mine if e.policy == a} & {e.object for e in mine if e.policy == b}
-    mine = [e for e in mine if e.object in shared]
-    if not mine:
-        raise ValueError(f"pair {a} vs {b}: no scored episodes on an object both were run on")
-    mine.sort(key=lambda e: starts[e.episode_id])
-    for x, y in itertools.pairwise(mine):
-        if starts[x.episode_id] == starts[y.episode_id]:
-            raise ValueError(
-                f"started_at: episodes {x.episode_id} and {y.episode_id} of pair {a} vs {b} "
-                f"start at the same time ({x.started_at}); their order is unknown"
-            )
-    return mine
-
-
 def sequential_pair(
     a: str,
     b: str,
     episodes: Sequence[Episode],
-    starts: dict[str, datetime],
+    starts: dict[str, datetime] | None,
     *,
     alpha: float,
     comparisons: int,
+    tau: float | None = None,
 ) -> SequentialResult:
-    """The e-process of pair (a, b) over its scored episodes on shared objects,
-    in start order; ``starts`` from :func:`start_times`."""
-    ordered = _ordered(a, b, episodes, starts)
-    ops = extract_operations(ordered)
-    padded = pad_operations(ops)
-    waiting: dict[tuple[str, str], list[int]] = {}
-    g = np.zeros(len(ordered))
-    completes = np.zeros(len(ordered), dtype=bool)
-    for i, e in enumerate(ordered):
-        other = b if e.policy == a else a
-        queue = waiting.get((other, e.object))
-        if queue:
-            j = queue.pop(0)
-            ia, ib = (i, j) if e.policy == a else (j, i)
-            z = pair_z(_rows(padded, ia), _rows(padded, ib))[0, 0]
-            g[i] = bet_scores(z)
-            completes[i] = True
-        else:
-            waiting.setdefault((e.policy, e.object), []).append(i)
-    logs = np.zeros(len(ordered))
-    done = np.nonzero(completes)[0]
-    if done.size:
-        logs[done] = log_wealth(g[done])[0]
-        # E holds its value between completions
-        last = np.maximum.accumulate(np.where(completes, np.arange(len(ordered)), -1))
-        logs = np.where(last >= 0, logs[np.maximum(last, 0)], 0.0)
+    """The e-process of pair (a, b) over its scored episodes on shared
+    objects, paired by :func:`proctor.analysis.pairing.pair_episodes`
+    (``starts`` from :func:`start_times`, needed only for the start-order
+    fallback); with ``tau`` also the confidence sequence that names the
+    direction."""
+    pairing = pair_episodes(a, b, episodes, starts)
+    return pairing_result(pairing, alpha=alpha, comparisons=comparisons, tau=tau)
+
+
+def pairing_result(
+    pairing: Pairing, *, alpha: float, comparisons: int, tau: float | None = None
+) -> SequentialResult:
+    """The e-process (and, with ``tau``, the direction) of one pairing."""
+    a, b = pairing.a, pairing.b
+    n_eps = len(pairing.episodes)
+    padded = pad_operations(extract_operations(pairing.episodes))
+    ia = np.array([i for i, _ in pairing.pairs], dtype=int)
+    ib = np.array([j for _, j in pairing.pairs], dtype=int)
+    g = bet_scores(matched_z(_take(padded, ia), _take(padded, ib)))
+
+    logs = np.zeros(n_eps)
+    if g.size:
+        wealth = log_wealth(g)[0]
+        # E after episode i: the wealth of the longest prefix of bets complete by then
+        done = np.searchsorted(
+            np.asarray(pairing.complete_at), np.arange(1, n_eps + 1), side="right"
+        )
+        logs = np.where(done > 0, wealth[np.maximum(done - 1, 0)], 0.0)
     path = np.exp(logs)
     bar = threshold(alpha, comparisons)
     hit = np.nonzero(logs >= math.log(bar) - 1e-12)[0]
-    stopped = int(hit[0]) + 1 if hit.size else None
-    total = float(g[done].sum()) if done.size else 0.0
+    favours, delta = None, None
+    if tau is not None and g.size:
+        s = episode_scores(pairing.episodes, tau)
+        d = np.array([s[j] - s[i] for i, j in pairing.pairs])  # > 0: A faster
+        lo, hi = betting_confidence_sequence(d, alpha / max(comparisons, 1))
+        delta = (float(lo[-1] * tau), float(hi[-1] * tau))
+        # a direction is named only for a pair E has already called different:
+        # a pair whose episodes are exchangeable then meets a false claim of
+        # either kind with probability ≤ α/m, as before the estimand (an empty
+        # sequence, lo > hi, names nothing)
+        if hit.size and delta[0] <= delta[1]:
+            favours = a if delta[0] > 0 else b if delta[1] < 0 else None
     return SequentialResult(
         a=a,
         b=b,
         path=path,
         threshold=bar,
-        stopped_at=stopped,
+        stopped_at=int(hit[0]) + 1 if hit.size else None,
         e_value=float(path[hit[0]] if hit.size else path[-1]),
-        episodes_total=len(ordered),
-        matched_pairs=int(done.size),
-        favours=None if not done.size or total == 0 else (a if total > 0 else b),
+        episodes_total=n_eps,
+        matched_pairs=int(g.size),
+        favours=favours,
+        delta_s=delta,
+        tau=tau,
+        pairing=pairing.basis,
+        note=pairing.note,
     )
 
 
-def _rows(p: PaddedEpisodes, i: int) -> PaddedEpisodes:
-    return PaddedEpisodes(p.time[i : i + 1], p.event[i : i + 1], p.present[i : i + 1])
+def _take(p: PaddedEpisodes, rows: np.ndarray) -> PaddedEpisodes:
+    return PaddedEpisodes(p.time[rows], p.event[rows], p.present[rows])

@@ -51,7 +51,7 @@ from proctor.analysis.leaderboard import analyze
 from proctor.analysis.notes import REFERENCE_UNSCORED, REFERENCES_IN_SCOPE
 from proctor.analysis.report import data_version, to_json
 from proctor.analysis.resolution import Outcome, pair_crossings, policy_stops
-from proctor.analysis.results import Protocol
+from proctor.analysis.results import AnalysisProtocol
 from proctor.analysis.sequential import start_times
 from proctor.analysis.subsets import DOCUMENTED, Subset, filter_table, levels
 from proctor.core.db.models import (
@@ -124,7 +124,16 @@ def load_episodes(
     the analysis reads them under ``stream``."""
     stream = LabelStream(stream)
     q = (
-        sa.select(EpisodeRow, Policy, ObjectType, Station.name, Station.site, Assignment.status)
+        sa.select(
+            EpisodeRow,
+            Policy,
+            ObjectType,
+            Station.name,
+            Station.site,
+            Assignment.status,
+            Assignment.block_index,
+            Assignment.sequence,
+        )
         .outerjoin(Assignment, EpisodeRow.assignment_id == Assignment.id)
         .outerjoin(Policy, Assignment.policy_id == Policy.id)
         .join(ObjectType, EpisodeRow.object_type_id == ObjectType.id)
@@ -145,7 +154,7 @@ def load_episodes(
     reconciled = 0
     references: set[str] = set()
     sources = _STREAM_SOURCES[stream]
-    for row, policy, obj, station_name, site, slot_status in rows:
+    for row, policy, obj, station_name, site, slot_status, block, sequence in rows:
         policy_name = policy.name if policy is not None else ""
 
         def skip(
@@ -188,6 +197,9 @@ def load_episodes(
             envelope_interventions=row.envelope_interventions,
             calls=calls.get(row.id),
             policy_fault=faults.get(row.id),
+            # the slot's place in the allocation: sequential pairs match by it (§10)
+            block=block,
+            sequence=sequence,
         )
         if _value(row.outcome) == SYSTEM:
             # only its identity matters: the analysis lists it and scores nothing
@@ -390,10 +402,10 @@ def _reconcile_detector(
 # protocol fields a campaign may set in ``protocol_extra["analysis"]`` (τ is
 # ``tau_s``; the reference is the policy of kind ``reference``) — the same
 # convention as proctor/web/snapshots
-_PROTOCOL_KEYS = {f.name for f in fields(Protocol)} - {"tau", "reference"}
+_PROTOCOL_KEYS = {f.name for f in fields(AnalysisProtocol)} - {"tau", "reference"}
 
 
-def campaign_protocol(campaign: Campaign) -> Protocol:
+def campaign_protocol(campaign: Campaign) -> AnalysisProtocol:
     """The campaign's analysis protocol: τ = ``tau_s``, the other fields from
     ``protocol_extra["analysis"]`` when it names them, defaults otherwise."""
     given = (campaign.protocol_extra or {}).get("analysis") or {}
@@ -408,7 +420,7 @@ def campaign_protocol(campaign: Campaign) -> Protocol:
     if "success_at" in extra:
         extra["success_at"] = tuple(float(t) for t in extra["success_at"])
     try:
-        return Protocol(tau=float(campaign.tau_s), **extra)
+        return AnalysisProtocol(tau=float(campaign.tau_s), **extra)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"campaign {campaign.id}: protocol_extra.analysis: {exc}") from None
 
@@ -418,8 +430,8 @@ def snapshot_result(
     *,
     campaign_id: int | None,
     stream: LabelStream,
-    protocol: Protocol | None = None,
-) -> tuple[dict[str, Any], Protocol, EpisodeTable]:
+    protocol: AnalysisProtocol | None = None,
+) -> tuple[dict[str, Any], AnalysisProtocol, EpisodeTable]:
     """The result JSON for a campaign and stream (what a snapshot stores)."""
     campaign = session.get(Campaign, campaign_id) if campaign_id is not None else None
     if campaign_id is not None and campaign is None:
@@ -450,7 +462,7 @@ def build_snapshot(
     *,
     campaign_id: int | None,
     stream: LabelStream,
-    protocol: Protocol | None = None,
+    protocol: AnalysisProtocol | None = None,
     created_by_id: int | None = None,
 ) -> AnalysisSnapshot:
     """Score a campaign under ``stream`` and add the leaderboard snapshot to
@@ -488,7 +500,7 @@ class EmptySubset(ValueError):
 def subset_result(
     table: EpisodeTable,
     subset: Subset,
-    protocol: Protocol,
+    protocol: AnalysisProtocol,
     *,
     stream: LabelStream,
     campaign_id: int,
@@ -515,7 +527,7 @@ def subset_result(
 
 
 def store_subsets(
-    session: Session, snap: AnalysisSnapshot, table: EpisodeTable, protocol: Protocol
+    session: Session, snap: AnalysisSnapshot, table: EpisodeTable, protocol: AnalysisProtocol
 ) -> int:
     """Score every documented level of ``table`` and add the rows beside
     ``snap`` (flushed); returns how many. A level too small to score is
@@ -570,7 +582,7 @@ STREAMS: tuple[LabelStream, ...] = tuple(LabelStream)
 _COMPARED = ("tau", "bootstrap", "ks_resamples", "seed", "alpha", "success_at", "power_target")
 
 
-def _protocol_json(p: Protocol) -> dict[str, Any]:
+def _protocol_json(p: AnalysisProtocol) -> dict[str, Any]:
     return {
         "tau": p.tau,
         "bootstrap": p.bootstrap,
@@ -613,7 +625,7 @@ def recompute(
     *,
     campaign_id: int,
     streams: tuple[LabelStream, ...] = STREAMS,
-    protocol: Protocol | None = None,
+    protocol: AnalysisProtocol | None = None,
     created_by_id: int | None = None,
     force: bool = False,
 ) -> list[StreamOutcome]:
@@ -694,7 +706,7 @@ def stale_campaigns(session: Session) -> list[int]:
 
 
 # ------------------------------------------------- adaptive campaigns' outcomes
-# What the adaptive rule (proctor/scheduler/adaptive.py, docs/methods.md §11)
+# What the adaptive rule (proctor/scheduler/adaptive_rule.py, docs/methods.md §11)
 # reads, and the board's view of its early stops. A block is *settled* when
 # none of its slots is pending or claimed and every counted episode of it is
 # readable in the detector stream; the rule reads blocks 0…F, F the last block

@@ -23,7 +23,7 @@ from proctor.core.artifacts import ArtifactStore
 from proctor.core.db.engine import ProctorSession
 from proctor.core.domain import ArtifactKind
 from proctor.core.errors import IntegrityError
-from proctor.station.recording import read_json, read_parquet
+from proctor.core.recording.reader import read_json, read_parquet
 
 PROPOSER = Reviewer(label=PROPOSER_LABEL)
 

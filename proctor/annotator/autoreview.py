@@ -37,7 +37,7 @@ from proctor.core.artifacts import ArtifactStore
 from proctor.core.db.engine import ProctorSession
 from proctor.core.domain import LabelStatus
 from proctor.core.errors import UsageError
-from proctor.station.recording import load_ground_truth
+from proctor.core.recording.reader import load_ground_truth
 
 AUTOMATIC_REVIEWER = "automatic reviewer (demo): decisions from the simulator's ground truth"
 

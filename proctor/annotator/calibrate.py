@@ -1,12 +1,17 @@
 """Calibrate the detector's thresholds on the simulated cell's ground truth.
 
-    python -m proctor.annotator.calibrate              # simulate, sweep, write thresholds.toml
-    python -m proctor.annotator.calibrate --episodes 120 --dry-run
-    python -m proctor.annotator.calibrate --keep /tmp/corpus   # keep the simulated episodes
-    python -m proctor.annotator.calibrate --corpus /tmp/corpus # sweep an earlier corpus again
+    proctor calibrate                            # simulate, sweep, write thresholds.toml
+    proctor calibrate --episodes 120 --dry-run
+    proctor calibrate --keep /tmp/corpus         # keep the simulated episodes
+    proctor calibrate --corpus /tmp/corpus       # sweep an earlier corpus again
+
+``proctor calibrate`` (``proctor/calibrate_cli.py``, the composition root)
+hands ``run`` the station's corpus simulator: the annotator itself never
+imports the station, so ``python -m proctor.annotator.calibrate --corpus DIR``
+sweeps only a corpus folder made earlier.
 
 Simulates episodes across every demo policy profile and object (telemetry
-only, ``proctor.annotator.simulate``), then sweeps the thresholds one at a time
+only, ``proctor.demo.simulated_episodes``), then sweeps the thresholds one at a time
 (coordinate descent, two passes) for the best F1 of placements (ties: the
 smaller 95th-percentile and median timestamp errors; on a tie the current
 value stays), each candidate value judged with each event kind's lag set
@@ -22,7 +27,7 @@ import dataclasses
 import hashlib
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,7 @@ from proctor.annotator.config import (
 )
 from proctor.annotator.evaluation import CorpusEpisode, evaluate, load_corpus
 from proctor.annotator.scoring import DetectorScore
+from proctor.core.errors import FieldError
 
 CALIBRATION_SEED = 7_700_001
 DEFAULT_EPISODES = 240
@@ -165,8 +171,7 @@ def _toml_value(v: Any) -> str:
 def render_toml(th: Thresholds) -> str:
     lines = [
         "# The annotator's thresholds, calibrated on the simulated cell's ground truth.",
-        "# Regenerate with `python -m proctor.annotator.calibrate`;"
-        " see proctor/annotator/config.py.",
+        "# Regenerate with `proctor calibrate`; see proctor/annotator/config.py.",
         f'format = "{FORMAT}"',
         f"version = {_toml_value(th.version)}",
         "",
@@ -196,34 +201,6 @@ def render_toml(th: Thresholds) -> str:
 def _version(th: Thresholds) -> str:
     payload = repr((th.detector, th.classifier, th.cell)).encode()
     return f"cal-{datetime.now(UTC):%Y%m%d}-{hashlib.sha256(payload).hexdigest()[:6]}"
-
-
-def simulate_corpus(folder: Path, episodes: int, seed: int) -> None:
-    from rich.progress import Progress
-
-    from proctor.annotator.simulate import corpus_plan, simulate
-    from proctor.core.artifacts import LocalArtifactStore
-    from proctor.core.db import migrate
-    from proctor.core.db.engine import make_engine, make_session_factory
-
-    folder.mkdir(parents=True, exist_ok=True)
-    url = f"sqlite:///{folder / 'corpus.db'}"
-    migrate.upgrade(url)
-    engine = make_engine(url)
-    try:
-        plan = corpus_plan(episodes, seed=seed)
-        with Progress() as progress:
-            task = progress.add_task("simulating episodes", total=len(plan))
-            simulate(
-                plan,
-                sessions=make_session_factory(engine),
-                store=LocalArtifactStore(folder / "artifacts"),
-                spool_root=folder / "spool",
-                link_campaign=True,
-                progress=lambda _e: progress.update(task, advance=1),
-            )
-    finally:
-        engine.dispose()
 
 
 def open_corpus(folder: Path) -> list[CorpusEpisode]:
@@ -263,36 +240,44 @@ def calibrate(
     return th, before, after
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m proctor.annotator.calibrate", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "--episodes", type=int, default=DEFAULT_EPISODES, help="episodes to simulate"
-    )
-    parser.add_argument("--seed", type=int, default=CALIBRATION_SEED, help="the corpus's seed")
-    parser.add_argument("--out", type=Path, default=DEFAULT_PATH, help="thresholds file to write")
-    parser.add_argument("--dry-run", action="store_true", help="print the figures, write nothing")
-    parser.add_argument("--keep", type=Path, help="simulate into this folder and keep it")
-    parser.add_argument("--corpus", type=Path, help="reuse a corpus folder made with --keep")
-    args = parser.parse_args(argv)
+# simulate_corpus(folder, episodes, seed): the station's simulator, handed in
+SimulateCorpus = Callable[[Path, int, int], None]
+MIN_EPISODES = 24  # one per demo profile × object
+
+
+def run(
+    *,
+    episodes: int = DEFAULT_EPISODES,
+    seed: int = CALIBRATION_SEED,
+    out: Path = DEFAULT_PATH,
+    dry_run: bool = False,
+    keep: Path | None = None,
+    corpus: Path | None = None,
+    simulate_corpus: SimulateCorpus | None = None,
+) -> None:
+    """Simulate (or reuse) a corpus, sweep, print the figures and write the file.
+    A bad option raises ``FieldError`` naming it."""
     from rich.console import Console
 
-    out = Console(highlight=False, soft_wrap=True)
-    say = out.print
-    if args.episodes < 24:
-        parser.error("--episodes: at least 24 (one per demo profile × object)")
-    if args.corpus is not None:
-        if not (args.corpus / "corpus.db").is_file():
-            parser.error(f"--corpus: {args.corpus} holds no corpus.db (make one with --keep)")
-        corpus = open_corpus(args.corpus)
+    say = Console(highlight=False, soft_wrap=True).print
+    if episodes < MIN_EPISODES:
+        raise FieldError("--episodes", f"at least {MIN_EPISODES} (one per demo profile × object)")
+    if corpus is not None:
+        if not (corpus / "corpus.db").is_file():
+            raise FieldError("--corpus", f"{corpus} holds no corpus.db (make one with --keep)")
+        episodes_read = open_corpus(corpus)
+    elif simulate_corpus is None:
+        raise FieldError(
+            "--corpus", "give a corpus folder, or run `proctor calibrate`, which simulates one"
+        )
     else:
         with tempfile.TemporaryDirectory(prefix="proctor-calibrate-") as tmp:
-            folder = args.keep or Path(tmp)
-            simulate_corpus(folder, args.episodes, args.seed)
-            corpus = open_corpus(folder)
-    say(f"corpus: {len(corpus)} episodes, {sum(len(e.true_s) for e in corpus)} true placements")
-    th, before, after = calibrate(corpus, log=say)
+            folder = keep or Path(tmp)
+            simulate_corpus(folder, episodes, seed)
+            episodes_read = open_corpus(folder)
+    placements = sum(len(e.true_s) for e in episodes_read)
+    say(f"corpus: {len(episodes_read)} episodes, {placements} true placements")
+    th, before, after = calibrate(episodes_read, log=say)
     say("defaults:")
     for line in before.lines():
         say("  " + line)
@@ -300,11 +285,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in after.lines():
         say("  " + line)
     text = render_toml(th)
-    if args.dry_run:
+    if dry_run:
         say(text, markup=False)
     else:
-        args.out.write_text(text, encoding="utf-8")
-        say(f"wrote {args.out}")
+        out.write_text(text, encoding="utf-8")
+        say(f"wrote {out}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m proctor.annotator.calibrate --corpus DIR``: sweep a corpus
+    made earlier (``proctor calibrate --keep DIR``) without the station."""
+    parser = argparse.ArgumentParser(
+        prog="python -m proctor.annotator.calibrate", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_PATH, help="thresholds file to write")
+    parser.add_argument("--dry-run", action="store_true", help="print the figures, write nothing")
+    parser.add_argument(
+        "--corpus", type=Path, required=True, help="a corpus folder made with --keep"
+    )
+    args = parser.parse_args(argv)
+    try:
+        run(out=args.out, dry_run=args.dry_run, corpus=args.corpus)
+    except FieldError as exc:
+        parser.error(str(exc))
     return 0
 
 

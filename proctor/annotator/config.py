@@ -1,7 +1,7 @@
 """The detector's and classifier's thresholds: one TOML file.
 
 ``proctor/annotator/thresholds.toml`` holds the values calibrated on the simulated
-cell's ground truth (``python -m proctor.annotator.calibrate`` regenerates it); a
+cell's ground truth (``proctor calibrate`` regenerates it); a
 site may point ``load_thresholds`` at its own copy. Every field has a
 physical meaning, given next to it in the file. The file's ``[cell]`` table
 describes where the bins stand (the station's fixture, not a tuning knob);

@@ -1,6 +1,6 @@
 """The release detector: candidate releases (and slips) from gripper telemetry.
 
-Pure numpy over the recorded columns (``proctor.station.keys``); no database.
+Pure numpy over the recorded columns (``proctor.core.recording.keys``); no database.
 
 A *closure* is a stretch where the gripper's reported target is above
 ``target_closed``. Within a closure the item counts as *held* from the
@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from proctor.annotator.config import CellLayout, ClassifierThresholds, DetectorThresholds
 from proctor.core.errors import UsageError
-from proctor.station import keys
+from proctor.core.recording import keys
 
 G = 9.81
 DETECTOR_NAME = "release-detector/1"

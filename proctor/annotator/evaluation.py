@@ -36,7 +36,12 @@ from proctor.core.domain import (
     PlacementSource,
     PlacementStatus,
 )
-from proctor.station.recording import read_json, read_parquet
+from proctor.core.recording.reader import read_json, read_parquet
+
+# a simulated corpus's episodes in plan order: its slots were made in plan
+# order (proctor.demo.simulated_episodes), whichever worker ran an episode
+# and whenever it was written; an episode without a slot comes in write order
+PLAN_ORDER = (Episode.assignment_id, Episode.id)
 
 
 def _group_names(session: ProctorSession, episodes: list[Episode]) -> dict[int, tuple[str, str]]:
@@ -69,7 +74,7 @@ def score_database(
     session: ProctorSession, *, store: ArtifactStore, uids: Iterable[str] | None = None
 ) -> tuple[DetectorScore, list[EpisodeScore]]:
     """The stored detector placements of annotated simulated episodes vs ground truth."""
-    q = sa.select(Episode).where(Episode.label_status != LabelStatus.pending).order_by(Episode.id)
+    q = sa.select(Episode).where(Episode.label_status != LabelStatus.pending).order_by(*PLAN_ORDER)
     if uids is not None:
         q = q.where(Episode.uid.in_(list(uids)))
     episodes = list(session.scalars(q))
@@ -128,7 +133,7 @@ def load_corpus(
     q = (
         sa.select(Episode)
         .where(Episode.state == EpisodeState.closed, Episode.placed.is_not(None))
-        .order_by(Episode.id)
+        .order_by(*PLAN_ORDER)
     )
     if uids is not None:
         q = q.where(Episode.uid.in_(list(uids)))

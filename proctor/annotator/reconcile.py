@@ -45,7 +45,7 @@ from proctor.core.domain import (
     PlacementStatus,
 )
 from proctor.core.errors import IntegrityError, ProctorError, UsageError
-from proctor.station.recording import read_json, read_parquet
+from proctor.core.recording.reader import read_json, read_parquet
 
 
 class NotAnnotatable(UsageError):

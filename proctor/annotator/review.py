@@ -783,7 +783,7 @@ def _correct_log(
     note: str,
     now: datetime | None,
 ) -> None:
-    from proctor.station.episodes import LogRejected, OperatorLog
+    from proctor.core.episode_record import LogRejected, OperatorLog
 
     outcome = correction.outcome or (Outcome(episode.outcome) if episode.outcome else None)
     try:

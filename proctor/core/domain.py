@@ -21,7 +21,7 @@ class Outcome(StrEnum):
 
 
 class EpisodeState(StrEnum):
-    """The episode runner's state machine (``proctor/station/runner.py``), persisted
+    """The episode runner's state machine (``proctor/station/episode_runner.py``), persisted
     so a restarted daemon can find a partial episode."""
 
     armed = "armed"
@@ -79,6 +79,14 @@ class EndpointDialect(StrEnum):
     openpi = "openpi"
     roboarena = "roboarena"
     positronic_v1 = "positronic_v1"
+
+
+class ActionUnitsName(StrEnum):
+    """What the numbers of a velocity action mean: the conventions an endpoint
+    may select (``proctor.policywire.wire.units`` registers one per name)."""
+
+    si = "si"
+    droid = "droid"
 
 
 class ConformanceStatus(StrEnum):
@@ -208,3 +216,13 @@ class StationUploadState(StrEnum):
     open = "open"  # parts may still arrive
     complete = "complete"  # verified and registered as an artifact
     aborted = "aborted"  # refused at completion (size or sha256) or given up
+
+
+class StationProfile(StrEnum):
+    """The kind of cell a station runs. ``proctor.station.profiles`` registers
+    one module per name; the server checks an enrolment against these names
+    without importing the station."""
+
+    sim = "sim"
+    twin = "twin"
+    real = "real"

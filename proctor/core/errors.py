@@ -3,7 +3,7 @@
 Each class says how it is answered over HTTP (``http_status``) and, for bad
 input, which field was wrong (``field``, an attribute: never parsed back out
 of the message). The web app (``proctor/web/errors.py``) and the station API
-(``proctor/station/api.py``) both answer through ``http_answer``, so a service raises
+(``proctor/station/console_api.py``) both answer through ``http_answer``, so a service raises
 ``NotFound``/``Forbidden``/``Conflict``/``FieldError`` and never maps
 exceptions to statuses itself.
 """

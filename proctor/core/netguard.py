@@ -3,7 +3,7 @@
 The conformance worker and the policy gateway connect to URLs that
 submitters chose, from inside our network. This module is the one address
 policy for registration (``proctor/web/submissions/endpoints.py``), the worker
-(``proctor/web/submissions/worker.py`` → ``proctor/station/policy/conformance*.py``) and the
+(``proctor/web/submissions/worker.py`` → ``proctor/policywire/conformance/``) and the
 gateway (``proctor/scheduler/gateway.py``):
 
 * **Resolve once, judge every address, connect to a judged one.** ``pin``

@@ -83,6 +83,11 @@ class WebSettings(BaseModel):
     # thread (the deadlock that froze the server under ~100 anonymous requests). On
     # PostgreSQL, max_connections must leave room for it plus 16 (proctor.web.limits.POOL_HEADROOM)
     max_concurrent_requests: int = Field(default=48, ge=1, le=1000)
+    # requests past that limit wait their turn, first come first served, at most this
+    # long (s) before the 503; at most admission_queue of them wait (the rest: 503 at
+    # once), so a peak of readers is served a moment late instead of refused
+    admission_wait_s: float = Field(default=5.0, ge=0, le=60)
+    admission_queue: int = Field(default=512, ge=0, le=100_000)
     # filtered leaderboards computed on request (signed-in callers; the public
     # reads the documented levels stored with each snapshot) run this many at
     # once per process; beyond it, 503 with Retry-After (proctor.web.leaderboard.subset)
@@ -202,7 +207,7 @@ class SchedulerSettings(BaseModel):
 
     model_config = {"extra": "forbid"}
 
-    # policy protocol failures (malformed replies or metadata) a policy may have
+    # policy wire failures (malformed replies or metadata) a policy may have
     # in one campaign as requeued ``system`` episodes; later ones are charged to
     # it (docs/methods.md §1). Read by the station's campaign work source, so set
     # it alike on every station of a campaign.
@@ -220,6 +225,11 @@ class SchedulerSettings(BaseModel):
     # scheduler once the station has been silent this long; a station with a live
     # token keeps its claim however long it is offline (it resumes the same run)
     claim_lease_s: float = Field(default=120.0, ge=5)
+    # a run whose policy could not be reached at the station's pre-flight is skipped
+    # and its slot offered again this long after (doubling with each attempt, up to
+    # preflight_retry_max_s): a policy down for a while is not hammered
+    preflight_retry_s: float = Field(default=300.0, gt=0)
+    preflight_retry_max_s: float = Field(default=3600.0, gt=0)
     # artifacts a station host uploads (proctor.scheduler.station_uploads). The
     # largest accepted: a long episode's recordings are a few GiB, and the cap
     # bounds what one station can make the store hold with one request

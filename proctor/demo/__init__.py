@@ -2,7 +2,7 @@
 
 What a newcomer runs first, and the project's end-to-end proof: a SQLite
 database and a local artifact folder, scripted demo policies and a reference
-agent served over the real policy protocol on loopback, a blinded campaign
+agent served over the real policy wire on loopback, a blinded campaign
 on the simulated cell reached through the policy gateway, two simulated
 stations claiming runs in parallel, the annotator, a clearly labelled
 automatic reviewer, the leaderboard snapshots, and the site.
@@ -16,5 +16,8 @@ Modules: ``world`` (accounts, objects, policies, endpoint submissions with
 their conformance checks), ``servers`` (policy servers, the web server),
 ``stations`` (the station worker processes), ``pipeline`` (annotate,
 review, close, release, snapshots), ``report`` (the printed leaderboard),
-``run`` (the orchestration).
+``run`` (the orchestration); and ``simulated_episodes``, the annotator's
+simulated corpus (``proctor calibrate`` and its acceptance tests): episodes
+through the station's runner, linked to a campaign of their own, which the
+station, blind to policies, may not make.
 """

@@ -30,7 +30,7 @@ REQUIREMENTS = ("numpy", "msgpack", "websockets", "pydantic", "pydantic-settings
 
 _CLOSURE = """
 import json, sys
-from proctor.station.policy.demo import DemoPolicy, demo_serve
+from proctor.policywire.serving.demo import DemoPolicy, demo_serve
 demo_serve(DemoPolicy({arm!r}, seed=0))
 print(json.dumps(sorted(m.__file__ for n, m in sys.modules.items()
                         if n.split(".")[0] == "proctor" and getattr(m, "__file__", None))))
@@ -46,7 +46,7 @@ import threading
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "src"))
 
-from proctor.station.policy.demo import DemoPolicy, demo_serve  # noqa: E402
+from proctor.policywire.serving.demo import DemoPolicy, demo_serve  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--arm", required=True)
@@ -77,7 +77,7 @@ def closure_files(arm: str = CHECKPOINT_ARM) -> list[Path]:
 
 def manifest(arm: str, seed: int, name: str) -> str:
     """policy.toml for the arm, declaring what its profile serves."""
-    from proctor.station.policy.demo import CONTROL_HZ, demo_profile
+    from proctor.policywire.serving.demo import CONTROL_HZ, demo_profile
 
     p = demo_profile(arm)
     size = f"image_size = [{p.image_size[0]}, {p.image_size[1]}]\n" if p.image_size else ""

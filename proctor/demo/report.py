@@ -1,15 +1,18 @@
 """The leaderboard as the terminal shows it, read from a stored snapshot's
-result JSON (the same document the web pages render; schema in
-proctor/analysis/README.md)."""
+result JSON through the typed snapshot (``proctor.analysis.snapshot``, the
+same contract the web pages read; schema in proctor/analysis/README.md)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
+
+from proctor.analysis.snapshot import IntervalSnapshot, LeaderboardSnapshot, read_snapshot
 
 # the widest a piped leaderboard may grow before rich wraps or clips it
 _MAX_PIPED_WIDTH = 400
@@ -19,23 +22,39 @@ def _num(x: float | None, digits: int = 1, suffix: str = "") -> str:
     return "—" if x is None else f"{x:.{digits}f}{suffix}"
 
 
-def _interval(iv: dict[str, Any] | None, digits: int = 1, suffix: str = "") -> str:
-    if not iv or iv.get("estimate") is None:
+def _interval(iv: IntervalSnapshot | None, digits: int = 1, suffix: str = "") -> str:
+    if iv is None or iv.estimate is None:
         return "—"
-    lo, hi = iv.get("ci") or (None, None)
-    if lo is None and hi is None:
-        return _num(iv["estimate"], digits, suffix)
-    return f"{_num(iv['estimate'], digits, suffix)} ({_num(lo, digits)}–{_num(hi, digits)})"
+    if iv.lo is None and iv.hi is None:
+        return _num(iv.estimate, digits, suffix)
+    return f"{_num(iv.estimate, digits, suffix)} ({_num(iv.lo, digits)}–{_num(iv.hi, digits)})"
 
 
-def _pct(iv: dict[str, Any] | None) -> str:
-    if not iv or iv.get("estimate") is None:
+def _pct(iv: IntervalSnapshot | None) -> str:
+    if iv is None or iv.estimate is None:
         return "—"
-    return f"{100 * iv['estimate']:.0f}%"
+    return f"{100 * iv.estimate:.0f}%"
 
 
-def verdict_counts(result: dict[str, Any]) -> Counter[str]:
-    return Counter(p["verdict"] for p in result.get("pairs", []))
+def _estimate(digits: int) -> Callable[[IntervalSnapshot | None], str]:
+    return lambda iv: _num(None if iv is None else iv.estimate, digits)
+
+
+# the demo's compact columns: header, the metric (proctor.analysis.metrics), its text
+_COLUMNS: tuple[tuple[str, str, Callable[[IntervalSnapshot | None], str]], ...] = (
+    ("HRT %", "hrt", _interval),
+    ("RMST s", "rmst", _interval),
+    ("done", "completion", _pct),
+    ("drop/op", "drops_per_operation", _estimate(3)),
+    ("stop/ep", "safety_stops_per_episode", _estimate(3)),
+    # — where no station counted them
+    ("env/ep", "envelope_interventions_per_episode", _estimate(2)),
+)
+
+
+def verdict_counts(result: Mapping[str, Any] | LeaderboardSnapshot) -> Counter[str]:
+    snap = result if isinstance(result, LeaderboardSnapshot) else read_snapshot(result)
+    return Counter(p.verdict for p in snap.pairs)
 
 
 def _natural_width(console: Console, renderable: RenderableType) -> int:
@@ -56,45 +75,31 @@ def _for_tables(console: Console, *tables: RenderableType) -> Console:
     return Console(file=console.file, width=width, highlight=False, color_system=None)
 
 
-def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -> None:
-    proto = result["protocol"]
+def print_leaderboard(console: Console, result: Mapping[str, Any], *, title: str) -> None:
+    snap = read_snapshot(result)
+    proto = snap.protocol
     header = (
         f"[bold]{title}[/bold]\n"
-        f"τ = {proto['tau']:g} s · bootstrap B = {proto['bootstrap']} · KS resamples "
-        f"{proto['ks_resamples']} · seed {proto['seed']} · α = {proto['alpha']} · "
-        f"reference: {proto.get('reference') or 'none'} · {result['code_version']}"
+        f"τ = {proto.tau:g} s · bootstrap B = {proto.bootstrap} · KS resamples "
+        f"{proto.ks_resamples} · seed {proto.seed} · α = {proto.alpha} · "
+        f"reference: {proto.reference or 'none'} · {snap.code_version}"
     )
     table = Table(
         show_lines=False,
         caption="intervals: 95% episode-clustered bootstrap · env/ep: commands the safety "
         "envelope clamped or stopped, per counted episode",
     )
-    for col, justify in (
-        ("#", "right"),
-        ("policy", "left"),
-        ("grp", "left"),
-        ("eps", "right"),
-        ("HRT %", "right"),
-        ("RMST s", "right"),
-        ("done", "right"),
-        ("drop/op", "right"),
-        ("stop/ep", "right"),
-        ("env/ep", "right"),  # envelope interventions; — where no station counted them
-    ):
+    for col, justify in (("#", "right"), ("policy", "left"), ("grp", "left"), ("eps", "right")):
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for p in result["policies"]:
-        modes = p.get("failure_modes") or {}
+    for col, _, _ in _COLUMNS:
+        table.add_column(col, justify="right", no_wrap=True)
+    for p in snap.policies:
         table.add_row(
-            "ref" if p["reference"] else str(p["rank"]),
-            p["policy"],
-            p.get("letters") or "",
-            str(p["episodes"]),
-            _interval(p.get("hrt")),
-            _interval(p.get("rmst")),
-            _pct(p.get("completion")),
-            _num((modes.get("drops_per_operation") or {}).get("estimate"), 3),
-            _num((modes.get("safety_stops_per_episode") or {}).get("estimate"), 3),
-            _num((modes.get("envelope_interventions_per_episode") or {}).get("estimate"), 2),
+            "ref" if p.reference else str(p.rank),
+            p.policy,
+            p.letters,
+            str(p.episodes),
+            *(text(p.metric(name)) for _, name, text in _COLUMNS),
         )
 
     pairs = Table(
@@ -103,34 +108,31 @@ def print_leaderboard(console: Console, result: dict[str, Any], *, title: str) -
     )
     for col in ("pair", "verdict", "KS p", "LR p", "ΔRMST s", "to resolve"):
         pairs.add_column(col, no_wrap=col != "to resolve")
-    for pair in result.get("pairs", []):
+    for pair in snap.pairs:
         verdict = {"indistinguishable": "≈ same", "unclear": "different, direction unclear"}.get(
-            pair["verdict"], pair["verdict"]
+            pair.verdict, pair.verdict
         )
-        if pair["verdict"] == "better" and pair.get("winner"):
-            verdict = f"{pair['winner']} better"
-        power = pair.get("power") or {}
-        more = power.get("more_episodes_per_cell")
+        if pair.verdict == "better" and pair.winner:
+            verdict = f"{pair.winner} better"
+        more = None if pair.power is None else pair.power.more_episodes_per_cell
         need = (
             f"≈ {more} more eps/cell"
-            if pair["verdict"] == "indistinguishable" and more is not None
+            if pair.verdict == "indistinguishable" and more is not None
             else ""
         )
-        ks = pair.get("macro_ks") or {}
-        lr = pair.get("logrank") or {}
         pairs.add_row(
-            f"{pair['a']} · {pair['b']}",
+            f"{pair.a} · {pair.b}",
             verdict,
-            _num(ks.get("p_bonferroni"), 4),
-            _num(lr.get("p_bonferroni"), 4),
-            _interval(pair.get("rmst_diff")),
+            _num(pair.macro_ks.p_bonferroni, 4),
+            _num(pair.logrank.p_bonferroni, 4),
+            _interval(pair.rmst_diff),
             need,
         )
     out = _for_tables(console, table, pairs)
     out.print(header)
     out.print(table)
     out.print(pairs)
-    counts = verdict_counts(result)
+    counts = verdict_counts(snap)
     console.print(
         f"pairs: {counts.get('better', 0)} resolved, {counts.get('crossing', 0)} crossing, "
         f"{counts.get('unclear', 0)} different with the direction unclear, "

@@ -107,7 +107,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
     console.print(f"[bold]proctor demo[/bold] · data in {settings.data_dir.resolve()}")
     # the conformance check sends one malformed request on purpose (a server must
     # answer it with an error text); the demo servers' log of it is noise here
-    logging.getLogger("proctor.station.policy.server").setLevel(logging.CRITICAL)
+    logging.getLogger("proctor.policywire.serving.openpi").setLevel(logging.CRITICAL)
     migrate.upgrade(settings.db_url)
     settings = with_own_secret_key(settings)
     ctx = _Context(settings)
@@ -182,7 +182,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
             campaign_name=campaign_name,
             episodes=int(episodes or 0),
             labels=dict(labels),
-            verdicts=dict(verdict_counts(result or {})),
+            verdicts={} if result is None else dict(verdict_counts(result)),
             snapshot_ids=snapshot_ids,
             result=result,
             admin=accounts.admin,
@@ -226,10 +226,10 @@ def _enrol_stations(ctx: _Context, names: list[str]) -> dict[str, str]:
 def _register(
     ctx: _Context, options: DemoOptions, policies: PolicyServers, console: Console, *, origin: str
 ) -> tuple[world.Accounts, int, str, int]:
+    from proctor.policywire.conformance.check import CheckOptions, check_endpoint
+    from proctor.policywire.serving.demo import demo_profile
     from proctor.scheduler.protocol import parse_protocol
     from proctor.scheduler.service import Actor, create_campaign, start_campaign
-    from proctor.station.policy.conformance import CheckOptions, check_endpoint
-    from proctor.station.policy.demo import demo_profile
     from proctor.web.auth.passwords import Passwords
 
     passwords = Passwords.for_settings(ctx.settings)

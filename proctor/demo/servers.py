@@ -1,5 +1,5 @@
 """The demo's servers, each on loopback: the scripted policy servers (the
-real policy protocol) and the web app (pages, API and the policy gateway)."""
+real policy wire) and the web app (pages, API and the policy gateway)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class PolicyServers:
 
 def start_policy_servers(arms: tuple[str, ...], *, seed: int) -> PolicyServers:
     """Each arm on the wire its profile names (openpi, RoboArena or Positronic v1)."""
-    from proctor.station.policy.demo import DemoPolicy, demo_serve
+    from proctor.policywire.serving.demo import DemoPolicy, demo_serve
 
     started: dict[str, Any] = {}
     try:

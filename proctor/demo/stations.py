@@ -67,7 +67,7 @@ class StandInOperator:
     def one_run(self) -> bool:
         """Take, run and close one run; False when none was claimable."""
         from proctor.station.daemon import NoWork
-        from proctor.station.runner import PolicyUnreachable
+        from proctor.station.episode_runner import PolicyUnreachable
 
         daemon = self.daemon
         if daemon.runner.arm_error is not None:

@@ -113,7 +113,7 @@ def ensure_policies(session: ProctorSession) -> dict[str, Policy]:
                 description=(
                     "scripted near-optimal agent standing in for the human teleoperator"
                     if arm == REFERENCE
-                    else f"scripted demo policy '{arm}' (proctor.station.policy.demo)"
+                    else f"scripted demo policy '{arm}' (proctor.policywire.serving.demo)"
                 ),
             )
             session.add(row)

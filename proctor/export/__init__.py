@@ -13,7 +13,7 @@ into place when complete, so a half-written export never looks finished)::
                            stream and the append-only review history (a person
                            who reviewed is "a reviewer", as the public explorer
                            says; an automatic reviewer keeps its label)
-        telemetry.parquet  100 Hz telemetry (columns: proctor/station/keys.py)
+        telemetry.parquet  100 Hz telemetry (columns: proctor/core/recording/keys.py)
         frames-<camera>.parquet   per-frame timestamps of each video
         video-<camera>.mp4        H.264, one per camera (skipped with --no-media)
         manifest.json      the station's episode manifest

@@ -185,6 +185,7 @@ def export_campaign(
     media: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> ExportSummary:
+    from proctor.analysis.interchange import FORMAT as INTERCHANGE_FORMAT
     from proctor.analysis.interchange import write_interchange
     from proctor.analysis.store import load_episodes
     from proctor.scheduler.naming import WITHHELD_NOTE, campaign_naming
@@ -229,6 +230,8 @@ def export_campaign(
                 progress(i + 1, len(episodes))
         dataset = {
             "format": "proctor.export/1",
+            # episodes.csv's format (docs/methods.md §8): 2 carries block and sequence
+            "interchange_format": INTERCHANGE_FORMAT,
             "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "code_version": f"proctor-{__version__}",
             "campaign": {

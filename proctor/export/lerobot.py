@@ -71,6 +71,7 @@ from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Assignment, Episode, EpisodeEvent, ObjectType, Policy
 from proctor.core.domain import EpisodeState, LabelStream
 from proctor.core.errors import UsageError
+from proctor.core.recording.reader import Recording, load_recording
 from proctor.export.audience import Audience, audience
 from proctor.export.dataset import ExportSummary
 from proctor.export.lerobot_frames import (
@@ -83,7 +84,6 @@ from proctor.export.lerobot_frames import (
 )
 from proctor.export.lerobot_video import CameraVideo, PixelStats
 from proctor.export.staging import check_free, staged_folder
-from proctor.station.recording import Recording, load_recording
 
 CODEBASE_VERSION = "v3.0"
 CHUNKS_SIZE = 1000  # files per chunk folder (LeRobot's default)

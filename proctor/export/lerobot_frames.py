@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from proctor.core.arm_commands import ArmCommandKind
 from proctor.core.domain import Outcome
 from proctor.core.errors import UsageError
-from proctor.station import keys
-from proctor.station.drivers.arm.base import ArmCommandKind
-from proctor.station.recording import Recording
+from proctor.core.recording import keys
+from proctor.core.recording.reader import Recording
 
 PRIMARY_CAMERAS = keys.CAMERAS  # the first one recorded sets the frame times
 

@@ -3,7 +3,7 @@
 Pure: text in, a validated ``Manifest`` (or every problem, each naming its
 field) out. The schema is documented in ``proctor/web/submissions/README.md``; the
 runner section is what a later runner service reads to pick an isolated
-environment per framework and start a server speaking the policy protocol.
+environment per framework and start a server speaking the policy wire.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -26,8 +26,9 @@ from pydantic import (
 )
 
 from proctor.analysis.report import RESULT_KEYS
-from proctor.station.policy import dialects, units
-from proctor.station.policy.spec import ActionSpace
+from proctor.policywire import dialects
+from proctor.policywire.wire import units
+from proctor.policywire.wire.spec import ActionSpace
 
 MANIFEST_NAME = "policy.toml"
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -171,8 +172,16 @@ class CommandRunner(_Section):
     )
     requirements: ArchivePath | None = None
     python: Annotated[str, StringConstraints(pattern=r"^3\.(1[0-9]|[89])$")] = "3.11"
-    # the wire dialect the command's server speaks
-    dialect: Literal["openpi", "roboarena", "positronic_v1"] = "openpi"
+    # the wire dialect the command's server speaks: one a submission can store
+    # (``EndpointDialect``, the dialects' registry's built-in names)
+    dialect: str = "openpi"
+
+    @field_validator("dialect")
+    @classmethod
+    def _dialect(cls, value: str) -> str:
+        if value not in dialects.MODULES:
+            raise ValueError(f"'{value}' is not one of {', '.join(dialects.MODULES)}")
+        return value
 
     @field_validator("command")
     @classmethod
@@ -196,6 +205,13 @@ class CommandRunner(_Section):
 
 Runner = Annotated[LerobotRunner | OpenpiRunner | CommandRunner, Field(discriminator="framework")]
 
+# the frameworks a checkpoint may name, each once: its section's ``framework``
+# tag (the runner's ``FRAMEWORKS`` registry is built from these names)
+RUNNER_FRAMEWORKS: tuple[str, ...] = tuple(
+    get_args(section.model_fields["framework"].annotation)[0]
+    for section in get_args(get_args(Runner)[0])
+)
+
 
 class PolicySpec(_Section):
     """What the policy consumes and produces: checked by the conformance check."""
@@ -211,7 +227,7 @@ class PolicySpec(_Section):
     )
     # the same observations always give the same actions
     deterministic: bool = False
-    # what a velocity action's numbers mean (``proctor/station/policy/units.py``);
+    # what a velocity action's numbers mean (``proctor/policywire/wire/units.py``);
     # None: as the runner server's metadata says (openpi's default: DROID's units
     # when it names no action space)
     action_units: str | None = None
@@ -279,13 +295,10 @@ class ManifestError(ValueError):
         super().__init__("; ".join(str(p) for p in problems) or f"{MANIFEST_NAME} is invalid")
 
 
-_RUNNER_TAGS = {"lerobot", "openpi", "command"}
-
-
 def _field_path(loc: Iterable[Any], kind: str = "") -> str:
     parts = [str(p) for p in loc]
     # a discriminated union puts the chosen tag in the path: runner.openpi.config
-    if len(parts) >= 2 and parts[0] == "runner" and parts[1] in _RUNNER_TAGS:
+    if len(parts) >= 2 and parts[0] == "runner" and parts[1] in RUNNER_FRAMEWORKS:
         parts = [parts[0], *parts[2:]]
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         parts.append("framework")
@@ -300,9 +313,9 @@ def _message(err: dict[str, Any]) -> str:
         return "is not a field of policy.toml (check the spelling)"
     if kind == "union_tag_invalid":
         got = (err.get("ctx") or {}).get("tag")
-        return f"'{got}' is not one of lerobot, openpi, command"
+        return f"'{got}' is not one of {', '.join(RUNNER_FRAMEWORKS)}"
     if kind == "union_tag_not_found":
-        return "is required: lerobot, openpi or command"
+        return f"is required: {', '.join(RUNNER_FRAMEWORKS[:-1])} or {RUNNER_FRAMEWORKS[-1]}"
     if kind == "enum":
         got = err.get("input")
         return f"'{got}' is not one of {', '.join(a.value for a in ActionSpace)}"

@@ -4,7 +4,7 @@ A server is ready when it does what its first client would see: the
 WebSocket handshake at the URL its dialect dials succeeds and, for dialects
 whose server speaks first (openpi's and RoboArena's metadata), that first
 message arrives. What each dialect does is its own module's
-(``proctor.station.policy.dialects``: ``dial_url``, ``greets_on_connect``).
+(``proctor.policywire.dialects``: ``dial_url``, ``greets_on_connect``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
+from proctor.policywire import dialects
 from proctor.runner.sandbox.relay import connect_unix
-from proctor.station.policy import dialects
 
 
 def is_ready(dialect: str, socket_path: Path, timeout_s: float = 5.0) -> bool:

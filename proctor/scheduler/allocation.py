@@ -72,7 +72,7 @@ class AllocationProtocol:
     configs: tuple[SpatialConfig, ...]
     episodes_per_cell: int
     algorithm: str = ALGORITHM
-    # the adaptive rule (proctor.scheduler.adaptive), validated there; it
+    # the adaptive rule (proctor.scheduler.adaptive_rule), validated there; it
     # changes only which policy later slots go to, never the blocks
     adaptive: dict[str, Any] | None = None
 

@@ -47,15 +47,15 @@ from proctor.core.domain import (
     Side,
     SubmissionKind,
 )
+from proctor.core.episode_record import FAULT_POLICY_MOTION, FAULT_POLICY_PROTOCOL
 from proctor.core.errors import FieldConflict, ProctorError, UsageError
 from proctor.core.settings import SchedulerSettings
+from proctor.core.work import LatencyBudget
+from proctor.policywire.wire.spec import manifest_action_units, manifest_exterior_numbering
 from proctor.scheduler import runners
-from proctor.scheduler.adaptation import apply_plan
+from proctor.scheduler.adaptive_campaign import apply_plan
 from proctor.scheduler.codes import new_endpoint_handle, unique_codes
 from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
-from proctor.station.episodes import FAULT_POLICY_MOTION, FAULT_POLICY_PROTOCOL
-from proctor.station.policy.spec import manifest_action_units, manifest_exterior_numbering
-from proctor.station.work import LatencyBudget
 
 # Protocol failures (a malformed reply or metadata) a policy may have in one
 # campaign before they are charged to it; the default of the scheduler's
@@ -71,7 +71,7 @@ FAULT_POLICY_SERVER = "policy_server"
 POLICY_FAULTS = frozenset({FAULT_POLICY_PROTOCOL, FAULT_POLICY_SERVER, FAULT_POLICY_MOTION})
 # how each charged fault is named in the episode's reason
 CHARGED_AS = {
-    FAULT_POLICY_PROTOCOL: "policy protocol failure",
+    FAULT_POLICY_PROTOCOL: "policy wire failure",
     FAULT_POLICY_SERVER: "policy server failure",
     FAULT_POLICY_MOTION: "arm fault after the policy's own motion",
 }
@@ -445,7 +445,7 @@ def complete(
     A closed episode (operator log saved) counts: the slot is ``done``. A
     ``system`` episode, or one ``interrupted`` by a daemon crash, says
     nothing about the policy: the slot is ``requeued`` and a fresh slot
-    replaces it — except a policy protocol failure, or a checkpoint's runner
+    replaces it — except a policy wire failure, or a checkpoint's runner
     server failing by the submitter's fault during the episode, once the
     policy has had ``free_protocol_faults`` of them in this campaign: that
     one is charged to the policy (``_charge_protocol_fault``) and counts. Repeating a
@@ -600,10 +600,14 @@ def report_preflight_failure(
     actor: Actor | None = None,
     now: datetime | None = None,
     lease_s: float = CLAIM_LEASE_S,
+    retry_s: float = PREFLIGHT_RETRY_S,
+    retry_max_s: float = PREFLIGHT_RETRY_MAX_S,
 ) -> datetime | None:
     """The policy could not be reached before the episode: skip the run (the
     operator just moves on to the next code, learning nothing about whose it
-    was) and reschedule its slot after a growing delay. Returns when; None
+    was) and reschedule its slot after a growing delay (``retry_s``, doubling
+    with each attempt up to ``retry_max_s``: ``scheduler.preflight_retry_s``
+    and ``preflight_retry_max_s``). Returns when; None
     if an episode had in fact begun under the run (it is settled instead,
     as ``complete`` would; refused with ``EpisodeLive`` while it is live and
     synced within ``lease_s``)."""
@@ -617,7 +621,7 @@ def report_preflight_failure(
         _refuse_if_live(a, ran[-1], now, lease_s, field="run_code")
         _settle(session, a, ran[-1])
         return None
-    delay = min(PREFLIGHT_RETRY_S * 2 ** (a.attempt - 1), PREFLIGHT_RETRY_MAX_S)
+    delay = min(retry_s * 2 ** (a.attempt - 1), retry_max_s)
     a.status = AssignmentStatus.skipped
     a.completed_at = now
     session.flush()

@@ -29,7 +29,7 @@ What the station sees when something is wrong (see ``proctor/scheduler/README.md
 
 A handle is bound to the station that claimed its run: the station proves
 which station it is with its own token (``Authorization: Bearer pst_…`` on
-the handshake, sent by ``proctor/scheduler/work_source.py`` from the station
+the handshake, sent by ``proctor/scheduler/campaign_work_source.py`` from the station
 host's ``PROCTOR_STATION_TOKEN``; issued, rotated and revoked by
 ``proctor.core.station_credentials``), and a leaked handle is useless without
 that station's live token. Only where the settings say so explicitly
@@ -65,10 +65,10 @@ from proctor.core.db.models import Assignment, Campaign, RunnerServer, Submissio
 from proctor.core.db.types import utcnow
 from proctor.core.domain import AssignmentStatus, CampaignStatus, EndpointDialect, SubmissionKind
 from proctor.core.errors import ProctorError
+from proctor.policywire.handshake import auth_headers
 from proctor.scheduler import runners
 from proctor.scheduler.codes import is_endpoint_handle
 from proctor.scheduler.endpoint_keys import decrypt_api_key
-from proctor.station.policy.spec import auth_headers
 
 log = logging.getLogger(__name__)
 

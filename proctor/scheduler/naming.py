@@ -179,9 +179,10 @@ def relabel_result(result: dict[str, Any], labels: Mapping[str, str]) -> dict[st
     label; names it lacks stay), in exactly the fields that hold names: the
     reference, each policy row, each pair's members and winner, the letter
     tables' keys, the matrix, the exclusions, the notes written about
-    policies (``proctor.analysis.notes``), an adaptive campaign's early stops
-    and the drift sentinels. Nothing else is touched: a name that is
-    also a word of the result (a key, an object, free text) stays that word,
+    policies (``proctor.analysis.notes``), an adaptive campaign's early stops,
+    the drift sentinels, the per-object letters and the rankings by rule.
+    Nothing else is touched: a name that is also a word of the result (a
+    key, an object, free text) stays that word,
     so the labels never tell which name they stand for. Nested parts not
     relabelled are shared with ``result``, which is not modified."""
 
@@ -223,6 +224,17 @@ def relabel_result(result: dict[str, Any], labels: Mapping[str, str]) -> dict[st
         }
     if isinstance(result.get("drift"), list):
         out["drift"] = [{**d, "policy": name(d.get("policy"))} for d in result["drift"]]
+    # the per-object letter tables and the rankings by rule (proctor.analysis.claims)
+    if isinstance(result.get("letters_per_object"), list):
+        out["letters_per_object"] = [
+            {**x, "letters": {name(k): v for k, v in x.get("letters", {}).items()}}
+            for x in result["letters_per_object"]
+        ]
+    if isinstance(result.get("rankings"), list):
+        out["rankings"] = [
+            {**r, "policies": [{**q, "policy": name(q.get("policy"))} for q in r["policies"]]}
+            for r in result["rankings"]
+        ]
     return out
 
 

@@ -47,7 +47,7 @@ from pydantic import (
 
 from proctor.core.domain import Side
 from proctor.core.errors import UsageError
-from proctor.station.config import CellLabel
+from proctor.core.labels import CellLabel
 
 # a guard against typos like episodes_per_cell = 20000, not a methodological limit
 MAX_SLOTS = 100_000
@@ -96,7 +96,7 @@ def _entry(value: Any) -> Any:
 
 
 class AdaptiveEntry(BaseModel):
-    """The adaptive allocation rule (``proctor.scheduler.adaptive``), committed
+    """The adaptive allocation rule (``proctor.scheduler.adaptive_rule``), committed
     with the seed: its familywise α and how many blocks stations may run
     ahead of the last settled one."""
 

@@ -43,8 +43,8 @@ from proctor.core.domain import (
 )
 from proctor.core.errors import Conflict, NotFound, UsageError
 from proctor.scheduler import runners
-from proctor.scheduler.adaptation import apply_plan, verify_plan
-from proctor.scheduler.adaptive import AdaptiveRule
+from proctor.scheduler.adaptive_campaign import apply_plan, verify_plan
+from proctor.scheduler.adaptive_rule import AdaptiveRule
 from proctor.scheduler.allocation import (
     AllocationProtocol,
     Slot,

@@ -1,6 +1,6 @@
 """The station API's service: what the server does for a station host.
 
-A station host is a client of the server (``proctor.station.uplink.wire``
+A station host is a client of the server (``proctor.core.station_api_wire``
 is the wire both sides import); the routes in ``proctor.web.stationapi``
 call these functions with the calling station's id, proven by its token.
 Each function takes a ``session`` and never commits: the route's request is
@@ -56,14 +56,11 @@ from proctor.core.db.models import (
 )
 from proctor.core.db.types import utcnow
 from proctor.core.domain import AssignmentStatus, CampaignStatus, EpisodeState, Outcome, Side
+from proctor.core.episode_record import OPERATOR_LABEL_KEY, OperatorLog, bounded
 from proctor.core.errors import FieldConflict, FieldError, FieldForbidden
+from proctor.core.labels import label_problem
 from proctor.core.settings import SchedulerSettings
-from proctor.scheduler import claims
-from proctor.scheduler.gateway import GATEWAY_PATH
-from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
-from proctor.station.config import label_problem
-from proctor.station.episodes import OPERATOR_LABEL_KEY, OperatorLog, bounded
-from proctor.station.uplink.wire import (
+from proctor.core.station_api_wire import (
     ClaimReply,
     ClaimRequest,
     EpisodeReply,
@@ -74,6 +71,9 @@ from proctor.station.uplink.wire import (
     Wire,
     WorkWire,
 )
+from proctor.scheduler import claims
+from proctor.scheduler.gateway import GATEWAY_PATH
+from proctor.scheduler.service import CampaignNotFound, CampaignStateError, get_campaign
 
 # the database's integer columns (ids, revisions, seeds) hold 32 bits
 INT_MAX = 2**31 - 1
@@ -250,6 +250,8 @@ def abandon(
     *,
     now: datetime,
     lease_s: float = claims.CLAIM_LEASE_S,
+    retry_s: float = claims.PREFLIGHT_RETRY_S,
+    retry_max_s: float = claims.PREFLIGHT_RETRY_MAX_S,
 ) -> bool:
     """A claimed run that never started: skipped and rescheduled later. Returns
     False if an episode had begun under it after all (it was settled instead)."""
@@ -266,6 +268,8 @@ def abandon(
         actor=Actor(label=f"station:{name}"),
         now=now,
         lease_s=lease_s,
+        retry_s=retry_s,
+        retry_max_s=retry_max_s,
     )
     return retry_at is not None
 

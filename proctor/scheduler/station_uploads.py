@@ -44,7 +44,7 @@ from proctor.core.errors import (
     FieldNotFound,
 )
 from proctor.core.settings import SchedulerSettings
-from proctor.station.uplink.wire import (
+from proctor.core.station_api_wire import (
     CompleteReply,
     PartDone,
     PartTarget,

@@ -1,1 +1,2 @@
-"""The station daemon: drivers, simulated cell, control loop, recorder, policy clients."""
+"""The station daemon: drivers, simulated cell, control loop, recorder (the policy
+protocol it speaks is ``proctor.policywire``)."""

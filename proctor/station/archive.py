@@ -15,7 +15,7 @@ NULL: unknown, not zero.
 The simulated cell's layout is a function of the configuration
 (``proctor.station.sim.world.Layout``); a caller that knows its cell's layout passes
 it as ``extra_manifest["layout"]`` (the real and twin cells pass their
-commissioned layout, ``proctor.station.commissioning``); a cell that describes none
+commissioned layout, ``proctor.station.commissioning.cell_file``); a cell that describes none
 (an uncommissioned real or twin cell) records none.
 """
 
@@ -34,7 +34,8 @@ from proctor.core.db import session_scope
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Episode
 from proctor.core.domain import ArtifactKind, Side
-from proctor.station import episodes, keys
+from proctor.core.recording import keys
+from proctor.station import episodes
 from proctor.station.recorder import RecordingResult, finalize_spool
 
 MANIFEST_FORMAT = "proctor.episode/1"

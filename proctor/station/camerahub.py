@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 from proctor.station.drivers.camera.base import Camera, CameraStalled, Frame
 
 log = logging.getLogger(__name__)

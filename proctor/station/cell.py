@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from proctor.station.clock import Clock, VirtualClock
+from proctor.core.clock import Clock, VirtualClock
 from proctor.station.drivers.arm.base import Arm
 from proctor.station.drivers.camera.base import Camera
 from proctor.station.drivers.gripper.base import Gripper
 
 if TYPE_CHECKING:
-    from proctor.station.commissioning import CommissionedCell
-    from proctor.station.work import Work
+    from proctor.core.work import Work
+    from proctor.station.commissioning.cell_file import CommissionedCell
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Scene(Protocol):
         ...
 
     def privileged_observation(self) -> dict[str, Any]:
-        """The ``sim/…`` observation keys (proctor.station.keys); never sent by real cells."""
+        """The ``sim/…`` observation keys (``proctor.policywire.wire.keys``), sim only."""
         ...
 
     def still(self, camera: str, width: int, height: int) -> Any:
@@ -71,7 +71,7 @@ class Cell:
     gripper: Gripper
     cameras: dict[str, Camera]
     scene: Scene | None = None
-    # what commissioning measured (real and twin cells; proctor.station.commissioning)
+    # what commissioning measured (real and twin cells; proctor.station.commissioning.cell_file)
     commissioned: CommissionedCell | None = None
     # the profile's envelope limits (``EnvelopeSettings`` fields) under the station
     # config's ``[envelope]``: the simulated cell has its own geometry and speed

@@ -1,4 +1,5 @@
-"""``proctor station`` and ``proctor policy``."""
+"""``proctor station`` (``proctor policy`` is the policy wire's own:
+``proctor.policywire.cli``)."""
 
 from __future__ import annotations
 
@@ -6,22 +7,27 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from proctor.core import episode_record
 from proctor.core.errors import ProctorError, UsageError
-from proctor.station.policy import dialects
-
-if TYPE_CHECKING:
-    from proctor.core.domain import EndpointDialect
+from proctor.policywire.cli_options import (
+    ActionUnitsOpt,
+    ApiKeyEnvOpt,
+    DialectOpt,
+    ExteriorNumberingOpt,
+    action_units_option,
+    api_key,
+    dialect_option,
+    policy_url,
+)
+from proctor.policywire.handshake import auth_headers
 
 log = logging.getLogger(__name__)
 
 station_app = typer.Typer(help="The station daemon.", no_args_is_help=True)
-policy_app = typer.Typer(
-    help="Policy servers: demo policies, conformance checks.", no_args_is_help=True
-)
 
 # how long `proctor station run` lets the local API's connections close on
 # SIGTERM before it stops the arm and closes the daemon (the systemd unit's
@@ -29,43 +35,6 @@ policy_app = typer.Typer(
 API_SHUTDOWN_GRACE_S = 5  # s (uvicorn takes whole seconds)
 
 ProfileOpt = Annotated[str, typer.Option("--profile", help="Station profile: sim, twin or real.")]
-DialectOpt = Annotated[
-    str | None,
-    typer.Option(
-        help=f"{dialects.choices_text()} (default: openpi or roboarena, "
-        "detected from the server's metadata; a Positronic server must be named)."
-    ),
-]
-ApiKeyEnvOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--api-key-env",
-        help="An environment variable holding the server's API key (sent as "
-        "'Authorization: Api-Key …', as openpi's client does, or as "
-        "'Authorization: Bearer …' with --dialect positronic_v1, as Positronic's does).",
-    ),
-]
-ExteriorNumberingOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--exterior-numbering",
-        min=0,
-        max=1,
-        help="openpi, roboarena: the first exterior camera's key, "
-        "observation/exterior_image_1_left (1, the default: DROID policies) or "
-        "…_0_left (0: RoboArena's test script, DreamZero).",
-    ),
-]
-ActionUnitsOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--action-units",
-        help="openpi, roboarena: what the numbers of a velocity action mean, si (rad/s, "
-        "m/s) or droid (DROID's normalised per-step deltas); default: as the server's "
-        "metadata says (its action_units, else its dialect's default). A server whose "
-        "metadata declares other units is refused.",
-    ),
-]
 StationConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", help="Station config file (TOML); defaults when omitted."),
@@ -76,58 +45,6 @@ def _settings(ctx: typer.Context) -> Any:
     from proctor.core.cli_context import cli_context
 
     return cli_context(ctx).settings()
-
-
-def _dialect_option(value: str | None) -> EndpointDialect | None:
-    """``--dialect``: one of the wire dialects, or None (detected from the metadata)."""
-    from proctor.core.domain import EndpointDialect
-
-    try:
-        return EndpointDialect(value) if value else None
-    except ValueError:
-        raise UsageError(
-            f"--dialect: '{value}' is not one of {', '.join(d.value for d in EndpointDialect)}"
-        ) from None
-
-
-def _policy_url(name: str, url: str, dialect: EndpointDialect | None) -> str:
-    """The URL to connect to, as its dialect normalises it: a Positronic
-    server's gets its session path (``ws://host:port`` → ``ws://host:port/api/v1/session``)."""
-    try:
-        return dialects.get_or_detected(dialect).dial_url(url)
-    except ValueError as exc:
-        raise UsageError(f"{name}: {exc}") from None
-
-
-def _action_units_option(value: str | None, dialect: EndpointDialect | None) -> str | None:
-    """``--action-units``: a registered convention, for a dialect whose replies may be
-    velocities (None: the server's metadata decides)."""
-    from proctor.station.policy import units
-
-    if value is None:
-        return None
-    try:
-        chosen = units.check(value)
-    except ValueError as exc:
-        raise UsageError(f"--action-units: {str(exc).split(': ', 1)[-1]}") from None
-    if dialect is not None and not dialects.get(dialect).velocity_actions:
-        raise UsageError(
-            f"--action-units: the {dialect.value} dialect's commands are positions, which "
-            "have no units to select; leave it out"
-        )
-    return chosen
-
-
-def _api_key(env_var: str | None) -> str | None:
-    """``--api-key-env``: the key held by that environment variable."""
-    import os
-
-    if not env_var:
-        return None
-    key = os.environ.get(env_var, "")
-    if not key:
-        raise UsageError(f"--api-key-env: the environment variable {env_var} is empty")
-    return key
 
 
 @station_app.command()
@@ -155,8 +72,8 @@ def run(
     import uvicorn
 
     from proctor.core.station_key import ensure_station_key
-    from proctor.station.api import create_app
     from proctor.station.config import load_station_config
+    from proctor.station.console_api import create_app
     from proctor.station.device_lock import HARDWARE_PROFILES, station_devices
     from proctor.station.logs import configure_logging
 
@@ -316,19 +233,19 @@ def episode(
 
     from proctor.core.artifacts import open_store
     from proctor.core.db.opening import open_sessions
+    from proctor.core.work import Work
     from proctor.station.config import load_station_config, spool_root
-    from proctor.station.policy.spec import auth_headers
+    from proctor.station.episode_runner import EpisodeRunner, RunnerState
     from proctor.station.profiles import build_cell
-    from proctor.station.runner import EpisodeRunner, RunnerState
-    from proctor.station.work import Work, new_run_code
+    from proctor.station.work_source import new_run_code
 
     if ground_truth_log and profile != "sim":
         raise UsageError("--ground-truth-log: only the simulated cell has a ground truth")
     if open_gripper and not home_first:
         raise UsageError("--open-gripper: only with --home-first")
-    chosen = _dialect_option(dialect)
+    chosen = dialect_option(dialect)
     if policy.startswith(("ws://", "wss://")):  # anything else: Work says what is wrong
-        policy = _policy_url("--policy", policy, chosen)
+        policy = policy_url("--policy", policy, chosen)
     settings = _settings(ctx)
     cfg = load_station_config(config)
     work = Work(
@@ -342,8 +259,8 @@ def episode(
         sim_seed=seed if seed is not None else (0 if profile == "sim" else None),
         dialect=chosen,
         exterior_numbering=exterior_numbering,
-        action_units=_action_units_option(action_units, chosen),
-        policy_headers=auth_headers(chosen, _api_key(api_key_env)),
+        action_units=action_units_option(action_units, chosen),
+        policy_headers=auth_headers(chosen, api_key(api_key_env)),
     )
     if profile == "sim":
         from proctor.station.sim.objects import object_spec
@@ -439,7 +356,7 @@ def log_cmd(
 
     settings = _settings(ctx)
     sessions = open_sessions(settings)
-    entry = episodes.OperatorLog.parse(
+    entry = episode_record.OperatorLog.parse(
         {"placed": placed, "lost": lost, "dropped": dropped, "outcome": outcome, "notes": notes}
     )
     with session_scope(sessions) as s:
@@ -475,175 +392,8 @@ def recover(
         )
 
 
-@policy_app.command("serve-demo")
-def serve_demo(
-    profile: Annotated[
-        str, typer.Option(help="Demo profile (see `proctor policy demo-profiles`).")
-    ],
-    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 8000,
-    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    seed: Annotated[int, typer.Option(help="Seed of the controller's own randomness.")] = 0,
-    fault: Annotated[
-        str | None,
-        typer.Option(
-            help="DRILL: misbehave on purpose after N requests per connection — "
-            "hang[:N], disconnect[:N], bad-shape[:N] or error[:N].",
-        ),
-    ] = None,
-) -> None:
-    """Serve a scripted demo policy on the wire its profile names (openpi
-    WebSocket, its RoboArena dialect, or Positronic v1)."""
-    from proctor.station.policy.demo import DemoPolicy, demo_profile, demo_serve
-    from proctor.station.policy.server import Fault
-
-    try:
-        p = demo_profile(profile)
-        drill = Fault.parse(fault) if fault else None
-        server = demo_serve(DemoPolicy(p, seed=seed), host=host, port=port, fault=drill)
-    except ValueError as exc:
-        raise UsageError(f"--fault: {exc}" if fault else str(exc)) from None
-    logging.basicConfig(level=logging.WARNING)
-
-    def started() -> None:
-        wire = dialects.get(p.dialect).served_text(server)
-        typer.echo(f"serving demo policy '{p.name}' on {server.url}{wire}")
-        sys.stdout.flush()
-
-    try:
-        server.serve_forever(started)
-    except OSError as exc:
-        raise ProctorError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
-    except KeyboardInterrupt:
-        pass
-
-
-@policy_app.command("demo-profiles")
-def demo_profiles() -> None:
-    """List the demo policies and the reference agent."""
-    from proctor.station.policy.demo import DEMO_PROFILES
-
-    for p in DEMO_PROFILES.values():
-        tag = " (reference)" if p.reference else ""
-        typer.echo(f"{p.name:10s}{tag:12s} {p.description}")
-
-
-@policy_app.command("check")
-def check(
-    endpoint: Annotated[
-        str,
-        typer.Argument(
-            help="The policy server's WebSocket URL: ws://host:port or wss://… (for "
-            "positronic_v1, /api/v1/session is added to a URL with no path)."
-        ),
-    ],
-    dialect: DialectOpt = None,
-    exterior_numbering: ExteriorNumberingOpt = None,
-    action_units: ActionUnitsOpt = None,
-    action_space: Annotated[
-        str | None,
-        typer.Option(
-            "--action-space",
-            help="The action space you declare: joint_position, joint_velocity, "
-            "cartesian_position or cartesian_velocity.",
-        ),
-    ] = None,
-    chunk_length: Annotated[
-        int | None, typer.Option(min=1, help="The number of actions per reply you declare.")
-    ] = None,
-    deterministic: Annotated[
-        bool,
-        typer.Option(
-            "--deterministic", help="Declare that the same observations give the same actions."
-        ),
-    ] = False,
-    name: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--name",
-            help="A name that must not appear in the metadata: your policy's, your team's "
-            "(repeatable).",
-        ),
-    ] = None,
-    api_key_env: ApiKeyEnvOpt = None,
-    timeout: Annotated[
-        float, typer.Option(min=0.1, help="Seconds a reply may take (the station's limit).")
-    ] = 5.0,
-    sim_keys: Annotated[
-        bool,
-        typer.Option(
-            "--sim-keys/--no-sim-keys",
-            help="Send the simulated cell's privileged sim/… keys, as the sim profile does.",
-        ),
-    ] = True,
-    json_out: Annotated[
-        Path | None,
-        typer.Option("--json", help="Also write the report as JSON to this file ('-': stdout)."),
-    ] = None,
-) -> None:
-    """Check that a policy server speaks the station's protocol as declared
-    (exit code 0 when it passes, 1 when it fails)."""
-    import json
-
-    from rich.console import Console
-
-    from proctor.station.policy.conformance import (
-        CheckOptions,
-        Expectations,
-        Status,
-        check_endpoint,
-        format_report,
-    )
-    from proctor.station.policy.spec import ActionSpace, auth_headers
-
-    if not endpoint.startswith(("ws://", "wss://")):
-        raise UsageError(f"ENDPOINT: '{endpoint}' is not a ws:// or wss:// URL")
-    chosen = _dialect_option(dialect)
-    endpoint = _policy_url("ENDPOINT", endpoint, chosen)
-    try:
-        space = ActionSpace(action_space) if action_space else None
-    except ValueError:
-        raise UsageError(
-            f"--action-space: '{action_space}' is not one of "
-            f"{', '.join(a.value for a in ActionSpace)}"
-        ) from None
-    units = _action_units_option(action_units, chosen)
-    headers = auth_headers(chosen, _api_key(api_key_env))
-    err = Console(stderr=True)
-    with err.status("checking…") as status:
-        report = check_endpoint(
-            endpoint,
-            expect=Expectations(
-                action_space=space,
-                chunk_length=chunk_length,
-                deterministic=deterministic,
-                identity_terms=tuple(name or ()),
-            ),
-            options=CheckOptions(
-                dialect=chosen,
-                headers=headers,
-                request_timeout_s=timeout,
-                sim_keys=sim_keys,
-                exterior_numbering=exterior_numbering,
-                action_units=units,
-            ),
-            progress=lambda msg: status.update(f"checking: {msg}…"),
-        )
-    colors = {"[ok  ]": "green", "[FAIL]": "red", "[warn]": "yellow"}
-    for line in format_report(report):
-        color = next((c for mark, c in colors.items() if mark in line[:10]), None)
-        typer.echo(typer.style(line, fg=color) if color else line)
-    if json_out is not None:
-        text = json.dumps(report.to_json(), indent=2)
-        if str(json_out) == "-":
-            typer.echo(text)
-        else:
-            json_out.write_text(text + "\n", encoding="utf-8")
-    if report.verdict != Status.passed:
-        raise typer.Exit(1)
-
-
 # -- hardware profiles: pre-flight and teleoperation ----------------------------
-from proctor.station.commission import commission_command as _commission  # noqa: E402
+from proctor.station.commissioning.procedure import commission_command as _commission  # noqa: E402
 from proctor.station.gripper_activation import gripper_activate as _gripper_activate  # noqa: E402
 from proctor.station.preflight import check as _preflight_check  # noqa: E402
 from proctor.station.teleop.cli import teleop as _teleop  # noqa: E402

@@ -37,42 +37,17 @@ Example::
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from proctor.core.errors import ConfigError
+from proctor.core.labels import CellLabel
 
 if TYPE_CHECKING:
     from proctor.core.settings import Settings
-
-
-# a site or cell profile: a short slug, so it reads the same in a URL, a file
-# name, a TOML key and the leaderboard, and cannot smuggle markup or spaces
-_LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-
-
-def label_problem(value: object) -> str | None:
-    """Why ``value`` is not a site or cell-profile label, or None if it is one."""
-    if not isinstance(value, str) or not _LABEL.fullmatch(value):
-        return (
-            f"{value!r} must be 1-64 characters of lowercase letters, digits, '.', '_' "
-            "or '-', starting with a letter or digit"
-        )
-    return None
-
-
-def _label(value: str) -> str:
-    problem = label_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
-CellLabel = Annotated[str, AfterValidator(_label)]
 
 
 class CameraSettings(BaseModel):
@@ -172,6 +147,15 @@ class EnvelopeSettings(BaseModel):
         (-0.05, -0.05, 0.0),
         (0.07, 0.0, -0.10),
     )
+    # how far above the table's margin the elbow and the wrist must stay as
+    # PREDICTED for a Cartesian command (m): the envelope follows the tool's
+    # commanded path by damped least squares from the measured joints, one of
+    # the many joint paths that realise it; the arm's controller resolves the
+    # redundancy its own way (undocumented for the FR3), so the prediction
+    # keeps this much in hand (the spread between two resolutions over one
+    # command's travel: up to 39 mm, measured in
+    # tests/station/test_envelope_cartesian_body.py)
+    cartesian_body_margin_m: float = Field(default=0.05, ge=0.0, le=0.5)
     # the fastest any joint may turn under a joint velocity command (rad/s):
     # bounds the self-motion (null space) that moves no tool point
     max_joint_speed: float = Field(default=1.0, gt=0.0, le=5.3)

@@ -22,25 +22,27 @@ from typing import Any, Protocol
 from PIL import Image
 from sqlalchemy.orm import sessionmaker
 
+from proctor.core import episode_record
 from proctor.core.artifacts import ArtifactStore
 from proctor.core.db.engine import ProctorSession
 from proctor.core.domain import EndpointDialect, Outcome
 from proctor.core.errors import ConfigError, FieldError, ProctorError
+from proctor.core.work import Work, WorkSource
+from proctor.policywire import dialects
+from proctor.policywire.handshake import auth_headers
 from proctor.station import episodes
 from proctor.station.config import StationConfig
 from proctor.station.deadman import ConsoleDeadman
-from proctor.station.policy import dialects
-from proctor.station.policy.spec import auth_headers
-from proctor.station.profiles import build_cell
-from proctor.station.recovery import Recovered, recover_interrupted
-from proctor.station.runner import (
+from proctor.station.episode_runner import (
     EpisodeRunner,
     PolicyUnreachable,
     RunnerBusy,
     RunnerState,
     StopKind,
 )
-from proctor.station.work import AdHocWorkSource, Work, WorkSource, load_work_source
+from proctor.station.profiles import build_cell
+from proctor.station.recovery import Recovered, recover_interrupted
+from proctor.station.work_source import AdHocWorkSource, load_work_source
 
 log = logging.getLogger(__name__)
 
@@ -386,14 +388,14 @@ class StationDaemon:
             raise episodes.WrongState(
                 f"station is {self.runner.state.value}: no episode is awaiting its log"
             )
-        entry = episodes.OperatorLog.parse(data)
+        entry = episode_record.OperatorLog.parse(data)
         if self.uplink is None:
             work, uid, outcome = self.runner.submit_log(entry, operator_id=operator_id)
         else:
             label = (
                 None
                 if operator_name is None
-                else episodes.operator_label(self.config.name, operator_name)
+                else episode_record.operator_label(self.config.name, operator_name)
             )
             work, uid, outcome = self.runner.submit_log(entry, operator_label=label)
         self._report(work, uid, outcome)

@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ import json
 
 import sqlalchemy as sa
 
+from proctor.core import episode_record
 from proctor.core.artifacts import ArtifactStore
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Artifact, Episode
@@ -25,7 +26,7 @@ GROUND_TRUTH_LABEL = "demo: log filled from the simulator's ground truth (no ope
 
 def ground_truth_log(
     session: ProctorSession, *, store: ArtifactStore, uid: str
-) -> episodes.OperatorLog:
+) -> episode_record.OperatorLog:
     """The log a perfectly attentive operator would write, from the ground truth."""
     episode = episodes.get_episode(session, uid)
     artifact = session.scalar(
@@ -42,7 +43,7 @@ def ground_truth_log(
     outcome = proposed
     if outcome == Outcome.success and placed + lost + dropped != episode.items:
         outcome = Outcome.operator_stop
-    return episodes.OperatorLog(placed, lost, dropped, outcome, notes=GROUND_TRUTH_LABEL)
+    return episode_record.OperatorLog(placed, lost, dropped, outcome, notes=GROUND_TRUTH_LABEL)
 
 
 def close_with_ground_truth(session: ProctorSession, *, store: ArtifactStore, uid: str) -> Episode:

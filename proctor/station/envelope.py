@@ -11,8 +11,10 @@ it until:
 * the tool point and the fingertips (``tcp_extra_m`` beyond it along the
   tool's z axis) stay inside the commissioned workspace box and above the
   table plane by ``table_margin_m``; so do the gripper's corners and the
-  wrist camera (``tool_points_m``) and, for joint commands, the elbow and
-  the wrist (the origins of joints 4 and 6);
+  wrist camera (``tool_points_m``) and the elbow and the wrist (the origins
+  of joints 4 and 6): for joint commands by the model along the path, for
+  Cartesian commands along the joint path the model PREDICTS for the tool's
+  commanded motion (below);
 * a position target lies at most ``max_step_m`` of tool travel and
   ``max_step_rad`` of any joint or of tool rotation from the MEASURED state;
 * the tool's z axis stays within ``cone_deg`` of straight down;
@@ -41,6 +43,18 @@ it would still change. A joint velocity is
 
 Cartesian commands are clamped axis by axis (the tool slides along a wall);
 joint commands, which cannot be, are shortened along their own direction.
+A Cartesian command says where the tool goes, not the arm: the envelope
+predicts the joints along the tool's commanded path (damped least squares
+from the MEASURED joints, in small steps, on the same model) and shortens the
+command to the part of its path along which the predicted elbow and wrist
+stay ``cartesian_body_margin_m`` above the table's margin and the gripper's
+points, at every orientation along the way, above the table (no lower than
+they already were). That is a prediction, not the controller: the arm has
+one joint redundant to the tool's pose, and libfranka's controller resolves
+it its own, undocumented way (franky sends no elbow with a Cartesian
+waypoint); franky-sim resolves it by a damped pseudo-inverse from the
+current joints, as the prediction does. The margin is what keeps a
+different resolution safe over one command's travel.
 A state already outside a limit (the arm started there) may move back in or
 along it, never farther out. The episode's first target lying far from the
 arm (``first_jump_m`` / ``first_jump_rad``) is not clamped but refused
@@ -61,7 +75,9 @@ from typing import Any
 
 import numpy as np
 
-from proctor.station import geometry as geo
+from proctor.core import geometry as geo
+from proctor.core.recording.keys import EnvelopeReason
+from proctor.policywire.client import PolicyProtocolError
 from proctor.station.config import EnvelopeSettings, StationConfig
 from proctor.station.drivers.arm.base import (
     Arm,
@@ -71,11 +87,20 @@ from proctor.station.drivers.arm.base import (
     ArmLimits,
     ArmState,
 )
-from proctor.station.keys import EnvelopeReason
-from proctor.station.policy.client import PolicyProtocolError
 
 # the arm's model: joint positions → its tool, body points and Jacobians, or None
 KinematicsModel = Callable[[np.ndarray], ArmKinematics | None]
+
+
+def _cartesian_steps(travel: np.ndarray, turn: np.ndarray) -> int:
+    """Steps along a tool path: at most ``_CART_STEP_M`` of travel and
+    ``_CART_STEP_RAD`` of turn each."""
+    return max(
+        1,
+        math.ceil(float(np.linalg.norm(travel)) / _CART_STEP_M),
+        math.ceil(float(np.linalg.norm(turn)) / _CART_STEP_RAD),
+    )
+
 
 # the tolerance within which a prediction counts as "no farther out"
 _SLACK = 1e-6
@@ -85,6 +110,18 @@ _BISECT = 12
 # the FK between two of them departs from the straight chord by well under a
 # millimetre for the FR3's links (≤ 1.3 m × 0.05²/8)
 _PATH_STEP_RAD = 0.05
+# a Cartesian command's joints are predicted at points of its commanded tool
+# path at most this far apart (m of travel, rad of rotation), each reached
+# by at most _IK_ITERS damped least-squares steps of at most _PATH_STEP_RAD
+# on any joint, until within _IK_TOL (m, rad) of the commanded pose; the
+# damping is franky-sim's own (λ² = 1e-4 in its Cartesian controllers)
+_CART_STEP_M = 0.005
+_CART_STEP_RAD = 0.05
+_IK_ITERS = 4
+_IK_TOL = 1e-4
+_IK_DAMPING = 0.01
+# what the rows of ``ArmKinematics.body`` are, for the envelope's messages
+BODY_POINT_NAMES = ("elbow (joint 4 origin)", "wrist (joint 6 origin)")
 # the events an episode records at most (the manifest counts every intervention)
 MAX_RUNS = 200
 
@@ -112,6 +149,9 @@ def envelope_settings(config: StationConfig, defaults: dict[str, Any]) -> Envelo
 class Guarded:
     command: ArmCommand  # what may be sent
     reasons: frozenset[EnvelopeReason]  # what was changed (empty: sent as asked)
+    # why, in words, where the reasons do not say it all (which point of the
+    # arm a Cartesian command would have taken how low)
+    note: str | None = None
 
     @property
     def mask(self) -> int:
@@ -126,6 +166,7 @@ class Run:
     t_end: float
     steps: int
     reasons: set[EnvelopeReason]
+    note: str | None = None  # the first of the run's notes
 
 
 @dataclass
@@ -139,7 +180,7 @@ class EnvelopeLog:
     runs_dropped: int = 0  # runs past MAX_RUNS (counted, not kept)
     _open: bool = False
 
-    def record(self, t: float, reasons: frozenset[EnvelopeReason]) -> None:
+    def record(self, t: float, reasons: frozenset[EnvelopeReason], note: str | None = None) -> None:
         self.steps += 1
         if not reasons:
             self._open = False
@@ -151,8 +192,9 @@ class EnvelopeLog:
             run = self.runs[-1]
             run.t_end, run.steps = t, run.steps + 1
             run.reasons |= reasons
+            run.note = run.note or note
         elif len(self.runs) < MAX_RUNS:
-            self.runs.append(Run(t, t, 1, set(reasons)))
+            self.runs.append(Run(t, t, 1, set(reasons), note))
             self._open = True
         else:
             self.runs_dropped += 1
@@ -173,6 +215,14 @@ def _rotvec_matrix(v: np.ndarray) -> np.ndarray:
 def _tilt(r: np.ndarray) -> float:
     """Angle between the tool's z axis and straight down (rad)."""
     return math.acos(max(-1.0, min(1.0, -float(r[2, 2]))))
+
+
+def _dls(jacobian: np.ndarray, error: np.ndarray) -> np.ndarray:
+    """Joint step toward the pose ``error`` (base frame: m, then rad) by damped
+    least squares, Jᵀ(JJᵀ + λ²I)⁻¹e: bounded near singularities, where a plain
+    pseudo-inverse would predict an arbitrarily large step."""
+    jjt = jacobian @ jacobian.T + _IK_DAMPING * _IK_DAMPING * np.eye(len(error))
+    return jacobian.T @ np.linalg.solve(jjt, error)
 
 
 def _largest(ok: Callable[[float], bool], upper: float = 1.0) -> float:
@@ -243,6 +293,8 @@ class Envelope:
         self.lo = np.maximum(np.array(s.workspace_min, dtype=np.float64), limits.workspace_min)
         self.hi = np.minimum(np.array(s.workspace_max, dtype=np.float64), limits.workspace_max)
         self.table = s.table_z + s.table_margin_m  # nothing of the arm below this
+        # the predicted elbow and wrist of a Cartesian command not below this
+        self.body_floor = self.table + s.cartesian_body_margin_m
         self.lo[2] = max(self.lo[2], self.table)
         # the gripper's points (corners, camera) in the reported tool frame
         self.points = np.array(s.tool_points_m, dtype=np.float64).reshape(-1, 3)
@@ -256,6 +308,7 @@ class Envelope:
         self.kin = kinematics
         self.log = EnvelopeLog()
         self._first = True
+        self._note: str | None = None  # the guard in progress's note
 
     @classmethod
     def for_arm(cls, settings: EnvelopeSettings, arm: Arm[Any], *, control_hz: float) -> Envelope:
@@ -300,7 +353,25 @@ class Envelope:
                 f"envelope: the measured tool tilted {math.degrees(_tilt(r)):.0f}° from "
                 f"straight down (cone {s.cone_deg:g}° + {s.watch_tilt_deg:g}°)"
             )
-        return None
+        return self._watch_body(state)
+
+    def _watch_body(self, state: ArmState) -> str | None:
+        """The MEASURED elbow and wrist below the table by more than the watch
+        tolerates: under Cartesian commands the controller chooses the joints
+        (its redundancy resolution is its own), so what was predicted is held
+        here against what the arm did."""
+        k = self.kin(np.asarray(state.q, dtype=np.float64))
+        if k is None or not len(k.body):
+            return None
+        j = int(np.argmin(k.body[:, 2]))
+        z = float(k.body[j, 2])
+        if self.table - z <= self.settings.watch_tolerance_m:
+            return None
+        name = BODY_POINT_NAMES[j] if j < len(BODY_POINT_NAMES) else f"body point {j}"
+        return (
+            f"envelope: the measured {name} was {(self.table - z) * 1000:.0f} mm below the "
+            f"table's margin (tolerance {self.settings.watch_tolerance_m * 1000:.0f} mm)"
+        )
 
     def report(self) -> dict[str, Any]:
         """The manifest's ``envelope``: the contract with the board and the explorer."""
@@ -316,6 +387,7 @@ class Envelope:
         raises ``EnvelopeStop`` when it must not be sent at all, and
         ``EnvelopeProtocolFault`` for a row no policy can mean."""
         first, self._first = self._first, False
+        self._note = None
         target, reasons = _GUARDS[command.kind](self, command.target, state, first)
         if not reasons:
             target = command.target  # bit for bit what the policy asked
@@ -327,8 +399,9 @@ class Envelope:
                 max_tool_rotation_speed=self.spin_cap,
             ),
             frozenset(reasons),
+            self._note,
         )
-        self.log.record(state.t, guarded.reasons)
+        self.log.record(state.t, guarded.reasons, guarded.note)
         return guarded
 
     def _model(self, q: np.ndarray) -> ArmKinematics:
@@ -389,6 +462,20 @@ class Envelope:
                 if np.any(inside != clipped):
                     reasons.add(EnvelopeReason.workspace)
                 clipped = inside
+        # the arm's body along the joints predicted for this path
+        frac = self._cartesian_body(state.q, p0, r0, clipped, r, reasons)
+        if frac < 1.0:
+            clipped = p0 + frac * (clipped - p0)
+            r = _rotvec_matrix(frac * geo.rotation_error(r, r0)) @ r0
+            # part of a rotation can bulge past the cone (the ratchet above)
+            r, coned = self._into_cone(r, r0)
+            if coned:
+                reasons.add(EnvelopeReason.orientation)
+                clipped = np.clip(clipped, *self.bounds(r))
+                # the corrected pose is off the path just checked: checked
+                # again, and held where the arm is if it no longer passes
+                if self._cartesian_body(state.q, p0, r0, clipped, r, reasons) < 1.0:
+                    clipped, r = p0.copy(), r0
         return np.concatenate([clipped, geo.matrix_to_quat(r)]), reasons
 
     def _into_cone(self, r: np.ndarray, r0: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -435,7 +522,135 @@ class Envelope:
         if scale < 1.0:
             w = w_full * scale
             reasons.add(EnvelopeReason.orientation)
-        return np.concatenate([v, w]), reasons
+        # the arm's body along the joints predicted for the twist held for the
+        # horizon: a slower twist covers the first part of the same path
+        frac = self._cartesian_body(
+            state.q, p0, r0, p0 + v * h, _rotvec_matrix(w * h) @ r0, reasons, turn=w * h
+        )
+        return np.concatenate([v * frac, w * frac]), reasons
+
+    def _tool_low(self, p: np.ndarray, r: np.ndarray) -> tuple[float, str]:
+        """The lowest of the tool point, the fingertips and the gripper's points
+        (``tool_points_m``) at pose ``(p, r)``, and which it is."""
+        tips = [
+            (float(p[2]), "tool point"),
+            (float(p[2] + self.settings.tcp_extra_m * r[2, 2]), "fingertips"),
+        ]
+        if len(self.points):
+            z = p[2] + self.points @ r[2]
+            i = int(np.argmin(z))
+            tips.append(
+                (float(z[i]), f"gripper point {tuple(round(float(c), 3) for c in self.points[i])}")
+            )
+        return min(tips)
+
+    def _cartesian_body(
+        self,
+        q0: np.ndarray,
+        p0: np.ndarray,
+        r0: np.ndarray,
+        p1: np.ndarray,
+        r1: np.ndarray,
+        reasons: set[EnvelopeReason],
+        *,
+        turn: np.ndarray | None = None,
+    ) -> float:
+        """The largest fraction of the tool's straight path ``(p0, r0) → (p1,
+        r1)`` (the rotation about one axis) along which the gripper's points
+        stay no farther below the table, and the elbow and wrist of the joints
+        PREDICTED for it no farther below ``body_floor``, than at the start.
+
+        The prediction follows the path from the measured joints ``q0`` in
+        steps of at most ``_CART_STEP_M`` / ``_CART_STEP_RAD``, each reached by
+        damped least-squares steps on the arm's own model (at most
+        ``_PATH_STEP_RAD`` of any joint apart, every one checked), the joints
+        held in the driver's range: the minimum-norm joint motion, the one
+        franky-sim's controller makes. A real FR3's controller may take another
+        of the joint paths that give the same tool path (its redundancy
+        resolution is its own); ``cartesian_body_margin_m`` is kept in hand
+        for that. Where the model cannot follow the path (out of reach, a
+        singularity), the prediction lags behind it and checks where the
+        joints would get; the controller itself refuses such a motion. An arm
+        without a model: the tool alone is checked, as before there was one."""
+        k = self.kin(q0)
+        if k is None or not len(k.body):
+            # no model of the body: the gripper's points along the path alone
+            return self._tool_path(p0, r0, p1, r1, reasons, turn=turn)
+        floor = self.body_floor
+        base_body = max(0.0, floor - float(np.min(k.body[:, 2])))
+        base_tool = max(0.0, self.table - self._tool_low(p0, r0)[0])
+        # ``turn``: a twist's own rotation vector (a turn past π held for the
+        # horizon is not the shorter way round that r0 → r1 would give)
+        travel = p1 - p0
+        turn = geo.rotation_error(r1, r0) if turn is None else turn
+        n = _cartesian_steps(travel, turn)
+        q, done = np.asarray(q0, dtype=np.float64).copy(), 0.0
+        for i in range(1, n + 1):
+            f = i / n
+            p, r = p0 + f * travel, _rotvec_matrix(f * turn) @ r0
+            z, what = self._tool_low(p, r)
+            if self.table - z > base_tool + _SLACK:
+                return self._body_refused(reasons, what, z, self.table, done)
+            for _ in range(_IK_ITERS):
+                error = np.concatenate([p - k.tool[:3, 3], geo.rotation_error(r, k.tool[:3, :3])])
+                if float(np.max(np.abs(error))) < _IK_TOL:
+                    break
+                dq = _dls(k.jacobian, error)
+                widest = float(np.max(np.abs(dq)))
+                if widest > _PATH_STEP_RAD:
+                    dq *= _PATH_STEP_RAD / widest
+                q = np.clip(q + dq, self.q_min, self.q_max)
+                k = self._model(q)
+                j = int(np.argmin(k.body[:, 2]))
+                z = float(k.body[j, 2])
+                # relative to where the arm is (an arm already low may stay or
+                # rise, never sink). The controller's own redundancy may leave
+                # the measured start of the next command lower than predicted,
+                # so a run of commands could walk the elbow down by that
+                # difference each time: ``watch`` holds the MEASURED elbow and
+                # wrist against the table, which ends that walk
+                if floor - z > base_body + _SLACK:
+                    name = BODY_POINT_NAMES[j] if j < len(BODY_POINT_NAMES) else f"body point {j}"
+                    return self._body_refused(reasons, f"predicted {name}", z, floor, done)
+            done = f
+        return 1.0
+
+    def _tool_path(
+        self,
+        p0: np.ndarray,
+        r0: np.ndarray,
+        p1: np.ndarray,
+        r1: np.ndarray,
+        reasons: set[EnvelopeReason],
+        *,
+        turn: np.ndarray | None = None,
+    ) -> float:
+        """The largest fraction of the tool's straight path along which the
+        gripper's points get no farther below the table than at the start (an
+        arm without a body model: this much needs none)."""
+        base_tool = max(0.0, self.table - self._tool_low(p0, r0)[0])
+        travel = p1 - p0
+        turn = geo.rotation_error(r1, r0) if turn is None else turn
+        n = _cartesian_steps(travel, turn)
+        done = 0.0
+        for i in range(1, n + 1):
+            f = i / n
+            z, what = self._tool_low(p0 + f * travel, _rotvec_matrix(f * turn) @ r0)
+            if self.table - z > base_tool + _SLACK:
+                return self._body_refused(reasons, what, z, self.table, done)
+            done = f
+        return 1.0
+
+    def _body_refused(
+        self, reasons: set[EnvelopeReason], what: str, z: float, floor: float, done: float
+    ) -> float:
+        reasons.add(EnvelopeReason.workspace)
+        self._note = (
+            f"envelope: the Cartesian command would take the {what} to z = {z:.3f} m, "
+            f"below {floor:.3f} m (the table plane {self.settings.table_z:.3f} m + its margins); "
+            f"held to the first {done:.0%} of its path"
+        )
+        return done
 
     def _joint_path(
         self,

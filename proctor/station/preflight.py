@@ -4,7 +4,9 @@
 then checks, one line each: disk space for the recordings, the kernel
 clock's synchronisation, the arm (reachable, joints inside their limits,
 state readable at the telemetry rate; a controller error or reflex is only a
-warning: the daemon starts needing recovery), the gripper (status only, never
+warning: the daemon starts needing recovery), then the checks only the arm's
+driver knows (``Arm.preflight_checks``: the franky driver's are libfranka's,
+``proctor.station.drivers.arm.franky_checks``), the gripper (status only, never
 activated here: activated and no fault; its serial line's latency timer and
 round trip), and each camera (delivers frames at its rate and resolution). The
 command exits non-zero when any check fails. With ``--daemon-start`` (the
@@ -28,39 +30,23 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
 import typer
 
+from proctor.core.clock import Clock
 from proctor.core.errors import ConfigError, UsageError
 from proctor.station.cell import Cell
-from proctor.station.clock import Clock
-from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmFault, ControllerReport
+from proctor.station.drivers.arm.base import ArmFault, ControllerReport, ask_controller
 from proctor.station.drivers.camera.base import Camera, CameraStalled, Frame
+from proctor.station.drivers.checks import CheckResult, CheckStatus
 from proctor.station.drivers.gripper.base import GripperFault
 from proctor.station.drivers.gripper.serial_line import latency_timer
 from proctor.station.framing import image_similarity, load_image
 
 log = logging.getLogger(__name__)
-
-
-class CheckStatus(StrEnum):
-    passed = "PASS"
-    warning = "WARN"
-    failed = "FAIL"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: CheckStatus
-    detail: str
-
-    def line(self) -> str:
-        return f"{self.status.value}  {self.name:<16} {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -594,14 +580,7 @@ def check_commissioned(cell: Cell, profile: str) -> CheckResult:
 
 def _report(cell: Cell, name: str) -> tuple[ControllerReport | None, CheckResult | None]:
     """The controller's report, or the result that says why there is none."""
-    try:
-        report = cell.arm.controller_report() if cell.arm.is_connected else None
-    except ArmFault as exc:
-        return None, CheckResult(name, CheckStatus.failed, str(exc))
-    if report is None:
-        why = "arm not connected" if not cell.arm.is_connected else "this arm has no controller"
-        return None, CheckResult(name, CheckStatus.failed, f"cannot ask the controller ({why})")
-    return report, None
+    return ask_controller(cell.arm, name)
 
 
 def check_versions(cell: Cell) -> CheckResult:
@@ -610,167 +589,6 @@ def check_versions(cell: Cell) -> CheckResult:
         return failed or CheckResult("versions", CheckStatus.failed, "no report")
     text = ", ".join(f"{k} {v}" for k, v in sorted(report.versions.items()))
     return CheckResult("versions", CheckStatus.passed, text or "none reported")
-
-
-# libfranka's RobotMode names, and what the operator must do about each
-ROBOT_MODE_ADVICE = {
-    "UserStopped": "the user stop / enabling device is engaged: release it",
-    "Reflex": "the arm is in Reflex: recover it (console Recover, or Desk)",
-    "Guiding": "the arm is in guiding mode: let go of the pilot buttons",
-    "Move": "a motion is running: another client controls the arm",
-    "AutomaticErrorRecovery": "the controller is recovering from an error: wait",
-    "Other": "the controller is not ready for FCI (brakes locked or FCI not activated in Desk)",
-}
-
-
-# modes the daemon itself leads the operator out of (its console's Recover, or
-# releasing the user stop and then Recover): at unit start they are warnings,
-# since failing would restart-loop the unit with the console out of reach
-# (hardware review #3)
-RECOVERABLE_AT_START = frozenset({"Reflex", "UserStopped"})
-
-
-def check_robot_mode(cell: Cell, *, daemon_start: bool = False) -> CheckResult:
-    report, failed = _report(cell, "robot mode")
-    if report is None:
-        return failed or CheckResult("robot mode", CheckStatus.failed, "no report")
-    if report.mode != "Idle":
-        advice = ROBOT_MODE_ADVICE.get(report.mode, "not idle")
-        if daemon_start and report.mode in RECOVERABLE_AT_START:
-            return CheckResult(
-                "robot mode",
-                CheckStatus.warning,
-                f"{report.mode}: {advice}; the station starts needing recovery and arms "
-                "no run until then",
-            )
-        return CheckResult("robot mode", CheckStatus.failed, f"{report.mode}: {advice}")
-    return CheckResult("robot mode", CheckStatus.passed, "Idle")
-
-
-def check_fci_and_brakes(cell: Cell) -> CheckResult:
-    """What franky exposes of FCI and brakes. libfranka connects only
-    through an active FCI, so a connected arm proves it; libfranka's robot
-    state carries no brake status (``robot_state.h``), franky has it only
-    through Desk's web API (``franky.Desk.brake_state``, which needs Desk
-    credentials and is not queried here). Locked brakes show up as a robot
-    mode other than Idle and as a failed test motion."""
-    report, failed = _report(cell, "fci/brakes")
-    if report is None:
-        return failed or CheckResult("fci/brakes", CheckStatus.failed, "no report")
-    return CheckResult(
-        "fci/brakes",
-        CheckStatus.passed,
-        "FCI active (libfranka is connected); brakes: no status through FCI, "
-        "the test motion proves them open",
-    )
-
-
-def check_end_effector(cell: Cell) -> CheckResult:
-    """The robot's own F_T_EE against the commissioned TCP."""
-    report, failed = _report(cell, "end effector")
-    if report is None:
-        return failed or CheckResult("end effector", CheckStatus.failed, "no report")
-    if not report.tcp_configured:
-        return CheckResult(
-            "end effector", CheckStatus.warning, "no commissioned TCP to check against"
-        )
-    if report.tcp_problem is not None:
-        return CheckResult("end effector", CheckStatus.failed, report.tcp_problem)
-    return CheckResult("end effector", CheckStatus.passed, "F_T_EE as commissioned")
-
-
-def check_load(cell: Cell) -> CheckResult:
-    """The robot's own m_total and F_x_Ctotal against the commissioned payload."""
-    report, failed = _report(cell, "load")
-    if report is None:
-        return failed or CheckResult("load", CheckStatus.failed, "no report")
-    if not report.payload_configured:
-        return CheckResult("load", CheckStatus.warning, "no commissioned payload to check against")
-    if report.payload_problem is not None:
-        return CheckResult("load", CheckStatus.failed, report.payload_problem)
-    return CheckResult("load", CheckStatus.passed, "mass and centre of mass as commissioned")
-
-
-# the test motion has arrived within this (the controller's impedance leaves
-# a few mrad, see FrankyArmConfig.home_tolerance_rad)
-TEST_MOTION_TOLERANCE_RAD = 0.01
-
-
-def check_test_motion(
-    cell: Cell, settings: PreflightSettings, *, daemon_start: bool = False
-) -> CheckResult:
-    """The last joint there and back by a few degrees at the configured
-    (low) dynamics, watching libfranka's ``control_command_success_rate``:
-    below the threshold, the host cannot keep the 1 kHz loop (review #9).
-
-    Never at unit start (``daemon_start``): systemd starts the daemon at boot
-    and after a crash, with nobody at the cell to see the arm move (hardware
-    review #12). The operator runs ``proctor station check`` at the cell,
-    the daemon stopped, to prove the loop (``deploy/README.md``)."""
-    name = "test motion"
-    if daemon_start:
-        return CheckResult(
-            name,
-            CheckStatus.warning,
-            "not run at unit start (nobody is watching the arm): run `proctor station check` "
-            "at the cell, with the daemon stopped, to prove the 1 kHz loop",
-        )
-    if not settings.test_motion:
-        return CheckResult(name, CheckStatus.warning, "disabled ([preflight] test_motion)")
-    report, failed = _report(cell, name)
-    if report is None:
-        return failed or CheckResult(name, CheckStatus.failed, "no report")
-    if report.mode != "Idle" or report.tcp_problem or report.payload_problem:
-        return CheckResult(
-            name, CheckStatus.failed, "not attempted: the arm is not idle and as commissioned"
-        )
-    arm, clock = cell.arm, cell.clock
-    rates: list[float] = []
-    try:
-        start = arm.read_state().q
-        # towards the middle of the joint's range, so it never nears a limit
-        lo, hi = arm.config.q_min[6], arm.config.q_max[6]
-        step = settings.test_motion_rad
-        delta = step if start[6] < 0.5 * (lo + hi) else -step
-        for target in (start[6] + delta, start[6]):
-            q = start.copy()
-            q[6] = target
-            arm.send(ArmCommand(ArmCommandKind.joint_position, q))
-            deadline = clock.now() + settings.test_motion_timeout_s
-            # done when the controller has left Move (libfranka's mode while a
-            # motion runs) with the joint at its target
-            while True:
-                report = arm.controller_report()
-                if report is None:
-                    break
-                if report.command_success_rate > 0:
-                    # libfranka reports 0 while no control loop runs
-                    rates.append(report.command_success_rate)
-                arrived = abs(arm.read_state().q[6] - target) < TEST_MOTION_TOLERANCE_RAD
-                if arrived and report.mode != "Move":
-                    break
-                if clock.now() > deadline:
-                    arm.stop()
-                    return CheckResult(
-                        name,
-                        CheckStatus.failed,
-                        f"did not finish in {settings.test_motion_timeout_s:g} s",
-                    )
-                clock.sleep_until(clock.now() + 0.005)
-        error = arm.read_state().error
-    except (ArmFault, ValueError) as exc:
-        return CheckResult(name, CheckStatus.failed, str(exc))
-    if error is not None:
-        return CheckResult(name, CheckStatus.failed, error)
-    if not rates:
-        return CheckResult(name, CheckStatus.failed, "no control loop observed during the motion")
-    worst = min(rates)
-    detail = (
-        f"joint 7 by {abs(delta):.2f} rad and back; command success rate ≥ {worst:.3f} "
-        f"over {len(rates)} samples (need > {settings.min_command_success_rate:g})"
-    )
-    ok = worst > settings.min_command_success_rate
-    return CheckResult(name, CheckStatus.passed if ok else CheckStatus.failed, detail)
 
 
 def _wait_for_mode(
@@ -900,11 +718,9 @@ def run_checks(
     yield check_commissioned(cell, profile)
     yield check_arm(cell, settings)
     yield check_versions(cell)
-    yield check_robot_mode(cell, daemon_start=daemon_start)
-    yield check_fci_and_brakes(cell)
-    yield check_end_effector(cell)
-    yield check_load(cell)
-    yield check_test_motion(cell, settings, daemon_start=daemon_start)
+    # what only the arm's driver knows how to check (the franky driver: libfranka's
+    # robot mode, FCI and brakes, end effector, load and test motion)
+    yield from cell.arm.preflight_checks(cell.clock, settings, daemon_start=daemon_start)
     yield check_enabling_device(cell, settings, operator)
     yield check_gripper(cell)
     yield check_gripper_line(cell, settings)

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.station.drivers.camera.base import Frame
 
 log = logging.getLogger(__name__)
@@ -296,7 +296,17 @@ class VideoWriter(threading.Thread):
             str(self.path),
             "w",
             format="mp4",
-            options={"movflags": "frag_keyframe+empty_moov+default_base_moof"},
+            # delay_moov: with an empty moov written before the first frame, FFmpeg's
+            # muxer shifts the whole timeline so that the first frame presents at 0,
+            # and the MP4 no longer says what the frame table's pts_s says (every
+            # frame early by the first frame's lag behind the episode start; the
+            # review page then showed the frame before the one asked for whenever
+            # that lag passed half a frame). Holding the moov until the first
+            # fragment is cut lets it carry the edit list that keeps the offset,
+            # which libavformat and Chromium both honour (measured with PyAV 17/18,
+            # Chromium 156). A crash inside that first fragment loses what it
+            # would have lost anyway: a fragment is the unit a crash can lose.
+            options={"movflags": "frag_keyframe+empty_moov+default_base_moof+delay_moov"},
             container_options={"flush_packets": "1"},
         )
         stream = self._container.add_stream("libx264", rate=s.fps)

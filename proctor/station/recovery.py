@@ -25,7 +25,8 @@ from proctor.core.artifacts import ArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Episode, Station
-from proctor.station import episodes, keys
+from proctor.core.recording import keys
+from proctor.station import episodes
 from proctor.station.archive import archive_recording
 from proctor.station.recorder import SPOOL_STATE, read_segments
 

@@ -379,8 +379,8 @@ def serve(
     from proctor.core.db import migrate
     from proctor.core.db.opening import schema_state
     from proctor.web.app import create_app
-    from proctor.web.server import APP_FACTORY, uvicorn_config
     from proctor.web.templating import compile_all
+    from proctor.web.uvicorn_processes import APP_FACTORY, uvicorn_config
 
     context = cli_context(ctx)
     settings = context.settings()

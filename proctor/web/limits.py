@@ -11,7 +11,9 @@ thread, until the pool's 30 s timeout broke the cycle with a 500; static
 files and ``/api/health`` need a thread too, so the whole site stopped.
 
 So: at most ``web.max_concurrent_requests`` requests are admitted at once
-(the rest get 503 with Retry-After at once); the pool holds that many
+(the next ``web.admission_queue`` wait their turn in order for at most
+``web.admission_wait_s``, the rest and those that waited that long get 503
+with Retry-After); the pool holds that many
 connections plus ``POOL_HEADROOM`` (a token's ``last_used_at`` touch, the
 gateway, background workers), so an admitted request never waits for a
 connection; the worker threads number that many plus ``THREAD_HEADROOM``
@@ -24,8 +26,10 @@ counted: health checks the database on a connection of its own
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -95,22 +99,30 @@ async def _refuse(
 
 
 class ConcurrencyLimitMiddleware:
-    """Admits at most ``limit`` HTTP requests at once; answers the others 503
-    with Retry-After straight away, without reading their bodies. WebSockets
-    (the policy gateway, the console's feeds) are not counted: they are few,
-    long-lived and authenticated."""
+    """Admits at most ``limit`` HTTP requests at once. The next ``queue``
+    wait for a place, first come first served, at most ``wait_s`` each; the
+    rest, and those that waited that long, are answered 503 with Retry-After
+    without their bodies being read. A finishing request hands its place
+    straight to the first in line, so a newcomer cannot overtake the queue.
+    WebSockets (the policy gateway, the console's feeds) are not counted:
+    they are few, long-lived and authenticated."""
 
-    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+    def __init__(self, app: ASGIApp, *, limit: int, queue: int = 0, wait_s: float = 0.0) -> None:
         self.app = app
         self.limit = limit
+        self.queue = queue
+        self.wait_s = wait_s
         self.in_flight = 0
+        self.waiting: deque[asyncio.Future[None]] = deque()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or is_uncounted(scope["path"]):
             await self.app(scope, receive, send)
             return
-        # one event loop: nothing runs between the test and the increment
-        if self.in_flight >= self.limit:
+        # one event loop: nothing runs between a test and its increment
+        if self.in_flight < self.limit and not self.waiting:
+            self.in_flight += 1
+        elif not await self._wait_for_a_place():
             await _refuse(
                 scope,
                 receive,
@@ -120,11 +132,45 @@ class ConcurrencyLimitMiddleware:
                 {"retry-after": str(RETRY_AFTER_S)},
             )
             return
-        self.in_flight += 1
         try:
             await self.app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self._release()
+
+    async def _wait_for_a_place(self) -> bool:
+        """True once a finishing request has handed this one its place."""
+        if len(self.waiting) >= self.queue or self.wait_s <= 0:
+            return False
+        place: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.append(place)
+        try:
+            await asyncio.wait_for(asyncio.shield(place), self.wait_s)
+        except TimeoutError:
+            pass
+        except BaseException:
+            # the client went away while it waited: a place handed over meanwhile goes on
+            self._give_up(place)
+            raise
+        if place.done():
+            return True  # handed over, even if at the very moment the wait ran out
+        self._give_up(place)
+        return False
+
+    def _give_up(self, place: asyncio.Future[None]) -> None:
+        if place.done():
+            self._release()  # it was handed this place: pass it on
+        else:
+            self.waiting.remove(place)
+            place.cancel()
+
+    def _release(self) -> None:
+        """A place comes free: to the first in line, else back to the pool."""
+        while self.waiting:
+            place = self.waiting.popleft()
+            if not place.done():
+                place.set_result(None)  # in_flight stays: the place changes hands
+                return
+        self.in_flight -= 1
 
 
 @dataclass(frozen=True)
@@ -234,6 +280,11 @@ def install_limits(app: FastAPI, web: WebSettings) -> None:
     """The limits as middleware (call before the security headers are added,
     so that their answers carry them too) and the pool timeout as a 503."""
     app.add_exception_handler(sa.exc.TimeoutError, _pool_exhausted)
-    app.add_middleware(ConcurrencyLimitMiddleware, limit=web.max_concurrent_requests)
+    app.add_middleware(
+        ConcurrencyLimitMiddleware,
+        limit=web.max_concurrent_requests,
+        queue=web.admission_queue,
+        wait_s=web.admission_wait_s,
+    )
     # outside the admission count: an oversized body is refused without taking a place
     app.add_middleware(BodyLimitMiddleware, web=web)

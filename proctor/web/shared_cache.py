@@ -31,6 +31,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import event
@@ -172,6 +173,8 @@ class SharedCacheMiddleware:
         self._lock = threading.Lock()
         self._bytes = 0
         self.hits = 0
+        # the expiry clock; a test replaces it to step time instead of sleeping
+        self.clock: Callable[[], float] = time.monotonic
         # keys whose response was kept lately (an ordered set, bounded), and the
         # keys being fetched from the app right now (event loop only: no lock)
         self._kept: OrderedDict[tuple[str, bytes], None] = OrderedDict()
@@ -182,7 +185,7 @@ class SharedCacheMiddleware:
             entry = self._entries.get(key)
             if entry is None:
                 return None
-            if entry.generation != current or entry.expires <= time.monotonic():
+            if entry.generation != current or entry.expires <= self.clock():
                 del self._entries[key]
                 self._bytes -= len(entry.body)
                 return None
@@ -259,7 +262,7 @@ class SharedCacheMiddleware:
         current: Generation,
     ) -> None:
         """Pass the request to the app and keep its response if it may be shared."""
-        started = time.monotonic()
+        started = self.clock()
         start: Message | None = None
         chunks: list[bytes] = []
         size = 0

@@ -14,18 +14,9 @@ import pytest
 
 from proctor.analysis.interchange import write_interchange
 from proctor.analysis.synthetic import cohort, phail_like_models
+from tests.analysis.cli_support import in_process
 
 OBJECTS = {"spoons": ("rigid",), "towels": ("deformable",)}
-
-
-def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The same entry point without a new interpreter (for the quick cases)."""
-    from proctor.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
 
 
 def proctor(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -125,7 +116,7 @@ def test_bad_options_exit_2(
     assert code == 2, out
     assert err.startswith("error: ") and fragment in err
     assert len(err.strip().splitlines()) == 1
-    # named as the user typed it, not as the Protocol field
+    # named as the user typed it, not as the AnalysisProtocol field
     assert "success_at" not in err and "ks_resamples" not in err
     assert not json_out.exists() and "Leaderboard" not in out
 
@@ -210,13 +201,13 @@ def test_power_planning_formulas(capsys: pytest.CaptureFixture[str], tmp_path: P
 def test_power_is_a_group_whose_subcommands_take_only_their_own_options(
     episodes_csv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Six jobs, six subcommands: an option of one job is refused by another,
+    """Seven jobs, seven subcommands: an option of one job is refused by another,
     and the old flat form is answered with the subcommand that replaced it."""
     from proctor.cli import load_service_command
 
     group = load_service_command("power")
     assert sorted(group.commands) == [
-        "calibrate", "connor", "detection", "pair", "sequential", "wilson",
+        "calibrate", "connor", "detection", "pair", "sequential", "step", "wilson",
     ]  # fmt: skip
     options = {
         name: {o for p in cmd.params for o in p.opts if o.startswith("--")}

@@ -102,10 +102,10 @@ def test_the_flag_names_the_direction_and_the_episodes() -> None:
 
 
 def test_mann_kendall_matches_its_definition_and_handles_ties() -> None:
-    s, z, p = mann_kendall([1, 2, 3, 4, 5, 6, 7, 8])
-    assert s == 28 and z > 0 and p < 0.01
-    s, z, p = mann_kendall([2, 2, 2, 2])
-    assert (s, z, p) == (0.0, 0.0, 1.0)
+    k = mann_kendall([1, 2, 3, 4, 5, 6, 7, 8])
+    assert k.s == 28 and k.z > 0 and k.p < 0.01
+    k = mann_kendall([2, 2, 2, 2])
+    assert (k.s, k.z, k.p) == (0.0, 0.0, 1.0)
     assert throughput(_episodes(np.random.default_rng(0), np.ones(1), ["x"])[0]) > 0
 
 

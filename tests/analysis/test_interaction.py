@@ -11,7 +11,7 @@ import pytest
 from proctor.analysis.interaction import interaction_test
 from proctor.analysis.leaderboard import analyze
 from proctor.analysis.report import to_json
-from proctor.analysis.results import Protocol
+from proctor.analysis.results import AnalysisProtocol
 from proctor.analysis.synthetic import PHAIL_OBJECTS, PolicyModel, cohort, simulate_episode
 
 A = PolicyModel("a", 6.0, p_drop=0.03)
@@ -108,16 +108,18 @@ def test_object_tags_are_permuted_among_objects() -> None:
 
 def test_a_protocol_pre_registers_the_factors() -> None:
     with pytest.raises(ValueError, match="interaction factor 'weather'"):
-        Protocol(tau=60.0, interaction_factors=("weather",))
+        AnalysisProtocol(tau=60.0, interaction_factors=("weather",))
     eps = cohort([REF, A, B], PHAIL_OBJECTS, episodes_per_cell=5, rng=np.random.default_rng(2))
     from proctor.analysis.episodes import EpisodeTable
 
     table = EpisodeTable(tuple(eps))
-    plain = to_json(analyze(table, Protocol(tau=60.0, bootstrap=30, seed=1)))
+    plain = to_json(analyze(table, AnalysisProtocol(tau=60.0, bootstrap=30, seed=1)))
     assert all(p["interactions"] == [] for p in plain["pairs"])
     lb = analyze(
         table,
-        Protocol(tau=60.0, bootstrap=30, seed=1, interaction_factors=("tote_side", "station")),
+        AnalysisProtocol(
+            tau=60.0, bootstrap=30, seed=1, interaction_factors=("tote_side", "station")
+        ),
     )
     js = to_json(lb)
     assert js["protocol"]["interaction_factors"] == ["tote_side", "station"]

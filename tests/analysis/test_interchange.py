@@ -179,7 +179,7 @@ def test_envelope_interventions_column_round_trips_and_empty_is_unknown(tmp_path
     for name in ("out.csv", "out.jsonl"):
         write_interchange(table.episodes, tmp_path / name)
         assert read_interchange(tmp_path / name).episodes == table.episodes
-    assert ",4,\n" in (tmp_path / "out.csv").read_text()  # policy_fault follows, empty
+    assert ",4,,,\n" in (tmp_path / "out.csv").read_text()  # policy_fault, block, sequence follow
     rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["envelope_interventions"] for r in rows] == [4, None, 0]
 

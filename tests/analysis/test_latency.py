@@ -20,9 +20,9 @@ from proctor.analysis.latency import (
 )
 from proctor.analysis.leaderboard import analyze
 from proctor.analysis.report import data_version, to_json
-from proctor.analysis.results import Protocol
+from proctor.analysis.results import AnalysisProtocol
 from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
-from proctor.station import keys
+from proctor.core.recording import keys
 
 
 def _calls(rtt: list[float], **kw: object) -> EpisodeCalls:
@@ -136,7 +136,9 @@ def test_a_malformed_table_is_a_problem_naming_its_column() -> None:
 def test_the_leaderboard_json_carries_latency_for_every_policy() -> None:
     eps = _cohort(2, 4)
     timed = [replace(e, calls=_calls([10.0 + i, 20.0])) for i, e in enumerate(eps)]
-    js = to_json(analyze(EpisodeTable(tuple(timed)), Protocol(tau=240.0, bootstrap=20, seed=1)))
+    js = to_json(
+        analyze(EpisodeTable(tuple(timed)), AnalysisProtocol(tau=240.0, bootstrap=20, seed=1))
+    )
     for p in js["policies"]:
         lat = p["latency"]
         assert set(lat) >= {"p50_ms", "p95_ms", "p99_ms", "server_p50_ms", "stale_action_rate"}

@@ -12,11 +12,11 @@ from proctor.analysis.binary import Posterior
 from proctor.analysis.episodes import Episode, EpisodeTable, Exclusion
 from proctor.analysis.leaderboard import _hrt, analyze, default_tau
 from proctor.analysis.report import RESULT_KEYS, data_version, to_json
-from proctor.analysis.results import Protocol, WelchTest
+from proctor.analysis.results import AnalysisProtocol, WelchTest
 from proctor.analysis.significance import verdict
 from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 
-PROTOCOL = Protocol(tau=10.0, bootstrap=200, seed=1)
+PROTOCOL = AnalysisProtocol(tau=10.0, bootstrap=200, seed=1)
 
 
 def single(eid: str, policy: str, obj: str, t: float | None, **kw) -> Episode:
@@ -104,7 +104,7 @@ def test_crossing_curves_get_the_crossing_verdict() -> None:
         eps.append(Episode(f"a{k}", "A", "o", 5, 10.0, (2.0, 4.0, 6.0), 0, 2, "success"))
         eps.append(Episode(f"b{k}", "B", "o", 5, 50.0, (10.0, 20.0, 30.0, 40.0, 50.0), 0, 0,
                            "success"))  # fmt: skip
-    lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=60.0, bootstrap=200, seed=0))
+    lb = analyze(EpisodeTable(tuple(eps)), AnalysisProtocol(tau=60.0, bootstrap=200, seed=0))
     (pair,) = lb.pairs
     assert pair.macro_ks.raw_statistic == pytest.approx(0.6)
     assert pair.significant
@@ -127,7 +127,7 @@ def test_a_difference_without_a_clear_direction_is_unclear() -> None:
         eps.append(Episode(f"a{k}", "A", "o", 3, a[-1], a, 0, 0, "success"))
         b = tuple(round(30.0 * (i + 1) + float(rng.uniform(0, 0.5)), 3) for i in range(3))
         eps.append(Episode(f"b{k}", "B", "o", 3, b[-1], b, 0, 0, "success"))
-    lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=60.0, bootstrap=400, seed=0))
+    lb = analyze(EpisodeTable(tuple(eps)), AnalysisProtocol(tau=60.0, bootstrap=400, seed=0))
     (pair,) = lb.pairs
     assert pair.significant
     iv = pair.rmst_diff_bonferroni
@@ -166,7 +166,7 @@ def synthetic_table() -> EpisodeTable:
 
 def test_every_key_of_the_result_is_listed(synthetic_table: EpisodeTable) -> None:
     """RESULT_KEYS (the words policy names may not be) covers the result."""
-    lb = analyze(synthetic_table, Protocol(tau=240.0, bootstrap=50, seed=4))
+    lb = analyze(synthetic_table, AnalysisProtocol(tau=240.0, bootstrap=50, seed=4))
     extra = {
         "label_stream": "auto_and_reviewed",
         "campaign_id": 1,
@@ -189,7 +189,7 @@ def test_every_key_of_the_result_is_listed(synthetic_table: EpisodeTable) -> Non
 
 
 def test_result_json_schema(synthetic_table: EpisodeTable) -> None:
-    protocol = Protocol(tau=240.0, bootstrap=200, seed=4)
+    protocol = AnalysisProtocol(tau=240.0, bootstrap=200, seed=4)
     lb = analyze(synthetic_table, protocol)
     js = to_json(lb, code_version="test", data_version=data_version(synthetic_table))
     text = json.dumps(js, allow_nan=False)  # strict JSON: no NaN or inf anywhere
@@ -235,7 +235,9 @@ def test_result_json_schema(synthetic_table: EpisodeTable) -> None:
 
 def test_results_are_reproducible_from_the_seed(synthetic_table: EpisodeTable) -> None:
     def run(seed: int) -> dict:
-        return to_json(analyze(synthetic_table, Protocol(tau=240.0, bootstrap=100, seed=seed)))
+        return to_json(
+            analyze(synthetic_table, AnalysisProtocol(tau=240.0, bootstrap=100, seed=seed))
+        )
 
     a, b, c = run(7), run(7), run(8)
     assert a == b
@@ -276,7 +278,7 @@ def test_default_tau_is_the_budget() -> None:
 )
 def test_protocol_rejects_bad_values(kw: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Protocol(**kw)
+        AnalysisProtocol(**kw)
 
 
 def test_nothing_to_score() -> None:

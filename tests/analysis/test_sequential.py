@@ -35,6 +35,8 @@ from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 ALPHA = 0.05
 OBJECTS = list(PHAIL_OBJECTS)
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+# the sequential entry's keys before the directional estimand (boards read them)
+LEGACY_KEYS = {"rejected", "stopped_at", "episodes_total", "e_value", "threshold"}
 
 
 def ep(eid: str, policy: str, placements: tuple[float, ...], items: int, duration: float,
@@ -110,24 +112,34 @@ def test_stopped_at_by_hand() -> None:
     # 0.5, so E after pair k is 1.5^(k−1). Threshold 1/α = 20: 1.5^8 = 25.63
     # is the first ≥ 20 (1.5^7 = 17.09), at pair 9, completed by episode 18.
     eps = clear_pairs(12)
-    r = sequential_pair("A", "B", eps, start_times(eps), alpha=ALPHA, comparisons=1)
+    r = sequential_pair("A", "B", eps, start_times(eps), alpha=ALPHA, comparisons=1, tau=20.0)
     assert r.threshold == 20.0
     assert r.stopped_at == 18
     assert r.e_value == pytest.approx(1.5**8)
     assert r.episodes_total == 24 and r.matched_pairs == 12
-    assert r.favours == "A"
+    # the direction comes from the confidence sequence of δ (§10): every pair's
+    # difference is (20 − 1)/20 of τ per item, and after 12 pairs the sequence
+    # (tests/analysis/test_confseq.py) lies above 0, so A is named
+    assert r.favours == "A" and r.verdict == "better"
+    assert r.delta_s is not None and 0 < r.delta_s[0] < 19.0 <= r.delta_s[1]
+    # without τ no direction is named, whatever the bets' sign
+    assert (
+        sequential_pair("A", "B", eps, start_times(eps), alpha=ALPHA, comparisons=1).favours is None
+    )
     # E moves only when an episode completes a pair, and holds in between
     assert r.path[:4] == pytest.approx([1.0, 1.0, 1.0, 1.5])
     # three pairs on the board: threshold 3/α = 60; 1.5^10 = 57.7 < 60 ≤ 1.5^11
     r3 = sequential_pair("A", "B", eps, start_times(eps), alpha=ALPHA, comparisons=3)
     assert r3.threshold == 60.0 and r3.stopped_at == 24
-    assert r3.to_json() == {
+    # the board's five keys keep their meaning; the direction's keys are added
+    assert {k: v for k, v in r3.to_json().items() if k in LEGACY_KEYS} == {
         "rejected": True,
         "stopped_at": 24,
         "episodes_total": 24,
         "e_value": pytest.approx(1.5**11),
         "threshold": 60.0,
     }
+    assert r3.to_json()["pairing"] == "start"
 
 
 def test_pairs_are_matched_within_object_in_start_order() -> None:
@@ -271,7 +283,9 @@ def test_analyze_sequential_json_table_and_plots(
     assert len(data["pairs"]) == 3
     for pr in data["pairs"]:
         seq = pr["sequential"]
-        assert set(seq) == {"rejected", "stopped_at", "episodes_total", "e_value", "threshold"}
+        assert set(seq) >= LEGACY_KEYS
+        assert seq["verdict"] in ("better", "unclear", "undecided")
+        assert (seq["favours"] is not None) == (seq["verdict"] == "better")
         assert seq["threshold"] == pytest.approx(3 / 0.05)
         assert seq["rejected"] == (seq["stopped_at"] is not None)
         assert 0 < seq["episodes_total"] <= 48

@@ -12,9 +12,9 @@ from proctor.analysis.episodes import Episode, EpisodeTable
 from proctor.analysis.interchange import read_interchange, write_interchange
 from proctor.analysis.leaderboard import analyze
 from proctor.analysis.report import RESULT_KEYS, to_json
-from proctor.analysis.results import Breakdown, Protocol
+from proctor.analysis.results import AnalysisProtocol, Breakdown
 
-PROTOCOL = Protocol(tau=10.0, bootstrap=200, seed=1)
+PROTOCOL = AnalysisProtocol(tau=10.0, bootstrap=200, seed=1)
 
 
 def one(eid: str, policy: str, obj: str, t: float | None, where: str | None, **kw) -> Episode:

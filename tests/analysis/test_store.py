@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from proctor.analysis.report import SCHEMA
-from proctor.analysis.results import Protocol
+from proctor.analysis.results import AnalysisProtocol
 from proctor.analysis.store import build_snapshot, load_episodes, recompute, stale_campaigns
 from proctor.core.db.models import AnalysisSnapshot, PlacementEvent, Station
 from proctor.core.domain import (
@@ -177,7 +177,7 @@ def test_detector_only_reconciles_counts(world: World) -> None:
 
 def test_build_snapshot(world: World) -> None:
     w = world
-    protocol = Protocol(tau=60.0, bootstrap=100, seed=2)
+    protocol = AnalysisProtocol(tau=60.0, bootstrap=100, seed=2)
     snap = build_snapshot(
         w.s, campaign_id=w.campaign.id, stream=LabelStream.auto_and_reviewed, protocol=protocol
     )
@@ -263,7 +263,7 @@ def test_recompute_and_staleness_live_in_the_analysis_layer(world: World) -> Non
     """Turning stored episodes into snapshot rows is proctor.analysis.store's job: it
     skips an unchanged stream, and a moved placement makes the board stale."""
     w = world
-    protocol = Protocol(tau=60.0, bootstrap=50, seed=2)
+    protocol = AnalysisProtocol(tau=60.0, bootstrap=50, seed=2)
     streams = (LabelStream.auto_and_reviewed,)
     first = recompute(w.s, campaign_id=w.campaign.id, streams=streams, protocol=protocol)
     assert [(o.stream, o.status) for o in first] == [(LabelStream.auto_and_reviewed, "created")]
@@ -351,7 +351,7 @@ def test_a_policy_that_voids_its_episodes_shows_its_own_faults_on_the_board(
         w.s,
         campaign_id=w.campaign.id,
         stream=LabelStream.auto_and_reviewed,
-        protocol=Protocol(tau=60.0, bootstrap=100, seed=2),
+        protocol=AnalysisProtocol(tau=60.0, bootstrap=100, seed=2),
     ).result
     bot = next(p for p in result["policies"] if p["policy"] == "bot-1")
     # 6 world episodes + 3 free + 1 charged + 1 stalled = 11 run, 4 its own faults

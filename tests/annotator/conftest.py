@@ -2,12 +2,12 @@
 the figures they print.
 
 The corpus: ``CORPUS_EPISODES`` episodes over every demo policy profile and
-object (telemetry only: ``proctor.annotator.simulate``), each run through the real
+object (telemetry only: ``proctor.demo.simulated_episodes``), each run through the real
 episode runner on the simulated cell and closed with the station's labelled
 ground-truth log. Simulating costs minutes of CPU, so the finished corpus
 (a SQLite file and an artifact folder) is kept in the system's temporary
 folder under a key that hashes everything that determines it — the
-simulated cell's, runner's, recorder's and policy protocol's source code,
+simulated cell's, runner's, recorder's and policy wire's source code,
 the schema and the plan (``_KEY_SOURCES``) — so any change there simulates
 afresh; the annotator's own code is not in
 the key (it is what is measured, every run). Each test session works on a
@@ -15,8 +15,9 @@ copy of the database. ``PROCTOR_ANNOTATOR_CORPUS_CACHE=0`` disables the
 cache (the corpus is then simulated into the session's tmp folder).
 
 Every test that uses the corpus, directly or through another fixture, is
-marked ``slow`` (about five minutes of simulation on a cold cache): the
-inner loop ``./run test -m "not slow"`` leaves them out.
+marked ``slow`` (on a cold cache, about 80 s of simulation on an idle 2-core
+machine, one worker process per CPU: ``simulate_corpus``): the inner loop
+``./run test -m "not slow"`` leaves them out.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from proctor.annotator.simulate import EpisodeSpec, corpus_plan
+from proctor.demo.simulated_episodes import EpisodeSpec, corpus_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS_EPISODES = 216  # 9 per (profile, object) cell
@@ -55,7 +56,7 @@ class Corpus:
 
 
 # What determines a telemetry-only simulated episode: the simulated cell
-# (cameras off), the runner, recorder and archive, the policy protocol and
+# (cameras off), the runner, recorder and archive, the policy wire and
 # the demo policies, the schema. Hardware drivers, twin/real profiles,
 # teleop, the daemon and the conformance checks never run in it.
 _KEY_SOURCES = (
@@ -63,25 +64,31 @@ _KEY_SOURCES = (
     "proctor/station/profiles/__init__.py",
     "proctor/station/profiles/sim.py",
     "proctor/station/drivers/*/base.py",
-    "proctor/station/drivers/registry.py",
-    "proctor/station/policy/client.py",
-    "proctor/station/policy/codec.py",
-    "proctor/station/policy/demo.py",
-    "proctor/station/policy/observation.py",
-    "proctor/station/policy/server.py",
-    "proctor/station/policy/spec.py",
+    "proctor/core/registry.py",
+    "proctor/policywire/client.py",
+    "proctor/policywire/wire/*.py",
+    "proctor/policywire/serving/demo.py",
+    "proctor/policywire/observation.py",
+    "proctor/policywire/serving/openpi.py",
     "proctor/station/*.py",
+    "proctor/station/control/*.py",
+    "proctor/policywire/dialects/*.py",
+    "proctor/policywire/handshake.py",
+    "proctor/core/clock.py",
+    "proctor/core/geometry.py",
+    "proctor/core/recording/*.py",
     "proctor/core/migrations/versions/*.py",
     "proctor/core/db/**/*.py",
     "proctor/core/artifacts/*.py",
     "proctor/core/domain.py",
-    "proctor/annotator/simulate.py",
+    "proctor/core/work.py",
+    "proctor/demo/simulated_episodes.py",
 )
 _NOT_IN_KEY = {
     "proctor/station/sim/render.py",
     "proctor/station/sim/camera.py",
     "proctor/station/camerahub.py",
-    "proctor/station/api.py",
+    "proctor/station/console_api.py",
     "proctor/station/cli.py",
     "proctor/station/daemon.py",
     "proctor/station/preflight.py",
@@ -107,25 +114,12 @@ def _key(plan: list[EpisodeSpec]) -> str:
 
 
 def _simulate(folder: Path, plan: list[EpisodeSpec]) -> None:
-    from proctor.annotator.simulate import simulate
-    from proctor.core.artifacts import LocalArtifactStore
-    from proctor.core.db import migrate
-    from proctor.core.db.engine import make_engine, make_session_factory
+    from proctor.demo.simulated_episodes import simulate_corpus
 
-    url = f"sqlite:///{folder / 'corpus.db'}"
-    migrate.upgrade(url)
-    engine = make_engine(url)
-    try:
-        simulate(
-            plan,
-            sessions=make_session_factory(engine),
-            store=LocalArtifactStore(folder / "artifacts"),
-            spool_root=folder / "spool",
-            link_campaign=True,
-        )
-    finally:
-        engine.dispose()
-    shutil.rmtree(folder / "spool", ignore_errors=True)
+    # the plan proctor calibrate builds from the same count and seed, in
+    # worker processes (one per CPU)
+    assert plan == corpus_plan(CORPUS_EPISODES, seed=CORPUS_SEED)
+    simulate_corpus(folder, CORPUS_EPISODES, CORPUS_SEED, show=False)
 
 
 def _cached_corpus(plan: list[EpisodeSpec], tmp: Path) -> Path:

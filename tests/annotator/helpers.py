@@ -26,7 +26,7 @@ from proctor.core.artifacts import ArtifactStore
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Artifact, Episode
 from proctor.core.domain import ArtifactKind, EpisodeState, LabelStatus, Outcome, Side
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.station.recorder import ACTION_KINDS, PHASES, telemetry_schema
 from tests import factories
 

@@ -25,19 +25,19 @@ import pytest
 import sqlalchemy as sa
 
 from proctor.analysis.leaderboard import analyze
-from proctor.analysis.results import Protocol
+from proctor.analysis.results import AnalysisProtocol
 from proctor.analysis.store import load_episodes
 from proctor.annotator.autoreview import resolve_flag_with_ground_truth, review_with_ground_truth
 from proctor.annotator.config import load_thresholds
-from proctor.annotator.evaluation import score_database
+from proctor.annotator.evaluation import PLAN_ORDER, score_database
 from proctor.annotator.reconcile import annotate_episode, pending_episodes
 from proctor.annotator.review import review_queue
-from proctor.annotator.simulate import OBJECT_NAMES, PROFILES
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
 from proctor.core.db.models import Episode, PlacementEvent, ReviewAction
 from proctor.core.domain import LabelStatus, LabelStream, Outcome, PlacementSource, PlacementStatus
-from proctor.station.recording import load_ground_truth
+from proctor.core.recording.reader import load_ground_truth
+from proctor.demo.simulated_episodes import OBJECT_NAMES, PROFILES
 from tests.annotator.conftest import Corpus, report
 
 MISCOUNT_EVERY = 4
@@ -67,7 +67,7 @@ def annotated(sim_corpus: Corpus) -> Iterator[Annotated]:
     store = LocalArtifactStore(sim_corpus.artifacts)
     miscounted: dict[str, int] = {}
     with session_scope(sessions) as s:
-        episodes = list(s.scalars(sa.select(Episode).order_by(Episode.id)))
+        episodes = list(s.scalars(sa.select(Episode).order_by(*PLAN_ORDER)))
         assert len(episodes) == len(sim_corpus.plan)
         for i, ep in enumerate(episodes):
             if i % MISCOUNT_EVERY != 1 or ep.outcome == Outcome.system:
@@ -191,7 +191,7 @@ def test_review_then_analysis_on_both_label_streams(
 
         both = load_episodes(s, campaign_id=None, stream=LabelStream.auto_and_reviewed)
         only = load_episodes(s, campaign_id=None, stream=LabelStream.reviewed_only)
-    protocol = Protocol(tau=60.0, bootstrap=200, power_sims=50)
+    protocol = AnalysisProtocol(tau=60.0, bootstrap=200, power_sims=50)
     uids_both = {e.episode_id for e in both.episodes}
     uids_only = {e.episode_id for e in only.episodes}
     assert uids_only == reviewed

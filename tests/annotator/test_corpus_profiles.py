@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from proctor.analysis.episodes import Episode as ScoredEpisode
 from proctor.analysis.km import kaplan_meier, quantile_time, survival_at
 from proctor.analysis.operations import extract_operations
+from proctor.annotator.evaluation import PLAN_ORDER
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db.engine import make_engine, make_session_factory
 from proctor.core.db.models import Artifact, Assignment, Episode, Policy
@@ -50,7 +51,7 @@ def characters(sim_corpus: Corpus) -> dict[str, Character]:
     by_profile: dict[str, list[ScoredEpisode]] = {}
     try:
         with make_session_factory(engine)() as s:
-            for ep in s.scalars(sa.select(Episode).order_by(Episode.id)):
+            for ep in s.scalars(sa.select(Episode).order_by(*PLAN_ORDER)):
                 if ep.outcome == Outcome.system:
                     continue
                 assignment = s.get(Assignment, ep.assignment_id)

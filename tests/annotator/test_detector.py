@@ -18,7 +18,7 @@ from proctor.annotator.config import ClassifierThresholds, Thresholds, load_thre
 from proctor.annotator.detector import Signals, Zone, detect
 from proctor.annotator.pipeline import analyze_table
 from proctor.core.errors import UsageError
-from proctor.station import keys
+from proctor.core.recording import keys
 from tests.annotator.helpers import (
     HZ,
     POLL_LATENCY_S,

@@ -15,11 +15,11 @@ from proctor.annotator.detector import Signals
 from proctor.annotator.pipeline import layout_for
 from proctor.annotator.proposal_scores import score_rule
 from proctor.annotator.proposals import Proposal, propose
-from proctor.annotator.simulate import corpus_plan, simulate
 from proctor.annotator.tags import retract_tag, tags_of
 from proctor.annotator.taxonomy import load_taxonomy, parse_taxonomy
 from proctor.core.db.engine import ProctorSession
 from proctor.core.errors import ConfigError
+from proctor.demo.simulated_episodes import corpus_plan, simulate
 from tests.annotator.conftest import report
 from tests.annotator.helpers import HZ, RATE, Op, store_episode, telemetry_table
 

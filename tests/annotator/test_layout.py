@@ -15,14 +15,14 @@ import sqlalchemy as sa
 from proctor.annotator.config import CellGeometry, Thresholds
 from proctor.annotator.pipeline import layout_for, parse_layout
 from proctor.annotator.reconcile import annotate_episode
-from proctor.annotator.simulate import EpisodeSpec, simulate
 from proctor.core.artifacts import ArtifactStore, LocalArtifactStore
 from proctor.core.db import migrate
 from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
 from proctor.core.db.models import Artifact, Episode
 from proctor.core.domain import ArtifactKind, LabelStatus, Side
 from proctor.core.errors import UsageError
-from proctor.station.recording import read_json
+from proctor.core.recording.reader import read_json
+from proctor.demo.simulated_episodes import EpisodeSpec, simulate
 from proctor.station.sim.world import Layout
 from tests.annotator.helpers import Op, store_episode
 

@@ -203,8 +203,8 @@ def test_send_parts_resumes_and_never_shows_the_store_a_token(
     """The station's helper: parts already in are not sent again (their ETags
     come from the plan), and a client that carries the station's bearer token
     by default does not hand it to the store's presigned URLs."""
+    from proctor.core.station_api_wire import PartTarget, UploadPlan
     from proctor.station.uplink.upload import send_parts
-    from proctor.station.uplink.wire import PartTarget, UploadPlan
 
     store = s3_store(s3_endpoint, "helper")
     backend = multipart_for(store)

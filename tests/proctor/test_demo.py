@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from proctor.analysis.snapshot import SCHEMA, read_snapshot
 from proctor.demo import world
 
 pytestmark = pytest.mark.slow
@@ -177,6 +178,25 @@ def test_snapshots_and_the_printed_leaderboard_agree(demo_run: tuple[Path, str])
     assert "episodes in" in stdout and "whole demo" in stdout
 
 
+def test_every_stored_result_reads_as_the_typed_snapshot(demo_run: tuple[Path, str]) -> None:
+    """The demo's snapshots and subset results, every label stream, read
+    strictly into ``LeaderboardSnapshot`` (an undeclared, missing or
+    mistyped key would fail here)."""
+    db = _db(Path(demo_run[0]))
+    docs = [json.loads(r) for (r,) in db.execute("SELECT result FROM analysis_snapshots")]
+    docs += [
+        json.loads(r)
+        for (r,) in db.execute(
+            "SELECT result FROM analysis_subset_results WHERE result IS NOT NULL"
+        )
+    ]
+    assert len(docs) >= 3
+    for doc in docs:
+        snap = read_snapshot(doc)
+        assert snap.schema == SCHEMA
+        assert {p.policy for p in snap.policies} <= set(world.POLICY_NAMES.values())
+
+
 def test_the_leaderboard_carries_every_policys_latency(demo_run: tuple[Path, str]) -> None:
     """Every policy's round trips, from the per-call tables its episodes left:
     the simulated cell stands still while a policy thinks, so nothing is stale."""
@@ -304,7 +324,7 @@ def test_the_demo_exported_as_lerobot_loads_in_lerobot_and_matches_the_recording
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from proctor.station import keys
+    from proctor.core.recording import keys
 
     data_dir, _ = demo_run
     out = tmp_path / "lerobot"

@@ -13,7 +13,7 @@ from rich.console import Console
 from proctor.analysis.episodes import EpisodeTable
 from proctor.analysis.leaderboard import analyze
 from proctor.analysis.report import to_json
-from proctor.analysis.results import Protocol
+from proctor.analysis.results import AnalysisProtocol
 from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
 from proctor.demo import world
 from proctor.demo.report import print_leaderboard
@@ -25,7 +25,7 @@ def _result() -> dict:
         dataclasses.replace(m, name=n) for m, n in zip(phail_like_models(), names, strict=True)
     ]
     eps = cohort(models, PHAIL_OBJECTS, episodes_per_cell=4, rng=np.random.default_rng(3))
-    lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=240.0, bootstrap=60, seed=0))
+    lb = analyze(EpisodeTable(tuple(eps)), AnalysisProtocol(tau=240.0, bootstrap=60, seed=0))
     return to_json(lb, code_version="proctor-test/analysis-test")
 
 
@@ -69,7 +69,7 @@ def test_a_policy_that_never_succeeds_on_an_object_prints() -> None:
         models[-1], object_speed={**models[-1].object_speed, "towels": 1e6}
     )
     eps = cohort(models, PHAIL_OBJECTS, episodes_per_cell=3, rng=np.random.default_rng(4))
-    lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=240.0, bootstrap=40, seed=0))
+    lb = analyze(EpisodeTable(tuple(eps)), AnalysisProtocol(tau=240.0, bootstrap=40, seed=0))
     result = to_json(lb, code_version="proctor-test/analysis-test")
     stuck = next(p for p in result["policies"] if p["policy"] == names[-1])
     towels = next(o for o in stuck["per_object"] if o["object"] == "towels")
@@ -91,7 +91,7 @@ def test_envelope_interventions_print_beside_safety_stops() -> None:
     eps = [
         dataclasses.replace(e, envelope_interventions=3) if e.policy == names[1] else e for e in eps
     ]
-    lb = analyze(EpisodeTable(tuple(eps)), Protocol(tau=240.0, bootstrap=40, seed=0))
+    lb = analyze(EpisodeTable(tuple(eps)), AnalysisProtocol(tau=240.0, bootstrap=40, seed=0))
     result = to_json(lb, code_version="proctor-test/analysis-test")
     buf = io.StringIO()
     print_leaderboard(Console(file=buf, width=80), result, title="Leaderboard")

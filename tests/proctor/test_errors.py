@@ -16,6 +16,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from proctor.core.episode_record import LogRejected
 from proctor.core.errors import (
     AppendOnlyViolation,
     Conflict,
@@ -28,10 +29,10 @@ from proctor.core.errors import (
     UsageError,
 )
 from proctor.scheduler.service import CampaignNotFound, CampaignStateError
-from proctor.station import api as station_api
+from proctor.station import console_api as station_api
 from proctor.station.daemon import NoWork
-from proctor.station.episodes import LogRejected, WrongState
-from proctor.station.runner import PolicyUnreachable, RunnerBusy
+from proctor.station.episode_runner import PolicyUnreachable, RunnerBusy
+from proctor.station.episodes import WrongState
 from proctor.web.auth.passwords import PasswordsBusy
 from proctor.web.errors import install_error_handlers
 from tests.browser import serve_app

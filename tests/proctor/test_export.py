@@ -63,7 +63,9 @@ def test_a_policy_that_did_not_opt_in_is_exported_under_its_arm_label(
     import csv
     import json
 
-    from proctor.core.db.models import CampaignPolicy, PlacementEvent
+    import sqlalchemy as sa
+
+    from proctor.core.db.models import Assignment, CampaignPolicy, PlacementEvent
     from proctor.core.domain import (
         EpisodeState,
         LabelStatus,
@@ -119,8 +121,15 @@ def test_a_policy_that_did_not_opt_in_is_exported_under_its_arm_label(
     out = tmp_path / "out"
     export_campaign(db_session, artifact_store, campaign=camp.name, out=out)
     with (out / "episodes.csv").open() as fh:
-        policies = {row["policy"] for row in csv.DictReader(fh)}
+        rows = list(csv.DictReader(fh))
+    policies = {row["policy"] for row in rows}
     assert "the-reference" in policies and "open-model-y" in policies
+    # interchange format 2 (docs/methods.md §8): each episode's slot block and
+    # sequence, which the sequential verdicts pair by
+    assert sorted(int(r["sequence"]) for r in rows) == sorted(
+        db_session.scalars(sa.select(Assignment.sequence).where(Assignment.campaign_id == camp.id))
+    )
+    assert all(r["block"] != "" for r in rows)
     assert "secret-model-x" not in policies
     assert any(p.startswith("arm ") for p in policies)
     everything = (
@@ -128,6 +137,7 @@ def test_a_policy_that_did_not_opt_in_is_exported_under_its_arm_label(
     )
     assert "secret-model-x" not in everything
     dataset = json.loads((out / "dataset.json").read_text())
+    assert dataset["interchange_format"] == 2
     assert [w["policy"] for w in dataset["identities_withheld"]] == sorted(
         p for p in policies if p.startswith("arm ")
     )
@@ -270,7 +280,7 @@ def test_the_dataset_gets_the_umasks_mode_and_a_never_succeeding_policy_scores(
 
     from proctor.analysis.interchange import read_interchange
     from proctor.analysis.leaderboard import analyze
-    from proctor.analysis.results import Protocol
+    from proctor.analysis.results import AnalysisProtocol
     from proctor.core.db.models import CampaignPolicy, PlacementEvent
     from proctor.core.domain import (
         EpisodeState,
@@ -318,6 +328,6 @@ def test_the_dataset_gets_the_umasks_mode_and_a_never_succeeding_policy_scores(
     for path in (out / "episodes.csv", out / "dataset.json"):
         assert path.stat().st_mode & 0o777 == 0o640, path
     table = read_interchange(out / "episodes.csv")
-    lb = analyze(table, Protocol(tau=60.0, bootstrap=20))
+    lb = analyze(table, AnalysisProtocol(tau=60.0, bootstrap=20))
     row = next(p for p in lb.policies if p.policy == "stuck-model")
     assert row.rmst.estimate == 60.0 and row.median.estimate == float("inf")

@@ -21,9 +21,10 @@ from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db.engine import ProctorSession
 from proctor.core.domain import AssignmentStatus, CampaignStatus
 from proctor.core.errors import UsageError
+from proctor.core.recording import keys
 from proctor.export.lerobot import export_lerobot
+from proctor.policywire.wire import keys as wire_keys
 from proctor.runner.envs import BuiltEnv
-from proctor.station import keys
 from tests import factories as f
 from tests.backends import once
 from tests.web.recordings import RecordingSpec, record_episode
@@ -172,7 +173,7 @@ def test_the_export_leaves_out_ground_truth_and_withheld_names(
     export_lerobot(db_session, artifact_store, campaign=demo.campaign, out=out)
     info = json.loads((out / "meta" / "info.json").read_text())
     assert info["codebase_version"] == "v3.0" and info["total_episodes"] == 3
-    assert not any(name.startswith(keys.SIM_PREFIX) for name in info["features"])
+    assert not any(name.startswith(wire_keys.SIM_PREFIX) for name in info["features"])
     text = "".join(p.read_text() for p in (out / "meta").glob("*.json"))
     text += str(pq.read_table(out / "meta" / "episodes" / "chunk-000" / "file-000.parquet"))
     assert "sams-model" not in text and "ground" not in text

@@ -25,7 +25,7 @@ from proctor.runner.worker import RunnerWorker, WorkerConfig
 from proctor.scheduler import service
 from proctor.scheduler.protocol import parse_protocol
 from proctor.scheduler.service import Actor
-from tests.web.test_submissions_helpers import ENCRYPTION_KEY
+from tests.web.submissions_support import ENCRYPTION_KEY
 
 
 def system_settings(db_url: str, data_dir: Path, **runner: Any) -> Settings:

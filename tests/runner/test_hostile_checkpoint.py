@@ -45,7 +45,7 @@ from tests.runner.system import (
 )
 from tests.scheduler.conftest import CommittedDb
 from tests.web.conftest import FakeClock, Web
-from tests.web.test_submissions_helpers import submitter, upload
+from tests.web.submissions_support import submitter, upload
 
 pytestmark = pytest.mark.slow  # the first run on a machine builds the arm's environment
 

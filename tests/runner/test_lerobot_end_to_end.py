@@ -29,11 +29,11 @@ from proctor.core.domain import (
     PolicyKind,
     RunnerStatus,
 )
+from proctor.core.recording import keys
+from proctor.core.recording.reader import load_telemetry
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.runner.envs import BuiltEnv
-from proctor.station import keys
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
-from proctor.station.recording import load_telemetry
 from proctor.web.app import create_app
 from proctor.web.submissions import worker as conformance
 from tests.browser import serve_app
@@ -49,7 +49,7 @@ from tests.runner.system import (
 from tests.scheduler import builders
 from tests.scheduler.conftest import Gateway, sim_station, work_the_campaign
 from tests.web.conftest import FakeClock, Web
-from tests.web.test_submissions_helpers import submitter, upload
+from tests.web.submissions_support import submitter, upload
 
 MANIFEST = """\
 name = "{name}"

@@ -14,26 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proctor.station.policy.client import PolicyClient, PolicyError
-from proctor.station.policy.spec import ActionSpace
+from proctor.policywire.client import PolicyClient, PolicyError
+from proctor.policywire.wire.spec import ActionSpace
 from tests.runner.conftest import Started, lerobot_manifest
+from tests.runner.openpi_support import openpi_observation
 from tests.station.conftest import ROOT
 
 OPENPI_PYTHON = ROOT / ".venv-openpi" / "bin" / "python"
 ACTION_MEAN = 100.0  # make_checkpoints.ACTION_MEAN: the ACT checkpoint's action stats
-
-
-def _observation(seed: int = 0) -> dict[str, object]:
-    """What the station sends in the openpi dialect (its DROID keys)."""
-    rng = np.random.default_rng(seed)
-    return {
-        "observation/exterior_image_1_left": rng.integers(0, 255, (224, 224, 3), dtype=np.uint8),
-        "observation/wrist_image_left": rng.integers(0, 255, (224, 224, 3), dtype=np.uint8),
-        "observation/joint_position": rng.normal(size=7).astype(np.float32),
-        "observation/cartesian_position": np.zeros(6, np.float32),
-        "observation/gripper_position": np.array([0.5], np.float32),
-        "prompt": "put the items into the target bin",
-    }
 
 
 @pytest.mark.parametrize(
@@ -48,7 +36,7 @@ def test_the_station_client_gets_action_chunks_from_a_lerobot_checkpoint(
     try:
         info = client.connect()
         assert info.action_space == ActionSpace(space)
-        replies = [client.infer(_observation(seed), timeout_s=120.0) for seed in range(3)]
+        replies = [client.infer(openpi_observation(seed), timeout_s=120.0) for seed in range(3)]
     finally:
         client.close()
     for reply in replies:
@@ -71,7 +59,7 @@ def test_a_bad_observation_is_answered_with_an_error_text_then_1011(
     client = PolicyClient(server.url, connect_timeout_s=30.0)
     try:
         client.connect()
-        bad = _observation()
+        bad = openpi_observation()
         del bad["observation/wrist_image_left"]
         with pytest.raises(PolicyError) as caught:
             client.infer(bad, timeout_s=60.0)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from proctor.policywire.wire.spec import manifest_action_units
 from proctor.runner.manifest import ManifestError, parse_manifest
-from proctor.station.policy.spec import manifest_action_units
 
 TOML = """\
 name = "acme-droid"

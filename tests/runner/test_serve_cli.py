@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from proctor.demo.checkpoint import build_archive
-from proctor.station.policy.conformance import CheckOptions, check_endpoint
+from proctor.policywire.conformance.check import CheckOptions, check_endpoint
 from tests.runner.conftest import free_port
 
 pytestmark = pytest.mark.slow  # the first run on a machine builds the environment

@@ -19,7 +19,7 @@ from proctor.runner.archive import (
     read_member,
     unpack_archive,
 )
-from tests.web.test_submissions_helpers import manifest, tar_bytes, zip_bytes
+from tests.web.submissions_support import manifest, tar_bytes, zip_bytes
 
 LIMITS = ArchiveLimits(max_unpacked_bytes=8 * 2**20, max_files=100, max_ratio=1000.0)
 

@@ -17,7 +17,7 @@ from proctor.core.settings import Settings
 from proctor.runner.pipeline import ServerPipeline
 from proctor.runner.worker import RunnerWorker, WorkerConfig
 from tests.runner.system import tar_folder
-from tests.web.test_submissions_helpers import manifest
+from tests.web.submissions_support import manifest
 
 
 def _mode(path: Path) -> int:

@@ -43,9 +43,9 @@ from proctor.core.domain import (
     SubmissionKind,
 )
 from proctor.demo.checkpoint import build_archive
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.runner.manifest import Manifest, parse_manifest
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
 from tests.runner.system import runner_rows, start_campaign, wait_for
 from tests.scheduler import builders
 from tests.scheduler.conftest import Gateway, sim_station
@@ -124,7 +124,7 @@ class Operator(threading.Thread):
 
     def run(self) -> None:
         from proctor.station.daemon import NoWork
-        from proctor.station.runner import RunnerState
+        from proctor.station.episode_runner import RunnerState
 
         try:
             while True:

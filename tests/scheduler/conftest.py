@@ -16,6 +16,7 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 
+from proctor.cli import main
 from proctor.core.db import migrate
 from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory
 from proctor.scheduler.endpoint_keys import generate_encryption_key
@@ -129,7 +130,7 @@ def sim_station(gateway: Gateway, campaign: int, name: str, tmp_path: Path) -> S
     that works ``campaign`` through the test gateway, enrolled and proving
     itself with its token as a deployed station does; not yet opened."""
     from proctor.core.artifacts import open_store
-    from proctor.scheduler.work_source import CampaignWorkSource
+    from proctor.scheduler.campaign_work_source import CampaignWorkSource
     from proctor.station.config import load_station_config
     from proctor.station.daemon import StationDaemon
     from tests.scheduler.builders import station_token
@@ -171,7 +172,7 @@ def work_the_campaign(
     import time
 
     from proctor.station.daemon import NoWork
-    from proctor.station.runner import PolicyUnreachable, RunnerState
+    from proctor.station.episode_runner import PolicyUnreachable, RunnerState
 
     def wait(state: RunnerState) -> None:
         deadline = time.monotonic() + timeout
@@ -197,3 +198,19 @@ def work_the_campaign(
         wait(RunnerState.awaiting_log)
         daemon.close_with_ground_truth()
         wait(RunnerState.idle)
+
+
+@pytest.fixture
+def proctor(committed_db: CommittedDb, monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path):
+    for key in ("PROCTOR_CONFIG", "PROCTOR_DEBUG"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("PROCTOR_DATABASE_URL", committed_db.url)
+    monkeypatch.setenv("PROCTOR_DATA_DIR", str(tmp_path))
+
+    def run(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            main(list(args))
+        out, err = capsys.readouterr()
+        return int(exc.value.code or 0), out, err
+
+    return run

@@ -18,14 +18,14 @@ import sqlalchemy as sa
 from proctor.core.artifacts import open_store
 from proctor.core.db.models import Assignment, Episode, ObjectType
 from proctor.core.domain import PolicyKind
+from proctor.core.recording import keys
+from proctor.core.recording.reader import load_recording
 from proctor.scheduler import service
 from proctor.scheduler.protocol import parse_protocol
 from proctor.scheduler.service import Actor
-from proctor.station import keys
-from proctor.station.recording import load_recording
 from tests.scheduler import builders
 from tests.scheduler.conftest import Gateway, sim_station, work_the_campaign
-from tests.station.test_droid_units import _steps, droid_server, joint_chunk
+from tests.station.droid_support import droid_server, joint_chunk, recorded_steps
 
 NAMED = {"action_space": "joint_velocity", "action_horizon": 10}
 OBJECT = "towels"
@@ -98,7 +98,7 @@ def test_an_endpoint_selecting_droid_units_runs_as_droid_through_the_campaign(
                 assert rec.manifest["policy"]["action_units"] == units, sub_id
                 running = rec.column(keys.PHASE) == keys.TelemetryPhase.running.value
                 assert set(rec.column(keys.ACTION_KIND)[running]) == {kind}
-                q, req, _ = _steps(rec)
+                q, req, _ = recorded_steps(rec)
                 # DROID: the measured joints plus 0.05 × 0.2 rad; SI: 0.05 rad/s as sent
                 step = np.array([0.01, 0, 0, 0, 0, 0, 0])
                 want = q + step if units == "droid" else 5 * step

@@ -1,4 +1,4 @@
-"""The adaptive rule as a pure replay (proctor/scheduler/adaptive.py): a
+"""The adaptive rule as a pure replay (proctor/scheduler/adaptive_rule.py): a
 policy whose every pair resolved stops, its slots shift to the unresolved
 policy, the reference stays in every block, blocks keep their object and
 configuration, and the plan re-derives from the seed and the outcomes only
@@ -16,7 +16,7 @@ import pytest
 from proctor.analysis.episodes import Episode
 from proctor.analysis.resolution import Outcome
 from proctor.core.domain import Side
-from proctor.scheduler.adaptive import AdaptiveRule, Plan, compare, replay
+from proctor.scheduler.adaptive_rule import AdaptiveRule, Plan, compare, replay
 from proctor.scheduler.allocation import AllocationProtocol, SpatialConfig, derive_allocation
 
 REF, SLOW, PEER = 10, 20, 30

@@ -11,13 +11,14 @@ no way to read who a run belongs to. Checked by walking its source:
   ``.endpoint_url``, ``.endpoint_api_key_encrypted``, ``.owner_id``);
 * it never queries the identity tables in raw SQL;
 * it never imports the scheduler: the campaign's work reaches the station
-  through ``proctor.station.work.WorkSource``, plugged in by a config string, and
+  through ``proctor.core.work.WorkSource``, plugged in by a config string, and
   carries only an opaque run code and gateway URL.
 
 ``BLIND_PACKAGES`` lists the packages under the rule: the station (its local
-API is ``proctor/station/api.py``, inside it) and the operator console
-(``proctor/web/console``). Each must exist, so a moved or renamed package fails the
-walk instead of silently leaving it.
+API is ``proctor/station/console_api.py``, inside it) and the operator console
+(``proctor/web/console``); ``BLIND_MODULES`` the kernel's contract of what a
+station is handed (``proctor/core/work.py``). Each must exist, so a moved or
+renamed package fails the walk instead of silently leaving it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND_PACKAGES = ("proctor/station", "proctor/web/console")
+# what a station is handed lives in the kernel, below the station: under the rule too
+BLIND_MODULES = ("proctor/core/work.py",)
 IDENTITY_CLASSES = {"Policy", "Submission", "CampaignPolicy", "Assignment", "RunnerServer"}
 IDENTITY_ATTRS = {
     "policy_id",
@@ -98,17 +101,20 @@ def violations(source: str, where: str) -> list[str]:
 
 
 def _blind_files() -> list[Path]:
-    return [p for package in BLIND_PACKAGES for p in sorted((ROOT / package).rglob("*.py"))]
+    packages = [p for package in BLIND_PACKAGES for p in sorted((ROOT / package).rglob("*.py"))]
+    return packages + [ROOT / m for m in BLIND_MODULES]
 
 
 def test_every_blind_package_exists() -> None:
     assert [p for p in BLIND_PACKAGES if not (ROOT / p / "__init__.py").is_file()] == []
+    assert [m for m in BLIND_MODULES if not (ROOT / m).is_file()] == []
 
 
 def test_the_walk_sees_the_station() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _blind_files()}
-    assert "proctor/station/work.py" in names and "proctor/station/cli.py" in names
-    assert "proctor/station/api.py" in names  # the station's local API
+    assert "proctor/core/work.py" in names and "proctor/station/work_source.py" in names
+    assert "proctor/station/cli.py" in names
+    assert "proctor/station/console_api.py" in names  # the station's local API
     assert "proctor/web/console/routes.py" in names  # the operator console
 
 
@@ -146,7 +152,7 @@ def test_the_checker_catches_each_way_in(snippet: str) -> None:
     "snippet",
     [
         "from proctor.core.db.models import Episode, ObjectType, Station",
-        "from proctor.station.work import Work\nw.policy_url",
+        "from proctor.core.work import Work\nw.policy_url",
         "msg = 'the policy server returned actions of shape (10, 7)'",
         "x = 'policies'",  # a word is not a query
         "m = 'never from the browser; policies and submissions stay sealed'",
@@ -159,8 +165,8 @@ def test_the_checker_lets_ordinary_station_code_through(snippet: str) -> None:
 
 def test_the_work_a_station_receives_carries_no_identity() -> None:
     """The scheduler's side of the contract: what crosses to the station."""
+    from proctor.core.work import Work
     from proctor.scheduler.claims import Claim
-    from proctor.station.work import Work
 
     for cls in (Claim, Work):
         names = {f.name for f in fields(cls)}
@@ -169,11 +175,11 @@ def test_the_work_a_station_receives_carries_no_identity() -> None:
 
 def test_the_station_apis_replies_carry_no_identity() -> None:
     """The station API's side of it: every model the server sends a station
-    host (``proctor.station.uplink.wire``) has no field that could name the
+    host (``proctor.core.station_api_wire``) has no field that could name the
     policy; a run's policy is reached through the gateway path's handle."""
     from pydantic import BaseModel
 
-    from proctor.station.uplink import wire
+    from proctor.core import station_api_wire as wire
 
     replies = [
         m

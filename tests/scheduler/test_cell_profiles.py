@@ -13,9 +13,9 @@ from proctor.core.db.models import Assignment, Campaign, Station
 from proctor.core.domain import AssignmentStatus
 from proctor.core.errors import ConfigError, UsageError
 from proctor.scheduler import service
+from proctor.scheduler.campaign_work_source import CampaignWorkSource
 from proctor.scheduler.claims import ProfileNotAccepted
 from proctor.scheduler.service import Actor
-from proctor.scheduler.work_source import CampaignWorkSource
 from proctor.station.config import load_station_config
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
@@ -153,7 +153,10 @@ def _daemon(db: CommittedDb, cid: int, tmp_path: Path, **config: object):  # typ
             "wrist": {"width": 96, "height": 72, "fps": 5},
         },
         sim={"clock": "virtual"},
-        work={"source": "proctor.scheduler.work_source:campaign_work_source", "options": options},
+        work={
+            "source": "proctor.scheduler.campaign_work_source:campaign_work_source",
+            "options": options,
+        },
         **config,
     )
     return StationDaemon(

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from proctor.core.db.models import Assignment, Submission
 from proctor.scheduler import service
 from proctor.scheduler.service import Actor
-from proctor.station.work import load_work_source
+from proctor.station.work_source import load_work_source
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
 
@@ -29,7 +29,7 @@ def test_the_claim_carries_the_endpoints_exterior_numbering(committed_db: Commit
         service.start_campaign(s, campaign=c.id, actor=Actor(label="t"))
         name, chosen_id = c.name, chosen.id
     source = load_work_source(
-        "proctor.scheduler.work_source:campaign_work_source",
+        "proctor.scheduler.campaign_work_source:campaign_work_source",
         {
             "campaign": name,
             "station": f"cell-{secrets.token_hex(3)}",
@@ -67,7 +67,7 @@ def test_the_claim_carries_the_selected_action_units(committed_db: CommittedDb) 
         service.start_campaign(s, campaign=c.id, actor=Actor(label="t"))
         name, chosen = c.name, {endpoint.id: "droid", from_toml.id: "si"}
     source = load_work_source(
-        "proctor.scheduler.work_source:campaign_work_source",
+        "proctor.scheduler.campaign_work_source:campaign_work_source",
         {
             "campaign": name,
             "station": f"cell-{secrets.token_hex(3)}",

@@ -13,11 +13,11 @@ import sqlalchemy as sa
 from proctor.core.db.models import Assignment, AuditLog, CampaignPolicy, Episode, EpisodeEvent
 from proctor.core.db.types import utcnow
 from proctor.core.domain import AssignmentStatus, EpisodeState, Outcome, Side
+from proctor.core.episode_record import FAULT_POLICY_MOTION, FAULT_POLICY_PROTOCOL
 from proctor.core.errors import UsageError
 from proctor.scheduler import claims, service
 from proctor.scheduler.claims import Claim, claim_next
 from proctor.scheduler.service import Actor, CampaignStateError
-from proctor.station.episodes import FAULT_POLICY_MOTION, FAULT_POLICY_PROTOCOL
 from tests.scheduler import builders
 
 ADMIN = Actor(label="test-admin")

@@ -23,6 +23,9 @@ from websockets.sync.client import ClientConnection, connect
 from proctor.core.db.models import Assignment, Submission
 from proctor.core.domain import AssignmentStatus, EndpointDialect
 from proctor.core.settings import load_settings
+from proctor.policywire.client import PolicyClient, PolicyUnavailable
+from proctor.policywire.serving.positronic import PositronicServer
+from proctor.policywire.wire import keys
 from proctor.scheduler import claims, service
 from proctor.scheduler.codes import new_endpoint_handle
 from proctor.scheduler.endpoint_keys import encrypt_api_key, generate_encryption_key
@@ -38,9 +41,6 @@ from proctor.scheduler.gateway import (
     to_upstream_code,
 )
 from proctor.scheduler.service import Actor
-from proctor.station import keys
-from proctor.station.policy.client import PolicyClient, PolicyUnavailable
-from proctor.station.policy.positronic_server import PositronicServer
 from tests.loopback import ScriptedResolver, TcpWitness, redirecting_server
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb, Gateway, ServerThread, free_port

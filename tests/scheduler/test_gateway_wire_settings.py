@@ -1,6 +1,6 @@
 """Through the blinded gateway to an openpi server behind a URL path
 (vLLM-Omni's ``/v1/realtime/robot/openpi``, written in
-``tests/station/field_servers.py``): the gateway dials the path the
+``tests/policywire/field_servers.py``): the gateway dials the path the
 submission stored, and the claim's exterior numbering decides the key the
 station's client sends."""
 
@@ -11,18 +11,17 @@ from collections.abc import Callable
 import numpy as np
 
 from proctor.core.domain import EndpointDialect
+from proctor.core.recording import keys
+from proctor.policywire.client import PolicyClient
+from proctor.policywire.observation import build_observation
+from proctor.policywire.wire.proprio import Proprio
 from proctor.scheduler import claims, service
 from proctor.scheduler.gateway import gateway_url, station_headers
 from proctor.scheduler.service import Actor
-from proctor.station import keys
-from proctor.station.drivers.arm.base import ArmState
-from proctor.station.drivers.gripper.base import GripperState
-from proctor.station.policy.client import PolicyClient
-from proctor.station.policy.observation import build_observation
+from tests.policywire.field_servers import EXT0, VLLM_PATH, FieldServer, vllm_handler
+from tests.policywire.field_servers import field_server as field_server  # the fixture
 from tests.scheduler import builders
 from tests.scheduler.conftest import Gateway
-from tests.station.field_servers import EXT0, VLLM_PATH, FieldServer, vllm_handler
-from tests.station.field_servers import field_server as field_server  # the fixture
 
 
 def test_an_endpoint_behind_a_path_is_reached_through_the_gateway_with_its_numbering(
@@ -55,11 +54,8 @@ def test_an_endpoint_behind_a_path_is_reached_through_the_gateway_with_its_numbe
         frame = np.full((120, 160, 3), 200, np.uint8)
         obs = build_observation(
             info,
-            arm=ArmState(
-                t=0.0, q=np.zeros(7), dq=np.zeros(7), ee_pose=np.r_[0.4, 0, 0.3, 1, 0, 0, 0]
-            ),
-            gripper=GripperState(
-                t=0.0, target=0, position=0, object_detected=False, activated=True
+            proprio=Proprio(
+                q=np.zeros(7), dq=np.zeros(7), ee_pose=np.r_[0.4, 0, 0.3, 1, 0, 0, 0], gripper=0.0
             ),
             images={keys.CAMERA_EXTERIOR: frame, keys.CAMERA_WRIST: frame},
             prompt="put the spoons in the bin",

@@ -15,14 +15,15 @@ import sqlalchemy as sa
 from proctor.analysis.store import snapshot_result
 from proctor.core.db.models import Assignment, Campaign, Episode
 from proctor.core.domain import AssignmentStatus, LabelStream
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.scheduler import service
-from proctor.scheduler.adaptation import current_plan
+from proctor.scheduler.adaptive_campaign import current_plan
 from proctor.scheduler.protocol import parse_protocol
 from proctor.scheduler.service import Actor
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
 from tests.scheduler.conftest import Gateway, sim_station, work_the_campaign
-from tests.scheduler.test_sim_campaign import _register
+from tests.scheduler.sim_support import ARMS as ALL_ARMS
+from tests.scheduler.sim_support import CONFIGS, register_policies
 
 ARMS = ("reference", "steady")
 EPISODES_PER_CELL = 14  # one object, two configurations: 14 blocks of 2
@@ -42,17 +43,13 @@ def _work_and_annotate(gateway: Gateway, daemon, cid: int, tmp_path: Path) -> No
             return
 
 
-def test_an_adaptive_campaign_stops_a_resolved_pair_early(
-    gateway: Gateway, tmp_path: Path, monkeypatch
-) -> None:
-    import tests.scheduler.test_sim_campaign as sim
-
-    monkeypatch.setattr(sim, "ARMS", {a: sim.ARMS[a] for a in ARMS})
-    monkeypatch.setattr(sim, "OBJECTS", ("spoons",))
+def test_an_adaptive_campaign_stops_a_resolved_pair_early(gateway: Gateway, tmp_path: Path) -> None:
     tag = secrets.token_hex(3)
     servers = {p: PolicyServer(DemoPolicy(p, seed=i)).start() for i, p in enumerate(ARMS)}
     try:
-        arm_of = _register(gateway, servers, tag)
+        arm_of = register_policies(
+            gateway, servers, tag, arms={a: ALL_ARMS[a] for a in ARMS}, objects=("spoons",)
+        )
         with gateway.db.session() as s:
             c = service.create_campaign(
                 s,
@@ -66,7 +63,7 @@ def test_an_adaptive_campaign_stops_a_resolved_pair_early(
                         "reference": f"reference-{tag}",
                         "policies": [f"steady-{tag}"],
                         "objects": ["spoons"],
-                        "spatial_configs": sim.CONFIGS,
+                        "spatial_configs": CONFIGS,
                         "adaptive": {"alpha": 0.1, "lag_blocks": 1},
                     }
                 ),

@@ -29,58 +29,22 @@ from proctor.core.db.models import (
     Campaign,
     Episode,
     ObjectType,
-    Policy,
-    Submission,
-    User,
 )
 from proctor.core.domain import (
     AssignmentStatus,
-    ConformanceStatus,
-    EndpointDialect,
     EpisodeState,
-    PolicyKind,
-    SubmissionKind,
 )
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.scheduler import service
 from proctor.scheduler.allocation import AllocationProtocol, derive_allocation
 from proctor.scheduler.claims import scene_seed
 from proctor.scheduler.protocol import parse_protocol
 from proctor.scheduler.service import Actor
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
 from tests.scheduler.conftest import Gateway, sim_station, work_the_campaign
+from tests.scheduler.sim_support import ARMS, CONFIGS, OBJECTS, register_policies
 
-ARMS = {"reference": PolicyKind.reference, "swift": PolicyKind.policy, "steady": PolicyKind.policy}
-OBJECTS = ("spoons", "towels")
-CONFIGS = [{"tote": "left", "camera": "left"}, {"tote": "right", "camera": "left"}]
 EPISODES_PER_CELL = 2  # one block per (object, configuration)
-
-
-def _register(gateway: Gateway, servers: dict[str, PolicyServer], tag: str) -> dict[int, str]:
-    """Policies with endpoint submissions (conformance passed) at the demo servers."""
-    ids = {}
-    with gateway.db.session() as s:
-        for profile, kind in ARMS.items():
-            owner = User(username=f"lab-{profile}-{tag}")
-            s.add(owner)
-            s.flush()
-            policy = Policy(name=f"{profile}-{tag}", kind=kind, owner_id=owner.id)
-            s.add(policy)
-            s.flush()
-            s.add(
-                Submission(
-                    policy_id=policy.id,
-                    kind=SubmissionKind.endpoint,
-                    endpoint_url=servers[profile].url,
-                    endpoint_dialect=EndpointDialect.openpi,
-                    conformance_status=ConformanceStatus.passed,
-                )
-            )
-            ids[policy.id] = profile
-        for name in OBJECTS:
-            if s.scalar(sa.select(ObjectType.id).where(ObjectType.name == name)) is None:
-                s.add(ObjectType(name=name, prompt=f"put the {name} into the target bin"))
-    return ids
 
 
 def test_a_campaign_on_the_simulated_cell_follows_its_allocation(
@@ -89,7 +53,7 @@ def test_a_campaign_on_the_simulated_cell_follows_its_allocation(
     tag = secrets.token_hex(3)
     servers = {p: PolicyServer(DemoPolicy(p, seed=i)).start() for i, p in enumerate(ARMS)}
     try:
-        arm_of = _register(gateway, servers, tag)
+        arm_of = register_policies(gateway, servers, tag)
         with gateway.db.session() as s:
             c = service.create_campaign(
                 s,

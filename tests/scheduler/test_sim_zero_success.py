@@ -41,12 +41,12 @@ from proctor.core.domain import (
 )
 from proctor.core.settings import load_settings
 from proctor.demo import pipeline
+from proctor.policywire.serving.demo import DOWN, DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
+from proctor.policywire.wire import keys
 from proctor.scheduler import service
 from proctor.scheduler.protocol import parse_protocol
 from proctor.scheduler.service import Actor
-from proctor.station import keys
-from proctor.station.policy.demo import DOWN, DemoPolicy
-from proctor.station.policy.server import PolicyServer
 from proctor.web.snapshots.service import latest_row
 from tests.scheduler.conftest import Gateway, ServerThread, sim_station, work_the_campaign
 

@@ -12,10 +12,9 @@ import sqlalchemy as sa
 from proctor.core import station_credentials
 from proctor.core.db.models import AuditLog, Station, StationToken
 from tests.scheduler.conftest import CommittedDb
-from tests.scheduler.test_cli import proctor  # noqa: F401  (the fixture)
 
 
-def test_enrol_rotate_revoke(proctor, committed_db: CommittedDb) -> None:  # noqa: F811
+def test_enrol_rotate_revoke(proctor, committed_db: CommittedDb) -> None:
     name = f"cell-{secrets.token_hex(3)}"
     code, out, err = proctor("station", "enrol", name, "--profile", "sim")
     assert code == 0, err

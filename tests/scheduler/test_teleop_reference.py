@@ -42,16 +42,16 @@ from proctor.core.domain import (
     PolicyKind,
     SubmissionKind,
 )
+from proctor.core.recording import keys
+from proctor.core.recording.reader import load_telemetry
 from proctor.core.settings import load_settings
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.scheduler import service
 from proctor.scheduler.endpoint_keys import generate_encryption_key
 from proctor.scheduler.gateway import GatewayConfig, gateway_router, resolve_handle
 from proctor.scheduler.protocol import parse_protocol
 from proctor.scheduler.service import Actor
-from proctor.station import keys
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
-from proctor.station.recording import load_telemetry
 from proctor.station.teleop.policy import TeleopPolicy
 from proctor.station.teleop.source import TeleopCommand
 from proctor.web.submissions import endpoints

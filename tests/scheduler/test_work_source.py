@@ -1,5 +1,5 @@
 """The campaign-backed WorkSource, loaded the way the station daemon loads it
-(``proctor.station.work.load_work_source``), on both databases."""
+(``proctor.station.work_source.load_work_source``), on both databases."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import sqlalchemy as sa
 from proctor.core import station_credentials
 from proctor.core.db.models import Assignment, Episode, EpisodeEvent, Station
 from proctor.core.domain import AssignmentStatus, EpisodeState, Outcome
-from proctor.core.errors import Forbidden, UsageError
+from proctor.core.episode_record import FAULT_POLICY_PROTOCOL
+from proctor.core.errors import ConfigError, Forbidden, UsageError
+from proctor.core.work import Work, WorkSource
 from proctor.scheduler import service
+from proctor.scheduler.campaign_work_source import CampaignWorkSource
 from proctor.scheduler.service import Actor, CampaignStateError
-from proctor.scheduler.work_source import CampaignWorkSource
-from proctor.station.episodes import FAULT_POLICY_PROTOCOL
-from proctor.station.work import Work, WorkSource, load_work_source
+from proctor.station.work_source import load_work_source
 from tests.scheduler import builders
 from tests.scheduler.conftest import CommittedDb
 
@@ -65,7 +66,7 @@ def test_the_station_loads_it_and_runs_a_campaign(
     # the token is in the station host's environment, never in its config
     monkeypatch.setenv("PROCTOR_STATION_TOKEN", token)
     source = load_work_source(
-        "proctor.scheduler.work_source:campaign_work_source",
+        "proctor.scheduler.campaign_work_source:campaign_work_source",
         {
             "campaign": name,
             "station": station_name,
@@ -125,7 +126,7 @@ def test_a_station_without_its_own_token_is_told_at_start(
         "gateway": "ws://gw",
         "database_url": committed_db.url,
     }
-    factory = "proctor.scheduler.work_source:campaign_work_source"
+    factory = "proctor.scheduler.campaign_work_source:campaign_work_source"
     monkeypatch.setenv("PROCTOR_STATION_TOKEN", others_token)
     with pytest.raises(
         Forbidden, match=f"PROCTOR_STATION_TOKEN: not a live token of station '{mine}'"
@@ -139,6 +140,21 @@ def test_a_station_without_its_own_token_is_told_at_start(
     assert work is not None and list(work.policy_headers) == ["X-Proctor-Station"]
 
 
+def test_a_config_naming_the_sources_old_module_still_loads(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The campaign source's module was renamed; a station config written
+    before names the old one, and the station starts and says what to change."""
+    with caplog.at_level("WARNING"), pytest.raises(TypeError, match="campaign"):
+        # no options: the factory is found (and then refuses to be called without them)
+        load_work_source("proctor.scheduler.work_source:campaign_work_source", {})
+    assert "proctor.scheduler.work_source is now proctor.scheduler.campaign_work_source" in (
+        caplog.text
+    )
+    with pytest.raises(ConfigError, match=r"cannot import proctor\.scheduler\.nowhere"):
+        load_work_source("proctor.scheduler.nowhere:campaign_work_source", {})
+
+
 def test_a_station_whose_token_was_revoked_claims_nothing_more(
     committed_db: CommittedDb, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,7 +166,7 @@ def test_a_station_whose_token_was_revoked_claims_nothing_more(
         _, token = builders.enrolled_station(s, station)
     monkeypatch.setenv("PROCTOR_STATION_TOKEN", token)
     source = load_work_source(
-        "proctor.scheduler.work_source:campaign_work_source",
+        "proctor.scheduler.campaign_work_source:campaign_work_source",
         {
             "campaign": name,
             "station": station,
@@ -229,7 +245,7 @@ def test_the_free_protocol_faults_setting_reaches_the_completion(
     monkeypatch.setenv("PROCTOR_SCHEDULER__FREE_PROTOCOL_FAULTS", "0")
     _, _, name = _campaign(committed_db, episodes_per_cell=1)
     source = load_work_source(
-        "proctor.scheduler.work_source:campaign_work_source",
+        "proctor.scheduler.campaign_work_source:campaign_work_source",
         {
             "campaign": name,
             "station": "cell-pf",

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from proctor.core.db.engine import make_engine, make_session_factory, session_scope
 from proctor.core.db.models import Episode, ObjectType
 from proctor.core.domain import EpisodeState, Outcome
-from proctor.scheduler.work_source import campaign_work_source
+from proctor.scheduler.campaign_work_source import campaign_work_source
 
 
 def main(url: str, campaign_id: str, station: str) -> None:

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from proctor.core.station_key import HEADER, read_station_key
-from proctor.station.api import create_app
+from proctor.station.console_api import create_app
 from proctor.station.daemon import StationDaemon
 
 # the key of the in-process daemons the TestClient tests build (a file-less key:

@@ -1,133 +1,23 @@
-"""Fixtures for the station's tests: demo policy servers (in a thread or a real
-subprocess), a committed database for runs that own their transactions, and
-simulated cells. Every server and process started here is stopped by pid on
-teardown, pass or fail."""
+"""Fixtures for the station's tests: simulated cells and the observation a
+policy is sent. The policy servers, subprocesses and the committed database
+they share with the protocol layer's tests are in ``tests/policy_servers.py``
+(a plugin for the whole suite); ``ROOT``, ``PROCTOR`` and ``clean_env`` are
+named here too for the modules that import them from here."""
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy.orm import sessionmaker
 
-from proctor.core.db import make_engine, make_session_factory, migrate
 from proctor.core.db.engine import ProctorSession
 from proctor.station.config import StationConfig, load_station_config
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import Fault, PolicyServer
-
-ROOT = Path(__file__).resolve().parents[2]
-PROCTOR = [sys.executable, "-m", "proctor"]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-    env.update(extra)
-    return env
-
-
-@pytest.fixture
-def policy_server() -> Iterator[Callable[..., PolicyServer]]:
-    """Start demo policy servers in this process (a real WebSocket on loopback)."""
-    started: list[PolicyServer] = []
-
-    def start(profile: str = "reference", fault: str | None = None, seed: int = 0) -> PolicyServer:
-        server = PolicyServer(
-            DemoPolicy(profile, seed=seed), fault=Fault.parse(fault) if fault else None
-        ).start()
-        started.append(server)
-        return server
-
-    yield start
-    for s in started:
-        s.stop()
-
-
-class Proc:
-    """A subprocess we started, stopped by its pid."""
-
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.log = cwd / f"proc-{time.monotonic_ns()}.log"
-        self._out = self.log.open("w")
-        self.popen = subprocess.Popen(
-            args, env=env, cwd=cwd, stdout=self._out, stderr=subprocess.STDOUT, text=True
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def output(self) -> str:
-        self._out.flush()
-        return self.log.read_text()
-
-    def wait_for(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = re.search(pattern, self.output())
-            if m:
-                return m
-            if self.popen.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no /{pattern}/ from pid {self.pid}; output:\n{self.output()}")
-
-    def kill(self, sig: int = signal.SIGTERM) -> None:
-        if self.popen.poll() is None:
-            os.kill(self.pid, sig)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.popen.wait(10)
-        self._out.close()
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    """Start subprocesses (``proctor …``); each is ended by pid at teardown."""
-    started: list[Proc] = []
-
-    def start(args: list[str], env: dict[str, str] | None = None) -> Proc:
-        proc = Proc(args, env or clean_env(), tmp_path)
-        started.append(proc)
-        return proc
-
-    yield start
-    for p in started:
-        p.kill(signal.SIGKILL)
-
-
-@pytest.fixture
-def serve_demo(processes: Callable[..., Proc]) -> Callable[..., str]:
-    """``proctor policy serve-demo`` in a subprocess; returns its ws:// URL."""
-
-    def start(profile: str = "reference", fault: str | None = None) -> str:
-        args = [*PROCTOR, "policy", "serve-demo", "--profile", profile, "--port", "0"]
-        if fault:
-            args += ["--fault", fault]
-        proc = processes(args)
-        return proc.wait_for(r"ws://127\.0\.0\.1:\d+").group(0)
-
-    return start
-
-
-@pytest.fixture
-def station_db(fresh_db_url: str) -> Iterator[tuple[str, sessionmaker[ProctorSession]]]:
-    """A migrated database the station may commit to (both backends)."""
-    migrate.upgrade(fresh_db_url)
-    engine = make_engine(fresh_db_url)
-    yield fresh_db_url, make_session_factory(engine)
-    engine.dispose()
+from tests.policy_servers import PROCTOR as PROCTOR
+from tests.policy_servers import ROOT as ROOT
+from tests.policy_servers import clean_env as clean_env
 
 
 def sim_config(**overrides: Any) -> StationConfig:
@@ -147,8 +37,8 @@ def sim_config(**overrides: Any) -> StationConfig:
 def sim_runner(
     sessions: sessionmaker[ProctorSession], store: Any, tmp: Path, config: StationConfig
 ) -> Iterator[Any]:
+    from proctor.station.episode_runner import EpisodeRunner
     from proctor.station.profiles import build_cell
-    from proctor.station.runner import EpisodeRunner
 
     runner = EpisodeRunner(
         build_cell("sim", config),
@@ -179,24 +69,22 @@ def posed_observation(
     ``yaw``, the gripper at ``grip``, both cameras a flat grey frame."""
     import numpy as np
 
-    from proctor.station import geometry, keys
-    from proctor.station.drivers.arm.base import ArmState
-    from proctor.station.drivers.gripper.base import GripperState
-    from proctor.station.policy.observation import build_observation
+    from proctor.core import geometry
+    from proctor.core.recording import keys
+    from proctor.policywire.observation import build_observation
+    from proctor.policywire.wire.proprio import Proprio
 
     rot = geometry.euler_to_matrix(np.array([np.pi, 0.0, yaw]))
-    arm = ArmState(
-        t=0.0,
+    proprio = Proprio(
         q=np.zeros(7),
         dq=np.zeros(7),
         ee_pose=np.concatenate([xyz, geometry.matrix_to_quat(rot)]),
+        gripper=grip,
     )
-    gripper = GripperState(t=0.0, target=grip, position=grip, object_detected=False, activated=True)
     image = np.full((*image_hw, 3), 90, np.uint8)
     return build_observation(
         info,
-        arm=arm,
-        gripper=gripper,
+        proprio=proprio,
         images={keys.CAMERA_EXTERIOR: image, keys.CAMERA_WRIST: image},
         prompt=prompt,
         privileged=privileged,

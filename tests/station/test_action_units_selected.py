@@ -24,12 +24,12 @@ from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.models import Episode, EpisodeEvent
 from proctor.core.domain import Outcome
-from proctor.station import keys
-from proctor.station.policy.conformance import CheckOptions, Report, Status, check_endpoint
-from proctor.station.recording import load_recording
-from proctor.station.runner import PolicyUnreachable
+from proctor.core.recording import keys
+from proctor.core.recording.reader import load_recording
+from proctor.policywire.conformance.check import CheckOptions, Report, Status, check_endpoint
+from proctor.station.episode_runner import PolicyUnreachable
 from tests.station.conftest import PROCTOR, ROOT, clean_env, sim_config, sim_runner
-from tests.station.test_droid_units import _steps, _work, droid_server, joint_chunk
+from tests.station.droid_support import droid_server, droid_work, joint_chunk, recorded_steps
 
 # names its action space (so SI by default) and declares no units
 NAMED = {"action_space": "joint_velocity", "action_horizon": 10}
@@ -46,7 +46,7 @@ def _episode(station_db: Any, tmp_path: Path, url: str, **work: Any) -> Any:
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")
     with sim_runner(sessions, store, tmp_path, sim_config()) as runner:
-        uid = runner.arm(replace(_work(url), **work))
+        uid = runner.arm(replace(droid_work(url), **work))
         runner.start(background=False)
         summary = runner.last
     with session_scope(sessions) as s:
@@ -74,7 +74,7 @@ def test_a_server_declaring_nothing_runs_as_droid_when_the_endpoint_selects_it(
         assert rec.events["policy_connected"] == "policy answered"
         running = rec.column(keys.PHASE) == keys.TelemetryPhase.running.value
         assert set(rec.column(keys.ACTION_KIND)[running]) == {"joint_position"}
-        q, req, _ = _steps(rec)
+        q, req, _ = recorded_steps(rec)
         assert len(q) >= 30
         # each target is the measured joints plus 0.05 × 0.2 rad on joint 1
         np.testing.assert_allclose(np.median(req - q, axis=0), [0.01, 0, 0, 0, 0, 0, 0], atol=2e-3)
@@ -92,7 +92,7 @@ def test_without_the_selection_the_same_server_runs_in_si_units(
         assert rec.manifest["policy"]["action_units"] == "si"
         running = rec.column(keys.PHASE) == keys.TelemetryPhase.running.value
         assert set(rec.column(keys.ACTION_KIND)[running]) == {"joint_velocity"}
-        _, req, _ = _steps(rec)
+        _, req, _ = recorded_steps(rec)
         np.testing.assert_allclose(req[0], SLOW_JOINT_1, atol=1e-6)
     finally:
         rec.close()
@@ -110,7 +110,7 @@ def test_a_server_declaring_other_units_than_selected_is_refused(
         sim_runner(sessions, store, tmp_path, sim_config()) as runner,
         pytest.raises(PolicyUnreachable) as caught,
     ):
-        runner.arm(replace(_work(server.url), action_units="droid"))
+        runner.arm(replace(droid_work(server.url), action_units="droid"))
     assert (
         "action_units: the endpoint selects 'droid' but the server's metadata declares 'si'"
     ) in str(caught.value)
@@ -120,7 +120,7 @@ def test_work_refuses_units_no_convention_has() -> None:
     from proctor.core.errors import FieldError
 
     with pytest.raises(FieldError) as caught:
-        replace(_work("ws://127.0.0.1:9"), action_units="rad/s")
+        replace(droid_work("ws://127.0.0.1:9"), action_units="rad/s")
     assert caught.value.field == "action_units"
     assert "must be one of si, droid" in str(caught.value)
 

@@ -33,7 +33,7 @@ from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.errors import ConfigError
 from proctor.core.settings import load_settings
 from proctor.core.station_key import HEADER, ensure_station_key, read_station_key
-from proctor.station.api import create_app
+from proctor.station.console_api import create_app
 from proctor.station.daemon import StationDaemon
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
 from proctor.station.sim.world import HOME_Q

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.clock import MonotonicClock
 from proctor.core.domain import Side
+from proctor.core.work import Work
 from proctor.station.camerahub import CameraHub
-from proctor.station.clock import MonotonicClock
 from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
 from proctor.station.drivers.camera.realsense_record import record_pattern
-from proctor.station.runner import EpisodeRunner, RunnerBusy
-from proctor.station.work import Work
+from proctor.station.episode_runner import EpisodeRunner, RunnerBusy
 from tests.backends import once
 from tests.station.conftest import sim_config
 from tests.station.drivers.conftest import wait_for
@@ -143,7 +143,7 @@ def test_a_station_starts_without_a_camera_and_arms_once_it_appears(
     reports the camera absent, refuses to arm naming it, and arms once the
     camera delivers — no restart."""
     from proctor.station.profiles import build_cell
-    from tests.station.test_faults import _work
+    from tests.station.faults_support import fault_work
 
     _, sessions = station_db
     config = sim_config(sim={"clock": "monotonic"})  # the hub judges cameras in real time
@@ -172,7 +172,7 @@ def test_a_station_starts_without_a_camera_and_arms_once_it_appears(
         assert runner.hub.health("exterior")["state"] != "absent"
         server = policy_server("steady")
         with pytest.raises(RunnerBusy, match="camera wrist is absent"):
-            runner.arm(_work(server.url))
+            runner.arm(fault_work(server.url))
         assert runner.state.value == "idle" and runner.active is None
         time.sleep(1.5)  # the hub's first attempts (0.5 s, then 1 s backoff) fail
         assert runner.hub.health("wrist")["state"] == "absent"  # not "reconnecting"
@@ -183,7 +183,7 @@ def test_a_station_starts_without_a_camera_and_arms_once_it_appears(
         wait_for(lambda: runner.hub.health("wrist")["state"] == "ok", 30.0, "the camera")
         wait_for(lambda: runner.hub.latest("wrist") is not None, 30.0, "its first frame")
         assert runner.hub.health("wrist")["error"] is None
-        assert runner.arm(_work(server.url))  # armed, without a restart
+        assert runner.arm(fault_work(server.url))  # armed, without a restart
         runner.disarm()
     finally:
         runner.close()

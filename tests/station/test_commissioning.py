@@ -1,10 +1,9 @@
-"""The commissioned cell (``proctor.station.commissioning``): its file, its checks,
+"""The commissioned cell (``proctor.station.commissioning.cell_file``): its file, its checks,
 the layout it gives the manifest, how the real profile applies it, and the
 host checks of pre-flight (on a fake sysfs tree)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -15,17 +14,15 @@ from proctor.annotator.pipeline import parse_layout
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.domain import Side
 from proctor.core.errors import ConfigError
-from proctor.station.commissioning import (
-    CameraReference,
-    CommissionedCell,
-    Payload,
+from proctor.core.recording.reader import load_recording
+from proctor.core.work import Work
+from proctor.station.commissioning.cell_file import (
     TablePlane,
     Tcp,
     Tote,
     load_commissioned,
 )
 from proctor.station.config import load_station_config
-from proctor.station.drivers.arm.base import ArmConfig
 from proctor.station.envelope import envelope_settings
 from proctor.station.framing import image_similarity, load_image, save_image
 from proctor.station.preflight import (
@@ -36,31 +33,8 @@ from proctor.station.preflight import (
     check_realtime_kernel,
 )
 from proctor.station.profiles import build_cell
-from proctor.station.recording import load_recording
-from proctor.station.work import Work
+from tests.station.commissioning_support import LIMITS, TABLE_POINTS, a_cell, real_config
 from tests.station.conftest import sim_config
-
-LIMITS = ArmConfig()
-# a table 2 cm below the robot base's origin, very slightly tilted
-TABLE_POINTS = [(0.3, -0.4, -0.02), (0.8, -0.4, -0.021), (0.8, 0.4, -0.021), (0.3, 0.4, -0.02)]
-
-
-def a_cell(**changes: object) -> CommissionedCell:
-    cell = CommissionedCell(
-        table=TablePlane.fit(TABLE_POINTS),
-        totes={
-            "left": Tote(0.5, 0.24, 0.15, 0.12, 0.08),
-            "right": Tote(0.5, -0.24, 0.15, 0.12, 0.08),
-        },
-        workspace_min=(0.3, -0.41, 0.0),
-        workspace_max=(0.7, 0.41, 0.5),
-        home_q=LIMITS.home_q,
-        tcp=Tcp((0.0, 0.0, 0.16)),
-        payload=Payload(1.1, (0.0, 0.0, 0.06)),
-        cameras={"exterior": CameraReference("123456789012", "cell.exterior.png")},
-        commissioned_at="2026-11-24T09:00:00+00:00",
-    )
-    return dataclasses.replace(cell, **changes)  # type: ignore[arg-type]
 
 
 def test_the_file_round_trips_and_gives_the_manifest_its_layout(tmp_path: Path) -> None:
@@ -114,21 +88,6 @@ def test_the_table_fit_refuses_points_that_are_not_a_table() -> None:
         TablePlane.fit([*TABLE_POINTS, (0.55, 0.0, 0.0)])
 
 
-def _real_config(tmp_path: Path, arm: dict[str, object], commissioned: Path | None = None):  # type: ignore[no-untyped-def]
-    return load_station_config(
-        None,
-        commissioned=commissioned,
-        real={
-            "arm": {"host": "172.16.0.2", **arm},
-            "gripper": {"port": "/dev/ttyUSB97"},
-            "cameras": {
-                "exterior": {"driver": "uvc", "device": "/dev/video98"},
-                "wrist": {"driver": "uvc", "device": "/dev/video97"},
-            },
-        },
-    )
-
-
 @pytest.mark.parametrize(
     ("arm", "message"),
     [
@@ -143,13 +102,13 @@ def test_the_real_profile_refuses_an_unsafe_arm_config(
     tmp_path: Path, arm: dict[str, object], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        build_cell("real", _real_config(tmp_path, arm))
+        build_cell("real", real_config(tmp_path, arm))
 
 
 def test_the_real_profile_configures_the_arm_from_the_commissioned_cell(tmp_path: Path) -> None:
     path = tmp_path / "cell.json"
     a_cell().save(path)
-    cell = build_cell("real", _real_config(tmp_path, {}, path))
+    cell = build_cell("real", real_config(tmp_path, {}, path))
     c = cell.arm.config
     assert cell.commissioned == a_cell()
     assert c.realtime == "enforce"  # type: ignore[attr-defined]
@@ -158,15 +117,15 @@ def test_the_real_profile_configures_the_arm_from_the_commissioned_cell(tmp_path
     assert c.workspace_min == (0.3, -0.41, 0.0) and c.home_q == LIMITS.home_q
     # the measured values are not overridden by hand
     with pytest.raises(ConfigError, match="home_q is set by the commissioned cell"):
-        build_cell("real", _real_config(tmp_path, {"home_q": list(LIMITS.home_q)}, path))
+        build_cell("real", real_config(tmp_path, {"home_q": list(LIMITS.home_q)}, path))
     assert check_commissioned(cell, "real").status == CheckStatus.passed
-    bare = build_cell("real", _real_config(tmp_path, {}))
+    bare = build_cell("real", real_config(tmp_path, {}))
     assert check_commissioned(bare, "real").status == CheckStatus.failed
     assert check_commissioned(bare, "twin").status == CheckStatus.warning
 
 
 def _with_envelope(tmp_path: Path, path: Path, **envelope: object):  # type: ignore[no-untyped-def]
-    base = _real_config(tmp_path, {}, path)
+    base = real_config(tmp_path, {}, path)
     return load_station_config(
         None, **{**base.model_dump(exclude_unset=True), "envelope": envelope}
     )
@@ -179,7 +138,7 @@ def test_a_real_station_enforces_the_commissioned_box_and_table(tmp_path: Path) 
     box with the table at z = 0 of the base frame."""
     path = tmp_path / "cell.json"
     a_cell().save(path)
-    config = _real_config(tmp_path, {}, path)
+    config = real_config(tmp_path, {}, path)
     cell = build_cell("real", config)
     limits = envelope_settings(config, cell.envelope_defaults)
     assert limits.workspace_min == (0.3, -0.41, 0.0)
@@ -195,7 +154,7 @@ def test_a_real_station_enforces_the_commissioned_box_and_table(tmp_path: Path) 
     rim = max(table.z_at(0.5, y) for y in (0.24, -0.24)) + 0.08
     assert cell.arm.config.home_clearance_z_m == pytest.approx(rim + 0.05 + 0.25)  # type: ignore[attr-defined]
     # an uncommissioned real cell keeps the defaults (and fails pre-flight)
-    assert build_cell("real", _real_config(tmp_path, {})).envelope_defaults == {}
+    assert build_cell("real", real_config(tmp_path, {})).envelope_defaults == {}
 
 
 @pytest.mark.parametrize(
@@ -227,8 +186,8 @@ def test_a_home_clearance_below_the_commissioned_one_is_refused(tmp_path: Path) 
     path = tmp_path / "cell.json"
     a_cell().save(path)
     with pytest.raises(ConfigError, match=r"home_clearance_z_m: 0\.1 m is below"):
-        build_cell("real", _real_config(tmp_path, {"home_clearance_z_m": 0.1}, path))
-    higher = build_cell("real", _real_config(tmp_path, {"home_clearance_z_m": 0.6}, path))
+        build_cell("real", real_config(tmp_path, {"home_clearance_z_m": 0.1}, path))
+    higher = build_cell("real", real_config(tmp_path, {"home_clearance_z_m": 0.6}, path))
     assert higher.arm.config.home_clearance_z_m == 0.6  # type: ignore[attr-defined]
 
 
@@ -284,7 +243,7 @@ def test_a_commissioned_layout_goes_into_the_manifest(
     """The runner writes the commissioned cell's layout, for the episode's
     tote side, into the manifest (the simulated cell stands in for a
     commissioned real one: the wiring is the same)."""
-    from proctor.station.runner import EpisodeRunner
+    from proctor.station.episode_runner import EpisodeRunner
 
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")

@@ -14,24 +14,24 @@ import numpy as np
 import pytest
 
 from proctor.core.errors import ConfigError
-from proctor.station.commission import (
-    Inputs,
-    Operator,
-    _inputs,
-    measure_closed_counts,
-    measure_pivot,
-)
-from proctor.station.commissioning import (
+from proctor.core.geometry import euler_to_matrix, matrix_to_quat, quat_to_matrix
+from proctor.station.commissioning.cell_file import (
     Payload,
     Tcp,
     TcpPivot,
     flange_pose,
     load_commissioned,
 )
+from proctor.station.commissioning.procedure import (
+    Inputs,
+    Operator,
+    _inputs,
+    measure_closed_counts,
+    measure_pivot,
+)
 from proctor.station.config import load_station_config
-from proctor.station.geometry import euler_to_matrix, matrix_to_quat, quat_to_matrix
 from proctor.station.profiles import build_cell
-from tests.station.test_commissioning import LIMITS, _real_config, a_cell
+from tests.station.commissioning_support import LIMITS, a_cell, real_config
 
 TCP_TRUE = np.array([0.001, -0.002, 0.163])  # flange frame, m
 POINT = np.array([0.52, 0.08, 0.04])  # base frame, m
@@ -219,9 +219,9 @@ def test_the_file_keeps_the_pivot_and_the_closed_reading(tmp_path: Path) -> None
 def test_the_real_profile_takes_closed_counts_from_the_commissioned_cell(tmp_path: Path) -> None:
     path = tmp_path / "cell.json"
     a_cell(gripper_closed_counts=227).save(path)
-    cell = build_cell("real", _real_config(tmp_path, {}, path))
+    cell = build_cell("real", real_config(tmp_path, {}, path))
     assert cell.gripper.config.closed_counts == 227  # type: ignore[attr-defined]
-    config = _real_config(tmp_path, {}, path)
+    config = real_config(tmp_path, {}, path)
     section = config.profile_section("real")
     section["gripper"] = {**section["gripper"], "closed_counts": 230}
     hand_set = config.model_copy(update={"real": section})

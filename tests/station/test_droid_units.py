@@ -8,105 +8,28 @@ on the server side, so a station that drifts from the conventions fails here."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 import sqlalchemy as sa
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.server import ServerConnection, serve
 
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.models import Episode, EpisodeEvent
-from proctor.core.domain import Outcome, Side
-from proctor.station import keys
-from proctor.station.recording import load_recording
-from proctor.station.work import Work
+from proctor.core.domain import Outcome
+from proctor.core.recording import keys
+from proctor.core.recording.reader import load_recording
 from tests.station.conftest import sim_config, sim_runner
+from tests.station.droid_support import (
+    droid_server,
+    droid_work,
+    joint_chunk,
+    recorded_steps,
+)
 
 # the simulated arm's home (``ArmConfig.home_q``): every trajectory below starts here
 HOME_Q = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
-
-
-# -- openpi's msgpack-numpy, written from its description ------------------------------------
-def _pack_default(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        return {
-            b"__ndarray__": True,
-            b"data": obj.tobytes(),
-            b"dtype": obj.dtype.str,
-            b"shape": obj.shape,
-        }
-    if isinstance(obj, np.generic):
-        return {b"__npgeneric__": True, b"data": obj.item(), b"dtype": obj.dtype.str}
-    return obj
-
-
-def _unpack_hook(obj: dict[Any, Any]) -> Any:
-    if b"__ndarray__" in obj:
-        return np.ndarray(
-            buffer=obj[b"data"], dtype=np.dtype(obj[b"dtype"]), shape=tuple(obj[b"shape"])
-        )
-    if b"__npgeneric__" in obj:
-        return np.dtype(obj[b"dtype"]).type(obj[b"data"])
-    return obj
-
-
-def packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, default=_pack_default, use_bin_type=True)
-
-
-def unpackb(data: bytes) -> Any:
-    return msgpack.unpackb(data, object_hook=_unpack_hook, raw=False, strict_map_key=False)
-
-
-# -- a DROID-style policy server ------------------------------------------------------------------
-Actions = Callable[[dict[str, Any], int], np.ndarray]
-
-
-@dataclass
-class Served:
-    url: str
-    seen: list[dict[str, Any]]  # the observations received, in order
-
-
-@contextmanager
-def droid_server(metadata: dict[str, Any], actions: Actions) -> Iterator[Served]:
-    """Serves ``actions(observation, call number)`` as openpi's server does:
-    the metadata on connect, then one ``{"actions": chunk}`` per observation."""
-    seen: list[dict[str, Any]] = []
-
-    def handler(ws: ServerConnection) -> None:
-        ws.send(packb(metadata))
-        calls = 0
-        try:
-            for message in ws:
-                obs = unpackb(message)  # type: ignore[arg-type]
-                seen.append(obs)
-                calls += 1
-                ws.send(packb({"actions": actions(obs, calls)}))
-        except ConnectionClosed:
-            pass
-
-    server = serve(handler, "127.0.0.1", 0, compression=None, max_size=None)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Served(f"ws://127.0.0.1:{server.socket.getsockname()[1]}", seen)
-    finally:
-        server.shutdown()
-        thread.join(5)
-
-
-def joint_chunk(arm: list[float], h: int = 10, grip: float = 0.0) -> np.ndarray:
-    """``h`` identical DROID joint-velocity rows (7 joints + the gripper position)."""
-    return np.tile(np.array([*arm, grip], dtype=np.float32), (h, 1))
 
 
 # -- the adapter, replayed by hand -------------------------------------------------------------
@@ -114,9 +37,10 @@ def _replay(rows: np.ndarray, space: str, control_hz: float = 15.0) -> list[np.n
     """Each row through the station's adapter against an arm that reaches every
     target within its step (DROID's own assumption: the next delta is added to
     the state measured then). Returns the joint targets, step by step."""
+    from proctor.policywire.wire import units
+    from proctor.policywire.wire.spec import ActionSpace
+    from proctor.station.control.commands import to_commands
     from proctor.station.drivers.arm.base import ArmState
-    from proctor.station.policy import units
-    from proctor.station.policy.spec import ActionSpace, to_commands
 
     droid = units.get("droid")
     q = HOME_Q.copy()
@@ -137,7 +61,7 @@ def test_droid_joint_velocities_over_the_wire_reproduce_droids_trajectory() -> N
     after 15 steps (one second at 15 Hz) q = q0 + 15 × 0.1 = q0 + 1.5 rad:
     (1.5, 0.715, 1.5, -0.856, 1.5, 3.071, 2.285). Read as rad/s it would be
     q0 + 0.5 rad: three times slower."""
-    from proctor.station.policy.client import PolicyClient
+    from proctor.policywire.client import PolicyClient
 
     with droid_server({}, lambda obs, n: joint_chunk([0.5] * 7, h=15)) as server:
         client = PolicyClient(server.url)
@@ -172,10 +96,11 @@ def test_droid_cartesian_velocities_become_pose_targets() -> None:
     """Linear (3, 4, 0) clips to (1, 1, 0), whose norm √2 > 1 rescales it to
     (0.7071, 0.7071, 0), × 0.075 m = 0.05303 m per axis; yaw 0.5 → 0.5 × 0.15
     = 0.075 rad, composed on the left of the measured orientation."""
-    from proctor.station import geometry as geo
+    from proctor.core import geometry as geo
+    from proctor.policywire.wire import units
+    from proctor.policywire.wire.spec import ActionSpace
+    from proctor.station.control.commands import to_commands
     from proctor.station.drivers.arm.base import ArmState
-    from proctor.station.policy import units
-    from proctor.station.policy.spec import ActionSpace, to_commands
 
     down = np.array([1.0, 0.0, 0.0, 0.0])  # tool pointing straight down (x, y, z, w)
     state = ArmState(t=0.0, q=HOME_Q, dq=np.zeros(7), ee_pose=np.array([0.5, 0.0, 0.3, *down]))
@@ -194,25 +119,11 @@ def test_droid_cartesian_velocities_become_pose_targets() -> None:
     np.testing.assert_allclose(si.arm.target, row[:-1])
 
 
-# -- whole simulated episodes ---------------------------------------------------------------
-def _work(url: str, cap_s: float = 3.0) -> Work:
-    return Work(
-        run_code="R-DROID1",
-        object_name="towels",
-        items=1,
-        per_item_cap_s=cap_s,
-        tote_side=Side.right,
-        camera_side=Side.left,
-        policy_url=url,
-        sim_seed=3,
-    )
-
-
 def _episode(station_db: Any, tmp_path: Path, url: str, **config: Any) -> Any:
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")
     with sim_runner(sessions, store, tmp_path, sim_config(**config)) as runner:
-        uid = runner.arm(_work(url))
+        uid = runner.arm(droid_work(url))
         runner.start(background=False)
         summary = runner.last
     with session_scope(sessions) as s:
@@ -223,18 +134,6 @@ def _episode(station_db: Any, tmp_path: Path, url: str, **config: Any) -> Any:
             for e in s.scalars(sa.select(EpisodeEvent).where(EpisodeEvent.episode_id == ep.id))
         }
     return summary, rec
-
-
-def _steps(rec: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per action step, its first telemetry row: the measured q, the target
-    the station derived (requested) and the target sent (after the envelope)."""
-    step = rec.column(keys.ACTION_STEP)
-    first = np.flatnonzero(np.diff(step, prepend=-1) > 0)
-    first = first[step[first] >= 0]
-    q = np.stack([rec.column(c) for c in keys.JOINT_POSITION], axis=1)[first]
-    req = np.stack([rec.column(c) for c in keys.ACTION_REQUESTED[:7]], axis=1)[first]
-    sent = np.stack([rec.column(c) for c in keys.ACTION_SENT[:7]], axis=1)[first]
-    return q, req, sent
 
 
 def test_a_droid_server_runs_a_whole_episode_at_droids_speed(
@@ -253,7 +152,7 @@ def test_a_droid_server_runs_a_whole_episode_at_droids_speed(
         assert rec.events["policy_connected"] == "policy answered"
         running = rec.column(keys.PHASE) == keys.TelemetryPhase.running.value
         assert set(rec.column(keys.ACTION_KIND)[running]) == {"joint_position"}
-        q, req, sent = _steps(rec)
+        q, req, sent = recorded_steps(rec)
         assert len(q) >= 30  # 3 s at 15 Hz, less the first call
         # each target is the measured joints plus DROID's delta (the telemetry row
         # is read up to one tick after the step: 10 ms × 0.15 rad/s of slack)
@@ -283,7 +182,7 @@ def test_a_hostile_droid_server_is_held_to_the_envelope(station_db: Any, tmp_pat
         assert summary is not None
         env = rec.manifest["envelope"]
         assert env["interventions"] > 0 and env["by_reason"]["step"] > 0, env
-        q, req, sent = _steps(rec)
+        q, req, sent = recorded_steps(rec)
         assert len(q) > 0
         # what the adapter derived: at most DROID's 0.2 rad per step
         assert np.abs(req - q).max() <= 0.2 + 0.01
@@ -296,14 +195,14 @@ def test_a_hostile_droid_server_is_held_to_the_envelope(station_db: Any, tmp_pat
 
 # -- the conformance check --------------------------------------------------------------------
 def _check(url: str) -> Any:
-    from proctor.station.policy.conformance import CheckOptions, check_endpoint
+    from proctor.policywire.conformance.check import CheckOptions, check_endpoint
 
     opts = CheckOptions(observations=3, request_timeout_s=5.0, connect_timeout_s=5.0)
     return check_endpoint(url, options=opts)
 
 
 def _finding(report: Any) -> Any:
-    from proctor.station.policy.conformance import format_report
+    from proctor.policywire.conformance.check import format_report
 
     found = [f for f in report.findings if f.check == "action_units"]
     assert found, "\n".join(format_report(report))

@@ -18,25 +18,25 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from proctor.core import geometry as geo
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.models import Episode, EpisodeEvent
-from proctor.core.domain import EndpointDialect, Outcome, Side
-from proctor.station import geometry as geo
-from proctor.station import keys
+from proctor.core.domain import Outcome, Side
+from proctor.core.recording import keys
+from proctor.core.recording.reader import load_recording
+from proctor.core.work import Work
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.station.config import EnvelopeSettings, load_station_config
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmConfig, ArmState
 from proctor.station.envelope import Envelope, EnvelopeStop, envelope_settings
-from proctor.station.policy import dialects
-from proctor.station.policy.server import PolicyServer
 from proctor.station.profiles.sim import SIM_ENVELOPE
-from proctor.station.recording import load_recording
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.arm import sim_arm_limits
 from proctor.station.sim.world import SimParams
-from proctor.station.work import Work
 from tests.backends import once
 from tests.station.conftest import sim_config, sim_runner
+from tests.station.envelope_support import ATTACK_ROWS, SCHEDULE, HostilePolicy
 
 # the real cell's cap, on the simulated cell (whose own default is 1 m/s)
 CAP = 0.25
@@ -46,131 +46,6 @@ CAP = 0.25
 BOX_TOL_M = 0.01
 SPEED_TOL = 1.05  # × the cap
 CONE_TOL_RAD = math.radians(3.0)
-H = 8  # rows per chunk (the station plays open_loop_steps = 8 of them)
-Q_MIN, Q_MAX = np.array(ArmConfig.q_min), np.array(ArmConfig.q_max)
-
-# the attack, by policy call (a chunk of H rows each): hold, outwards (and up),
-# downwards, jumps, flips, outwards the other way, downwards, and NaN at the end
-SCHEDULE = (
-    ["hold"]
-    + ["out"] * 5
-    + ["down"] * 4
-    + ["jump"] * 4
-    + ["flip"] * 4
-    + ["back"] * 5
-    + ["down"] * 8
-    + ["nan"]
-)
-
-
-def _attack(space: str, phase: str, obs: dict[str, Any]) -> np.ndarray:
-    """One chunk (H, width) of the hostile policy in ``space``."""
-    q = np.asarray(obs[keys.OBS_JOINT_POSITION], dtype=np.float64)
-    pose = np.asarray(obs[keys.OBS_CARTESIAN_POSITION], dtype=np.float64)
-    rows = []
-    for i in range(H):
-        sign = 1.0 if i % 2 == 0 else -1.0
-        rows.append(_ROWS[space](phase, i, sign, q, pose))
-    chunk = np.array(rows, dtype=np.float64)
-    if phase == "nan":
-        chunk[:, 0] = np.nan
-    return chunk
-
-
-def _cartesian_position(phase: str, i: int, sign: float, q: np.ndarray, pose: np.ndarray):
-    down = [math.pi, 0.0, 0.0]
-    table = {
-        "hold": [*pose, 0.0],
-        "out": [1.4, 0.9, 1.2, *down, 1.0],  # far in front, to the left, above the cell
-        "down": [pose[0], pose[1], -0.5, *down, 1.0],  # straight through the table
-        "jump": [0.55 + 0.5 * sign, 0.6 * sign, 0.3 - 0.4 * sign, *down, 0.0],
-        "flip": [0.5, 0.0, 0.3, 0.0 if sign > 0 else math.pi, math.pi / 2 * sign, 0.0, 0.0],
-        "back": [-0.3, -0.9, 1.2, *down, 1.0],  # behind the base, to the right, above
-        "nan": [*pose, 0.0],
-    }
-    return table[phase]
-
-
-def _cartesian_velocity(phase: str, i: int, sign: float, q: np.ndarray, pose: np.ndarray):
-    table = {
-        "hold": [0.0] * 7,
-        "out": [3.0, 3.0, 3.0, 0.0, 0.0, 0.0, 1.0],
-        "down": [0.0, 0.0, -3.0, 0.0, 0.0, 0.0, 1.0],
-        "jump": [3.0 * sign, -3.0 * sign, -3.0, 0.0, 0.0, 2.5 * sign, 0.0],
-        "flip": [0.0, 0.0, 0.0, 2.5 * sign, 2.5, 0.0, 0.0],
-        "back": [-3.0, -3.0, 3.0, 0.0, 0.0, 0.0, 1.0],
-        "nan": [0.0] * 7,
-    }
-    return table[phase]
-
-
-def _joint_position(phase: str, i: int, sign: float, q: np.ndarray, pose: np.ndarray):
-    flip = q.copy()
-    flip[5], flip[6] = (Q_MAX[5], Q_MAX[6]) if sign > 0 else (Q_MIN[5], Q_MIN[6])
-    stoop = q.copy()
-    stoop[1], stoop[3] = Q_MAX[1], Q_MAX[3]  # shoulder forward, elbow open: down
-    table = {
-        "hold": q,
-        "out": Q_MAX,  # every joint at the end of its range
-        "down": stoop,
-        "jump": Q_MAX if sign > 0 else Q_MIN,
-        "flip": flip,
-        "back": Q_MIN,
-        "nan": q,
-    }
-    return [*table[phase], 0.0]
-
-
-def _joint_velocity(phase: str, i: int, sign: float, q: np.ndarray, pose: np.ndarray):
-    table = {
-        "hold": np.zeros(7),
-        "out": np.full(7, 3.0),
-        "down": np.array([0.0, 3.0, 0.0, 3.0, 0.0, 0.0, 0.0]),
-        "jump": np.full(7, 3.0 * sign),
-        "flip": np.array([0.0, 0.0, 0.0, 0.0, 5.0 * sign, 4.0, 5.0 * sign]),
-        "back": np.full(7, -3.0),
-        "nan": np.zeros(7),
-    }
-    return [*table[phase], 0.0]
-
-
-_ROWS = {
-    "cartesian_position": _cartesian_position,
-    "cartesian_velocity": _cartesian_velocity,
-    "joint_position": _joint_position,
-    "joint_velocity": _joint_velocity,
-}
-
-
-class HostilePolicy:
-    """A ``ServedPolicy`` on the openpi wire: metadata names the action space."""
-
-    def __init__(self, space: str, schedule: list[str] = SCHEDULE) -> None:
-        self.space = space
-        self.schedule = schedule
-
-    def metadata(self) -> dict[str, Any]:
-        return dialects.get(EndpointDialect.openpi).served_metadata(
-            {"action_space": self.space}, action_horizon=H
-        )
-
-    def new_session(self) -> _HostileSession:
-        return _HostileSession(self)
-
-
-class _HostileSession:
-    def __init__(self, policy: HostilePolicy) -> None:
-        self.policy = policy
-        self.calls = 0
-
-    def infer(self, observation: dict[str, Any]) -> dict[str, Any]:
-        schedule = self.policy.schedule
-        phase = schedule[min(self.calls, len(schedule) - 1)]
-        self.calls += 1
-        return {"actions": _attack(self.policy.space, phase, observation)}
-
-    def reset(self, message: dict[str, Any]) -> None:
-        self.calls = 0
 
 
 def _work(url: str) -> Work:
@@ -229,7 +104,7 @@ def _run(sessions: Any, tmp_path: Path, url: str, space: str = "") -> tuple[Any,
     return summary, rec, [(e.kind, e.t_s, e.message, dict(e.details or {})) for e in events]
 
 
-@pytest.mark.parametrize("space", list(_ROWS))
+@pytest.mark.parametrize("space", list(ATTACK_ROWS))
 @once()
 def test_a_hostile_policy_cannot_take_the_tool_out_of_the_envelope(
     space: str, hostile_server, station_db, tmp_path: Path, backend: str

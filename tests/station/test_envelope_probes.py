@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from proctor.core.recording.keys import EnvelopeReason
 from proctor.station.config import EnvelopeSettings
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmConfig, ArmState
 from proctor.station.drivers.arm.franky import FrankyArm, FrankyArmConfig, _changed
@@ -52,7 +53,7 @@ def _envelope(arm: FrankyArm, **settings: Any) -> Envelope:
 
 def _state(q: np.ndarray, t: float = 0.0) -> ArmState:
     tool = kin.forward(q)[2]
-    from proctor.station import geometry as geo
+    from proctor.core import geometry as geo
 
     pose = np.concatenate([tool[:3, 3], geo.matrix_to_quat(tool[:3, :3])])
     return ArmState(t=t, q=q.copy(), dq=np.zeros(7), ee_pose=pose)
@@ -312,7 +313,7 @@ class _FakeRobot:
     """What ``FrankyArm._cartesian_factor`` reads of a franky Robot."""
 
     def __init__(self, r0: np.ndarray) -> None:
-        from proctor.station import geometry as geo
+        from proctor.core import geometry as geo
 
         pose = type("Affine", (), {})()
         pose.translation = np.array([0.4, 0.0, 0.3])
@@ -333,7 +334,7 @@ def test_the_cartesian_speed_factor_counts_the_tool_frames_axes() -> None:
     stays under the cap, and so does the rotation. Counting the moving axes
     in the BASE frame (before) let a base-x move with the tool turned 45°
     reach √2 × the cap, and a tool-frame diagonal √3 ×."""
-    from proctor.station import geometry as geo
+    from proctor.core import geometry as geo
 
     arm, rng = _arm(), np.random.default_rng(6)
     v_global = arm.config.relative_dynamics_factor
@@ -360,3 +361,59 @@ def test_the_cartesian_speed_factor_counts_the_tool_frames_axes() -> None:
     print(f"Cartesian factor: speed ≤ {worst:.4f} × cap, rotation ≤ {worst_spin:.4f} × cap")
     # the axes under a tenth of the longest, not counted, add under 1 %
     assert worst <= 1.01 and worst_spin <= 1.01
+
+
+def test_a_joint_path_is_checked_between_its_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path of a joint command is checked at points at most 0.05 rad
+    apart (``_PATH_STEP_RAD``), not only at its ends: a target one radian of
+    the elbow (joint 4) away whose both ends, and whose middle, are above the
+    table, but whose tool swings through its lowest point (a quarter of the
+    way along) below it. A check at 0.5 rad steps sends it as asked; the
+    envelope's shortens it before the dip."""
+    import proctor.station.envelope as envelope_module
+
+    arm = _arm(workspace_min=(-2, -2, -2), workspace_max=(2, 2, 2))
+    # the shoulder forward and the wrist bent back: the tool swings on a
+    # 0.7 m arc about the elbow, its lowest point inside joint 4's range
+    base = HOME_Q.copy()
+    base[1], base[5] = 1.0, 3.2
+    grid = np.linspace(-2.9, -0.3, 521)
+
+    def tool_z(q4: float) -> float:
+        q = base.copy()
+        q[3] = q4
+        return float(kin.forward(q)[2][2, 3])
+
+    bottom = float(grid[int(np.argmin([tool_z(a) for a in grid]))])
+    start, end = base.copy(), base.copy()
+    start[3], end[3] = bottom - 0.25, bottom + 0.75
+    # the table's margin half-way between the tool's lowest point and the
+    # lowest of the points a 0.5 rad check looks at (f = 0, 0.5, 1)
+    coarse_low = min(tool_z(bottom - 0.25), tool_z(bottom + 0.25), tool_z(bottom + 0.75))
+    dip = coarse_low - tool_z(bottom)
+    assert dip > 0.01, "the construction needs a dip between the coarse points"
+    margin = SETTINGS.table_margin_m
+    settings = {
+        "workspace_min": (-2, -2, -2),
+        "workspace_max": (2, 2, 2),
+        "table_z": tool_z(bottom) + dip / 2 - margin,
+        "cone_deg": 180.0,
+        "tool_points_m": (),
+        "max_step_m": 1.0,
+        "max_step_rad": 1.2,
+    }
+    command = ArmCommand(ArmCommandKind.joint_position, end)
+
+    monkeypatch.setattr(envelope_module, "_PATH_STEP_RAD", 0.5)
+    coarse = _envelope(arm, **settings).guard(command, _state(start))
+    assert not coarse.reasons, "a 0.5 rad check sees no fault: the dip lies between its points"
+
+    monkeypatch.undo()
+    env = _envelope(arm, **settings)
+    guarded = env.guard(command, _state(start))
+    assert EnvelopeReason.workspace in guarded.reasons
+    sent = guarded.command.target
+    assert start[3] < sent[3] < bottom  # stopped before the lowest point
+    # the sent path, walked at 1 mrad, keeps the tool above the table's margin
+    for f in np.linspace(0.0, 1.0, round((sent[3] - start[3]) / 1e-3) + 1):
+        assert tool_z(start[3] + f * (sent[3] - start[3])) >= env.table - 1e-4

@@ -17,9 +17,9 @@ from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.models import Artifact, Episode, EpisodeEvent
 from proctor.core.domain import ArtifactKind, EpisodeState, Outcome, Side
-from proctor.station import keys
-from proctor.station.recording import load_recording
-from proctor.station.work import Work
+from proctor.core.recording import keys
+from proctor.core.recording.reader import load_recording
+from proctor.core.work import Work
 from tests.backends import once
 from tests.station.conftest import PROCTOR, clean_env, sim_config, sim_runner
 
@@ -217,7 +217,7 @@ def test_the_cli_runs_one_episode_headless(serve_demo, tmp_path: Path) -> None:
 
 
 def test_an_unreachable_policy_creates_no_episode(station_db, tmp_path: Path) -> None:
-    from proctor.station.runner import PolicyUnreachable
+    from proctor.station.episode_runner import PolicyUnreachable
 
     _, sessions = station_db
     store = LocalArtifactStore(tmp_path / "artifacts")

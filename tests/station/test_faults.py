@@ -16,14 +16,14 @@ import sqlalchemy as sa
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.models import Episode, EpisodeEvent
-from proctor.core.domain import ArtifactKind, EpisodeState, Outcome, Side
-from proctor.station import keys
+from proctor.core.domain import ArtifactKind, EpisodeState, Outcome
+from proctor.core.recording import keys
+from proctor.core.recording.reader import load_recording
 from proctor.station.demo_log import close_with_ground_truth
-from proctor.station.recording import load_recording
-from proctor.station.work import Work
 from tests.backends import cases_on_backends, once
 from tests.station.api_support import daemon_http
 from tests.station.conftest import PROCTOR, clean_env, sim_config, sim_runner
+from tests.station.faults_support import fault_work
 
 TIMEOUT_S = 0.5
 CONTROL_HZ = 15.0
@@ -36,19 +36,6 @@ def _realtime_config() -> object:
         policy_timeout_s=TIMEOUT_S,
         control_hz=CONTROL_HZ,
         sim={"clock": "monotonic"},
-    )
-
-
-def _work(url: str) -> Work:
-    return Work(
-        run_code="R-FAULT1",
-        object_name="towels",
-        items=2,
-        per_item_cap_s=30.0,
-        tote_side=Side.left,
-        camera_side=Side.left,
-        policy_url=url,
-        sim_seed=1,
     )
 
 
@@ -78,7 +65,7 @@ def test_a_failing_policy_stops_the_arm_and_ends_the_episode_system(
     store = LocalArtifactStore(tmp_path / "artifacts")
     url = serve_demo("reference", fault=fault)
     with sim_runner(sessions, store, tmp_path, _realtime_config()) as runner:
-        uid = runner.arm(_work(url))
+        uid = runner.arm(fault_work(url))
         runner.start(background=False)
         summary = runner.last
     assert summary is not None and summary.proposed == Outcome.system
@@ -243,7 +230,7 @@ def test_a_device_fault_mid_episode_is_attributed(
     server = policy_server("steady")
     with sim_runner(sessions, store, tmp_path, sim_config()) as runner:
         world = runner.cell.arm.world
-        uid = runner.arm(_work(server.url))
+        uid = runner.arm(fault_work(server.url))
         runner.start(background=True)
         deadline = time.monotonic() + 30
         while runner.status().get("elapsed_s", 0.0) < 3.0:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.domain import Outcome, Side
+from proctor.core.work import Work
 from proctor.station.demo_log import close_with_ground_truth
-from proctor.station.runner import StopKind
-from proctor.station.work import Work
+from proctor.station.episode_runner import StopKind
 from tests.backends import once
 from tests.station.conftest import sim_config, sim_runner
 

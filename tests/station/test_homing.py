@@ -25,19 +25,19 @@ import numpy as np
 import pytest
 
 from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.clock import VirtualClock
 from proctor.core.domain import Outcome, Side
-from proctor.station import keys
-from proctor.station.clock import VirtualClock
+from proctor.core.work import Work
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
+from proctor.policywire.wire import keys
 from proctor.station.daemon import StationDaemon
 from proctor.station.demo_log import close_with_ground_truth
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmFault
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
-from proctor.station.runner import RunnerState, StopKind
+from proctor.station.episode_runner import RunnerState, StopKind
 from proctor.station.sim.arm import SimArm, SimArmConfig
 from proctor.station.sim.gripper import SimGripper
 from proctor.station.sim.world import HOME_Q, CameraSink, SimParams, SimWorld
-from proctor.station.work import Work
 from tests.backends import cases_on_backends
 from tests.station.api_support import station_client
 from tests.station.conftest import sim_config, sim_runner

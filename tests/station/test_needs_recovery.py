@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from proctor.core.artifacts import LocalArtifactStore
+from proctor.station.episode_runner import EpisodeRunner, RunnerBusy
 from proctor.station.preflight import CheckStatus, PreflightSettings, check_arm
 from proctor.station.profiles import build_cell
-from proctor.station.runner import EpisodeRunner, RunnerBusy
 from tests.backends import once
 from tests.station.conftest import sim_config
-from tests.station.test_faults import _work
+from tests.station.faults_support import fault_work
 
 # pre-flight reads the arm's state for a while of the cell's clock: a real one here
 REAL_TIME = sim_config(sim={"clock": "monotonic"})
@@ -51,10 +51,10 @@ def test_an_arm_in_reflex_at_start_needs_recovery_first(
         assert status["arm_error"] == f"needs recovery: {LEFT_OVER}"
         server = policy_server("steady")
         with pytest.raises(RunnerBusy, match="recover it first"):
-            runner.arm(_work(server.url))
+            runner.arm(fault_work(server.url))
         runner.recover()  # the operator's Recover on the console
         assert runner.status()["arm_error"] is None
-        assert runner.arm(_work(server.url))  # arming works again
+        assert runner.arm(fault_work(server.url))  # arming works again
         runner.disarm()
     finally:
         runner.close()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from proctor.core import episode_record
 from proctor.core.db.engine import ProctorSession
 from proctor.core.domain import EpisodeState, Outcome, Side
+from proctor.core.work import Work
 from proctor.station import episodes
-from proctor.station.work import Work
 from tests import factories
 
 
@@ -34,7 +35,7 @@ def _awaiting(session: ProctorSession, items: int = 8, proposed: Outcome = Outco
 
 def test_a_valid_log_closes_the_episode(db_session: ProctorSession) -> None:
     ep = _awaiting(db_session)
-    log = episodes.OperatorLog.parse(
+    log = episode_record.OperatorLog.parse(
         {"placed": "6", "lost": 1, "dropped": 0, "outcome": "ran_out_of_time", "notes": " ok "}
     )
     episodes.submit_log(db_session, uid=ep.uid, log=log)
@@ -81,21 +82,25 @@ def test_bad_logs_are_rejected_naming_the_field(
     db_session: ProctorSession, body: dict, message: str
 ) -> None:
     ep = _awaiting(db_session)
-    with pytest.raises(episodes.LogRejected, match=message):
-        episodes.submit_log(db_session, uid=ep.uid, log=episodes.OperatorLog.parse(body))
+    with pytest.raises(episode_record.LogRejected, match=message):
+        episodes.submit_log(db_session, uid=ep.uid, log=episode_record.OperatorLog.parse(body))
     assert ep.state == EpisodeState.awaiting_log and ep.placed is None
 
 
 def test_success_with_losses_is_all_handled(db_session: ProctorSession) -> None:
     ep = _awaiting(db_session, items=4, proposed=Outcome.success)
-    log = episodes.OperatorLog.parse({"placed": 2, "lost": 1, "dropped": 1, "outcome": "success"})
+    log = episode_record.OperatorLog.parse(
+        {"placed": 2, "lost": 1, "dropped": 1, "outcome": "success"}
+    )
     episodes.submit_log(db_session, uid=ep.uid, log=log)
     assert ep.outcome == Outcome.success
 
 
 def test_only_an_episode_awaiting_its_log_takes_one(db_session: ProctorSession) -> None:
     ep = _awaiting(db_session)
-    log = episodes.OperatorLog.parse({"placed": 0, "lost": 0, "dropped": 0, "outcome": "system"})
+    log = episode_record.OperatorLog.parse(
+        {"placed": 0, "lost": 0, "dropped": 0, "outcome": "system"}
+    )
     episodes.submit_log(db_session, uid=ep.uid, log=log)
     assert ep.events[-1].details["corrected"] is True  # proposed ran_out_of_time, logged system
     with pytest.raises(

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.station.drivers.camera.base import Frame
 from proctor.station.recorder import Recorder, VideoSettings, finalize_spool, read_segments
 
@@ -98,3 +98,27 @@ def test_telemetry_time_cannot_go_backwards(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="went backwards"):
         rec.telemetry.append(100.5, keys.TelemetryPhase.running, "", 1, row, False, 0)
     rec.close()
+
+
+def test_the_video_presents_each_frame_at_its_tables_pts(tmp_path: Path) -> None:
+    """The MP4's own timestamps are the frame table's ``pts_s`` (episode clock
+    since start), even when the first frame comes well after the start: a
+    player seeking by ``pts_s`` must land on that row's frame. (FFmpeg used to
+    shift the fragmented file so that its first frame presented at 0.)"""
+    folder = tmp_path / "ep"
+    rec = _recorder(folder, virtual=True)
+    lag = 0.073  # more than half a frame at 10 fps: an off-by-one would show
+    times = [100.0 + lag + i / 10 + (0.013 if i % 3 == 0 else 0.0) for i in range(25)]
+    for i, t in enumerate(times):
+        rec.add_frame("wrist", Frame(t=t, index=i, image=_image(i)))
+    rec.close()
+    final = finalize_spool(folder, ["wrist"])
+    table = pq.read_table(final.frame_tables["wrist"])
+    pts_s = table.column(keys.FRAME_PTS).to_numpy()
+    np.testing.assert_allclose(pts_s, np.asarray(times) - 100.0, atol=1e-4)
+    video, n = final.videos["wrist"]
+    with av.open(str(video)) as c:
+        stream = c.streams.video[0]
+        shown = [float(f.pts * stream.time_base) for f in c.decode(stream)]
+    assert len(shown) == n == 25
+    np.testing.assert_allclose(shown, pts_s, atol=1e-4)

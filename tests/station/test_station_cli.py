@@ -72,5 +72,5 @@ def test_a_bad_station_config_names_the_field(tmp_path: Path) -> None:
     assert "telemetry_hz" in out.stderr and "cameras.wrist.width" in out.stderr
     with pytest.raises(ConfigError, match=re.escape("sim.clock: must be 'virtual' or 'monotonic'")):
         build_cell("sim", load_station_config(None, sim={"clock": "sundial"}))
-    with pytest.raises(ConfigError, match="'moon' is unknown; known profiles: real, sim, twin"):
+    with pytest.raises(ConfigError, match="profile 'moon' is not one of sim, twin, real"):
         build_cell("moon", load_station_config(None))

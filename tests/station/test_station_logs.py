@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.station.api_support import daemon_http
 from tests.station.conftest import PROCTOR, clean_env
 
-# e.g. "2026-11-24 09:30:01,123 INFO proctor.station.runner [episode] episode … started"
+# e.g. "2026-11-24 09:30:01,123 INFO proctor.station.episode_runner [episode] episode … started"
 LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<level>[A-Z]+) (?P<name>[\w.]+) "
     r"\[[^\]]+\] (?P<message>.*)$"
@@ -51,19 +51,22 @@ def test_the_daemon_logs_its_lifecycle_at_info(serve_demo, processes, tmp_path: 
     info = [(m["name"], m["message"]) for m in lines if m["level"] == "INFO"]
     expected = [
         ("proctor.station.cli", r"interpreter switch interval 1\.0 ms"),
-        ("proctor.station.runner", r"station cell-logs \(sim\): connecting the cell"),
+        ("proctor.station.episode_runner", r"station cell-logs \(sim\): connecting the cell"),
         ("proctor.station.cell", r"arm connected \(SimArm\)"),
         # a fresh simulated gripper needs activating, as a Robotiq after power-on does
         ("proctor.station.cell", r"gripper activated \(it was not"),
         ("proctor.station.cell", r"gripper connected \(SimGripper\)"),
         ("proctor.station.cell", r"camera exterior connected"),
         ("proctor.station.cell", r"camera wrist connected"),
-        ("proctor.station.runner", r"homing the arm \(operator confirmed the cell clear\)"),
-        ("proctor.station.runner", r"arm homed in \d+\.\d s"),
-        ("proctor.station.runner", rf"armed run X-\w+ as episode {uid} \(towels\)"),
-        ("proctor.station.runner", rf"episode {uid} started"),
-        ("proctor.station.runner", r"operator stop requested: operator stop"),
-        ("proctor.station.runner", rf"episode {uid} ended after \d+\.\d s: proposed operator_stop"),
+        ("proctor.station.episode_runner", r"homing the arm \(operator confirmed the cell clear\)"),
+        ("proctor.station.episode_runner", r"arm homed in \d+\.\d s"),
+        ("proctor.station.episode_runner", rf"armed run X-\w+ as episode {uid} \(towels\)"),
+        ("proctor.station.episode_runner", rf"episode {uid} started"),
+        ("proctor.station.episode_runner", r"operator stop requested: operator stop"),
+        (
+            "proctor.station.episode_runner",
+            rf"episode {uid} ended after \d+\.\d s: proposed operator_stop",
+        ),
     ]
     found = 0
     for name, pattern in expected:  # each one, in this order
@@ -80,5 +83,7 @@ def test_the_daemon_logs_its_lifecycle_at_info(serve_demo, processes, tmp_path: 
         )
         found = at + 1
     # the operator's homing is the only one: nothing homes on connect or after the episode
-    homings = [m for n, m in info if n == "proctor.station.runner" and m.startswith("homing")]
+    homings = [
+        m for n, m in info if n == "proctor.station.episode_runner" and m.startswith("homing")
+    ]
     assert len(homings) == 1, homings

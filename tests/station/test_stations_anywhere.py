@@ -46,18 +46,18 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from proctor.core import station_api_wire as wire
 from proctor.core import station_credentials
 from proctor.core.audit import Actor
 from proctor.core.db import migrate
 from proctor.core.db.engine import make_engine, make_session_factory, session_scope
 from proctor.core.db.models import Artifact, Assignment, Episode, ObjectType
 from proctor.core.domain import AssignmentStatus, EpisodeState, PolicyKind
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.scheduler import service
 from proctor.scheduler.endpoint_keys import generate_encryption_key
 from proctor.scheduler.protocol import parse_protocol
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
-from proctor.station.uplink import wire
 from tests.backends import only_on
 from tests.scheduler.builders import endpoint_policy
 
@@ -72,6 +72,9 @@ CONFIGS = [{"tote": "left", "camera": "left"}, {"tote": "right", "camera": "left
 BLOCKS = 2  # episodes per (arm, object) cell: 3 arms × 1 object × 2 = 6 runs
 # a short claim lease, so that the revoked station's claim comes back within the test
 LEASE_S = 5.0  # the shortest lease the settings accept
+# a run skipped at pre-flight is offered again well inside the stations' idle time
+# (IDLE_EXIT_S, tests/station/remote_station_proc.py)
+PREFLIGHT_RETRY_S = 2.0
 # small parts, so that even the simulated cell's small recordings upload in
 # several (moto is told to accept parts this small; S3 wants 5 MiB but the last)
 PART_BYTES = 64 * 1024
@@ -266,6 +269,10 @@ class ServerProcess:
             "PROCTOR_ARTIFACTS": f"s3://{BUCKET}/artifacts",
             "PROCTOR_ENCRYPTION_KEY": generate_encryption_key(),
             "PROCTOR_SCHEDULER__CLAIM_LEASE_S": str(LEASE_S),
+            # a run skipped at pre-flight (the server was down when a station
+            # reached for its policy) is offered again well inside the stations'
+            # idle time, not after the 300 s default: the campaign still ends done
+            "PROCTOR_SCHEDULER__PREFLIGHT_RETRY_S": str(PREFLIGHT_RETRY_S),
             SERVER_PART_SETTING: str(PART_BYTES),
             "AWS_ACCESS_KEY_ID": STORE_KEY,
             "AWS_SECRET_ACCESS_KEY": STORE_SECRET,

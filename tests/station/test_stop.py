@@ -21,22 +21,22 @@ import httpx
 import numpy as np
 import pytest
 
+from proctor.core import episode_record
 from proctor.core.artifacts import LocalArtifactStore
+from proctor.core.clock import VirtualClock
 from proctor.core.domain import Outcome, Side
-from proctor.station import episodes
-from proctor.station.clock import VirtualClock
+from proctor.core.work import Work
 from proctor.station.demo_log import close_with_ground_truth
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmHalted, RobotMode
 from proctor.station.drivers.gripper.base import GripperCommand, GripperHalted
-from proctor.station.runner import EpisodeRunner, RunnerBusy, RunnerState, StopKind
+from proctor.station.episode_runner import EpisodeRunner, RunnerBusy, RunnerState, StopKind
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.arm import SimArm
 from proctor.station.sim.gripper import SimGripper
 from proctor.station.sim.world import HOME_Q, SimWorld
-from proctor.station.work import Work
 from tests.station.api_support import key_headers
 from tests.station.conftest import sim_config, sim_runner
-from tests.web.test_console_support import (
+from tests.web.console_support import (
     adhoc_source,
     bind_loopback,
     demo_policies,
@@ -259,7 +259,7 @@ def test_a_stop_while_armed_is_not_erased_by_start_and_its_kind_does_not_leak(
         assert runner.state == RunnerState.armed and runner.cell.arm.halted
         runner.disarm()
         runner.submit_log(
-            episodes.OperatorLog.parse(
+            episode_record.OperatorLog.parse(
                 {"placed": 0, "lost": 0, "dropped": 0, "outcome": "operator_stop"}
             )
         )

@@ -20,7 +20,7 @@ from sqlalchemy.orm import sessionmaker
 
 from proctor.core.artifacts import ArtifactStore
 from proctor.core.db.engine import ProctorSession
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.station.archive import Archived, archive_recording
 from proctor.station.drivers.camera.base import Frame
 from proctor.station.recorder import Recorder, VideoSettings

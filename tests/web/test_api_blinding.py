@@ -572,6 +572,8 @@ _NAME_FIELDS = (
     re.compile(r"^matrix\.policies\[\d+\]$"),
     re.compile(r"^matrix\.winner\[\d+\]\[\d+\]$"),
     re.compile(r"^excluded\[\d+\]\.policy$"),
+    re.compile(r"^letters_per_object\[\d+\]\.letters\.<key>$"),
+    re.compile(r"^rankings\[\d+\]\.policies\[\d+\]\.policy$"),
 )
 
 
@@ -599,6 +601,8 @@ def _names_at_name_fields(result: dict[str, Any]) -> set[str]:
     out |= {k for key in ("letters", "letters_completion") for k in result[key]}
     out |= set(result["matrix"]["policies"]) | {w for r in result["matrix"]["winner"] for w in r}
     out |= {e["policy"] for e in result["excluded"]}
+    out |= {k for x in result.get("letters_per_object", []) for k in x["letters"]}
+    out |= {q["policy"] for r in result.get("rankings", []) for q in r["policies"]}
     return {x for x in out if x is not None}
 
 
@@ -780,8 +784,8 @@ def test_a_policy_server_cannot_write_to_the_staff(web: Web, tmp_path: Path) -> 
     """A real episode on the simulated cell against a hostile server: what the
     operator and the reviewer read of it (explorer JSON and page, .rrd) does
     not carry the server's words."""
-    from proctor.station.policy.server import PolicyServer
-    from proctor.station.work import Work
+    from proctor.core.work import Work
+    from proctor.policywire.serving.openpi import PolicyServer
     from tests.station.conftest import sim_config, sim_runner
 
     state = web.app.state.web

@@ -21,11 +21,11 @@ from proctor.core.domain import Role
 from proctor.core.settings import load_settings
 from proctor.web.snapshots import worker as snapshot_worker
 from proctor.web.submissions import queue
+from tests.web.cache_support import cache_of
 from tests.web.conftest import FakeClock, TemplateDatabases, Web
 from tests.web.leaderboard_data import SeededCampaign, seed_campaign
 from tests.web.recordings import RecordingSpec, attach_recording
-from tests.web.test_shared_cache import cache_of
-from tests.web.test_submissions_helpers import queued_check
+from tests.web.submissions_support import queued_check
 
 # how long a condition may take on a loaded machine: a deadline, never the verdict
 WAIT_S = 120.0

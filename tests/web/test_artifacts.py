@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from proctor.core.db.models import Artifact, Episode
 from proctor.core.domain import ArtifactKind, Role
-from proctor.station import keys
+from proctor.core.recording import keys
 from tests.web.conftest import Web
 from tests.web.leaderboard_data import seed_campaign
 from tests.web.recordings import RecordingSpec, record_episode

@@ -54,3 +54,5 @@ def test_a_drifting_reference_is_flagged_with_its_episodes(web: Web) -> None:
     shown = [code.get("data-episode") for code in flagged[0].find_all("code")]
     assert shown == uids
     assert "slower over time" in flagged[0].text()
+    assert "seasonal Kendall, objects as seasons" in flagged[0].text()
+    assert "not been shown free of drift" in section.find(data_testid="no-certificate").text()

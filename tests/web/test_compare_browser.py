@@ -14,9 +14,9 @@ import sqlalchemy as sa
 from proctor.analysis.store import recompute
 from proctor.annotator.config import load_thresholds
 from proctor.annotator.reconcile import annotate_episode, find_episode
-from proctor.annotator.simulate import EpisodeSpec, simulate
 from proctor.core.db.models import Assignment, CampaignPolicy
 from proctor.core.domain import LabelStream, Role, Side
+from proctor.demo.simulated_episodes import EpisodeSpec, simulate
 from tests.browser import LiveServer, sign_in
 
 pytestmark = pytest.mark.browser

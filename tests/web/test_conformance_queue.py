@@ -23,7 +23,7 @@ from proctor.core.domain import ConformanceRunStatus, Role
 from proctor.core.settings import load_settings
 from proctor.web.submissions import queue, worker
 from tests.web.conftest import Web, web_app
-from tests.web.test_submissions_helpers import (
+from tests.web.submissions_support import (
     begin,
     portal_app,
     portal_settings,

@@ -32,14 +32,14 @@ from proctor.web.app import api_routes
 from proctor.web.console.photos import find_photo, register_photo
 from proctor.web.console.view import ConsoleStatus, public_status
 from tests.web.conftest import Web, login, page_csrf
-from tests.web.test_console_support import (
+from tests.web.console_support import (
     adhoc_source,
     demo_policies,
     running_station,
     sock_url,
     wait_for,
 )
-from tests.web.test_console_support import station_sock as station_sock  # the fixture
+from tests.web.console_support import station_sock as station_sock  # the fixture
 
 
 @pytest.fixture

@@ -56,11 +56,11 @@ from proctor.core.domain import (
     SubmissionKind,
 )
 from proctor.core.station_key import HEADER, ensure_station_key
-from proctor.scheduler.work_source import CampaignWorkSource
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
+from proctor.scheduler.campaign_work_source import CampaignWorkSource
 from tests.browser import DEFAULT_PASSWORD, LiveServer
-from tests.web.test_console_support import bind_loopback, running_station, sock_url, wait_for
+from tests.web.console_support import bind_loopback, running_station, sock_url, wait_for
 
 CSRF_FORM = re.compile(r'name="csrf_token" value="([^"]+)"')
 CSRF_META = re.compile(r'name="csrf-token" content="([^"]+)"')

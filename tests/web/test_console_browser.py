@@ -21,15 +21,15 @@ import sqlalchemy as sa
 from proctor.core.db.models import Episode
 from proctor.core.domain import EpisodeState, Outcome, Role
 from proctor.station.daemon import StationDaemon
-from proctor.station.runner import RunnerState
+from proctor.station.episode_runner import RunnerState
 from tests.browser import LiveServer, sign_in
-from tests.web.test_console_support import (
+from tests.web.console_support import (
     adhoc_source,
     demo_policies,
     running_station,
 )
-from tests.web.test_console_support import live_server as live_server  # the fixture
-from tests.web.test_console_support import station_sock as station_sock  # the fixture
+from tests.web.console_support import live_server as live_server  # the fixture
+from tests.web.console_support import station_sock as station_sock  # the fixture
 
 pytestmark = pytest.mark.browser
 

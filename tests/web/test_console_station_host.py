@@ -5,7 +5,7 @@ SQLite, ``<data>/proctor.db``, beside the station's ledger in
 ``<data>/station/<name>/``), with ``PROCTOR_DATABASE_URL`` unset; its
 operators are accounts made there with ``proctor user add``. The station
 daemon beside it talks to the server only over the station API (the fake
-server of tests/station/fake_station_server.py stands in for it; the real
+server of tests/station/uplink/fake_station_server.py stands in for it; the real
 server's half is tests/web/test_station_api.py). The operator's log reaches
 the server as a label, ``<station>:<account>``, and no user id.
 """
@@ -27,11 +27,11 @@ from proctor.station.daemon import StationDaemon
 from proctor.station.uplink.remote import open_remote_station
 from proctor.web.app import create_app
 from tests.station.conftest import PROCTOR, ROOT, clean_env, sim_config
-from tests.station.fake_station_server import FakeStationServer, parts_sender
-from tests.station.uplink_support import TOKEN, work_wire
-from tests.station.uplink_support import fake as fake  # the fixture
+from tests.station.uplink.fake_station_server import FakeStationServer, parts_sender
+from tests.station.uplink.uplink_support import TOKEN, work_wire
+from tests.station.uplink.uplink_support import fake as fake  # the fixture
 from tests.web.conftest import PASSWORD, csrf_from, login, page_csrf
-from tests.web.test_console_support import (
+from tests.web.console_support import (
     bind_loopback,
     demo_policies,
     serving_station,

@@ -4,7 +4,7 @@ episodes wait for it ("offline, 1 episode waiting"), and the whitelist
 passes the uplink's status and nothing more.
 
 The station's server here is the fake station-API server
-(tests/station/fake_station_server.py, a stand-in for the contract; the
+(tests/station/uplink/fake_station_server.py, a stand-in for the contract; the
 end-to-end tests use the real one); the console is the real app."""
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ import uvicorn
 
 from proctor.core.domain import Role
 from proctor.core.station_key import ensure_station_key
-from proctor.station.api import create_app as station_app
+from proctor.station.console_api import create_app as station_app
 from proctor.station.daemon import StationDaemon
 from proctor.station.uplink.remote import StationFolder, open_remote_station
 from proctor.web.console.view import public_status
 from tests.browser import LiveServer, sign_in
 from tests.station.conftest import sim_config
-from tests.station.fake_station_server import FakeStationServer, parts_sender
-from tests.station.uplink_support import TOKEN, Ledger, write_episode
-from tests.station.uplink_support import fake as fake  # the fixture
-from tests.web.test_console_support import live_server as live_server  # the fixture
-from tests.web.test_console_support import station_sock as station_sock  # the fixture
+from tests.station.uplink.fake_station_server import FakeStationServer, parts_sender
+from tests.station.uplink.uplink_support import TOKEN, Ledger, write_episode
+from tests.station.uplink.uplink_support import fake as fake  # the fixture
+from tests.web.console_support import live_server as live_server  # the fixture
+from tests.web.console_support import station_sock as station_sock  # the fixture
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from proctor.web.startup import TEMP_SAFE_AGE_S
 from tests.browser import LiveServer
 from tests.web.conftest import Web
 from tests.web.leaderboard_data import seed_campaign
-from tests.web.test_review_snapshots import WAIT_S, _back_to_review, _latest, _worker
-from tests.web.test_submissions_helpers import (
+from tests.web.review_support import WAIT_S, back_to_review, latest_snapshot, snapshot_worker
+from tests.web.submissions_support import (
     begin,
     good_checkpoint,
     live_token,
@@ -53,8 +53,8 @@ def test_a_board_left_stale_by_a_crash_is_recomputed_at_start_up(web: Web) -> No
     with web.db() as s:
         seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=41)
     cid = seeded.campaign_id
-    uid = _back_to_review(web, seeded, min_placed=2)
-    before = _latest(web, cid, LabelStream.auto_and_reviewed)
+    uid = back_to_review(web, seeded, min_placed=2)
+    before = latest_snapshot(web, cid, LabelStream.auto_and_reviewed)
     reviewer = svc.Reviewer(user_id=web.add_user("rev", Role.reviewer))
     # the review that finishes the episode commits; the process dies before the
     # recomputation it queued in memory runs (no after-commit hook here at all)
@@ -69,13 +69,13 @@ def test_a_board_left_stale_by_a_crash_is_recomputed_at_start_up(web: Web) -> No
         assert state.label_status.value == "reviewed"
     with web.db() as s:
         assert stale_campaigns(s) == [cid]  # the board no longer matches its data
-    worker = _worker(web)
+    worker = snapshot_worker(web)
     assert worker.wait_idle(WAIT_S) and worker.status().recent == []
     _start(web)
     assert worker.wait_idle(WAIT_S)
     [run] = worker.status().recent
     assert run.campaign_id == cid and run.error is None
-    after = _latest(web, cid, LabelStream.auto_and_reviewed)
+    after = latest_snapshot(web, cid, LabelStream.auto_and_reviewed)
     assert after[0] > before[0] and after[1] != before[1]
     with web.db() as s:
         assert stale_campaigns(s) == []

@@ -17,9 +17,9 @@ import sqlalchemy as sa
 
 from proctor.core.db.models import Submission
 from proctor.core.domain import Role
-from tests.station.test_droid_units import droid_server, joint_chunk
+from tests.station.droid_support import droid_server, joint_chunk
 from tests.web.conftest import Web, login, page_csrf
-from tests.web.test_submissions_helpers import portal_app, register_and_check, submitter
+from tests.web.submissions_support import portal_app, register_and_check, submitter
 
 NAMED = {"action_space": "joint_velocity", "action_horizon": 10}
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from proctor.core.db.models import Submission
-from tests.station.field_servers import VLLM_PATH, FieldServer, vllm_handler
-from tests.station.field_servers import field_server as field_server  # the fixture
+from tests.policywire.field_servers import VLLM_PATH, FieldServer, vllm_handler
+from tests.policywire.field_servers import field_server as field_server  # the fixture
 from tests.web.conftest import Web
-from tests.web.test_submissions_helpers import portal_app, register_and_check, submitter
+from tests.web.submissions_support import portal_app, register_and_check, submitter
 
 
 @pytest.fixture

@@ -172,7 +172,7 @@ def test_unknown_and_unrecorded_episodes(web: Web) -> None:
 
 
 def test_the_public_page_is_shared_with_anonymous_visitors_only(web: Web) -> None:
-    from tests.web.test_shared_cache import cache_of
+    from tests.web.cache_support import cache_of
 
     web.add_user("root", Role.admin)
     with web.db() as s:

@@ -19,7 +19,7 @@ from proctor.core.errors import Conflict
 from proctor.web.snapshots import service
 from tests.web.conftest import Web
 from tests.web.leaderboard_data import seed_campaign
-from tests.web.test_review_api import bearer, queued_episode
+from tests.web.review_support import bearer, queued_episode
 
 
 def test_a_tag_round_trips_through_the_api_and_a_retraction_appends(web: Web) -> None:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from proctor.analysis import store as analysis_store
 from proctor.analysis.report import data_version
 from proctor.analysis.store import load_episodes
-from proctor.core.db.models import AnalysisSnapshot, Episode
+from proctor.core.db.models import Episode
 from proctor.core.domain import LabelStream, Outcome, Role
 from proctor.web.leaderboard.format import num, pct
 from proctor.web.snapshots import service
@@ -21,10 +21,7 @@ from proctor.web.snapshots.worker import recompute_after_commit
 from tests.web.conftest import Web, login, page_csrf
 from tests.web.html_tree import parse
 from tests.web.leaderboard_data import ALL_STREAMS, TEST_ANALYSIS, SeededCampaign, seed_campaign
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.web.leaderboard_support import latest
 
 
 @pytest.fixture
@@ -33,12 +30,8 @@ def released(web: Web) -> SeededCampaign:
         return seed_campaign(s, released=True, episodes_per_cell=6, seed=11, streams=ALL_STREAMS)
 
 
-def latest(web: Web, campaign_id: int, stream: str = "auto_and_reviewed") -> AnalysisSnapshot:
-    with web.db() as s:
-        row = service.latest_row(s, campaign_id=campaign_id, stream=LabelStream(stream))
-        assert row is not None
-        s.expunge(row)
-        return row
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 def iv(x: dict[str, Any] | None) -> tuple[Any, Any, Any] | None:
@@ -92,7 +85,7 @@ def test_the_api_serves_the_snapshots_numbers(web: Web, released: SeededCampaign
     assert snap.data_version == data_version(table)
     # the stored result itself, for whoever wants every curve
     full = web.client().get(f"/api/leaderboard/{released.campaign_id}/snapshot").json()
-    assert full["schema"] == "proctor.analysis/1"
+    assert full["schema"] == "proctor.analysis/3"
     assert [p["policy"] for p in full["policies"]] == [p["policy"] for p in result["policies"]]
 
 
@@ -389,6 +382,7 @@ def test_a_snapshot_from_before_the_envelope_rate_shows_a_dash(
             s, campaign_id=released.campaign_id, stream=LabelStream.auto_and_reviewed
         )
         old = copy.deepcopy(row.result)
+        old["schema"] = "proctor.analysis/1"  # what such a snapshot says it is
         for p in old["policies"]:
             del p["failure_modes"]["envelope_interventions_per_episode"]
         row.result = old
@@ -416,6 +410,7 @@ def test_the_unclear_verdict_and_old_snapshots_verdicts_render(
             s, campaign_id=released.campaign_id, stream=LabelStream.auto_and_reviewed
         )
         new = copy.deepcopy(row.result)
+        new["schema"] = "proctor.analysis/1"  # what such a snapshot says it is
         assert len(new["pairs"]) >= 3
         first, second, third = new["pairs"][:3]
         first.update(verdict="unclear", winner=None, significant=True, power=None)

@@ -61,7 +61,14 @@ def test_the_board_shows_early_stops_and_drift(web: Web) -> None:
     assert shown == {s["policy"] for s in stops["stopped"]}
     rows = section.find_all("tr", data_pair=True)
     assert len(rows) == len(stops["pairs"])
-    assert html.find("section", id="drift").find_all("li", data_drift=True)
+    drift = html.find("section", id="drift")
+    assert drift.find_all("li", data_drift=True)
+    # the object-stratified tests (docs/methods.md §12), and the plain word
+    # that a quiet sentinel is no certificate
+    assert board["drift"][0]["trend"]["test"].startswith("seasonal Kendall")
+    assert board["drift"][0]["certifies_no_drift"] is False
+    assert "seasonal Kendall" in drift.text() and "van Elteren" in drift.text()
+    assert 'No sentinel certifies "no drift"' in drift.find(data_testid="no-certificate").text()
 
 
 def test_an_unreleased_boards_stops_are_blinded(web: Web) -> None:

@@ -1,4 +1,5 @@
-"""What one client can take from the server (proctor/web/limits.py, proctor/web/server.py):
+"""What one client can take from the server (proctor/web/limits.py,
+proctor/web/uvicorn_processes.py):
 a flood of anonymous requests gets answers (503 at worst) instead of freezing
 the site, bodies are bounded before anything parses them, a slow header
 does not hold a socket forever, and X-Forwarded-For is believed only from
@@ -11,15 +12,11 @@ raw sockets (they must send what no polite client sends)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +31,8 @@ from proctor.core.errors import ConfigError
 from proctor.core.settings import load_settings
 from tests.web.conftest import FakeClock, Web, csrf_from
 from tests.web.leaderboard_data import seed_campaign
-from tests.web.test_submissions_helpers import (
+from tests.web.serve_support import Served, proctor_serve
+from tests.web.submissions_support import (
     begin,
     good_checkpoint,
     noise,
@@ -44,74 +42,8 @@ from tests.web.test_submissions_helpers import (
     submitter,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 # an episode uid nobody has: the lookup is a real query, answered 404
 MISSING_EPISODE = "/api/episodes/nosuchepisode00"
-
-
-# -- a real server ----------------------------------------------------------------------
-@dataclass
-class Served:
-    host: str
-    port: int
-    log: Path
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def proctor_serve(db_url: str, tmp_path: Path, env: dict[str, str]) -> Iterator[Served]:
-    """``proctor serve`` as deployed (its own process, uvicorn as it configures
-    it); ``env`` adds ``PROCTOR_*`` settings."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_")}
-    clean.update(
-        {
-            "PROCTOR_ENV": "test",
-            "PROCTOR_DATA_DIR": str(tmp_path / "served"),
-            "PROCTOR_DATABASE_URL": db_url,
-            "PYTHONPATH": str(REPO),
-            **env,
-        }
-    )
-    port = _free_port()
-    log = tmp_path / f"serve-{port}.log"
-    argv = [sys.executable, "-m", "proctor", "serve", "--host", "127.0.0.1"]
-    argv += ["--port", str(port), "--no-migrate"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, env=clean, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-    served = Served("127.0.0.1", port, log)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"proctor serve exited ({proc.returncode}):\n{served.log_text()}")
-            try:
-                if httpx.get(served.base_url + "/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"proctor serve did not answer within 60 s:\n{served.log_text()}")
-            time.sleep(0.2)
-        yield served
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -219,12 +151,14 @@ def test_a_flood_of_anonymous_requests_is_answered_and_health_stays_up(
         )
     )
     statuses = sorted({a.status for a in answers}, key=str)
-    assert all(a.status in (200, 503) for a in answers), (
+    # past the 48 admitted at once, the rest wait their turn (web.admission_wait_s):
+    # a peak this size is answered, none refused (issue 36: 117 of 400 were 503s)
+    assert all(a.status == 200 for a in answers), (
         statuses,
+        sum(a.status == 503 for a in answers),
         [a.error for a in answers if a.status is None][:3],
         served.log_text()[-2000:],
     )
-    assert any(a.status == 200 for a in answers), "every request was refused"
     assert max(a.seconds for a in answers) < 15
     # health was asked while flood requests were still unanswered, and answered promptly
     assert health and health[0][1] > 0
@@ -268,17 +202,24 @@ def test_refused_requests_get_503_with_retry_after(web_db_url: str, tmp_path: Pa
     from proctor.web.limits import ConcurrencyLimitMiddleware
 
     settings = load_settings(
-        env="test", data_dir=tmp_path, database_url=web_db_url, web={"max_concurrent_requests": 2}
+        env="test",
+        data_dir=tmp_path,
+        database_url=web_db_url,
+        web={"max_concurrent_requests": 2, "admission_wait_s": 0.2},
     )
     app = create_app(settings, clock=FakeClock())
     try:
         client = TestClient(app)
         assert client.get(MISSING_EPISODE).status_code == 404  # builds the middleware stack
         limiter = _find_middleware(app, ConcurrencyLimitMiddleware)
+        assert (limiter.queue, limiter.wait_s) == (512, 0.2)
         assert client.get(MISSING_EPISODE).status_code == 404
-        limiter.in_flight = 2  # two requests at work
+        limiter.in_flight = 2  # two requests at work, and neither finishes
+        started = time.monotonic()
         r = client.get(MISSING_EPISODE)
         assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+        assert time.monotonic() - started >= 0.2  # it waited its turn first
+        assert not limiter.waiting
         assert "busy" in r.json()["detail"]
         assert client.get("/api/health").status_code == 200
         assert client.get("/static/css/proctor.css").status_code == 200
@@ -522,3 +463,98 @@ def test_trusted_proxies_must_be_addresses(entry: str) -> None:
         ConfigError, match=r"web\.trusted_proxies: .*must be an IP address or network"
     ):
         load_settings(web={"trusted_proxies": [entry]})
+
+
+class _Held:
+    """An ASGI app whose requests each wait for their own release."""
+
+    def __init__(self) -> None:
+        self.started: list[asyncio.Event] = []
+        self.release: dict[int, asyncio.Event] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        k = int(scope["query_string"] or b"0")
+        self.release.setdefault(k, asyncio.Event())
+        await self.release[k].wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _call(mw: Any, k: int) -> Any:
+    """One request to ``mw`` (``?k``) as a task; its status when done."""
+
+    async def run() -> int:
+        status: list[int] = []
+
+        async def send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+
+        async def receive() -> Any:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        scope = {"type": "http", "path": "/api/x", "query_string": str(k).encode(), "headers": []}
+        await mw(scope, receive, send)
+        return status[0]
+
+    return asyncio.ensure_future(run())
+
+
+async def _until(condition: Callable[[], bool], deadline_s: float = 5.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < end, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def test_past_the_limit_requests_wait_their_turn_in_order() -> None:
+    """A place freed goes to the first in line, not to whichever waiter could
+    finish first; past the queue's length the answer is 503 at once."""
+    from proctor.web.limits import ConcurrencyLimitMiddleware
+
+    async def scenario() -> None:
+        app = _Held()
+        mw = ConcurrencyLimitMiddleware(app, limit=1, queue=2, wait_s=5.0)
+        first = _call(mw, 1)
+        await _until(lambda: mw.in_flight == 1)
+        second, third = _call(mw, 2), _call(mw, 3)
+        await _until(lambda: len(mw.waiting) == 2)
+        assert await asyncio.wait_for(_call(mw, 4), 1.0) == 503  # the queue is full
+        for k in (1, 2, 3):
+            app.release.setdefault(k, asyncio.Event())
+        app.release[3].set()  # the third could finish at once, but must wait its turn
+        await asyncio.sleep(0.05)
+        assert not third.done() and len(mw.waiting) == 2
+        app.release[1].set()
+        assert await first == 200
+        await _until(lambda: len(mw.waiting) == 1)  # the second has the place, the third waits
+        assert not third.done()
+        app.release[2].set()
+        assert (await second, await third) == (200, 200)
+        assert mw.in_flight == 0 and not mw.waiting
+
+    asyncio.run(scenario())
+
+
+def test_a_wait_that_runs_out_is_a_503_and_a_client_that_leaves_frees_its_place() -> None:
+    from proctor.web.limits import ConcurrencyLimitMiddleware
+
+    async def scenario() -> None:
+        app = _Held()
+        mw = ConcurrencyLimitMiddleware(app, limit=1, queue=5, wait_s=0.2)
+        held = _call(mw, 1)
+        await _until(lambda: mw.in_flight == 1)
+        started = time.monotonic()
+        assert await _call(mw, 2) == 503
+        assert 0.2 <= time.monotonic() - started < 2.0 and not mw.waiting
+        leaving = _call(mw, 3)
+        await _until(lambda: len(mw.waiting) == 1)
+        leaving.cancel()  # the client disconnected while it waited
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        assert not mw.waiting
+        app.release.setdefault(1, asyncio.Event()).set()
+        assert await held == 200
+        assert mw.in_flight == 0  # the place went back, not to the one that left
+
+    asyncio.run(scenario())

@@ -22,7 +22,7 @@ from proctor.core.db.engine import make_engine, make_session_factory, session_sc
 from proctor.core.db.types import utcnow
 from proctor.core.domain import Role
 from tests.web.leaderboard_data import seed_campaign
-from tests.web.test_limits import REPO, proctor_serve
+from tests.web.serve_support import REPO, proctor_serve
 
 # long enough for two spawned workers on a loaded machine to notice; far shorter
 # than the 30 s a stale entry would otherwise live
@@ -152,7 +152,7 @@ def test_worker_processes_get_the_same_uvicorn_settings(tmp_path: Path) -> None:
     import pickle
 
     from proctor.core.settings import load_settings
-    from proctor.web.server import APP_FACTORY, HeaderDeadlineProtocol, uvicorn_config
+    from proctor.web.uvicorn_processes import APP_FACTORY, HeaderDeadlineProtocol, uvicorn_config
 
     settings = load_settings(
         env="test",

@@ -28,7 +28,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 DATA_GLOBS = (
     "proctor/web/**/templates/**/*",
     "proctor/web/**/static/**/*",
-    "proctor/station/policy/*.npz",
+    "proctor/policywire/conformance/*.npz",
     "proctor/annotator/thresholds.toml",
     "proctor/core/migrations/script.py.mako",
     "proctor/core/migrations/versions/*.py",
@@ -112,7 +112,7 @@ def test_the_wheel_carries_every_template_static_file_and_data_file(wheel: Path)
             "proctor/web/static/vendor/swagger-ui/LICENSE",
             "proctor/web/static/vendor/swagger-ui/NOTICE",
             "proctor/web/console/static/layouts/tote-left-camera-left.svg",
-            "proctor/station/policy/conformance_observations.npz",
+            "proctor/policywire/conformance/observations.npz",
             "proctor/annotator/thresholds.toml",
             "proctor/core/migrations/script.py.mako",
         ):

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from proctor.annotator.review import Reviewer
 from proctor.annotator.tags import retract_tag, tag_failure
 from proctor.core.db.models import Assignment, Episode, ObjectType, Policy
-from proctor.core.domain import LabelStream
+from proctor.core.domain import LabelStream, Role
 from proctor.web.snapshots import service
 from tests.web.conftest import Web
 from tests.web.html_tree import parse
@@ -57,6 +57,8 @@ def test_the_breakdown_equals_a_hand_count(web: Web, released: SeededCampaign) -
     assert len(eps[a]) == len(eps[b]) == 5
     other = result["policies"][3]["policy"]
     (other_uid, other_d) = _episodes(web, cid, other)[a][0]
+    # the campaign is released: a person who tags its episodes is an admin
+    person = Reviewer(user_id=web.add_user("rita-behaviour", Role.admin), admin=True)
     with web.db() as s:
 
         def tag(uid: str, d: float, mode: str, frac: float) -> int:
@@ -70,7 +72,13 @@ def test_the_breakdown_equals_a_hand_count(web: Web, released: SeededCampaign) -
         gone = tag(a2, d2, "slip_in_transit", 0.4)
         retract_tag(s, uid=a2, tag_id=gone, reviewer=ME, note="not a slip")
         (b0, e0) = eps[b][0]
-        tag(b0, e0, "collision", 0.1)
+        # a person's tag: b0 is reviewed; the software reviewer's tags above
+        # count in the shares but review nothing
+        tag_failure(s, uid=b0, mode="collision", t_s=e0 * 0.1, reviewer=person)
+        # a person's tag that is later withdrawn still means someone looked
+        (b1, e1) = eps[b][1]
+        wrong = tag_failure(s, uid=b1, mode="stall", t_s=e1 * 0.5, reviewer=person).id
+        retract_tag(s, uid=b1, tag_id=wrong, reviewer=person, note="it was moving")
         tag(other_uid, other_d, "missed_grasp", 0.5)  # another policy's: not counted here
 
     body = web.client().get(f"/api/leaderboard/{cid}/policies/{quote(label, safe='')}").json()
@@ -111,6 +119,10 @@ def test_the_breakdown_equals_a_hand_count(web: Web, released: SeededCampaign) -
         ]
     )
     assert all(m["explorer"].startswith(f"/episodes/{m['uid']}?t=") for m in body["tagged_moments"])
+    # how many of the counted episodes a person reviewed: b0 and b1 of object b
+    assert body["behaviour_reviewed"] == {"episodes": 10, "reviewed": 2}
+    assert {c["reviewed"] for c in body["behaviour"] if c["object"] == a} == {0}
+    assert {c["reviewed"] for c in body["behaviour"] if c["object"] == b} == {2}
 
     # the page shows the same counts, one row per mode that any episode carries
     html = web.client().get(f"/leaderboard/{cid}/policies/{quote(label, safe='')}").text
@@ -120,3 +132,8 @@ def test_the_breakdown_equals_a_hand_count(web: Web, released: SeededCampaign) -
     td = rows["missed_grasp"].find("td", data_object=a)
     assert (td.get("data-with"), td.get("data-episodes"), td.get("data-tags")) == ("2", "5", "3")
     assert "40" in td.text()
+    said = parse(html).find("p", data_testid="behaviour-reviewed")
+    assert "2 of 10" in said.text() and "lower bound" in said.text()
+    row = table.find("tr", data_reviewed_row=True)
+    shown = {td.get("data-object"): td.text() for td in row.find_all("td")}
+    assert shown[a] == "0 of 5" and shown[b] == "2 of 5"

@@ -7,26 +7,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from proctor.annotator.config import Thresholds
-from proctor.annotator.reconcile import annotate_episode
 from proctor.core.db.models import Episode, ReviewAction
 from proctor.core.domain import LabelStatus, ReviewActionKind, Role
-from tests.annotator.helpers import SOURCE_XY, Op, store_episode
 from tests.web.conftest import Web, login
-
-OPS = [Op(1.0, 3.0), Op(7.0, 9.0, release_xy=SOURCE_XY), Op(10, 12)]
-
-
-def queued_episode(web: Web, placed: int = 3) -> str:
-    store = web.app.state.web.store
-    with web.db() as s:
-        ep = store_episode(s, store, ops=OPS, duration=14, items=4, placed=placed)
-        annotate_episode(s, store=store, episode=ep, thresholds=Thresholds(version="t"))
-        return ep.uid
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.web.review_support import bearer, queued_episode
 
 
 def test_only_reviewers_and_admins_see_the_queue(web: Web) -> None:

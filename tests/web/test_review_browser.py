@@ -22,7 +22,6 @@ import sqlalchemy as sa
 
 from proctor.annotator.config import load_thresholds
 from proctor.annotator.reconcile import annotate_episode, find_episode
-from proctor.annotator.simulate import EpisodeSpec, simulate
 from proctor.core.db.models import Episode, PlacementEvent, ReviewAction
 from proctor.core.domain import (
     LabelStatus,
@@ -32,7 +31,8 @@ from proctor.core.domain import (
     Role,
     Side,
 )
-from proctor.station.recording import load_ground_truth
+from proctor.core.recording.reader import load_ground_truth
+from proctor.demo.simulated_episodes import EpisodeSpec, simulate
 from tests.browser import LiveServer, sign_in
 
 pytestmark = pytest.mark.browser

@@ -12,57 +12,17 @@ from typing import Any
 import sqlalchemy as sa
 
 from proctor.annotator import review as svc
-from proctor.core.db.models import AnalysisSnapshot, Episode, PlacementEvent
-from proctor.core.domain import LabelStatus, LabelStream, PlacementSource, PlacementStatus, Role
+from proctor.core.db.models import Episode
+from proctor.core.domain import LabelStatus, LabelStream, Role
 from proctor.web.review.routes import after_decision
 from proctor.web.snapshots.worker import SnapshotWorker
 from tests.web.conftest import Web
-from tests.web.leaderboard_data import SeededCampaign, seed_campaign
-
-WAIT_S = 300.0
+from tests.web.leaderboard_data import seed_campaign
+from tests.web.review_support import WAIT_S, back_to_review, latest_snapshot, snapshot_worker
 
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def _worker(web: Web) -> SnapshotWorker:
-    return web.app.state.web.snapshot_worker
-
-
-def _back_to_review(web: Web, seeded: SeededCampaign, *, min_placed: int) -> str:
-    """An episode the detector settled (``auto``), sent back to the queue the
-    way reconciliation sends a disagreement: detector rows proposed."""
-    with web.db() as s:
-        episodes = s.scalars(
-            sa.select(Episode)
-            .where(Episode.uid.in_(seeded.episode_uids), Episode.label_status == LabelStatus.auto)
-            .order_by(Episode.id)
-        )
-        ep = next(e for e in episodes if (e.placed or 0) >= min_placed)
-        ep.label_status = LabelStatus.needs_review
-        for p in s.scalars(
-            sa.select(PlacementEvent).where(
-                PlacementEvent.episode_id == ep.id,
-                PlacementEvent.source == PlacementSource.detector,
-            )
-        ):
-            p.status = PlacementStatus.proposed
-        return ep.uid
-
-
-def _latest(web: Web, campaign_id: int, stream: LabelStream) -> tuple[int, str]:
-    with web.db() as s:
-        row = s.execute(
-            sa.select(AnalysisSnapshot.id, AnalysisSnapshot.data_version)
-            .where(
-                AnalysisSnapshot.campaign_id == campaign_id,
-                AnalysisSnapshot.label_stream == stream,
-            )
-            .order_by(AnalysisSnapshot.id.desc())
-            .limit(1)
-        ).one()
-        return row[0], row[1]
 
 
 def _idle_with_no_runs(worker: SnapshotWorker) -> None:
@@ -74,9 +34,9 @@ def _idle_with_no_runs(worker: SnapshotWorker) -> None:
 def test_a_review_that_finishes_an_episode_recomputes_the_leaderboard(web: Web) -> None:
     with web.db() as s:
         seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=41)
-    uid = _back_to_review(web, seeded, min_placed=2)
-    worker = _worker(web)
-    before = _latest(web, seeded.campaign_id, LabelStream.auto_and_reviewed)
+    uid = back_to_review(web, seeded, min_placed=2)
+    worker = snapshot_worker(web)
+    before = latest_snapshot(web, seeded.campaign_id, LabelStream.auto_and_reviewed)
     web.add_user("rev", Role.reviewer)
     c = web.client()
     h = bearer(web.token("rev", ("reviewer",)))
@@ -106,7 +66,7 @@ def test_a_review_that_finishes_an_episode_recomputes_the_leaderboard(web: Web) 
     # the moved time changes what every stream that reads the reviewer's labels scores
     for stream in (LabelStream.auto_and_reviewed, LabelStream.reviewed_only):
         assert by_stream[stream].status == "created", by_stream[stream]
-    after = _latest(web, seeded.campaign_id, LabelStream.auto_and_reviewed)
+    after = latest_snapshot(web, seeded.campaign_id, LabelStream.auto_and_reviewed)
     assert after[0] == by_stream[LabelStream.auto_and_reviewed].snapshot_id
     assert after[0] > before[0] and after[1] != before[1]
     # the leaderboard reads the new snapshot
@@ -120,8 +80,8 @@ def test_a_review_that_finishes_an_episode_recomputes_the_leaderboard(web: Web) 
 def test_a_resolved_flag_recomputes_and_a_flag_alone_does_not(web: Web) -> None:
     with web.db() as s:
         seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=43)
-    uid = _back_to_review(web, seeded, min_placed=1)
-    worker = _worker(web)
+    uid = back_to_review(web, seeded, min_placed=1)
+    worker = snapshot_worker(web)
     web.add_user("rev", Role.reviewer)
     web.add_user("root", Role.admin)
     c = web.client()
@@ -148,8 +108,8 @@ def test_a_rolled_back_review_queues_nothing(web: Web) -> None:
     an error after the decision): the worker is never asked."""
     with web.db() as s:
         seeded = seed_campaign(s, released=False, episodes_per_cell=2, seed=47)
-    uid = _back_to_review(web, seeded, min_placed=1)
-    worker = _worker(web)
+    uid = back_to_review(web, seeded, min_placed=1)
+    worker = snapshot_worker(web)
     reviewer = svc.Reviewer(label="rollback test")
     with web.app.state.web.session_factory() as s:
         state = svc.review_state(s, uid=uid)

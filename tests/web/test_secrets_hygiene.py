@@ -18,7 +18,7 @@ from proctor.core.db.models import User
 from proctor.core.settings import load_settings
 from proctor.web.submissions import queue
 from tests.web.conftest import Web
-from tests.web.test_submissions_helpers import (
+from tests.web.submissions_support import (
     ENCRYPTION_KEY,
     good_checkpoint,
     portal_app,

@@ -31,14 +31,15 @@ from proctor.core.db.models import (
 from proctor.core.domain import AssignmentStatus, Role
 from proctor.core.errors import ConfigError, FieldConflict
 from proctor.core.settings import Settings, load_settings
+from proctor.core.station_api_wire import EpisodeWire, HelloReply, WorkWire
 from proctor.scheduler import service, station_sweeps
 from proctor.scheduler.station_api import once, release_lapsed_claims, sync_episode
-from proctor.station.uplink.wire import EpisodeWire, HelloReply, WorkWire
 from tests.scheduler import builders
 from tests.web.conftest import Web, login
 
 API = "/api/station/v1"
 LEASE_S = 30.0
+PREFLIGHT_RETRY_S = 7.0  # not the 300 s default: the route must pass the setting on
 LAYOUT = "ab" * 32
 
 
@@ -51,7 +52,11 @@ def web_settings(web_db_url: str, tmp_path: Path) -> Settings:
         database_url=web_db_url,
         secret_key="test-secret-key-" + "x" * 32,
         # the sweep's thread runs only where a test starts the app (its lifespan)
-        scheduler={"claim_lease_s": LEASE_S, "station_sweep_s": 1.0},
+        scheduler={
+            "claim_lease_s": LEASE_S,
+            "station_sweep_s": 1.0,
+            "preflight_retry_s": PREFLIGHT_RETRY_S,
+        },
     )
 
 
@@ -343,7 +348,8 @@ def test_abandon_reschedules_and_only_the_holder_may(web: Web, setup: Setup) -> 
         headers=keyed(setup.tokens["cell-a"], "abandon:1"),
     )
     assert replay.status_code == 200 and replay.json() == r.json()
-    assert len(web.audit("assignment.preflight_failed")) == 1
+    (row,) = web.audit("assignment.preflight_failed")
+    assert row[-1]["retry_after_s"] == PREFLIGHT_RETRY_S  # scheduler.preflight_retry_s
 
 
 # -- episodes --------------------------------------------------------------------------

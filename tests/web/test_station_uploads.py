@@ -25,10 +25,10 @@ from proctor.core.audit import Actor
 from proctor.core.db.models import Artifact, AuditLog, StationUpload
 from proctor.core.domain import Role
 from proctor.core.settings import SchedulerSettings, load_settings
+from proctor.core.station_api_wire import API_PREFIX, UploadPlan
 from proctor.scheduler.station_sweeps import SweepPass
 from proctor.scheduler.station_uploads import multipart_of
 from proctor.station.uplink.upload import send_parts
-from proctor.station.uplink.wire import API_PREFIX, UploadPlan
 from tests import factories
 from tests.browser import LiveServer
 from tests.moto_s3 import CREDENTIALS, moto_s3, presigned_for_host
@@ -281,7 +281,7 @@ import json, sys
 from pathlib import Path
 import httpx
 from proctor.station.uplink.upload import send_parts
-from proctor.station.uplink.wire import UploadPlan
+from proctor.core.station_api_wire import UploadPlan
 plan = UploadPlan.model_validate_json(sys.argv[1])
 with httpx.Client(trust_env=False) as client:
     parts = send_parts(client, plan, Path(sys.argv[2]), server_headers={})

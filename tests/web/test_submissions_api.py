@@ -36,16 +36,16 @@ from proctor.core.domain import (
     LabelStream,
     Role,
 )
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import Fault, PolicyServer
+from proctor.policywire.serving.positronic import PositronicServer
 from proctor.scheduler.endpoint_keys import decrypt_api_key
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.positronic_server import PositronicServer
-from proctor.station.policy.server import Fault, PolicyServer
 from proctor.web.submissions import queue, worker
 from proctor.web.submissions.names import name_key
 from tests import factories
 from tests.loopback import TcpWitness, redirecting_server
 from tests.web.conftest import Web, login, page_csrf
-from tests.web.test_submissions_helpers import (
+from tests.web.submissions_support import (
     ENCRYPTION_KEY,
     audit_actions,
     bearer,
@@ -676,6 +676,38 @@ def test_opting_in_to_the_public_board(portal: Web) -> None:
 
 
 # -- campaign progress and private results ---------------------------------------------------------
+def _stored_result() -> dict[str, Any]:
+    """A real result JSON (proctor.analysis.report.to_json) of two policies,
+    the submitter's with the intervals the assertions below read."""
+    import dataclasses
+
+    import numpy as np
+
+    from proctor.analysis.episodes import EpisodeTable
+    from proctor.analysis.leaderboard import analyze
+    from proctor.analysis.report import to_json
+    from proctor.analysis.results import AnalysisProtocol
+    from proctor.analysis.synthetic import PHAIL_OBJECTS, cohort, phail_like_models
+
+    models = [
+        dataclasses.replace(m, name=n)
+        for m, n in zip(phail_like_models()[1:3], ("acme-server", "other-policy"), strict=True)
+    ]
+    eps = cohort(models, PHAIL_OBJECTS, episodes_per_cell=2, rng=np.random.default_rng(2))
+    result = to_json(
+        analyze(EpisodeTable(tuple(eps)), AnalysisProtocol(tau=240.0, bootstrap=30, seed=1))
+    )
+    mine = next(p for p in result["policies"] if p["policy"] == "acme-server")
+    mine.update(
+        rank=1,
+        episodes=3,
+        operations=24,
+        completion={"estimate": 0.9, "ci": [0.8, 0.95]},
+        rmst={"estimate": 12.5, "ci": [11.0, 14.0]},
+    )
+    return result
+
+
 def _campaign(portal: Web, pid: int, sid: int) -> int:
     with portal.db() as s:
         other = factories.policy(s, "other-policy")
@@ -698,21 +730,7 @@ def _campaign(portal: Web, pid: int, sid: int) -> int:
                 label_stream=LabelStream.auto_and_reviewed,
                 code_version="test",
                 data_version="v1",
-                result={
-                    "policies": [
-                        {
-                            "policy": "acme-server",
-                            "reference": False,
-                            "rank": 1,
-                            "episodes": 3,
-                            "operations": 24,
-                            "completion": {"estimate": 0.9, "lo": 0.8, "hi": 0.95},
-                            "rmst": {"estimate": 12.5, "lo": 11.0, "hi": 14.0},
-                            "hrt": None,
-                        },
-                        {"policy": "other-policy", "reference": False, "rank": 2},
-                    ]
-                },
+                result=_stored_result(),
             )
         )
         return camp.id
@@ -868,7 +886,7 @@ def test_the_web_app_never_imports_the_checker(tmp_path: Path) -> None:
         "from proctor.core.settings import load_settings\n"
         "from proctor.web.app import create_app\n"
         f"create_app(load_settings(env='test', data_dir={str(tmp_path)!r}))\n"
-        "print('proctor.station.policy.conformance' in sys.modules)\n"
+        "print('proctor.policywire.conformance.check' in sys.modules)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120

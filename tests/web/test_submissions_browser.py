@@ -16,11 +16,11 @@ import sqlalchemy as sa
 from proctor.core.artifacts import open_store
 from proctor.core.db.models import Submission
 from proctor.core.domain import Role
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.web.submissions import worker
 from tests.browser import LiveServer, sign_in
-from tests.web.test_submissions_helpers import ENCRYPTION_KEY, good_checkpoint, noise, sha
+from tests.web.submissions_support import ENCRYPTION_KEY, good_checkpoint, noise, sha
 
 pytestmark = pytest.mark.browser
 

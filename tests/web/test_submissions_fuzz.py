@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
 from tests.web.conftest import Web
-from tests.web.test_submissions_helpers import (
+from tests.web.submissions_support import (
     begin,
     good_checkpoint,
     portal_app,

@@ -19,7 +19,7 @@ from proctor.core.domain import Role
 from proctor.web.submissions import staging
 from tests.browser import LiveServer
 from tests.web.conftest import FakeClock, Web
-from tests.web.test_submissions_helpers import (
+from tests.web.submissions_support import (
     NOTHING,
     bearer,
     begin,

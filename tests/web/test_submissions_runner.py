@@ -25,12 +25,12 @@ import sqlalchemy as sa
 from proctor.core.db.models import ConformanceRun, RunnerServer
 from proctor.core.db.types import utcnow
 from proctor.core.domain import ConformanceRunStatus, Role, RunnerFailure, RunnerStatus
+from proctor.policywire.serving.demo import DemoPolicy
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.runner import queue as runner_queue
-from proctor.station.policy.demo import DemoPolicy
-from proctor.station.policy.server import PolicyServer
 from proctor.web.submissions import worker
 from tests.web.conftest import Web
-from tests.web.test_submissions_helpers import (
+from tests.web.submissions_support import (
     bearer,
     noise,
     portal_app,

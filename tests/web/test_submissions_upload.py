@@ -23,7 +23,7 @@ from proctor.core.db.models import Artifact, ObjectType, Policy, Submission, Upl
 from proctor.core.domain import ArtifactKind, ConformanceStatus, Role, SubmissionKind
 from tests.browser import LiveServer
 from tests.web.conftest import Web
-from tests.web.test_submissions_helpers import (
+from tests.web.submissions_support import (
     MAX_UPLOAD,
     NOTHING,
     audit_actions,

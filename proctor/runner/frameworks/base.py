@@ -1,8 +1,10 @@
 """What a framework is to the runner: an environment to build, checks to run
 before anything starts, and a server to launch inside the sandbox.
 
-Frameworks are found by name in ``FRAMEWORKS`` (``register``), the manifest's
-``runner.framework``; nothing branches on the name elsewhere.
+Frameworks are found by name in ``FRAMEWORKS`` (a ``proctor.core.registry.Registry``;
+``register``), the manifest's ``runner.framework``; nothing branches on the
+name elsewhere. The names are the manifest's ``RUNNER_FRAMEWORKS`` (its
+sections' tags), each framework in the module named after it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol, TypeVar
 
-from proctor.runner.manifest import Manifest, ManifestProblem
+from proctor.core.registry import Registry
+from proctor.runner.manifest import RUNNER_FRAMEWORKS, Manifest, ManifestProblem
 
 # where things are inside the sandbox (proctor/runner/sandbox): the folder
 # holding policy.toml, read-only; the in-sandbox helpers of ours (bridge,
@@ -123,7 +126,10 @@ class Framework(Protocol):
         ...
 
 
-FRAMEWORKS: dict[str, Framework] = {}
+# each framework in the module named after it, imported when first asked for
+FRAMEWORKS: Registry[Framework] = Registry(
+    "runner.framework", {name: f"proctor.runner.frameworks.{name}" for name in RUNNER_FRAMEWORKS}
+)
 
 
 _F = TypeVar("_F", bound=type[Framework])
@@ -131,9 +137,9 @@ _F = TypeVar("_F", bound=type[Framework])
 
 def register(cls: _F) -> _F:
     """Class decorator: one instance of ``cls`` in ``FRAMEWORKS`` under ``cls.name``."""
-    FRAMEWORKS[cls.name] = cls()
+    FRAMEWORKS.register_instance(cls)
     return cls
 
 
 def framework_for(manifest: Manifest) -> Framework:
-    return FRAMEWORKS[manifest.runner.framework]
+    return FRAMEWORKS.get(manifest.runner.framework)

@@ -31,7 +31,7 @@ from proctor.runner.manifest import LerobotRunner, Manifest, ManifestProblem
 # format and processor files); a checkpoint saved by another release names
 # it in runner.lerobot_version
 DEFAULT_LEROBOT_VERSION = "0.4.4"
-# the wire our server speaks (proctor/station/policy/codec.py), pinned to the
+# the wire our server speaks (proctor/policywire/wire/codec.py), pinned to the
 # versions the station itself runs
 WIRE_PACKAGES = ("msgpack==1.2.4", "websockets==17.4")
 PYTHON = "3.11"

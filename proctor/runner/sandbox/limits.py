@@ -1,8 +1,9 @@
 """The sandbox's resource limits: a cgroup per sandbox where the host lets us
 make one, and rlimits always.
 
-Backends are found by name in ``LIMIT_BACKENDS`` ("cgroup-v2", "cgroup-v1",
-"rlimit"); ``choose`` picks one from ``RunnerSettings.cgroups``.
+Backends are found by name in ``LIMIT_BACKENDS`` (a ``proctor.core.registry.Registry``:
+"cgroup-v2", "cgroup-v1", "rlimit"); ``choose`` picks one from
+``RunnerSettings.cgroups``.
 
 Why a cgroup and not just rlimits: the sandboxed server runs as uid 65534
 inside bubblewrap's user namespace, but that namespace maps it to the uid
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from proctor.core.registry import Registry
 from proctor.runner.sandbox.base import Limits
 
 log = logging.getLogger(__name__)
@@ -119,12 +121,15 @@ class LimitBackend(ABC):
     def confine(self, limits: Limits) -> Confinement: ...
 
 
-LIMIT_BACKENDS: dict[str, type[LimitBackend]] = {}
+# the backends are defined below, in this module
+LIMIT_BACKENDS: Registry[type[LimitBackend]] = Registry(
+    "sandbox limit backend", dict.fromkeys(("cgroup-v2", "cgroup-v1", "rlimit"))
+)
 
 
 def register(cls: type[LimitBackend]) -> type[LimitBackend]:
-    LIMIT_BACKENDS[cls.name] = cls
-    return cls
+    """Class decorator: ``cls`` is the backend called ``cls.name``."""
+    return LIMIT_BACKENDS.add(cls.name, cls)
 
 
 def choose(preference: str) -> LimitBackend:

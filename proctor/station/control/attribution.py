@@ -1,26 +1,15 @@
 """Whose doing an arm fault is: the policy's (proposed outcome ``safety``) or
 the station's (``system``, excluded from every score: ``docs/methods.md`` §2).
 
-A reflex is scored against the policy only when its motion met the world: a
-collision reflex (``cartesian_reflex``, ``joint_reflex``), a path or goal the
-arm could not follow because something held it, a torque sensor driven out of
-range, or the arm folded into itself. Everything else libfranka reports is the
-station's: the realtime link (``communication_constraints_violation``), a
-trajectory the station generated from a clipped command that the controller
-could not execute (the ``*_motion_generator_*`` flags: an unreachable target),
-limits the station's clipping should have kept (joint or Cartesian position
-and velocity, power), and its set-up (start poses, planning torque, the
-controller's stability). A fault with no flag goes by its kind: a lost link or
-a refused command is the station's; a hardware user stop is the operator's
-safety stop. A fault during a motion the station itself commanded (homing,
-recovery) is the station's whatever its flags say: no policy was driving.
-
-When several flags are set, the one of highest precedence decides: a broken
-realtime link first (every later flag may be its consequence), then a
-contact, then the rest. What the flags cannot tell: a reflex that a wrong TCP
-or payload causes looks like a contact (the controller's model expects other
-torques); pre-flight checks them against the commissioned values before any
-episode, and this module cannot.
+The controller's flags decide, read through the arm's own table
+(``Arm.fault_flag_causes``: what only the driver knows, e.g. libfranka's
+``franka::Errors`` in ``proctor.station.drivers.arm.franky_faults``). When
+several known flags are set, the one of highest precedence decides. A fault
+with no known flag goes by its kind: a lost link or a refused command is the
+station's; a hardware user stop is the operator's safety stop; a reflex no
+flag explains is ``unknown`` (an arm with an empty table has only these). A
+fault during a motion the station itself commanded (homing, recovery) is the
+station's whatever its flags say: no policy was driving.
 """
 
 from __future__ import annotations
@@ -30,15 +19,8 @@ from enum import StrEnum
 from typing import Any
 
 from proctor.core.domain import Outcome
-from proctor.station.drivers.arm.base import ArmErrorKind, ArmFault, ArmState
-from proctor.station.drivers.arm.flags import LIBFRANKA_ERROR_FLAGS
-
-
-class Cause(StrEnum):
-    policy = "policy"  # the policy's motion met the world, or the arm itself
-    station = "station"  # the station's command, limits, realtime link or set-up
-    operator = "operator"  # the hardware user stop was pressed
-    unknown = "unknown"  # nothing says: counted as a safety stop, as before attribution
+from proctor.station.drivers.arm.base import Arm, ArmErrorKind, ArmFault, ArmState
+from proctor.station.drivers.arm.faults import Cause, FlagCauses
 
 
 class Origin(StrEnum):
@@ -55,25 +37,6 @@ OUTCOMES: dict[Cause, Outcome] = {
     Cause.station: Outcome.system,
 }
 
-# the world pushed back on the policy's motion (or the arm met itself)
-CONTACT_FLAGS = (
-    "cartesian_reflex",
-    "joint_reflex",
-    "max_goal_pose_deviation_violation",
-    "max_path_pose_deviation_violation",
-    "tau_j_range_violation",
-    "self_collision_avoidance_violation",
-)
-# the station missed the controller's 1 kHz deadlines
-TIMING_FLAGS = ("communication_constraints_violation",)
-
-# every libfranka flag: (cause, precedence); every flag not named above is the station's
-FLAG_CAUSES: dict[str, tuple[Cause, int]] = {
-    **{flag: (Cause.station, 1) for flag in LIBFRANKA_ERROR_FLAGS},
-    **{flag: (Cause.policy, 2) for flag in CONTACT_FLAGS},
-    **{flag: (Cause.station, 3) for flag in TIMING_FLAGS},
-}
-
 # a fault without a known flag, by its kind
 KIND_CAUSES: dict[ArmErrorKind | None, Cause] = {
     ArmErrorKind.communication: Cause.station,
@@ -83,6 +46,9 @@ KIND_CAUSES: dict[ArmErrorKind | None, Cause] = {
     None: Cause.unknown,
 }
 
+# the manifest's and events' ``why``: worded as recorded since before the arm's
+# table moved to its driver (the franky driver's and the simulated cell's flags
+# are libfranka's), so that records read alike across the change
 _WHY: dict[Cause, str] = {
     Cause.policy: "a contact during the policy's motion",
     Cause.station: "the station's doing (its command, limits, realtime link or set-up)",
@@ -98,6 +64,8 @@ class Attribution:
     kind: ArmErrorKind | None
     flags: tuple[str, ...]
     deciding_flag: str | None  # the flag that decided, if one did
+    # the deciding flag says the link to the controller failed (no motion's doing)
+    deciding_link: bool = False
 
     @property
     def outcome(self) -> Outcome:
@@ -116,7 +84,7 @@ class Attribution:
             return False
         if self.kind == ArmErrorKind.communication:
             return False
-        return self.deciding_flag not in TIMING_FLAGS
+        return not self.deciding_link
 
     @property
     def why(self) -> str:
@@ -139,24 +107,29 @@ class Attribution:
 
 
 def attribute(
-    kind: ArmErrorKind | None, flags: tuple[str, ...], origin: Origin = Origin.policy
+    kind: ArmErrorKind | None,
+    flags: tuple[str, ...],
+    causes: FlagCauses,
+    origin: Origin = Origin.policy,
 ) -> Attribution:
-    known = [(FLAG_CAUSES[f], f) for f in flags if f in FLAG_CAUSES]
+    """``causes``: the arm's table of its controller's flags (``Arm.fault_flag_causes``)."""
+    known = [(causes[f], f) for f in flags if f in causes]
     if known:
-        (cause, _), deciding = max(known, key=lambda entry: entry[0][1])
+        deciding_cause, deciding = max(known, key=lambda entry: entry[0].precedence)
+        cause, link = deciding_cause.cause, deciding_cause.link
     else:
-        cause, deciding = KIND_CAUSES[kind], None
+        cause, deciding, link = KIND_CAUSES[kind], None, False
     if origin == Origin.station and cause in (Cause.policy, Cause.unknown):
         cause = Cause.station
-    return Attribution(cause, origin, kind, flags, deciding)
+    return Attribution(cause, origin, kind, flags, deciding, link)
 
 
-def attribute_state(state: ArmState, origin: Origin = Origin.policy) -> Attribution:
-    return attribute(state.error_kind, state.error_flags, origin)
+def attribute_state(state: ArmState, arm: Arm[Any], origin: Origin = Origin.policy) -> Attribution:
+    return attribute(state.error_kind, state.error_flags, arm.fault_flag_causes(), origin)
 
 
-def attribute_fault(fault: ArmFault, origin: Origin = Origin.policy) -> Attribution:
-    return attribute(fault.kind, fault.flags, origin)
+def attribute_fault(fault: ArmFault, arm: Arm[Any], origin: Origin = Origin.policy) -> Attribution:
+    return attribute(fault.kind, fault.flags, arm.fault_flag_causes(), origin)
 
 
 __all__ = [

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proctor.station import keys
-from proctor.station.policy.client import Reply
-from proctor.station.work import LatencyBudget
+from proctor.core.recording import keys
+from proctor.core.work import LatencyBudget
+from proctor.policywire.client import Reply
 
 # the keys of a server's reported timing that measure its handling of the
 # request, most specific first: openpi's and Positronic 3's ``infer_ms``,

@@ -6,23 +6,24 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import sessionmaker
 
+from proctor.core import episode_record
 from proctor.core.artifacts import ArtifactStore
 from proctor.core.db import session_scope
 from proctor.core.db.engine import ProctorSession
 from proctor.core.domain import Outcome
-from proctor.station import episodes, keys
+from proctor.core.recording import keys
+from proctor.policywire.handshake import public_info
+from proctor.station import episodes
 from proctor.station.archive import archive_recording
 from proctor.station.cell import Cell
 from proctor.station.config import StationConfig
+from proctor.station.control.episode import EpisodeLog, EpisodePlan
 from proctor.station.recorder import Recorder, RecordingResult
-
-if TYPE_CHECKING:
-    from proctor.station.runner import _Active
 
 
 @dataclass
@@ -81,24 +82,19 @@ class EpisodeFinish:
         config: StationConfig,
         sessions: sessionmaker[ProctorSession],
         store: ArtifactStore,
-        act: _Active,
+        plan: EpisodePlan,
+        episode: EpisodeLog,
     ) -> None:
-        self.cell, self.config, self.sessions, self.store, self.act = (
-            cell,
-            config,
-            sessions,
-            store,
-            act,
-        )
+        self.cell, self.config, self.sessions, self.store = cell, config, sessions, store
+        self.plan, self.episode = plan, episode
 
     def run(
         self, recorder: Recorder, proposed: Outcome, reason: str, t_end: float
     ) -> EpisodeSummary:
-        act = self.act
         result, ending = self._close(recorder, _Ending(proposed, reason, []))
         details = self._details(result)
         with session_scope(self.sessions) as s:
-            ep = s.get(episodes.Episode, act.episode_id)
+            ep = s.get(episodes.Episode, self.plan.episode_id)
             assert ep is not None
             episodes.mark_finishing(
                 s,
@@ -114,7 +110,7 @@ class EpisodeFinish:
         archived = archive_recording(
             sessions=self.sessions,
             store=self.store,
-            episode_id=act.episode_id,
+            episode_id=self.plan.episode_id,
             spool=result.folder,
             cameras=list(self.cell.cameras),
             camera_settings={
@@ -133,27 +129,27 @@ class EpisodeFinish:
         )
         ending.notes.extend(archived.notes)
         with session_scope(self.sessions) as s:
-            ep = s.get(episodes.Episode, act.episode_id)
+            ep = s.get(episodes.Episode, self.plan.episode_id)
             assert ep is not None
             episodes.mark_awaiting_log(s, episode=ep)
         shutil.rmtree(result.folder, ignore_errors=True)
         return EpisodeSummary(
-            uid=act.uid,
-            run_code=act.work.run_code,
+            uid=self.plan.uid,
+            run_code=self.plan.work.run_code,
             proposed=ending.proposed,
             reason=ending.reason,
-            duration_s=t_end - act.t0,
+            duration_s=t_end - self.episode.t0,
             telemetry_rows=result.telemetry_rows,
             telemetry_rate_hz=_telemetry_rate(result),
             frames={n: c.frames for n, c in result.cameras.items()},
             dropped_frames={n: c.dropped for n, c in result.cameras.items()},
-            policy_calls=len(act.latencies),
+            policy_calls=len(self.episode.latencies),
             latency_p50_s=details["latency_p50_s"],
             latency_p99_s=details["latency_p99_s"],
             spool=None,
             artifacts=archived.shas,
             notes=ending.notes,
-            telemetry_missed_ticks=act.ticks.missed,
+            telemetry_missed_ticks=self.episode.ticks.missed,
         )
 
     def _close(self, recorder: Recorder, ending: _Ending) -> tuple[RecordingResult, _Ending]:
@@ -171,7 +167,7 @@ class EpisodeFinish:
                 if ending.proposed != Outcome.safety:
                     ending.proposed = Outcome.system
                     ending.reason = f"recording camera {name} failed"
-        ticks = self.act.ticks
+        ticks = self.episode.ticks
         if ticks.missed:
             ending.notes.append(
                 f"telemetry: {ticks.missed} of {ticks.scheduled} ticks at {ticks.hz:g} Hz "
@@ -182,16 +178,15 @@ class EpisodeFinish:
 
     def _details(self, result: RecordingResult) -> dict[str, Any]:
         """The `finished` event's details."""
-        act = self.act
-        lat = np.array(act.latencies) if act.latencies else None
+        lat = np.array(self.episode.latencies) if self.episode.latencies else None
         return {
-            **act.end_details,
-            "policy_calls": len(act.latencies),
+            **self.episode.end_details,
+            "policy_calls": len(self.episode.latencies),
             "latency_p50_s": float(np.percentile(lat, 50)) if lat is not None else None,
             "latency_p99_s": float(np.percentile(lat, 99)) if lat is not None else None,
             "dropped_frames": {n: c.dropped for n, c in result.cameras.items()},
             "device_frame_gaps": {n: c.device_gaps for n, c in result.cameras.items()},
-            "telemetry_ticks": act.ticks.report(),
+            "telemetry_ticks": self.episode.ticks.report(),
         }
 
     def _add_outcome_event(
@@ -200,15 +195,15 @@ class EpisodeFinish:
         kind = OUTCOME_EVENTS.get(ending.proposed)
         if kind is None:
             return
-        fault = self.act.fault if ending.proposed == Outcome.system else None
+        fault = self.episode.fault if ending.proposed == Outcome.system else None
         details: dict[str, Any] = {"fault": fault} if fault else {}
-        if self.act.arm_fault is not None:
-            details["arm_fault"] = self.act.arm_fault
+        if self.episode.arm_fault is not None:
+            details["arm_fault"] = self.episode.arm_fault
         episodes.add_event(
             s,
             episode=ep,
             kind=kind,
-            t_s=t_end - self.act.t0,
+            t_s=t_end - self.episode.t0,
             message=ending.reason,
             details=details or None,
         )
@@ -217,7 +212,7 @@ class EpisodeFinish:
         """The per-call table, one event for the episode: the analysis and the
         explorer read it from the database, where they read everything else
         of an episode, without opening its artifacts."""
-        calls = self.act.call_log
+        calls = self.episode.call_log
         if calls is None:
             return
         episodes.add_event(
@@ -231,24 +226,29 @@ class EpisodeFinish:
 
     def _add_envelope_events(self, s: ProctorSession, ep: episodes.Episode) -> None:
         """One ``envelope`` event per run of action steps the envelope changed."""
-        env = self.act.envelope
+        env = self.episode.envelope
         if env is None:
             return
-        t0 = self.act.t0
+        t0 = self.episode.t0
         for run in env.log.runs:
             reasons = sorted(r.value for r in run.reasons)
+            details: dict[str, Any] = {
+                "reason": "+".join(reasons),
+                "reasons": reasons,
+                "steps": run.steps,
+                "until_s": round(run.t_end - t0, 4),
+            }
+            message = f"envelope changed {run.steps} action step(s): {', '.join(reasons)}"
+            if run.note:  # e.g. which point of the arm a Cartesian command took how low
+                details["note"] = run.note
+                message += f" ({run.note})"
             episodes.add_event(
                 s,
                 episode=ep,
                 kind=keys.ENVELOPE_EVENT,
                 t_s=run.t_start - t0,
-                message=f"envelope changed {run.steps} action step(s): {', '.join(reasons)}",
-                details={
-                    "reason": "+".join(reasons),
-                    "reasons": reasons,
-                    "steps": run.steps,
-                    "until_s": round(run.t_end - t0, 4),
-                },
+                message=message,
+                details=details,
             )
         if env.log.runs_dropped:
             episodes.add_event(
@@ -262,14 +262,14 @@ class EpisodeFinish:
 
     def _manifest(self, ending: _Ending, details: dict[str, Any]) -> dict[str, Any]:
         """What the runner adds to the episode's manifest."""
-        act, cfg, cell = self.act, self.config, self.cell
+        plan, episode, cfg, cell = self.plan, self.episode, self.config, self.cell
         # a commissioned cell's measured layout (the real and twin cells);
         # without one the archive writes the profile's own (archive.cell_layout)
-        layout = cell.layout(act.work.tote_side, act.work.camera_side)
+        layout = cell.layout(plan.work.tote_side, plan.work.camera_side)
         return {
             **({"layout": layout} if layout is not None else {}),
             "proposed_outcome": ending.proposed.value,
-            "reason": episodes.bounded(ending.reason),
+            "reason": episode_record.bounded(ending.reason),
             "profile": cell.profile,
             "clock": "virtual" if cell.is_virtual else "monotonic",
             "control_hz": cfg.control_hz,
@@ -277,29 +277,31 @@ class EpisodeFinish:
             "open_loop_steps": cfg.open_loop_steps,
             "policy_lookahead_steps": cfg.policy_lookahead_steps,
             # the control loop's telemetry schedule: ticks it missed are counted here
-            "telemetry_ticks": act.ticks.report(),
+            "telemetry_ticks": episode.ticks.report(),
             # an arm fault's cause: the policy's contact (safety) or the station's (system)
-            "arm_fault": act.arm_fault,
+            "arm_fault": episode.arm_fault,
             # the warnings and errors the station logged during the episode
-            "fault_lines": act.fault_lines.report() if act.fault_lines is not None else None,
+            "fault_lines": episode.fault_lines.report()
+            if episode.fault_lines is not None
+            else None,
             # what the envelope changed: {"interventions", "by_reason", "limits"}
             # (the board and the explorer read exactly this shape); null when
             # the episode ended before its control loop ran
-            "envelope": act.envelope.report() if act.envelope is not None else None,
+            "envelope": episode.envelope.report() if episode.envelope is not None else None,
             "policy": {
-                **(act.client.info.public() if act.client.info else {}),
+                **(public_info(plan.client.info) if plan.client.info else {}),
                 "calls": details["policy_calls"],
                 "latency_p50_s": details["latency_p50_s"],
                 "latency_p99_s": details["latency_p99_s"],
                 # calls slower than the campaign's latency budget (None: it set none)
                 "calls_over_budget": (
-                    act.call_log.over_budget
-                    if act.call_log is not None and act.call_log.budget is not None
+                    episode.call_log.over_budget
+                    if episode.call_log is not None and episode.call_log.budget is not None
                     else None
                 ),
                 # camera frames resized to the policy's image size, and of those how
                 # many on the camera's thread before the query asked
-                "images_resized": act.resizer.resized,
-                "images_resized_ahead": act.resizer.ahead,
+                "images_resized": plan.resizer.resized,
+                "images_resized_ahead": plan.resizer.ahead,
             },
         }

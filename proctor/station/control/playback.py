@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from proctor.policywire.client import Reply
+from proctor.policywire.wire import units
+from proctor.policywire.wire.spec import ActionSpace
 from proctor.station.cell import Cell
+from proctor.station.control.commands import StepCommands, arm_kind, to_commands
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
 from proctor.station.envelope import Envelope
-from proctor.station.policy import units
-from proctor.station.policy.client import Reply
-from proctor.station.policy.spec import ActionSpace, StepCommands, to_commands
 
 
 class ChunkPlayer:
@@ -41,7 +42,7 @@ class ChunkPlayer:
         self.real_time = real_time
         # a velocity command must not outlive its chunk: the kind of the zero that halts it
         # (DROID's units make velocity rows position targets: nothing to halt)
-        kind = self.units.arm_kind(space.value) if space is not None else None
+        kind = arm_kind(space, self.units) if space is not None else None
         velocity = kind in (ArmCommandKind.joint_velocity, ArmCommandKind.cartesian_velocity)
         self.halt_kind: ArmCommandKind | None = kind if velocity else None
         self.chunk: np.ndarray | None = None

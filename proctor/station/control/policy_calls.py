@@ -8,9 +8,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from proctor.core.clock import Clock
 from proctor.core.domain import Outcome
-from proctor.station.clock import Clock
-from proctor.station.policy.client import PolicyError, PolicyWorker, Reply
+from proctor.policywire.client import PolicyError, PolicyWorker, Reply
 
 
 class Waited(enum.Enum):

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from proctor.station import keys
+from proctor.core.recording import keys
+from proctor.station.control.commands import StepCommands
 from proctor.station.drivers.arm.base import ArmCommand, ArmState
 from proctor.station.drivers.gripper.base import GripperState
-from proctor.station.policy.spec import StepCommands
 from proctor.station.recorder import Recorder
 
 

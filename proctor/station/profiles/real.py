@@ -4,11 +4,13 @@ Robotiq 2F-85 over Modbus RTU, RealSense (or UVC) cameras.
 Its ``[real]`` section (addresses and serial numbers belong in the station's
 deploy config, never in code)::
 
-    [real.arm]                      # FrankyArmConfig fields
+    [real.arm]                      # the driver's config fields
+    driver = "franky"               # optional: the default (any name in ARMS)
     host = "172.16.0.2"
     relative_dynamics_factor = 0.2
 
-    [real.gripper]                  # RobotiqGripperConfig fields
+    [real.gripper]                  # the driver's config fields
+    driver = "robotiq_2f85"         # optional: the default (any name in GRIPPERS)
     port = "/dev/serial/by-id/usb-FTDI_USB_RS485-if00-port0"
 
     [real.cameras.exterior]         # driver + that driver's config fields
@@ -24,7 +26,7 @@ deploy config, never in code)::
 
 Camera sizes and rates come from ``[cameras.<name>]`` (default 640×480 at
 30 fps), as for every profile. The config's ``commissioned`` file
-(``proctor.station.commissioning``) fixes the arm's home pose, workspace box, TCP and
+(``proctor.station.commissioning.cell_file``) fixes the arm's home pose, workspace box, TCP and
 payload; ``realtime`` is always ``enforce`` here.
 """
 
@@ -36,11 +38,11 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from proctor.core.clock import Clock, MonotonicClock
 from proctor.core.errors import ConfigError
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.station.cell import Cell
-from proctor.station.clock import Clock, MonotonicClock
-from proctor.station.commissioning import (
+from proctor.station.commissioning.cell_file import (
     HOME_CLEARANCE_MARGIN_M,
     CommissionedCell,
     load_commissioned,
@@ -52,6 +54,8 @@ from proctor.station.drivers.gripper.base import GRIPPERS, Gripper
 from proctor.station.profiles import PROFILES, camera_settings
 
 DEFAULT_CAMERA = CameraSettings(width=640, height=480, fps=30)
+# the drivers a [real.arm] / [real.gripper] table gets when it names none
+# (``driver = "<name>"``: any registered in ARMS / GRIPPERS)
 ARM_DRIVER = "franky"
 GRIPPER_DRIVER = "robotiq_2f85"
 # keys of a profile section that are not a driver's (they belong to pre-flight)
@@ -118,14 +122,34 @@ def _table(section: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return dict(value)
 
 
+def _driver_name(section: dict[str, Any], where: str, default: str) -> str:
+    """The driver a table names (``driver = "…"``, removed from it), else ``default``."""
+    name = section.pop("driver", default)
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}.driver: must be a driver's name, got {name!r}")
+    return name
+
+
+def _configurable(cls: Any, name: str, where: str) -> Any:
+    # a driver built from a config table (the simulated cell's are built by
+    # their profile from the simulated world, never from a hardware table)
+    if not hasattr(cls, "config_class"):
+        raise ConfigError(f"{where}.driver: '{name}' cannot be configured from this table")
+    return cls
+
+
 def build_arm(section: dict[str, Any], where: str, clock: Clock, **fixed: Any) -> Arm:
-    cls = ARMS.load(ARM_DRIVER)
+    section = dict(section)
+    name = _driver_name(section, where, ARM_DRIVER)
+    cls = _configurable(ARMS.get(name), name, where)
     config = driver_config(cls.config_class, section, where, **fixed)  # type: ignore[attr-defined]
     return cls(config, clock=clock)  # type: ignore[call-arg]
 
 
 def build_gripper(section: dict[str, Any], where: str, clock: Clock, **fixed: Any) -> Gripper:
-    cls = GRIPPERS.load(GRIPPER_DRIVER)
+    section = dict(section)
+    name = _driver_name(section, where, GRIPPER_DRIVER)
+    cls = _configurable(GRIPPERS.get(name), name, where)
     config = driver_config(cls.config_class, section, where, **fixed)  # type: ignore[attr-defined]
     return cls(config, clock=clock)  # type: ignore[call-arg]
 
@@ -147,7 +171,7 @@ def build_camera(
         raise ConfigError(
             f"{where}: {', '.join(sized)} belong in [cameras.{name}], which every profile reads"
         )
-    cls = CAMERAS.load(driver)
+    cls = CAMERAS.get(driver)
     config = driver_config(
         cls.config_class,  # type: ignore[attr-defined]
         section,

@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from proctor.core.clock import Clock, MonotonicClock, VirtualClock
 from proctor.core.errors import ConfigError
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.station.cell import Cell
-from proctor.station.clock import Clock, MonotonicClock, VirtualClock
 from proctor.station.config import CameraSettings, StationConfig
 from proctor.station.drivers.camera.base import Camera
 from proctor.station.profiles import PROFILES, camera_settings

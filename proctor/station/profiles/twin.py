@@ -37,10 +37,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from proctor.core.clock import MonotonicClock
 from proctor.core.errors import ConfigError
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.station.cell import Cell
-from proctor.station.clock import MonotonicClock
 from proctor.station.config import StationConfig
 from proctor.station.drivers.arm.base import ArmConfig
 from proctor.station.profiles import PROFILES, camera_settings

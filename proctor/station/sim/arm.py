@@ -21,7 +21,9 @@ from proctor.station.drivers.arm.base import (
     ArmState,
     RobotMode,
 )
+from proctor.station.drivers.arm.faults import FlagCauses
 from proctor.station.drivers.arm.flags import flags_in
+from proctor.station.drivers.arm.franky_faults import FLAG_CAUSES
 from proctor.station.drivers.arm.homing import (
     check_joint_line,
     check_wrist_turn,
@@ -30,6 +32,12 @@ from proctor.station.drivers.arm.homing import (
 )
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.world import CARTESIAN_BOX, Q_MAX, Q_MIN, SimParams, SimWorld
+
+# homing is done once the arm has stayed at its target and at rest this long,
+# within this many radians on every joint (a single sample at rest can be the
+# turning point of an overshoot)
+_SETTLE_S = 0.05
+_SETTLED_RAD = 1e-4
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,11 @@ class SimArm(Arm[SimArmConfig]):
                 error_flags=flags_in(w.error),
                 mode=self._mode(),
             )
+
+    def fault_flag_causes(self) -> FlagCauses:
+        """libfranka's, as the franky driver's: the simulated controller words its
+        reflexes with libfranka's flags."""
+        return FLAG_CAUSES
 
     def _mode(self) -> RobotMode:
         """The simulated controller's equivalent of the robot's mode (it has no
@@ -224,6 +237,9 @@ class SimArm(Arm[SimArmConfig]):
         self._command(command, "home", speed_scale=cfg.home_speed_scale)
         clock = w.clock
         still_since: float | None = None
+        # at the target and at rest since (when, where): a single sample at rest can
+        # be the turning point of the last overshoot, the arm moving again after it
+        settled: tuple[float, np.ndarray] | None = None
         while True:
             with w.lock:
                 w.sync()
@@ -237,9 +253,15 @@ class SimArm(Arm[SimArmConfig]):
                 else:
                     there = float(np.linalg.norm(w.tcp - command.target[:3])) < 0.002
                 now = w.t
-            if not moving:
-                if there:
+                q = w.q.copy()
+            if not moving and there:
+                if settled is None or float(np.max(np.abs(q - settled[1]))) > _SETTLED_RAD:
+                    settled = (now, q)
+                elif now - settled[0] >= _SETTLE_S:
                     return
+            else:
+                settled = None
+            if not moving and not there:
                 still_since = now if still_since is None else still_since
                 if not joints and now - still_since > 0.2:
                     return  # at rest short of the target (out of reach): the next move decides

@@ -20,7 +20,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from proctor.core.domain import Side
-from proctor.station import keys
+from proctor.core.recording import keys
+from proctor.policywire.wire import keys as wire_keys
 from proctor.station.sim.world import Bin, Layout, Snapshot
 
 FLOOR = (58, 58, 62)
@@ -30,8 +31,8 @@ BIN_WALL = {"source": (60, 86, 120), "target": (60, 118, 70)}
 ARM = (225, 225, 228)
 ARM_EDGE = (120, 120, 126)
 FINGERS = (40, 40, 44)
-_CODE_LOST = keys.ItemState.lost.code
-_CODE_HELD = keys.ItemState.held.code
+_CODE_LOST = wire_keys.ItemState.lost.code
+_CODE_HELD = wire_keys.ItemState.held.code
 
 
 @dataclass(frozen=True)

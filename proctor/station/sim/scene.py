@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from proctor.station import keys
+from proctor.core.work import Work
+from proctor.policywire.wire import keys
 from proctor.station.sim.render import RENDERERS
 from proctor.station.sim.world import SimWorld
-from proctor.station.work import Work
 
 
 class SimScene:

@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
+from proctor.core.clock import Clock, VirtualClock
 from proctor.core.domain import Side
-from proctor.station import keys
-from proctor.station.clock import Clock, VirtualClock
+from proctor.policywire.wire import keys
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmConfig, ArmFault
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.objects import ObjectSpec, object_spec

@@ -14,17 +14,15 @@ def teleop(
     device: Annotated[
         str, typer.Option(help="Input: spacemouse, or keyboard (this terminal's keys).")
     ] = "spacemouse",
-    port: Annotated[
-        int, typer.Option(help="Loopback port to serve the policy protocol on.")
-    ] = 8010,
+    port: Annotated[int, typer.Option(help="Loopback port to serve the policy wire on.")] = 8010,
     host: Annotated[str, typer.Option(help="Address to bind (keep it loopback).")] = "127.0.0.1",
 ) -> None:
-    """Serve teleoperation over the policy protocol, on this station host's
+    """Serve teleoperation over the policy wire, on this station host's
     loopback, and drive the arm as the human reference. In a campaign the
     reference is registered once by an admin (`proctor submission reference
     NAME --url ws://127.0.0.1:PORT`) and each station connects here itself;
     for one episode, `proctor station episode --policy ws://127.0.0.1:PORT`."""
-    from proctor.station.policy.server import PolicyServer
+    from proctor.policywire.serving.openpi import PolicyServer
     from proctor.station.teleop.policy import TeleopPolicy
 
     source: object
@@ -51,7 +49,7 @@ def teleop(
     try:
         server.serve_forever(
             started=lambda: typer.echo(
-                f"teleop ({device}) serving the policy protocol on {server.url}", err=True
+                f"teleop ({device}) serving the policy wire on {server.url}", err=True
             )
         )
     except KeyboardInterrupt:

@@ -34,7 +34,7 @@ from typing import IO
 
 import numpy as np
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 from proctor.station.teleop.source import TeleopCommand, TeleopLimits
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """The teleop source served as a policy: the station connects to it over the
-policy protocol like to any model, so a human reference episode is driven,
+policy wire like to any model, so a human reference episode is driven,
 timed and recorded exactly like a policy episode."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from proctor.station.policy.spec import ActionSpace
+from proctor.policywire.wire.spec import ActionSpace
 from proctor.station.teleop.source import TeleopCommand
 
 ACTION_SPACE = ActionSpace.cartesian_velocity

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from proctor.core.errors import Conflict, FieldError, Forbidden, NotFound, ProctorError, UsageError
-from proctor.station.uplink.wire import (
+from proctor.core.station_api_wire import (
     API_PREFIX,
     IDEMPOTENCY_HEADER,
     IDEMPOTENCY_KEY,

@@ -44,10 +44,10 @@ from proctor.core.db.models import Artifact, Episode
 from proctor.core.db.types import utcnow
 from proctor.core.domain import EpisodeState
 from proctor.core.errors import Conflict, NotFound, ProctorError, UsageError
+from proctor.core.station_api_wire import Hello, PartDone, UploadPlan, UploadRequest
 from proctor.station.uplink import snapshot
 from proctor.station.uplink.client import Offline, StationApiClient, TokenRefused
 from proctor.station.uplink.outbox import EpisodeMark, Outbox
-from proctor.station.uplink.wire import Hello, PartDone, UploadPlan, UploadRequest
 
 log = logging.getLogger(__name__)
 

@@ -30,14 +30,14 @@ from proctor.core.db import migrate
 from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory
 from proctor.core.db.opening import schema_state
 from proctor.core.errors import UsageError
+from proctor.core.station_api_wire import Hello
 from proctor.core.station_credentials import TOKEN_ENV, token_from_environment
 from proctor.station.config import StationConfig
 from proctor.station.daemon import StationDaemon
 from proctor.station.uplink.client import DEFAULT_TIMEOUT_S, StationApiClient
 from proctor.station.uplink.forwarder import Forwarder, SendParts
 from proctor.station.uplink.outbox import Outbox
-from proctor.station.uplink.wire import Hello
-from proctor.station.uplink.work_source import RemoteWorkSource
+from proctor.station.uplink.remote_work_source import RemoteWorkSource
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ import sqlalchemy as sa
 
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Episode, EpisodeEvent, ObjectType
-from proctor.station.episodes import OPERATOR_LABEL_KEY
-from proctor.station.uplink.wire import EpisodeWire, EventWire
+from proctor.core.episode_record import OPERATOR_LABEL_KEY
+from proctor.core.station_api_wire import EpisodeWire, EventWire
 
 
 def _events(session: ProctorSession, episode: Episode) -> list[EventWire]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from proctor.core.errors import ProctorError
-from proctor.station.uplink.wire import PartDone, PartTarget, UploadPlan
+from proctor.core.station_api_wire import PartDone, PartTarget, UploadPlan
 
 
 class PartRefused(ProctorError):

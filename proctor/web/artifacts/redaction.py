@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from proctor.core.domain import ArtifactKind
-from proctor.station import keys
+from proctor.core.recording import keys
 
 # telemetry columns that time the policy's calls
 POLICY_TIMING_COLUMNS: tuple[str, ...] = (keys.POLICY_LATENCY, keys.POLICY_CALLS)

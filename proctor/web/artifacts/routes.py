@@ -16,12 +16,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from proctor.core.domain import ArtifactKind
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.web.artifacts import redaction
 from proctor.web.artifacts import telemetry as tel
 from proctor.web.artifacts.access import EpisodeAccess, cache_control, visible_episode
+from proctor.web.artifacts.responses import serve_artifact, serve_copy
 from proctor.web.artifacts.service import latest_artifact, visible_artifact
-from proctor.web.artifacts.serving import serve_artifact, serve_copy
 from proctor.web.deps import ArtifactCacheDep, OptionalUser, SessionDep, StoreDep
 from proctor.web.errors import error_responses
 

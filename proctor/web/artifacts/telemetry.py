@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from proctor.core.errors import UsageError
-from proctor.station import keys
+from proctor.core.recording import keys
 
 # the float columns a page may ask for, and their units
 PLOTTABLE: dict[str, str] = {

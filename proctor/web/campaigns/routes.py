@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import sqlalchemy as sa
 from fastapi import APIRouter, Request, Response
 
+from proctor.analysis.snapshot import read_snapshot
 from proctor.core.db.models import AnalysisSnapshot, Campaign
 from proctor.core.domain import LabelStream, Role
 from proctor.scheduler.naming import blind_result, campaign_naming
@@ -56,11 +57,8 @@ def _watch(session: SessionDep, campaign: Campaign) -> dict[str, Any] | None:
     result = blind_result(
         snapshots.read_result(session, meta.id), campaign_naming(session, campaign).labels()
     )
-    return {
-        "snapshot": meta.id,
-        "drift": result.get("drift") or [],
-        "early_stops": result.get("early_stops"),
-    }
+    snap = read_snapshot(result)
+    return {"snapshot": meta.id, "drift": snap.drift or [], "early_stops": snap.early_stops}
 
 
 @page_router.get("/campaigns/{campaign_id}")

@@ -28,7 +28,7 @@ from proctor.core.db.models import (
 )
 from proctor.core.domain import ArtifactKind, PlacementStatus
 from proctor.core.errors import ProctorError
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.web.artifacts import redaction
 from proctor.web.artifacts.service import TableCache
 from proctor.web.explorer.rrd import RRD_FORMAT, Marker, RrdInput, build_rrd

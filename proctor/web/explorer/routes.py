@@ -10,10 +10,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import HTMLResponse
 
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.web.artifacts.access import visible_episode
+from proctor.web.artifacts.responses import serve_artifact
 from proctor.web.artifacts.service import VisibleArtifact
-from proctor.web.artifacts.serving import serve_artifact
 from proctor.web.auth.identity import NotSignedIn
 from proctor.web.deps import AppStateDep, OptionalUser, SessionDep, StoreDep
 from proctor.web.errors import error_responses

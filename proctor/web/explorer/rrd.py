@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from proctor.core.errors import NotAvailableYet, ProctorError
-from proctor.station import keys
+from proctor.core.recording import keys
 
 RRD_FORMAT = "proctor.rrd/1"  # bump when the layout below changes: cached files are rebuilt
 TIMELINE = "episode_time"

@@ -39,8 +39,8 @@ from proctor.core.db.models import (
     User,
 )
 from proctor.core.domain import ArtifactKind, CampaignStatus, PolicyKind, Visibility
+from proctor.core.episode_record import OPERATOR_LABEL_KEY
 from proctor.scheduler.naming import WITHHELD_NOTE, campaign_naming
-from proctor.station.episodes import OPERATOR_LABEL_KEY
 from proctor.web.artifacts import redaction
 from proctor.web.artifacts.access import EpisodeAccess, is_staff
 from proctor.web.auth.identity import Principal, viewer

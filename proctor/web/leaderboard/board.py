@@ -24,6 +24,7 @@ from urllib.parse import quote, urlencode
 import sqlalchemy as sa
 from fastapi import HTTPException, status
 
+from proctor.analysis.snapshot import LeaderboardSnapshot, PolicySnapshot, migrate, read_snapshot
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import AnalysisSnapshot, Campaign
 from proctor.core.domain import CampaignStatus, LabelStream
@@ -74,6 +75,8 @@ class Board:
     stream: LabelStream
     meta: snapshots.SnapshotMeta
     result: dict[str, Any]  # labels in place of every name the public may not see
+    # the same result, typed (proctor.analysis.snapshot): what views read
+    snapshot: LeaderboardSnapshot
     blinded: bool  # an admin's preview of an unreleased campaign
     streams: list[LabelStream]
     # label → policy id (the route from a page's label back to rows)
@@ -126,9 +129,9 @@ class Board:
     def episodes_url(self, label: str | None = None, obj: str | None = None) -> str:
         return f"/leaderboard/{self.campaign.id}/episodes" + self._q(policy=label, object=obj)
 
-    def policy(self, label: str) -> dict[str, Any]:
-        for p in self.result["policies"]:
-            if p["policy"] == label:
+    def policy(self, label: str) -> PolicySnapshot:
+        for p in self.snapshot.policies:
+            if p.policy == label:
                 return p
         raise HTTPException(status.HTTP_404_NOT_FOUND, "policy not found in this leaderboard")
 
@@ -171,15 +174,19 @@ def open_board(
         )
     naming = campaign_naming(session, campaign)
     key = ("labelled", meta.id, naming.key())
-    result = results.get(key)
-    if result is None:
+    cached = results.get(key)
+    if cached is None:
         raw = snapshots.snapshot_result(session, meta.id, results=results)
-        result = results.put(key, blind_result(raw, naming.labels()))
+        # brought to the current schema once: every reader below sees one version
+        labelled = migrate(blind_result(raw, naming.labels()))
+        cached = results.put(key, (labelled, read_snapshot(labelled)))
+    result, typed = cached
     return Board(
         campaign=CampaignInfo.of(campaign),
         stream=stream,
         meta=meta,
         result=result,
+        snapshot=typed,
         blinded=not naming.released,
         streams=snapshots.streams_available(session, campaign_id=campaign.id),
         policy_ids=naming.ids(),

@@ -82,7 +82,7 @@ def episode_list(
     rows = session.execute(
         q.order_by(Episode.started_at, Episode.id).offset(offset).limit(limit)
     ).all()
-    excluded = {e["episode_id"]: e["reason"] for e in board.result.get("excluded", [])}
+    excluded = {e.episode_id: e.reason for e in board.snapshot.excluded}
     out = []
     for ep, pid, obj_name in rows:
         reason = excluded.get(ep.uid)

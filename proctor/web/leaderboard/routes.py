@@ -17,6 +17,8 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
+from proctor.analysis.metrics import board_metrics
+from proctor.analysis.snapshot import SCHEMA
 from proctor.analysis.subsets import DOCUMENTED, Subset
 from proctor.core.db.models import AnalysisSubsetResult, Episode, Station
 from proctor.web.deps import DbId, OptionalUser, ResultsDep, SessionDep
@@ -91,6 +93,8 @@ def _view(
     public = not board.blinded and who is None
     etag = caching.etag_for(
         "leaderboard",
+        # the response's shape: a client holding an older one revalidates to the new
+        SCHEMA,
         board.meta.id,
         board.meta.data_version,
         board.cache_key(),
@@ -131,7 +135,7 @@ def get_leaderboard(
     if who is None and not subset:  # the public's fast path: one query says which snapshot
         version = board_version(session, campaign_id, parse_stream(stream))
         if version is not None and version.released:
-            key = ("leaderboard-json-public", *version.key(), stream)
+            key = ("leaderboard-json-public", SCHEMA, *version.key(), stream)
             etag = caching.etag_for(*key)
             hit = caching.conditional(request, etag, public=True)
             if hit is not None:
@@ -167,7 +171,7 @@ def get_leaderboard(
 
 
 class SnapshotResult(BaseModel):
-    """The analysis result JSON as stored (schema ``proctor.analysis/1``: see
+    """The analysis result JSON as stored, brought to schema ``proctor.analysis/3`` (see
     proctor/analysis/README.md), with arm labels in place of every name the public may
     not see (all of them in a preview; after release, those not opted in)."""
 
@@ -190,7 +194,7 @@ def get_snapshot_result(
     board = open_board(session, campaign_id, parse_stream(stream), who, results=results)
     public = not board.blinded and who is None
     etag = caching.etag_for(
-        "snapshot", board.meta.id, board.meta.data_version, board.blinded, board.naming_key
+        "snapshot", SCHEMA, board.meta.id, board.meta.data_version, board.blinded, board.naming_key
     )
     hit = caching.conditional(request, etag, public=public)
     if hit is not None:
@@ -282,34 +286,10 @@ def leaderboard_page(
         request, session, who, campaign_id, stream, results, subset, work
     )
     page_etag = caching.etag_for(etag, caching.audience(who), request.app.state.web.static_version)
-    hrt_max = max(
-        [r.hrt.hi or r.hrt.estimate or 0 for r in view.rows if r.hrt is not None] + [100.0]
-    )
-    chart = {
-        "hrt": [
-            {
-                "label": r.label,
-                "est": r.hrt.estimate,
-                "lo": r.hrt.lo,
-                "hi": r.hrt.hi,
-                "href": r.links.policy,
-                "reference": r.reference,
-            }
-            for r in view.rows
-            if r.hrt is not None
-        ],
-        "rmst": [
-            {
-                "label": r.label,
-                "est": r.rmst.estimate,
-                "lo": r.rmst.lo,
-                "hi": r.rmst.hi,
-                "href": r.links.policy,
-                "reference": r.reference,
-            }
-            for r in view.rows
-        ],
-    }
+    hrts = [iv for r in view.rows if (iv := r.metric("hrt")) is not None]
+    hrt_max = max([iv.hi or iv.estimate or 0 for iv in hrts] + [100.0])
+    # the chart's two choices; the reference's own HRT (null) has no bar
+    chart = {name: _chart_bars(view, name) for name in ("hrt", "rmst")}
     labels = [r.label for r in view.rows]
     verdicts = {(p.a, p.b): p for p in view.pairs}
     response = _page(
@@ -320,6 +300,7 @@ def leaderboard_page(
             "board": board,
             "campaigns": listed_campaigns(session, who),
             "hrt_max": hrt_max,
+            "metrics": board_metrics(),
             "chart": chart,
             "labels": labels,
             "verdicts": verdicts,
@@ -337,13 +318,13 @@ def _filter_choices(session: SessionDep, board: Board, who: OptionalUser) -> dic
     """The values the page offers to filter by: to everyone, the documented
     levels stored with the snapshot (those the result has, for a snapshot
     scored before they were stored); signed-in callers also the stations."""
-    r = board.result
+    r = board.snapshot
     # configurations read "tote=<side> camera=<side>" (proctor.analysis.episodes)
-    parts = [dict(w.split("=", 1) for w in c.split()) for c in r.get("configurations", [])]
+    parts = [dict(w.split("=", 1) for w in c.split()) for c in r.configurations]
     choices = {
         "tote_side": sorted({p["tote"] for p in parts if "tote" in p}),
         "camera_side": sorted({p["camera"] for p in parts if "camera" in p}),
-        "object_tag": sorted({t for o in r.get("objects", []) for t in o.get("tags", [])}),
+        "object_tag": sorted({t for o in r.objects for t in o.tags}),
     }
     stored = session.execute(
         sa.select(AnalysisSubsetResult.factor, AnalysisSubsetResult.level)
@@ -388,9 +369,24 @@ def episodes_page(
     cell = None
     if policy is not None and object is not None:
         p = board.policy(policy)
-        cell = next((o for o in p["per_object"] if o["object"] == object), None)
+        cell = next((o for o in p.per_object if o.object == object), None)
     return render(
         request,
         "leaderboard/episodes.html",
         {**FORMATS, "board": board, "listing": listing, "cell": cell},
     )
+
+
+def _chart_bars(view: LeaderboardOut, name: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "label": r.label,
+            "est": iv.estimate,
+            "lo": iv.lo,
+            "hi": iv.hi,
+            "href": r.links.policy,
+            "reference": r.reference,
+        }
+        for r in view.rows
+        if (iv := r.metric(name)) is not None
+    ]

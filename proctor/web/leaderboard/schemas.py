@@ -1,18 +1,30 @@
 """The leaderboard as the JSON API serves it and the page renders it (one
 model for both: the page is a view of this JSON).
 
-Intervals are 95 % episode-clustered percentile bootstrap intervals (the
-protocol block says which B and seed); ``null`` marks a value that does
-not exist (an unbounded MTBF/A, the reference's own HRT interval).
+Intervals are 95 % episode-clustered bootstrap intervals: expanded
+percentile for RMST and HRT (docs/methods.md §4, "Interval coverage"),
+percentile for the rest (the protocol block says which B and seed); ``null``
+marks a value that does not exist (an unbounded MTBF/A, the reference's own
+HRT interval).
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, create_model
 
+from proctor.analysis import metrics
+from proctor.analysis.metrics import METRICS, Metric
+from proctor.analysis.snapshot import (
+    IntervalSnapshot,
+    LatencySnapshot,
+    LeaderboardSnapshot,
+    ObjectPairSnapshot,
+    SuccessSnapshot,
+)
 from proctor.core.domain import CampaignStatus, LabelStream
 from proctor.web.leaderboard.board import Board, CampaignInfo
 
@@ -23,11 +35,10 @@ class IntervalOut(BaseModel):
     hi: float | None
 
     @classmethod
-    def of(cls, iv: dict[str, Any] | None) -> IntervalOut | None:
+    def of(cls, iv: IntervalSnapshot | None) -> IntervalOut | None:
         if iv is None:
             return None
-        lo, hi = (iv.get("ci") or [None, None])[:2]
-        return cls(estimate=iv.get("estimate"), lo=lo, hi=hi)
+        return cls(estimate=iv.estimate, lo=iv.lo, hi=iv.hi)
 
 
 class LatencyOut(BaseModel):
@@ -45,19 +56,19 @@ class LatencyOut(BaseModel):
     over_budget: int = 0
 
     @classmethod
-    def of(cls, x: dict[str, Any] | None) -> LatencyOut | None:
-        """From a result's ``latency`` (snapshots computed before it have none)."""
-        if not x:
+    def of(cls, x: LatencySnapshot | None) -> LatencyOut | None:
+        """From a result's ``latency`` (None: no call recorded)."""
+        if x is None:
             return None
         return cls(
-            p50_ms=x.get("p50_ms"),
-            p95_ms=x.get("p95_ms"),
-            p99_ms=x.get("p99_ms"),
-            server_p50_ms=x.get("server_p50_ms"),
-            stale_action_rate=x.get("stale_action_rate"),
-            calls=x.get("calls") or 0,
-            calls_per_episode=x.get("calls_per_episode"),
-            over_budget=x.get("over_budget") or 0,
+            p50_ms=x.p50_ms,
+            p95_ms=x.p95_ms,
+            p99_ms=x.p99_ms,
+            server_p50_ms=x.server_p50_ms,
+            stale_action_rate=x.stale_action_rate,
+            calls=x.calls,
+            calls_per_episode=x.calls_per_episode,
+            over_budget=x.over_budget,
         )
 
 
@@ -107,7 +118,12 @@ class Links(BaseModel):
     cell: str | None = None
 
 
-class RowOut(BaseModel):
+class RowBase(BaseModel):
+    """A board row's fields that are not interval metrics; ``RowOut`` adds
+    one field per board metric (``proctor.analysis.metrics``)."""
+
+    model_config = ConfigDict(extra="allow")
+
     label: str = Field(
         description="the policy's name once released if its submitter opted in to the public "
         "board (the reference: always); its blinded arm label otherwise"
@@ -126,31 +142,40 @@ class RowOut(BaseModel):
     letters: str = Field(description="compact letter display: rows sharing a letter are unresolved")
     episodes: int
     operations: int
-    hrt: IntervalOut | None = Field(description="Human-Relative Throughput, %")
-    rmst: IntervalOut = Field(description="macro RMST(τ), s")
-    completion: IntervalOut = Field(description="placed / presented items")
-    hard_failure_rate: IntervalOut = Field(description="ghosts per operation")
-    drops_per_operation: IntervalOut
-    lost_per_operation: IntervalOut
-    safety_stops_per_episode: IntervalOut
-    envelope_interventions_per_episode: IntervalOut = Field(
-        description="commands the station's safety envelope clamped or stopped, per episode, "
-        "over the episodes whose station counted them (null: none did)"
-    )
-    interventions_per_episode: IntervalOut = Field(
-        description="operator stops per episode (safety stops count under hard failures)"
-    )
-    policy_faults_per_episode: IntervalOut = Field(
-        description="episodes that ended in a fault of the policy's own doing that the score "
-        "excludes (a malformed reply, its server failing, an arm fault after its own motion "
-        "such as a joint driven into its limit), over every episode it ran; Wilson 95 % "
-        "(null: a snapshot computed before they were counted)"
-    )
-    uph: IntervalOut
-    mtbfa: IntervalOut
     objects_missing: list[str]
     latency: LatencyOut | None = None
+    hrt_coverage_warning: str | None = Field(
+        default=None,
+        description="the HRT rests on a cell (policy or reference) with fewer episodes than "
+        "the size from which its 95 % interval was measured to cover at least 93 %; says the "
+        "coverage measured at that size (docs/methods.md §4, 'Interval coverage'); null: none",
+    )
     links: Links
+
+    def metric(self, name: str) -> IntervalOut | None:
+        """A metric's interval by its name in ``proctor.analysis.metrics``."""
+        value = getattr(self, name, None)
+        if value is None and self.model_extra:
+            value = self.model_extra.get(name)
+        return value if isinstance(value, IntervalOut) else None
+
+
+def _metric_field(m: Metric) -> Any:
+    described = f"{m.description} ({m.unit}; {m.interval})"
+    if m.name == "hrt":
+        # the reference's own HRT is not an estimate: null
+        return (IntervalOut | None, Field(description=described))
+    return (IntervalOut, Field(description=described))
+
+
+# one field per metric (the board shows those with a ``board_cell`` as
+# columns); a metric added to the table at run time (a test's) still
+# travels, as an extra field of the row
+RowOut = create_model(
+    "RowOut",
+    __base__=RowBase,
+    **{m.name: _metric_field(m) for m in METRICS},
+)
 
 
 class PairOut(BaseModel):
@@ -167,6 +192,16 @@ class PairOut(BaseModel):
     rmst_diff: IntervalOut = Field(description="macro RMST a − b, s (negative: a faster)")
     auc: IntervalOut = Field(description="P(T_a < T_b) + ½ ties, macro over objects")
     per_object_ks: dict[str, float]
+    success: dict[str, Any] | None = Field(
+        default=None,
+        description="Barnard's exact test on per-episode success: successes and episodes of "
+        "a and b, statistic, p, p_bonferroni (null: a snapshot computed before it)",
+    )
+    per_object_tests: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the pair on each shared object alone: studentized KS p (and Bonferroni), "
+        "Barnard on success, ΔRMST interval",
+    )
     more_episodes_per_cell: int | None = Field(
         description="unresolved pairs: episodes per cell the power model says are still needed"
     )
@@ -206,11 +241,17 @@ class EarlyStopsOut(BaseModel):
 
 
 class DriftOut(BaseModel):
-    """A drift sentinel's trend and station tests (docs/methods.md §12)."""
+    """A drift sentinel's trend and station tests, each stratified by object
+    (docs/methods.md §12)."""
 
     policy: str
     flagged: bool
     level: float
+    certifies_no_drift: bool = Field(
+        default=False,
+        description="always false: a sentinel that is not flagged has not shown the campaign "
+        "free of drift (the tests find only a large one)",
+    )
     trend: dict[str, Any] | None
     stations: dict[str, Any] | None
 
@@ -225,7 +266,8 @@ class LeaderboardOut(BaseModel):
     snapshot: SnapshotOut
     protocol: ProtocolOut
     objects: list[str]
-    rows: list[RowOut]
+    # RowOut's fields, and any extra a metric added at run time brings
+    rows: list[SerializeAsAny[RowBase]]
     pairs: list[PairOut]
     excluded_episodes: int
     notes: list[str]
@@ -235,79 +277,99 @@ class LeaderboardOut(BaseModel):
         default=None, description="adaptive campaigns: pairs resolved and policies stopped early"
     )
     drift: list[DriftOut] = Field(default_factory=list, description="drift sentinels' tests")
+    letters_per_object: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="per object: compact letters from that object's own pair tests",
+    )
+    rankings: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="the ranking under each aggregation rule (hrt, rmst_pooled, "
+        "auc_vs_reference, success_at_<t>) with each policy's share of bootstrap replicates "
+        "ranked first",
+    )
 
 
-def _iv(x: dict[str, Any] | None) -> IntervalOut:
+def _iv(x: IntervalSnapshot | None) -> IntervalOut:
     out = IntervalOut.of(x)
     return out if out is not None else IntervalOut(estimate=None, lo=None, hi=None)
 
 
-def leaderboard_view(board: Board) -> LeaderboardOut:
-    r = board.result
-    pr = r["protocol"]
-    c = board.campaign
-    rows = []
-    for p in r["policies"]:
-        fm = p["failure_modes"]
-        label = p["policy"]
+def _rows(board: Board, r: LeaderboardSnapshot) -> list[RowBase]:
+    rows: list[RowBase] = []
+    for p in r.policies:
+        label = p.policy
+        values: dict[str, IntervalOut | None] = {}
+        for m in metrics.METRICS:
+            value = p.metric(m.name)
+            # the reference's own HRT stays null; an undefined interval otherwise
+            # reads as one with no estimate (the page shows "—")
+            values[m.name] = IntervalOut.of(value) if m.name == "hrt" else _iv(value)
+        warning = p.hrt_coverage_warning
         rows.append(
             RowOut(
                 label=label,
                 identity_withheld=board.is_withheld(label),
                 name=board.name_of(label),
                 note=board.note(label),
-                reference=p["reference"],
-                rank=p["rank"],
-                letters=p["letters"],
-                episodes=p["episodes"],
-                operations=p["operations"],
-                hrt=IntervalOut.of(p["hrt"]),
-                rmst=_iv(p["rmst"]),
-                completion=_iv(p["completion"]),
-                hard_failure_rate=_iv(p["hard_failure_rate"]),
-                drops_per_operation=_iv(fm["drops_per_operation"]),
-                lost_per_operation=_iv(fm["lost_per_operation"]),
-                safety_stops_per_episode=_iv(fm["safety_stops_per_episode"]),
-                # snapshots computed before the envelope was counted have no such key
-                envelope_interventions_per_episode=_iv(
-                    fm.get("envelope_interventions_per_episode")
-                ),
-                interventions_per_episode=_iv(fm["operator_stops_per_episode"]),
-                # snapshots computed before these were counted have no such key
-                policy_faults_per_episode=_iv((p.get("policy_faults") or {}).get("share")),
-                uph=_iv(p["uph"]),
-                mtbfa=_iv(p["mtbfa"]),
-                objects_missing=p["objects_missing"],
-                latency=LatencyOut.of(p.get("latency")),
+                reference=p.reference,
+                rank=p.rank,
+                letters=p.letters,
+                episodes=p.episodes,
+                operations=p.operations,
+                objects_missing=p.objects_missing,
+                latency=LatencyOut.of(p.latency),
+                hrt_coverage_warning=None if warning is None else warning.text,
                 links=Links(policy=board.policy_url(label), episodes=board.episodes_url(label)),
+                **values,
             )
         )
+    return rows
+
+
+def _success(x: SuccessSnapshot | None) -> dict[str, Any] | None:
+    return None if x is None else asdict(x)
+
+
+def _object_test(x: ObjectPairSnapshot) -> dict[str, Any]:
+    out = asdict(x)
+    out["rmst_diff"] = None if x.rmst_diff is None else _interval_json(x.rmst_diff)
+    return out
+
+
+def _interval_json(x: IntervalSnapshot) -> dict[str, Any]:
+    return {"estimate": x.estimate, "ci": [x.lo, x.hi]}
+
+
+def leaderboard_view(board: Board) -> LeaderboardOut:
+    r = board.snapshot
+    pr = r.protocol
+    c = board.campaign
     pairs = []
-    for q in r["pairs"]:
-        power = q.get("power") or {}
+    for q in r.pairs:
         pairs.append(
             PairOut(
-                a=q["a"],
-                b=q["b"],
-                verdict=q["verdict"],
-                winner=q["winner"],
-                significant=q["significant"],
-                ks_statistic=q["macro_ks"]["statistic"],
-                ks_p_bonferroni=q["macro_ks"]["p_bonferroni"],
-                logrank_p_bonferroni=q["logrank"]["p_bonferroni"],
-                rmst_diff=_iv(q["rmst_diff"]),
-                auc=_iv(q["auc"]),
-                per_object_ks={o["object"]: o["statistic"] for o in q["macro_ks"]["per_object"]},
-                # snapshots computed before the interaction tests have no such key
-                interactions=list(q.get("interactions", [])),
-                more_episodes_per_cell=power.get("more_episodes_per_cell"),
-                power_at_current_n=power.get("power_at_current_n"),
+                a=q.a,
+                b=q.b,
+                verdict=q.verdict,
+                winner=q.winner,
+                significant=q.significant,
+                ks_statistic=q.macro_ks.statistic,
+                ks_p_bonferroni=q.macro_ks.p_bonferroni,
+                logrank_p_bonferroni=q.logrank.p_bonferroni,
+                rmst_diff=_iv(q.rmst_diff),
+                auc=_iv(q.auc),
+                per_object_ks={o.object: o.statistic for o in q.macro_ks.per_object},
+                success=_success(q.success_barnard),
+                per_object_tests=[_object_test(x) for x in q.per_object_tests],
+                interactions=[asdict(x) for x in q.interactions],
+                more_episodes_per_cell=None if q.power is None else q.power.more_episodes_per_cell,
+                power_at_current_n=None if q.power is None else q.power.power_at_current_n,
                 links={
-                    "a": board.policy_url(q["a"], "cdf"),
-                    "b": board.policy_url(q["b"], "cdf"),
-                    "a_episodes": board.episodes_url(q["a"]),
-                    "b_episodes": board.episodes_url(q["b"]),
-                    "compare": board.compare_url(q["a"], q["b"]),
+                    "a": board.policy_url(q.a, "cdf"),
+                    "b": board.policy_url(q.b, "cdf"),
+                    "a_episodes": board.episodes_url(q.a),
+                    "b_episodes": board.episodes_url(q.b),
+                    "compare": board.compare_url(q.a, q.b),
                 },
             )
         )
@@ -323,23 +385,25 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
             computed_at=board.meta.created_at,
         ),
         protocol=ProtocolOut(
-            tau_s=pr["tau"],
+            tau_s=pr.tau,
             per_item_cap_s=c.per_item_cap_s,
             items_per_episode=c.items_per_episode,
-            bootstrap=pr["bootstrap"],
-            ks_resamples=pr["ks_resamples"],
-            seed=pr["seed"],
-            alpha=pr["alpha"],
-            reference=pr.get("reference"),
-            interval=pr.get("interval", ""),
+            bootstrap=pr.bootstrap,
+            ks_resamples=pr.ks_resamples,
+            seed=pr.seed,
+            alpha=pr.alpha,
+            reference=pr.reference,
+            interval=pr.interval,
         ),
-        objects=[o["object"] for o in r["objects"]],
-        rows=rows,
+        objects=[o.object for o in r.objects],
+        rows=_rows(board, r),
         pairs=pairs,
-        excluded_episodes=len(r["excluded"]),
-        notes=r["notes"],
-        early_stops=EarlyStopsOut(**r["early_stops"]) if r.get("early_stops") else None,
-        drift=[DriftOut(**d) for d in r.get("drift") or []],
+        excluded_episodes=len(r.excluded),
+        notes=r.notes,
+        early_stops=EarlyStopsOut.model_validate(asdict(r.early_stops)) if r.early_stops else None,
+        drift=[DriftOut.model_validate(asdict(d)) for d in r.drift or []],
+        letters_per_object=[asdict(x) for x in r.letters_per_object],
+        rankings=[asdict(x) for x in r.rankings],
         streams=board.streams,
         links={
             "page": board.board_url(),

@@ -27,6 +27,7 @@ from typing import Annotated, Any
 import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Query, Request, status
 
+from proctor.analysis.snapshot import migrate, read_snapshot
 from proctor.analysis.store import (
     EmptySubset,
     campaign_protocol,
@@ -213,8 +214,8 @@ def filtered_board(
     if who is None and subset.documented_level is None:
         raise NotSignedIn(anonymous_refusal(subset))
     key = ("subset", board.meta.id, board.naming_key, subset.conditions)
-    result = work.cache.get(key)
-    if result is None:
+    cached = work.cache.get(key)
+    if cached is None:
         raw = _stored(session, board, subset) if subset.documented_level else None
         if raw is None:
             # a signed-in caller's filter, or a documented level of a snapshot
@@ -222,5 +223,7 @@ def filtered_board(
             raw = work.run(lambda: _compute(session, board, subset))
         campaign = session.get(Campaign, board.campaign.id)
         assert campaign is not None
-        result = work.cache.put(key, blind_result(raw, campaign_naming(session, campaign).labels()))
-    return replace(board, result=result)
+        labelled = migrate(blind_result(raw, campaign_naming(session, campaign).labels()))
+        cached = work.cache.put(key, (labelled, read_snapshot(labelled)))
+    result, typed = cached
+    return replace(board, result=result, snapshot=typed)

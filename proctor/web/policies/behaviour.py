@@ -1,8 +1,14 @@
 """The policy page's behavioural breakdown: the live failure-mode tags on
 the policy's counted episodes, per object and mode
-(``proctor.analysis.behaviour``), and the tagged moments with links into the
-explorer. Read from the review log at view time, so the cache keys carry
-``tags_version`` (a tag changes the page, not the snapshot)."""
+(``proctor.analysis.behaviour``), how many of them a person reviewed, and the
+tagged moments with links into the explorer. Read from the review log at
+view time, so the cache keys carry ``tags_version`` (a tag changes the page,
+not the snapshot).
+
+An episode counts as reviewed when a person (a user, not software) left any
+record in its review log: a placement decision, a tag or a retraction. The
+telemetry proposer's tags count in the shares but review nothing: it writes
+only what it finds, so where it found nothing the log cannot say it ran."""
 
 from __future__ import annotations
 
@@ -30,6 +36,17 @@ class BehaviourOut(BaseModel):
     episodes_with: int = Field(description="of them, with at least one live tag of the mode")
     tags: int = Field(description="live tags of the mode on those episodes")
     share: IntervalOut | None = Field(description="episodes_with / episodes, Wilson 95% interval")
+    reviewed: int = Field(
+        description="of the counted episodes on this object, those a person reviewed (any "
+        "review record); the share is a tagged rate, a lower bound where review is selective"
+    )
+
+
+class ReviewedOut(BaseModel):
+    """How many of the policy's counted episodes a person reviewed."""
+
+    episodes: int
+    reviewed: int
 
 
 class TaggedMoment(BaseModel):
@@ -56,7 +73,7 @@ def _counted(session: ProctorSession, board: Board, label: str) -> list[tuple[in
     pid = board.policy_ids.get(label)
     if pid is None:
         return []
-    excluded = {e["episode_id"] for e in board.result.get("excluded", [])}
+    excluded = {e.episode_id for e in board.snapshot.excluded}
     rows = session.execute(
         sa.select(Episode.id, Episode.uid, ObjectType.name, Episode.created_at)
         .join(Assignment, Episode.assignment_id == Assignment.id)
@@ -76,24 +93,41 @@ def _counted(session: ProctorSession, board: Board, label: str) -> list[tuple[in
     ]
 
 
+def _reviewed_by_a_person(session: ProctorSession, episode_ids: list[int]) -> set[int]:
+    if not episode_ids:
+        return set()
+    return set(
+        session.scalars(
+            sa.select(ReviewAction.episode_id)
+            .where(
+                ReviewAction.episode_id.in_(episode_ids),
+                ReviewAction.reviewer_id.is_not(None),
+            )
+            .distinct()
+        )
+    )
+
+
 def policy_behaviour(
     session: ProctorSession, board: Board, label: str, taxonomy: Taxonomy | None = None
-) -> tuple[list[BehaviourOut], list[TaggedMoment]]:
+) -> tuple[list[BehaviourOut], list[TaggedMoment], ReviewedOut]:
     taxonomy = taxonomy or load_taxonomy()
     episodes = _counted(session, board, label)
-    objects = [o["object"] for o in board.policy(label)["per_object"]]
+    objects = [o.object for o in board.policy(label).per_object]
     for _, _, obj in episodes:
         if obj not in objects:
             objects.append(obj)
     index = {eid: i for i, (eid, _, _) in enumerate(episodes)}
     tags = tags_of(session, list(index))
     modes = list(taxonomy.keys) + sorted({t.mode for t in tags} - set(taxonomy.keys))
+    reviewed = _reviewed_by_a_person(session, list(index))
     cells = behaviour_breakdown(
         objects,
         modes,
         np.array([objects.index(obj) for _, _, obj in episodes], dtype=np.int64),
         np.array([index[t.episode_id] for t in tags], dtype=np.int64),
         np.array([modes.index(t.mode) for t in tags], dtype=np.int64),
+        np.array([eid in reviewed for eid, _, _ in episodes], dtype=bool),
     )
     breakdown = [
         BehaviourOut(
@@ -106,6 +140,7 @@ def policy_behaviour(
             share=IntervalOut(estimate=c.share.estimate, lo=c.share.lo, hi=c.share.hi)
             if c.share.estimate is not None
             else None,
+            reviewed=c.reviewed,
         )
         for c in cells
     ]
@@ -122,4 +157,4 @@ def policy_behaviour(
         )
         for t in sorted(tags, key=lambda t: (obj_of[t.episode_id], t.uid, t.t_s))
     ]
-    return breakdown, moments
+    return breakdown, moments, ReviewedOut(episodes=len(episodes), reviewed=len(reviewed))

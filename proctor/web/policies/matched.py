@@ -11,6 +11,7 @@ the snapshot, so the overlaid curves are the leaderboard's own."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import asdict
 from typing import Any
 
 import sqlalchemy as sa
@@ -82,7 +83,7 @@ def _episodes(session: ProctorSession, board: Board, label: str) -> list[tuple[E
     pid = board.policy_ids.get(label)
     if pid is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"policy {label!r} not in this leaderboard")
-    excluded = {e["episode_id"] for e in board.result.get("excluded", [])}
+    excluded = {e.episode_id for e in board.snapshot.excluded}
     rows = session.execute(
         sa.select(Episode, ObjectType.name)
         .join(Assignment, Episode.assignment_id == Assignment.id)
@@ -141,17 +142,23 @@ def compare_view(session: ProctorSession, board: Board, a: str, b: str) -> Compa
         for key, x, y in pairs
     ]
     pa, pb = board.policy(a), board.policy(b)
-    kb = {o["object"]: o["km"] for o in pb["per_object"]}
+    kb = {o.object: asdict(o.km) for o in pb.per_object}
     curves = [
-        {"object": o["object"], "a": o["km"], "b": kb[o["object"]]}
-        for o in pa["per_object"]
-        if o["object"] in kb
+        {"object": o.object, "a": asdict(o.km), "b": kb[o.object]}
+        for o in pa.per_object
+        if o.object in kb
     ]
     verdict = next(
         (
-            {k: q[k] for k in ("a", "b", "verdict", "winner", "significant")}
-            for q in board.result.get("pairs", [])
-            if {q["a"], q["b"]} == {a, b}
+            {
+                "a": q.a,
+                "b": q.b,
+                "verdict": q.verdict,
+                "winner": q.winner,
+                "significant": q.significant,
+            }
+            for q in board.snapshot.pairs
+            if {q.a, q.b} == {a, b}
         ),
         None,
     )
@@ -159,7 +166,7 @@ def compare_view(session: ProctorSession, board: Board, a: str, b: str) -> Compa
         campaign_id=board.campaign.id,
         a=a,
         b=b,
-        tau_s=board.result["protocol"]["tau"],
+        tau_s=board.snapshot.protocol.tau,
         verdict=verdict,
         strata=strata,
         matches=matches,

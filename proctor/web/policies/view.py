@@ -4,19 +4,32 @@ opted in (owners and admins: always) — who it is."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import sqlalchemy as sa
 from fastapi import HTTPException, status
 from pydantic import BaseModel, Field
 
+from proctor.analysis import metrics
 from proctor.analysis.leaderboard import QQ_PROBABILITIES
+from proctor.analysis.snapshot import (
+    AtSnapshot,
+    BreakdownSnapshot,
+    IntervalSnapshot,
+    ObjectSnapshot,
+)
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import CampaignPolicy, Policy, Submission, User
 from proctor.web.leaderboard.board import Board
 from proctor.web.leaderboard.schemas import IntervalOut, LatencyOut
 from proctor.web.policies import compare
-from proctor.web.policies.behaviour import BehaviourOut, TaggedMoment, policy_behaviour
+from proctor.web.policies.behaviour import (
+    BehaviourOut,
+    ReviewedOut,
+    TaggedMoment,
+    policy_behaviour,
+)
 
 
 class Identity(BaseModel):
@@ -115,6 +128,11 @@ class PolicyOut(BaseModel):
     tagged_moments: list[TaggedMoment] = Field(
         default_factory=list, description="every live tag, with a link to its moment"
     )
+    behaviour_reviewed: ReviewedOut = Field(
+        default_factory=lambda: ReviewedOut(episodes=0, reviewed=0),
+        description="how many of the counted episodes a person reviewed: the behaviour "
+        "shares are tagged rates over all of them",
+    )
     hrt_interactions: list[dict[str, Any]] = Field(
         default_factory=list,
         description="the pre-registered tests of whether a scene factor changes this policy's "
@@ -125,59 +143,55 @@ class PolicyOut(BaseModel):
     latency: LatencyOut | None = None
 
 
-def _iv(x: dict[str, Any] | None) -> IntervalOut | None:
-    return IntervalOut.of(x)
-
-
-def _breakdown(b: dict[str, Any]) -> Breakdown:
+def _breakdown(b: BreakdownSnapshot) -> Breakdown:
     return Breakdown(
-        key=b["key"],
-        episodes=b["episodes"],
-        objects=b["objects"],
-        completion=_iv(b.get("completion")),
-        hrt=_iv(b.get("hrt")),
-        rmst=_iv(b.get("rmst")),
-        same_side=b.get("same_side"),
+        key=b.key,
+        episodes=b.episodes,
+        objects=b.objects,
+        completion=IntervalOut.of(b.completion),
+        hrt=IntervalOut.of(b.hrt),
+        rmst=IntervalOut.of(b.rmst),
+        same_side=b.same_side,
     )
 
 
-def _at(values: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _at(values: list[AtSnapshot]) -> list[dict[str, Any]]:
     return [
-        {
-            "t": v["t"],
-            "estimate": v.get("estimate"),
-            "lo": (v.get("ci") or [None, None])[0],
-            "hi": (v.get("ci") or [None, None])[1],
-        }
-        for v in values
+        {"t": v.t, "estimate": v.value.estimate, "lo": v.value.lo, "hi": v.value.hi} for v in values
     ]
 
 
-def _pp(o: dict[str, Any], comp_km: dict[str, Any] | None, *, stored: bool) -> Any:
+def _interval_json(x: IntervalSnapshot) -> dict[str, Any]:
+    """The result JSON's form of an interval, which the page's script reads."""
+    return {"estimate": x.estimate, "ci": [x.lo, x.hi]}
+
+
+def _pp(o: ObjectSnapshot, comp_km: dict[str, Any] | None, *, stored: bool) -> Any:
     """P-P against the comparator: the analysis's own against the reference,
     else computed from the two stored curves (``proctor.web.policies.compare``)."""
-    if stored and o.get("pp") is not None:
-        return o["pp"]
-    return compare.pp(comp_km, o["km"]) if comp_km is not None else None
+    if stored and o.pp is not None:
+        return asdict(o.pp)
+    return compare.pp(comp_km, asdict(o.km)) if comp_km is not None else None
 
 
-def _qq(o: dict[str, Any], comp_km: dict[str, Any] | None, *, stored: bool) -> Any:
-    if stored and o.get("qq") is not None:
-        return o["qq"]
+def _qq(o: ObjectSnapshot, comp_km: dict[str, Any] | None, *, stored: bool) -> Any:
+    if stored and o.qq is not None:
+        return asdict(o.qq)
     if comp_km is None:
         return None
-    probabilities = (o.get("qq") or {}).get("p") or [float(p) for p in QQ_PROBABILITIES]
-    plateau = (o.get("plateau") or {}).get("estimate")
-    return compare.qq(comp_km, o["km"], probabilities, plateau)
+    stored_p = [] if o.qq is None else [p for p in o.qq.p if p is not None]
+    probabilities = stored_p or [float(p) for p in QQ_PROBABILITIES]
+    plateau = None if o.plateau is None else o.plateau.estimate
+    return compare.qq(comp_km, asdict(o.km), probabilities, plateau)
 
 
 def _pair_ks(board: Board, label: str, comparator: str | None) -> dict[str, float]:
     """Per-object KS distances of the pair (label, comparator) from the snapshot."""
     if comparator is None:
         return {}
-    for q in board.result.get("pairs", []):
-        if {q["a"], q["b"]} == {label, comparator}:
-            return {o["object"]: o["statistic"] for o in q["macro_ks"]["per_object"]}
+    for q in board.snapshot.pairs:
+        if {q.a, q.b} == {label, comparator}:
+            return {o.object: o.statistic for o in q.macro_ks.per_object}
     return {}
 
 
@@ -209,44 +223,50 @@ def identity(session: ProctorSession, board: Board, label: str) -> Identity | No
     )
 
 
+# the policy's headline scores, by their names in proctor.analysis.metrics
+_SCORES = (
+    *("hrt", "rmst", "rmst_pooled", "uph", "mtbfa", "completion", "median"),
+    *("hard_failure_rate", "auc_vs_reference"),
+)
+
+
 def policy_view(session: ProctorSession, board: Board, label: str, vs: str | None) -> PolicyOut:
-    p = board.policy(label)
-    reference = board.result["protocol"].get("reference")
-    others = [q["policy"] for q in board.result["policies"] if q["policy"] != label]
+    typed = board.policy(label)
+    reference = board.snapshot.protocol.reference
+    others = [q.policy for q in board.snapshot.policies if q.policy != label]
     comparator = vs if vs is not None else (reference if reference != label else None)
     if comparator is not None and comparator not in others:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "comparator not found in this leaderboard")
     comp = board.policy(comparator) if comparator else None
-    comp_km = {o["object"]: o["km"] for o in comp["per_object"]} if comp else {}
+    comp_km = {o.object: asdict(o.km) for o in comp.per_object} if comp else {}
     ks = _pair_ks(board, label, comparator)
-    fm = p["failure_modes"]
-    behaviour, moments = policy_behaviour(session, board, label)
+    behaviour, moments, reviewed = policy_behaviour(session, board, label)
     objects = [
         ObjectPart(
-            object=o["object"],
-            tags=o["tags"],
-            episodes=o["episodes"],
-            operations=o["operations"],
-            rmst=_iv(o["rmst"]),
-            hrt=_iv(o["hrt"]),
-            uph=_iv(o["uph"]),
-            mtbfa=_iv(o["mtbfa"]),
-            completion=_iv(o["completion"]),
-            median=_iv(o["median"]),
-            plateau=_iv(o["plateau"]),
-            hard_failure_rate=_iv(o["hard_failure_rate"]),
-            auc_vs_reference=_iv(o["auc_vs_reference"]),
-            success_at=_at(o["success_at"]),
-            km=o["km"],
-            comparator_km=comp_km.get(o["object"]),
-            pp=_pp(o, comp_km.get(o["object"]), stored=comparator == reference),
-            qq=_qq(o, comp_km.get(o["object"]), stored=comparator == reference),
-            ks_vs_comparator=ks.get(o["object"]),
-            tau_sweep=o["tau_sweep"],
-            notes=o["notes"],
-            links={"cell": board.episodes_url(label, o["object"])},
+            object=o.object,
+            tags=o.tags,
+            episodes=o.episodes,
+            operations=o.operations,
+            rmst=IntervalOut.of(o.rmst),
+            hrt=IntervalOut.of(o.hrt),
+            uph=IntervalOut.of(o.uph),
+            mtbfa=IntervalOut.of(o.mtbfa),
+            completion=IntervalOut.of(o.completion),
+            median=IntervalOut.of(o.median),
+            plateau=IntervalOut.of(o.plateau),
+            hard_failure_rate=IntervalOut.of(o.hard_failure_rate),
+            auc_vs_reference=IntervalOut.of(o.auc_vs_reference),
+            success_at=_at(o.success_at),
+            km=asdict(o.km),
+            comparator_km=comp_km.get(o.object),
+            pp=_pp(o, comp_km.get(o.object), stored=comparator == reference),
+            qq=_qq(o, comp_km.get(o.object), stored=comparator == reference),
+            ks_vs_comparator=ks.get(o.object),
+            tau_sweep=asdict(o.tau_sweep),
+            notes=o.notes,
+            links={"cell": board.episodes_url(label, o.object)},
         )
-        for o in p["per_object"]
+        for o in typed.per_object
     ]
     return PolicyOut(
         campaign_id=board.campaign.id,
@@ -255,44 +275,40 @@ def policy_view(session: ProctorSession, board: Board, label: str, vs: str | Non
         identity_withheld=board.is_withheld(label),
         note=board.note(label),
         identity=identity(session, board, label),
-        reference=p["reference"],
-        rank=p["rank"],
-        letters=p["letters"],
-        episodes=p["episodes"],
-        operations=p["operations"],
-        tau_s=board.result["protocol"]["tau"],
+        reference=typed.reference,
+        rank=typed.rank,
+        letters=typed.letters,
+        episodes=typed.episodes,
+        operations=typed.operations,
+        tau_s=board.snapshot.protocol.tau,
         comparator=comparator,
         comparators=others,
         reference_label=reference,
-        scores={
-            k: _iv(p[k])
-            for k in (
-                "hrt",
-                "rmst",
-                "rmst_pooled",
-                "uph",
-                "mtbfa",
-                "completion",
-                "median",
-                "hard_failure_rate",
-                "auc_vs_reference",
-            )
+        scores={k: IntervalOut.of(typed.metric(k)) for k in _SCORES},
+        failure_modes={
+            m.json_path[-1]: IntervalOut.of(typed.metric(m.name))
+            for m in metrics.METRICS
+            if m.json_path[0] == "failure_modes"
         },
-        failure_modes={k: _iv(v) for k, v in fm.items()},
-        success_at=_at(p["success_at"]),
+        success_at=_at(typed.success_at),
         per_object=objects,
-        per_configuration=[_breakdown(b) for b in p["per_configuration"]],
-        per_tag=[_breakdown(b) for b in p["per_tag"]],
-        per_site=[_breakdown(b) for b in p.get("per_site", [])],
-        per_station=[_breakdown(b) for b in p.get("per_station", [])],
-        tau_sweep=p["tau_sweep"],
-        binary=p["binary"],
+        per_configuration=[_breakdown(b) for b in typed.per_configuration],
+        per_tag=[_breakdown(b) for b in typed.per_tag],
+        per_site=[_breakdown(b) for b in typed.per_site],
+        per_station=[_breakdown(b) for b in typed.per_station],
+        tau_sweep=asdict(typed.tau_sweep),
+        binary={
+            "successes": typed.binary.successes,
+            "episodes": typed.binary.episodes,
+            "success_rate": _interval_json(typed.binary.success_rate),
+            "completion_mean": _interval_json(typed.binary.completion_mean),
+        },
         behaviour=behaviour,
         tagged_moments=moments,
-        # snapshots computed before the interaction tests have no such key
-        hrt_interactions=list(p.get("hrt_interactions", [])),
-        notes=p["notes"],
-        latency=LatencyOut.of(p.get("latency")),
+        behaviour_reviewed=reviewed,
+        hrt_interactions=[asdict(x) for x in typed.hrt_interactions],
+        notes=typed.notes,
+        latency=LatencyOut.of(typed.latency),
         links={
             "leaderboard": board.board_url(),
             "episodes": board.episodes_url(label),

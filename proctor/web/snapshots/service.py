@@ -10,7 +10,7 @@ the parsed result is cached by snapshot id in the app's ``ResultCache``
 updated, so a cached result is never stale).
 
 The analysis protocol of a campaign is τ from the campaign and the defaults
-of ``proctor.analysis.results.Protocol``, overridden by the campaign's
+of ``proctor.analysis.results.AnalysisProtocol``, overridden by the campaign's
 ``protocol_extra["analysis"]`` (keys: ``bootstrap``, ``ks_resamples``,
 ``seed``, ``alpha``, ``success_at``, ``power_target``, ``power_sims``,
 ``rho``, ``sweep_points``) — so a demo can ask for fewer replicates and

@@ -2,7 +2,7 @@
 
 Each route takes the calling station (``auth.CallingStation``: its own
 ``pst_`` token) and hands the work to ``proctor.scheduler.station_api``; the
-request and reply bodies are the wire's models (``proctor.station.uplink.wire``),
+request and reply bodies are the wire's models (``proctor.core.station_api_wire``),
 so bad input is a 422 naming the field and the OpenAPI document shows what a
 station sends. Claiming and abandoning change the schedule, so they need an
 ``Idempotency-Key``: a retry after a lost reply gets the first answer.
@@ -14,9 +14,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path
 
+from proctor.core import station_api_wire as wire
 from proctor.core.errors import FieldError
 from proctor.scheduler import station_api
-from proctor.station.uplink import wire
 from proctor.web.deps import NowDep, SessionDep, SettingsDep
 from proctor.web.errors import error_responses
 from proctor.web.stationapi import uploads
@@ -93,6 +93,8 @@ def abandon(
             body.reason,
             now=now,
             lease_s=settings.scheduler.claim_lease_s,
+            retry_s=settings.scheduler.preflight_retry_s,
+            retry_max_s=settings.scheduler.preflight_retry_max_s,
         )
         return wire.AbandonReply(run_code=run_code, rescheduled=rescheduled)
 

@@ -25,14 +25,14 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from proctor.core.artifacts.multipart import MAX_PARTS, part_length
-from proctor.scheduler import station_uploads as service
-from proctor.station.uplink.wire import (
+from proctor.core.station_api_wire import (
     CompleteReply,
     CompleteRequest,
     PartDone,
     UploadPlan,
     UploadRequest,
 )
+from proctor.scheduler import station_uploads as service
 from proctor.web.deps import NowDep, SessionDep, SettingsDep, StoreDep
 from proctor.web.stationapi.auth import CallingStation
 

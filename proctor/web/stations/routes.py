@@ -14,8 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from proctor.core import station_credentials
 from proctor.core.audit import Actor
-from proctor.core.domain import Role
-from proctor.station.profiles import PROFILES
+from proctor.core.domain import Role, StationProfile
 from proctor.web.accounts.routes import NO_STORE, check_recent_sign_in
 from proctor.web.auth.identity import Principal
 from proctor.web.deps import AppStateDep, NowDep, SessionDep, SessionStateDep, require_role
@@ -34,8 +33,9 @@ class EnrolIn(BaseModel):
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, value: str) -> str:
-        if value not in PROFILES.names():
-            raise ValueError(f"'{value}' is not one of {', '.join(PROFILES.names())}")
+        known = sorted(p.value for p in StationProfile)
+        if value not in known:
+            raise ValueError(f"'{value}' is not one of {', '.join(known)}")
         return value
 
 

@@ -26,8 +26,9 @@ from urllib.parse import urlsplit
 from proctor.core import netguard
 from proctor.core.domain import EndpointDialect
 from proctor.core.settings import Settings
-from proctor.station.policy import dialects, units
-from proctor.station.policy.spec import (
+from proctor.policywire import dialects
+from proctor.policywire.wire import units
+from proctor.policywire.wire.spec import (
     MANIFEST_ACTION_UNITS,
     MANIFEST_EXTERIOR_NUMBERING,
     check_exterior_numbering,

@@ -1,7 +1,7 @@
 """Registering the human reference: the teleoperated arm each station serves.
 
 The reference is a person at the station driving the arm with a SpaceMouse or
-the keyboard (``proctor station teleop``, which serves the policy protocol on
+the keyboard (``proctor station teleop``, which serves the policy wire on
 the station host's loopback, ``ws://127.0.0.1:8010`` by default). It is a
 ``teleop`` submission of a ``reference`` policy: the scheduler hands its URL
 to the station that claims the run, and the station connects to it on its

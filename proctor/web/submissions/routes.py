@@ -19,8 +19,8 @@ from starlette.requests import ClientDisconnect
 
 from proctor.core.domain import EndpointDialect, Role, Visibility
 from proctor.core.errors import Conflict, FieldError
+from proctor.policywire.wire import units
 from proctor.runner.archive import human_bytes
-from proctor.station.policy import units
 from proctor.web.auth.identity import Principal
 from proctor.web.deps import (
     AppStateDep,

@@ -18,8 +18,8 @@ from proctor.core.domain import (
     SubmissionKind,
     Visibility,
 )
+from proctor.policywire.wire.spec import ActionSpace
 from proctor.runner.manifest import PolicyName, Prompt, PromptKey, Text
-from proctor.station.policy.spec import ActionSpace
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Filename = Annotated[

@@ -12,6 +12,7 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from fastapi import HTTPException, status
 
+from proctor.analysis.snapshot import IntervalSnapshot, read_snapshot
 from proctor.core.audit import Actor, record_audit
 from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import (
@@ -35,10 +36,10 @@ from proctor.core.domain import (
 )
 from proctor.core.errors import ConfigError, Conflict, FieldError, NotFound
 from proctor.core.settings import Settings
+from proctor.policywire.wire.spec import MANIFEST_WIRE
 from proctor.runner import queue as runner_queue
 from proctor.scheduler.endpoint_keys import encrypt_api_key
 from proctor.scheduler.naming import campaign_naming
-from proctor.station.policy.spec import MANIFEST_WIRE
 from proctor.web.auth.access import check_owner_access, owner_filter
 from proctor.web.auth.identity import Principal
 from proctor.web.snapshots import service as snapshots
@@ -58,7 +59,7 @@ from proctor.web.submissions.schemas import (
     SubmissionOut,
 )
 
-# the conformance report's format (proctor/station/policy/conformance.py writes it;
+# the conformance report's format (proctor/policywire/conformance/check.py writes it;
 # the web app only stores and shows it, and never imports the checker)
 REPORT_FORMAT = "proctor.conformance/1"
 
@@ -375,10 +376,8 @@ def update_policy(
 
 
 # -- campaigns: progress and private results -----------------------------------------
-def _interval(x: Any) -> IntervalOut | None:
-    if not isinstance(x, dict):
-        return None
-    return IntervalOut(estimate=x.get("estimate"), lo=x.get("lo"), hi=x.get("hi"))
+def _interval(x: IntervalSnapshot | None) -> IntervalOut | None:
+    return None if x is None else IntervalOut(estimate=x.estimate, lo=x.lo, hi=x.hi)
 
 
 def _results(
@@ -387,19 +386,18 @@ def _results(
     meta = snapshots.latest_meta(session, campaign_id=campaign.id, stream=snapshots.DEFAULT_STREAM)
     if meta is None:
         return None
-    result = snapshots.snapshot_result(session, meta.id, results=results)
-    rows = result.get("policies") or []
-    mine = next((p for p in rows if p.get("policy") == policy.name), None)
+    snap = read_snapshot(snapshots.snapshot_result(session, meta.id, results=results))
+    mine = next((p for p in snap.policies if p.policy == policy.name), None)
     if mine is None:
         return None
     return ResultOut(
-        rank=mine.get("rank"),
-        of=sum(1 for p in rows if not p.get("reference")),
-        episodes=int(mine.get("episodes") or 0),
-        operations=int(mine.get("operations") or 0),
-        completion=_interval(mine.get("completion")),
-        rmst_s=_interval(mine.get("rmst")),
-        hrt_percent=_interval(mine.get("hrt")),
+        rank=mine.rank,
+        of=sum(1 for p in snap.policies if not p.reference),
+        episodes=mine.episodes,
+        operations=mine.operations,
+        completion=_interval(mine.metric("completion")),
+        rmst_s=_interval(mine.metric("rmst")),
+        hrt_percent=_interval(mine.metric("hrt")),
         snapshot_id=meta.id,
     )
 

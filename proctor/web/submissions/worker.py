@@ -33,20 +33,20 @@ from proctor.core.domain import (
     SubmissionKind,
 )
 from proctor.core.settings import Settings
-from proctor.scheduler.endpoint_keys import decrypt_api_key
-from proctor.station.policy.conformance import (
+from proctor.policywire.conformance.check import (
     CheckOptions,
     Expectations,
     Report,
     Status,
     check_endpoint,
 )
-from proctor.station.policy.spec import (
+from proctor.policywire.handshake import auth_headers
+from proctor.policywire.wire.spec import (
     ActionSpace,
-    auth_headers,
     manifest_action_units,
     manifest_exterior_numbering,
 )
+from proctor.scheduler.endpoint_keys import decrypt_api_key
 from proctor.web.submissions import endpoints, queue, runner_wait
 
 log = logging.getLogger(__name__)

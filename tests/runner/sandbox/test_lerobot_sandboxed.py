@@ -8,16 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
+from proctor.policywire.client import PolicyClient
 from proctor.runner import readiness
 from proctor.runner.envs import BuiltEnv
 from proctor.runner.frameworks.lerobot import Lerobot
 from proctor.runner.sandbox import start
 from proctor.runner.sandbox.base import Limits, SandboxSpec
 from proctor.runner.sandbox.relay import Relay
-from proctor.station.policy.client import PolicyClient
 from tests.runner.conftest import lerobot_manifest
+from tests.runner.openpi_support import openpi_observation
 from tests.runner.sandbox.conftest import wait_for
-from tests.runner.test_lerobot_server import _observation
 
 
 def test_a_lerobot_checkpoint_answers_from_inside_the_sandbox(
@@ -49,7 +49,9 @@ def test_a_lerobot_checkpoint_answers_from_inside_the_sandbox(
             client = PolicyClient(f"ws://127.0.0.1:{relay.port}", connect_timeout_s=30.0)
             try:
                 client.connect()
-                replies = [client.infer(_observation(seed), timeout_s=120.0) for seed in range(2)]
+                replies = [
+                    client.infer(openpi_observation(seed), timeout_s=120.0) for seed in range(2)
+                ]
             finally:
                 client.close()
             assert relay.latencies and max(relay.latencies) < 60

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from proctor.station.clock import MonotonicClock
+from proctor.core.clock import MonotonicClock
 from proctor.station.drivers.camera import CAMERAS, CameraStalled
 from proctor.station.drivers.camera.common import CameraUnavailable, DeviceClockMapper
 from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
@@ -43,8 +43,8 @@ SERIAL = "TEST0001"
 
 
 def test_registry_finds_the_drivers() -> None:
-    assert CAMERAS.load("realsense") is RealSenseCamera
-    assert CAMERAS.load("uvc") is UvcCamera
+    assert CAMERAS.get("realsense") is RealSenseCamera
+    assert CAMERAS.get("uvc") is UvcCamera
 
 
 # -- device clock → station clock ---------------------------------------------

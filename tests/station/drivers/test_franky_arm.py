@@ -17,13 +17,13 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import franky
 import numpy as np
 import pytest
 
-from proctor.station.clock import MonotonicClock
+from proctor.core.clock import MonotonicClock
+from proctor.core.geometry import rotation_error
 from proctor.station.drivers.arm import ARMS, ArmCommand, ArmCommandKind, ArmFault
 from proctor.station.drivers.arm.base import ArmHalted, RobotMode
 from proctor.station.drivers.arm.franky import (
@@ -33,37 +33,14 @@ from proctor.station.drivers.arm.franky import (
     configure_end_effector,
 )
 from proctor.station.drivers.arm.homing import joint_line
-from proctor.station.geometry import rotation_error
 from proctor.station.sim import kinematics as kin
 from tests.station.drivers.conftest import HOME_Q, wait_for
+from tests.station.drivers.franky_support import DEADLINE_S, FaultInjectingRobot, config, settle
 
 pytestmark = pytest.mark.hardware
 
 JOINT_TOL = 0.03  # rad: franky-sim's impedance controller stops 5–15 mrad short
 POS_TOL = 0.005  # m
-# how long to wait for the arm to start, finish or come to rest. Only a
-# deadline, never the verdict (what each test asserts is where the arm went):
-# generous, because a starved franky-sim (two cores shared with the rest of
-# the suite) runs far slower than real time.
-DEADLINE_S = 60.0
-
-
-def config(host: str, **overrides: Any) -> FrankyArmConfig:
-    values: dict[str, Any] = {
-        "host": host,
-        "realtime": "ignore",  # no realtime kernel here
-        # faster than a real station would run: franky-sim has nobody to hurt
-        "relative_dynamics_factor": 0.5,
-        "home_dynamics_factor": 0.5,
-        # the driver's own wall-clock deadlines, sized for a real arm (the joints
-        # converge within 1 s of a trajectory's end, a stop lands within 1 s):
-        # a starved franky-sim takes longer, and no test here is about them
-        "home_timeout_s": 120.0,
-        "settle_timeout_s": DEADLINE_S,
-        "stop_timeout_s": DEADLINE_S,
-    }
-    values.update(overrides)
-    return FrankyArmConfig(**values)
 
 
 @pytest.fixture
@@ -85,29 +62,8 @@ def window_speeds(times: np.ndarray, points: np.ndarray, window_s: float = 0.05)
     return np.array(speeds)
 
 
-def settle(arm: FrankyArm, timeout_s: float = DEADLINE_S) -> np.ndarray:
-    """Wait until the arm is at rest; return where it stopped. Rest is judged
-    on positions (< 0.5 mrad of change over 0.1 s): franky-sim's joint 7
-    velocity estimate chatters at ±0.08 rad/s while the joint stands still."""
-    window: list[tuple[float, np.ndarray]] = []
-
-    def still() -> bool:
-        s = arm.read_state()
-        window.append((s.t, s.q))
-        while window[0][0] < s.t - 0.1:
-            window.pop(0)
-        if s.t - window[0][0] < 0.09:
-            return False
-        spread = np.ptp(np.array([q for _, q in window]), axis=0)
-        return float(np.max(spread)) < 5e-4
-
-    wait_for(lambda: not arm.moving, timeout_s, "the motion to finish")
-    wait_for(still, timeout_s, "the arm to come to rest")
-    return arm.read_state().q
-
-
 def test_registry_finds_the_driver() -> None:
-    assert ARMS.load("franky") is FrankyArm
+    assert ARMS.get("franky") is FrankyArm
 
 
 def test_config_from_toml_values_is_checked() -> None:
@@ -175,7 +131,7 @@ def test_franky_model_predicts_the_measured_tool(arm: FrankyArm) -> None:
     settle(arm)
     state = arm.read_state()
     tool = arm.tool_transform(state.q)
-    from proctor.station import geometry
+    from proctor.core import geometry
 
     assert np.allclose(tool[:3, 3], state.ee_pose[:3], atol=1e-3)
     assert np.allclose(tool[:3, :3], geometry.quat_to_matrix(state.ee_pose[3:]), atol=3e-3)
@@ -688,97 +644,6 @@ def test_connecting_to_nothing_is_a_clear_fault() -> None:
 # -- fault paths: simulated faults, because franky-sim never produces them ----
 
 
-class FaultInjectingRobot:
-    """TEST-ONLY wrapper around a real ``franky.Robot`` connected to
-    franky-sim. Everything passes through, except that a test can arm one
-    libfranka exception (with libfranka's text) to be raised by the next call
-    of a chosen method, as the real controller would after a reflex or a lost
-    link. It also counts ``stop`` and ``recover_from_errors`` calls."""
-
-    def __init__(self, robot: franky.Robot) -> None:
-        self._robot = robot
-        # factories, not exception instances: a stored, raised exception holds
-        # its traceback, whose frames hold this wrapper — a reference cycle
-        # that would keep the robot connection open until the next gc pass
-        self._armed: dict[str, Callable[[], BaseException]] = {}
-        self._sticky: dict[str, Callable[[], BaseException]] = {}
-        self.calls: dict[str, int] = {}
-        self._before: dict[str, Callable[[], None]] = {}
-        self._lock = threading.Lock()
-
-    def before(self, method: str, action: Callable[[], None]) -> None:
-        """Run ``action`` at each call of ``method``, before it goes through."""
-        with self._lock:
-            self._before[method] = action
-
-    def inject(self, method: str, exc: Callable[[], BaseException], sticky: bool = False) -> None:
-        with self._lock:
-            (self._sticky if sticky else self._armed)[method] = exc
-
-    def clear(self) -> None:
-        with self._lock:
-            self._armed.clear()
-            self._sticky.clear()
-            self._before.clear()
-
-    def release(self) -> None:
-        """Drop the franky connection (the controller serves one client), even
-        while something — a failed test's traceback — still holds this wrapper."""
-        self._robot = None
-
-    def _maybe_raise(self, method: str) -> None:
-        with self._lock:
-            self.calls[method] = self.calls.get(method, 0) + 1
-            make = self._armed.pop(method, None) or self._sticky.get(method)
-            action = self._before.get(method)
-        if action is not None:
-            action()
-        if make is not None:
-            raise make()
-
-    def poll_motion(self) -> bool:
-        self._maybe_raise("poll_motion")
-        return self._robot.poll_motion()
-
-    def join_motion(self, timeout: float | None = None) -> bool:
-        self._maybe_raise("join_motion")
-        return self._robot.join_motion(timeout=timeout)
-
-    def move(self, motion: Any, asynchronous: bool = False) -> None:
-        self._maybe_raise("move")
-        self._robot.move(motion, asynchronous=asynchronous)
-
-    def stop(self) -> None:
-        self._maybe_raise("stop")
-        self._robot.stop()
-
-    def recover_from_errors(self) -> bool:
-        self._maybe_raise("recover_from_errors")
-        return self._robot.recover_from_errors()
-
-    @property
-    def state(self) -> Any:
-        self._maybe_raise("state")
-        return self._robot.state
-
-    @property
-    def has_errors(self) -> bool:
-        return self._robot.has_errors
-
-    @property
-    def model(self) -> Any:
-        return self._robot.model
-
-    @property
-    def is_in_control(self) -> bool:
-        return self._robot.is_in_control
-
-    def __getattr__(self, name: str) -> Any:
-        # the rest (the limits homing's speed cap reads: translation_velocity_limit,
-        # joint_velocity_limit…) passes through untouched
-        return getattr(self._robot, name)
-
-
 REFLEX = 'libfranka: Move command aborted: motion aborted by reflex! ["cartesian_reflex"]'
 LOST_LINK = "libfranka: UDP receive: Timeout"
 
@@ -1056,7 +921,7 @@ def test_the_tool_speed_cap_holds_a_move_diagonal_in_the_tool_frame(arm: FrankyA
     ``RobotState.time``: the motion is generated on it, so a franky-sim that
     runs behind real time on a loaded machine cannot hide the √2 the old
     base-frame count allowed, as it did measured on the host's clock)."""
-    from proctor.station.geometry import quat_to_matrix
+    from proctor.core.geometry import quat_to_matrix
 
     cap = 0.08
     turned = np.asarray(HOME_Q) + np.array([0, 0, 0, 0, 0, 0, math.pi / 4])

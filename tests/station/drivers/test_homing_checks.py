@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from proctor.core.geometry import matrix_to_quat
 from proctor.station.drivers.arm.base import ArmFault
 from proctor.station.drivers.arm.homing import (
     WRIST_TURN_BOUND_RAD,
@@ -18,7 +19,6 @@ from proctor.station.drivers.arm.homing import (
     slerp,
     wrist_stages,
 )
-from proctor.station.geometry import matrix_to_quat
 from proctor.station.sim import kinematics as kin
 from proctor.station.sim.world import Q_MAX, Q_MIN
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proctor.station.clock import Clock, VirtualClock
+from proctor.core.clock import Clock, VirtualClock
 from proctor.station.drivers.gripper import GRIPPERS, GripperCommand, GripperFault
 from proctor.station.drivers.gripper import robotiq_registers as regs
 from proctor.station.drivers.gripper.base import GripperHalted
@@ -87,7 +87,7 @@ def test_quantise_returns_the_command_the_bytes_carry() -> None:
 
 
 def test_registry_finds_the_driver() -> None:
-    assert GRIPPERS.load("robotiq_2f85") is RobotiqGripper
+    assert GRIPPERS.get("robotiq_2f85") is RobotiqGripper
 
 
 # -- the driver against the simulated gripper over a pty ----------------------

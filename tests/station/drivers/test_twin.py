@@ -23,16 +23,17 @@ from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import make_engine, make_session_factory, migrate
 from proctor.core.domain import Side
 from proctor.core.errors import ConfigError
-from proctor.station import keys
+from proctor.core.recording import keys
+from proctor.core.work import Work
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.station.cell import Cell
-from proctor.station.config import EnvelopeSettings, StationConfig, load_station_config
+from proctor.station.config import EnvelopeSettings, load_station_config
 from proctor.station.drivers.arm.franky import FrankyArm
 from proctor.station.drivers.camera.realsense import RealSenseCamera, RealSenseCameraConfig
 from proctor.station.drivers.camera.realsense_record import record_pattern
 from proctor.station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
 from proctor.station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
 from proctor.station.drivers.gripper.robotiq_sim import SimulatedGripper, SimulatedGripperConfig
-from proctor.station.policy.server import PolicyServer
 from proctor.station.preflight import (
     CheckStatus,
     KernelClock,
@@ -49,24 +50,13 @@ from proctor.station.preflight import (
 )
 from proctor.station.profiles import build_cell
 from proctor.station.teleop.policy import TeleopPolicy
-from proctor.station.teleop.source import TeleopCommand
-from proctor.station.work import Work
 from tests.station.api_support import daemon_http, key_headers
 from tests.station.drivers.conftest import PtyPair
+from tests.station.drivers.twin_support import ScriptedOperator, twin_config
 
 pytestmark = pytest.mark.hardware
 
 PROCTOR = [sys.executable, "-m", "proctor"]
-SMALL = {"width": 160, "height": 120, "fps": 15}
-
-
-def twin_config(workdir: Path, **twin: object) -> StationConfig:
-    return load_station_config(
-        None,
-        name="twin-test",
-        cameras={"exterior": SMALL, "wrist": SMALL},
-        twin={"workdir": str(workdir), "gripper_activation_s": 0.3, "recording_s": 1.0, **twin},
-    )
 
 
 def peer_processes(marker: str) -> list[str]:
@@ -528,23 +518,13 @@ min_free_gb = 0.001
 # -- one episode on the twin cell --------------------------------------------------
 
 
-class ScriptedOperator:
-    """A stand-in for the person at the SpaceMouse: drive +x at 3 cm/s with
-    the gripper closing."""
-
-    TWIST = np.array([0.03, 0.0, 0.0, 0.0, 0.0, 0.0])
-
-    def command(self) -> TeleopCommand:
-        return TeleopCommand(t=0.0, twist=self.TWIST, gripper=1.0)
-
-
 def test_an_episode_on_the_twin_cell(twin_cell: Cell, tmp_path: Path) -> None:
     """The station's runner drives the twin cell for a short episode, the
-    policy being the teleop source over the policy protocol: the arm moves as
+    policy being the teleop source over the policy wire: the arm moves as
     commanded, the gripper closes, and the recording holds telemetry at
     ≥ 100 Hz and both cameras' videos."""
-    from proctor.station.recording import load_recording
-    from proctor.station.runner import EpisodeRunner
+    from proctor.core.recording.reader import load_recording
+    from proctor.station.episode_runner import EpisodeRunner
 
     url = f"sqlite:///{tmp_path / 'station.db'}"
     migrate.upgrade(url)
@@ -761,10 +741,10 @@ def test_the_envelope_holds_a_hostile_policy_on_the_twin(twin_cell: Cell, tmp_pa
     """franky's own model (``Model.pose``) predicts every joint velocity the
     hostile policy sends; the recorded tool (franky-sim's ``O_T_EE``) stays in
     the real cell's default box above the table and under its 0.25 m/s cap."""
+    from proctor.core.recording.reader import load_recording
     from proctor.station.envelope import envelope_settings
-    from proctor.station.recording import load_recording
-    from proctor.station.runner import EpisodeRunner
-    from tests.station.test_envelope import HostilePolicy
+    from proctor.station.episode_runner import EpisodeRunner
+    from tests.station.envelope_support import HostilePolicy
 
     url = f"sqlite:///{tmp_path / 'station.db'}"
     migrate.upgrade(url)

@@ -18,12 +18,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proctor.station import keys
+from proctor.core.recording import keys
 from proctor.station.cell import Cell
-from proctor.station.commission import Inputs, Operator, commission
-from proctor.station.commissioning import CommissionedCell, Payload, Tcp, load_commissioned
+from proctor.station.commissioning.cell_file import (
+    CommissionedCell,
+    Payload,
+    Tcp,
+    load_commissioned,
+)
+from proctor.station.commissioning.procedure import Inputs, Operator, commission
 from proctor.station.config import StationConfig, load_station_config
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind
+from proctor.station.drivers.arm.franky_checks import (
+    check_end_effector,
+    check_load,
+    check_test_motion,
+)
 from proctor.station.drivers.camera.uvc import UvcCamera, UvcCameraConfig
 from proctor.station.drivers.gripper.robotiq import RobotiqGripper, RobotiqGripperConfig
 from proctor.station.drivers.gripper.robotiq_registers import GFlt
@@ -33,9 +43,6 @@ from proctor.station.preflight import (
     CheckStatus,
     PreflightSettings,
     check_enabling_device,
-    check_end_effector,
-    check_load,
-    check_test_motion,
     preflight,
 )
 from proctor.station.profiles import build_cell
@@ -186,20 +193,20 @@ def test_preflight_fails_a_wrong_tcp_and_a_wrong_load(twin_cell: Cell) -> None:
     robot = twin_cell.arm._robot  # type: ignore[attr-defined]
     try:
         robot.set_ee(list(np.eye(4).flatten(order="F")))  # back to Desk's hand TCP
-        result = check_end_effector(twin_cell)
+        result = check_end_effector(twin_cell.arm)
         assert result.status == CheckStatus.failed, result.line()
         assert "TCP (F_T_EE)" in result.detail and "off by 56.6 mm" in result.detail
         # nothing moves with a wrong TCP: its floor would be centimetres off
-        motion = check_test_motion(twin_cell, PreflightSettings())
+        motion = check_test_motion(twin_cell.arm, twin_cell.clock, PreflightSettings())
         assert motion.status == CheckStatus.failed and "not attempted" in motion.detail
         robot.set_load(0.0, [0.0, 0.0, 0.0], [0.0] * 9)  # the payload forgotten
-        result = check_load(twin_cell)
+        result = check_load(twin_cell.arm)
         assert result.status == CheckStatus.failed, result.line()
         assert "m_total 0.730 kg" in result.detail and "commissioned 1.100 kg" in result.detail
     finally:
         configure_end_effector(robot, twin_cell.arm.config)  # type: ignore[arg-type]
-    assert check_end_effector(twin_cell).status == CheckStatus.passed
-    assert check_load(twin_cell).status == CheckStatus.passed
+    assert check_end_effector(twin_cell.arm).status == CheckStatus.passed
+    assert check_load(twin_cell.arm).status == CheckStatus.passed
 
 
 def test_preflight_fails_a_non_realtime_kernel(twin_cell: Cell, tmp_path: Path) -> None:
@@ -337,7 +344,7 @@ def test_the_test_motion_fails_a_poor_command_success_rate(
         return dataclasses.replace(report, command_success_rate=rate)
 
     monkeypatch.setattr(twin_cell.arm, "controller_report", starved)
-    result = check_test_motion(twin_cell, PreflightSettings())
+    result = check_test_motion(twin_cell.arm, twin_cell.clock, PreflightSettings())
     assert result.status == CheckStatus.failed and "≥ 0.900" in result.detail
 
 
@@ -417,8 +424,8 @@ def test_the_pivot_check_finds_the_configured_tcp_on_franky_sim(twin_cell: Cell)
     poses is the configured one."""
     import franky
 
-    from proctor.station.commissioning import TcpPivot, flange_pose
-    from proctor.station.geometry import euler_to_matrix, matrix_to_quat, quat_to_matrix
+    from proctor.core.geometry import euler_to_matrix, matrix_to_quat, quat_to_matrix
+    from proctor.station.commissioning.cell_file import TcpPivot, flange_pose
 
     arm = twin_cell.arm
     home = arm.read_state()
@@ -498,7 +505,7 @@ sysfs_root = "{sysfs}"
     totes = [arg for s, b in TOTES.items() for arg in ("--tote", f"{s}={','.join(map(str, b))}")]
     # the pivot check from given flange poses: the fingertip (0, 0, 0.16) on
     # one point from four tilts of a tool pointing down
-    from proctor.station.geometry import euler_to_matrix, matrix_to_quat
+    from proctor.core.geometry import euler_to_matrix, matrix_to_quat
 
     pivot = []
     for tilt in ((20, 0, 0), (-20, 0, 15), (0, 20, -15), (0, -20, 0)):

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from proctor.station import geometry as geo
+from proctor.core import geometry as geo
 from proctor.station.config import EnvelopeSettings
 from proctor.station.drivers.arm.base import ArmCommand, ArmCommandKind, ArmState
 from proctor.station.drivers.arm.franky import FrankyArm
 from proctor.station.envelope import Envelope, EnvelopeProtocolFault
-from tests.station.drivers.test_franky_arm import DEADLINE_S, config, settle
+from tests.station.drivers.franky_support import DEADLINE_S, config, settle
 
 pytestmark = pytest.mark.hardware
 
@@ -70,7 +70,11 @@ class Recording:
 
 
 def _play(
-    arm: FrankyArm, env: Envelope, policy: Callable[[ArmState], np.ndarray], seconds: float
+    arm: FrankyArm,
+    env: Envelope,
+    policy: Callable[[ArmState], np.ndarray],
+    seconds: float,
+    kind: ArmCommandKind = ArmCommandKind.joint_velocity,
 ) -> Recording:
     """The station's loop in small: at 15 Hz the measured state, the policy's
     row, the envelope, the driver; the state recorded at ~100 Hz between."""
@@ -79,7 +83,7 @@ def _play(
     for k in range(round(seconds / PERIOD_S)):
         state = arm.read_state()
         assert state.error is None, state.error
-        guarded = env.guard(ArmCommand(ArmCommandKind.joint_velocity, policy(state)), state)
+        guarded = env.guard(ArmCommand(kind, policy(state)), state)
         arm.send(guarded.command)
         while time.monotonic() < t0 + (k + 1) * PERIOD_S:
             rec.add(arm.read_state())
@@ -211,3 +215,63 @@ def test_a_joint_driven_into_its_limit_on_the_twin(arm: FrankyArm) -> None:
     _judge(arm, env, rec, "joint 7 into its limit")
     q7 = np.array(rec.q)[:, 6]
     assert env.q_max[6] - q7.max() < 0.15  # it got to the wall, not stopped far off
+
+
+# the tool turned up (120° from straight down), the wrist hanging 6 cm below
+# the tool point: tests/station/test_envelope_cartesian_body.py's scene
+UPTURNED_Q = np.array([0.27, 0.6, 0.13, -2.26, -1.92, 1.05, -1.94])
+DOWN = np.array([0.0, 0.0, -CAP, 0.0, 0.0, 0.0])  # straight down at the cap
+
+
+def test_a_cartesian_velocity_cannot_push_the_wrist_through_the_table(arm: FrankyArm) -> None:
+    """A policy streaming a Cartesian velocity straight down at the cap, with
+    the tool turned up (a cone of 135°, a point gripper), the table put 5.2
+    cm under the wrist (no table margin): the tool's own checks would stop
+    the tool at the table, the wrist 3 cm lower. Without the Cartesian body check
+    (the premise, run first) franky-sim's controller — its own damped
+    pseudo-inverse, no limits of its own — takes the wrist through the
+    table; with it, the envelope's prediction holds the wrist (franky's
+    model at the measured joints) above the table's margin, and moving up
+    again is sent as asked."""
+    figures = {}
+    for check in (False, True):
+        # straight there in joint space (homing from the upturned pose would
+        # refuse: its wrist turn passes joint 7's limit)
+        arm.resume()
+        arm.send(ArmCommand(ArmCommandKind.joint_position, UPTURNED_Q))
+        q0 = settle(arm)
+        body = float(arm.kinematics(q0).body[:, 2].min())
+        base = EnvelopeSettings()
+        # no table margin: the tool's own clamp stops the tool at the table
+        # plane itself, the wrist (3 cm below it on franky-sim's shorter
+        # hand) deeper
+        table = body - base.cartesian_body_margin_m - 0.002
+        env = _envelope(
+            arm,
+            workspace_min=(0.2, -0.6, table),
+            workspace_max=(0.95, 0.6, 1.2),
+            table_z=table,
+            cone_deg=135.0,
+            tool_points_m=(),
+            table_margin_m=0.0,
+        )
+        if not check:
+            env._cartesian_body = lambda *a, **k: 1.0  # type: ignore[method-assign]
+        rec = _play(arm, env, lambda s: DOWN, 1.5, ArmCommandKind.cartesian_velocity)
+        assert arm.read_state().error is None
+        lowest = min(float(arm.kinematics(q).body[:, 2].min()) for q in rec.q)
+        tool = float(np.min(np.array(rec.tool)[:, 2]))
+        figures[check] = {
+            "wrist_below_table_mm": (table - lowest) * 1000,
+            "tool_above_table_mm": (tool - table) * 1000,
+        }
+        print(f"twin Cartesian down, check={check}: {figures[check]}")
+        # the tool's own checks hold either way
+        assert tool >= env.table - TOL_M
+    # the premise: without the check the wrist went through the table
+    assert figures[False]["wrist_below_table_mm"] > 5.0, figures
+    # with it, the wrist stayed above the table plane (franky-sim's tolerance)
+    assert figures[True]["wrist_below_table_mm"] <= TOL_M * 1000, figures
+    up = np.array([0.0, 0.0, CAP, 0.0, 0.0, 0.0])
+    guarded = env.guard(ArmCommand(ArmCommandKind.cartesian_velocity, up), arm.read_state())
+    assert not guarded.reasons

@@ -21,17 +21,17 @@ from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import make_engine, make_session_factory, migrate
 from proctor.core.db.models import Episode, EpisodeEvent
 from proctor.core.domain import Outcome, Side
+from proctor.core.recording.reader import load_recording
+from proctor.core.work import Work
+from proctor.policywire.serving.openpi import PolicyServer
 from proctor.station.cell import Cell
 from proctor.station.drivers.arm.franky import FrankyArm, FrankyArmConfig, _connect_robot
-from proctor.station.policy.server import PolicyServer
+from proctor.station.episode_runner import EpisodeRunner, RunnerBusy
 from proctor.station.profiles import build_cell
-from proctor.station.recording import load_recording
-from proctor.station.runner import EpisodeRunner, RunnerBusy
 from proctor.station.teleop.policy import TeleopPolicy
-from proctor.station.work import Work
 from tests.station.drivers.conftest import wait_for
-from tests.station.drivers.test_franky_arm import FaultInjectingRobot
-from tests.station.drivers.test_twin import ScriptedOperator, twin_config
+from tests.station.drivers.franky_support import FaultInjectingRobot
+from tests.station.drivers.twin_support import ScriptedOperator, twin_config
 
 pytestmark = pytest.mark.hardware
 

@@ -24,11 +24,11 @@ from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db import make_engine, make_session_factory, migrate
 from proctor.station.cell import Cell
 from proctor.station.drivers.arm.franky import FrankyArm, FrankyArmConfig, _connect_robot
+from proctor.station.episode_runner import EpisodeRunner, RunnerBusy
 from proctor.station.preflight import CheckStatus, PreflightSettings, run_checks
 from proctor.station.profiles import build_cell
-from proctor.station.runner import EpisodeRunner, RunnerBusy
-from tests.station.drivers.test_franky_arm import FaultInjectingRobot
-from tests.station.drivers.test_twin import twin_config
+from tests.station.drivers.franky_support import FaultInjectingRobot
+from tests.station.drivers.twin_support import twin_config
 
 pytestmark = pytest.mark.hardware
 

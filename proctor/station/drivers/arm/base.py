@@ -9,31 +9,23 @@ scalar-last; a Cartesian velocity twist is ``[vx, vy, vz, wx, wy, wz]``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import TracebackType
-from typing import ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 import numpy as np
 
-from proctor.station.drivers.registry import Registry
-
-N_JOINTS = 7
-
-
-class ArmCommandKind(StrEnum):
-    joint_position = "joint_position"
-    joint_velocity = "joint_velocity"
-    cartesian_pose = "cartesian_pose"
-    cartesian_velocity = "cartesian_velocity"
-
-
-TARGET_SIZE = {
-    ArmCommandKind.joint_position: N_JOINTS,
-    ArmCommandKind.joint_velocity: N_JOINTS,
-    ArmCommandKind.cartesian_pose: 7,
-    ArmCommandKind.cartesian_velocity: 6,
-}
+# the command vocabulary is the kernel's (the recording carries it): named here too
+from proctor.core.arm_commands import N_JOINTS as N_JOINTS
+from proctor.core.arm_commands import TARGET_SIZE as TARGET_SIZE
+from proctor.core.arm_commands import ArmCommandKind as ArmCommandKind
+from proctor.core.clock import Clock
+from proctor.core.errors import ConfigError
+from proctor.core.registry import Registry
+from proctor.station.drivers.arm.faults import NO_FLAG_CAUSES, FlagCauses
+from proctor.station.drivers.checks import CheckResult, CheckStatus, PreflightMotionSettings
 
 
 @dataclass(frozen=True)
@@ -79,7 +71,8 @@ class RobotMode(StrEnum):
 class ArmErrorKind(StrEnum):
     """What kind of error the arm reports: the control loop attributes a
     fault to its cause from this and the controller's flags
-    (``proctor.station.control.attribution``)."""
+    (``proctor.station.control.attribution``, with the arm's own
+    ``Arm.fault_flag_causes``)."""
 
     reflex = "reflex"  # the controller aborted the motion; its flags say why
     communication = "communication"  # the link to the controller failed
@@ -97,7 +90,8 @@ class ArmState:
     error: str | None = None
     # the robot's own mode (see RobotMode); None where a driver cannot tell
     mode: RobotMode | None = None
-    # its kind, and libfranka's error flags behind it (``proctor.station.drivers.arm.flags``)
+    # its kind, and the controller's error flags behind it (the franky driver and the
+    # simulated cell: libfranka's, ``proctor.station.drivers.arm.flags``)
     error_kind: ArmErrorKind | None = None
     error_flags: tuple[str, ...] = ()
 
@@ -292,6 +286,24 @@ class Arm(ABC, Generic[C]):
         simulated cell)."""
         return None
 
+    def fault_flag_causes(self) -> FlagCauses:
+        """What each of the controller's error flags (``ArmState.error_flags``,
+        ``ArmFault.flags``) says about whose doing a fault is, for the control
+        loop's attribution (``proctor.station.control.attribution``). Only the
+        driver knows its controller's flags; none by default, and the faults
+        of an arm without flags go by their kind alone."""
+        return NO_FLAG_CAUSES
+
+    def preflight_checks(
+        self, clock: Clock, settings: PreflightMotionSettings, *, daemon_start: bool = False
+    ) -> Iterator[CheckResult]:
+        """The checks only this arm's driver knows how to make, each as soon as it
+        is done, for ``proctor station check`` (``proctor.station.preflight``
+        runs them after the arm's and the versions' lines). ``daemon_start``:
+        before the daemon starts, with nobody watching the arm, so nothing may
+        move. None by default."""
+        return iter(())
+
     def __enter__(self) -> Self:
         self.connect()
         return self
@@ -313,10 +325,24 @@ class Arm(ABC, Generic[C]):
             self.disconnect()
 
 
-ARMS: Registry[Arm] = Registry(
-    "arm",
+def ask_controller(arm: Arm[Any], name: str) -> tuple[ControllerReport | None, CheckResult | None]:
+    """The controller's report for the check ``name``, or the failed result
+    that says why there is none."""
+    try:
+        report = arm.controller_report() if arm.is_connected else None
+    except ArmFault as exc:
+        return None, CheckResult(name, CheckStatus.failed, str(exc))
+    if report is None:
+        why = "arm not connected" if not arm.is_connected else "this arm has no controller"
+        return None, CheckResult(name, CheckStatus.failed, f"cannot ask the controller ({why})")
+    return report, None
+
+
+ARMS: Registry[type[Arm]] = Registry(
+    "arm driver",
     {
         "sim": "proctor.station.sim.arm",
         "franky": "proctor.station.drivers.arm.franky",
     },
+    error=ConfigError,
 )

@@ -10,10 +10,12 @@ the text of the ``ControlException`` a reflex raises
 (``createControlException`` in ``src/robot_impl.cpp``): so a fault's text
 carries its flags, and so does the simulated cell's.
 
-No hardware library is imported here: the simulated cell and the control loop
-use the names too. ``tests/station/drivers/test_franky_arm.py`` checks this list
-against the installed franky's ``Errors``, so a libfranka that adds a flag
-fails loudly instead of leaving it unattributed.
+No hardware library is imported here: the simulated cell uses the names too,
+and the franky driver's attribution table is keyed by them
+(``proctor.station.drivers.arm.franky_faults``).
+``tests/station/drivers/test_franky_arm.py`` checks this list against the
+installed franky's ``Errors``, so a libfranka that adds a flag fails loudly
+instead of leaving it unattributed.
 """
 
 from __future__ import annotations

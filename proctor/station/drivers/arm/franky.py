@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -52,7 +52,7 @@ from typing import Any, ClassVar
 import franky
 import numpy as np
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 from proctor.station.drivers.arm.base import (
     ARMS,
     N_JOINTS,
@@ -69,13 +69,17 @@ from proctor.station.drivers.arm.base import (
     ControllerReport,
     RobotMode,
 )
+from proctor.station.drivers.arm.faults import FlagCauses
 from proctor.station.drivers.arm.flags import LIBFRANKA_ERROR_FLAGS, flags_in, unique
+from proctor.station.drivers.arm.franky_checks import libfranka_checks
+from proctor.station.drivers.arm.franky_faults import FLAG_CAUSES
 from proctor.station.drivers.arm.homing import (
     check_joint_line,
     check_wrist_turn,
     slerp,
     wrist_stages,
 )
+from proctor.station.drivers.checks import CheckResult, PreflightMotionSettings
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +427,7 @@ READBACK_PERIOD_S = 0.01
 
 
 def _tcp_matrix(tcp: tuple[float, ...]) -> np.ndarray:
-    from proctor.station.geometry import quat_to_matrix
+    from proctor.core.geometry import quat_to_matrix
 
     m = np.eye(4)
     m[:3, :3] = quat_to_matrix(np.asarray(tcp[3:]))
@@ -725,6 +729,18 @@ class FrankyArm(Arm[FrankyArmConfig]):
             except FRANKY_ERRORS as exc:
                 raise self._latch(exc) from exc
 
+    def fault_flag_causes(self) -> FlagCauses:
+        """libfranka's ``franka::Errors``, whose doing each says
+        (``proctor.station.drivers.arm.franky_faults``)."""
+        return FLAG_CAUSES
+
+    def preflight_checks(
+        self, clock: Clock, settings: PreflightMotionSettings, *, daemon_start: bool = False
+    ) -> Iterator[CheckResult]:
+        """libfranka's checks (``proctor.station.drivers.arm.franky_checks``):
+        robot mode, FCI and brakes, end effector, load, the test motion."""
+        return libfranka_checks(self, clock, settings, daemon_start=daemon_start)
+
     def controller_report(self) -> ControllerReport:
         with self._lock:
             self._r()
@@ -900,7 +916,7 @@ class FrankyArm(Arm[FrankyArmConfig]):
         factor = cap / bound if bound > 0 else 1.0
         spin_cap = command.max_tool_rotation_speed
         if spin_cap is not None:
-            from proctor.station.geometry import rotation_error
+            from proctor.core.geometry import rotation_error
 
             turn = r0.T @ rotation_error(_quat_matrix(command.target[3:]), r0)
             turning = _axes(turn)
@@ -1272,7 +1288,7 @@ def _axes(travel: np.ndarray) -> float:
 
 
 def _quat_matrix(quat: np.ndarray) -> np.ndarray:
-    from proctor.station.geometry import quat_to_matrix
+    from proctor.core.geometry import quat_to_matrix
 
     return quat_to_matrix(quat / np.linalg.norm(quat))
 

@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from proctor.core.geometry import quat_to_matrix, rotation_error
 from proctor.station.drivers.arm.base import ArmFault
-from proctor.station.geometry import quat_to_matrix, rotation_error
 
 # The largest turn of the tool in one homing move. A quarter turn: the
 # estimate of where joint 7 ends (below) is first-order, and re-made from the

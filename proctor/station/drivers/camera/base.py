@@ -9,7 +9,8 @@ from typing import Any, ClassVar, Generic, Self, TypeVar
 
 import numpy as np
 
-from proctor.station.drivers.registry import Registry
+from proctor.core.errors import ConfigError
+from proctor.core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,12 @@ class Camera(ABC, Generic[C]):
         self.disconnect()
 
 
-CAMERAS: Registry[Camera] = Registry(
-    "camera",
+CAMERAS: Registry[type[Camera]] = Registry(
+    "camera driver",
     {
         "sim": "proctor.station.sim.camera",
         "realsense": "proctor.station.drivers.camera.realsense",
         "uvc": "proctor.station.drivers.camera.uvc",
     },
+    error=ConfigError,
 )

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyrealsense2 as rs
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 from proctor.station.drivers.camera.base import CAMERAS, Camera, CameraConfig, CameraStalled, Frame
 from proctor.station.drivers.camera.common import CameraUnavailable, DeviceClockMapper
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pyrealsense2 as rs
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 
 # device time of the first frame, ms (the D4xx hardware clock starts from an
 # arbitrary point too; a non-zero start catches code that assumes zero)

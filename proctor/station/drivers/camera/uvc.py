@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import cv2
 import numpy as np
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 from proctor.station.drivers.camera.base import CAMERAS, Camera, CameraConfig, CameraStalled, Frame
 from proctor.station.drivers.camera.common import CameraUnavailable, DeviceClockMapper
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import ClassVar, Generic, Self, TypeVar
 
-from proctor.station.drivers.registry import Registry
+from proctor.core.errors import ConfigError
+from proctor.core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -120,10 +121,11 @@ class Gripper(ABC, Generic[C]):
         self.disconnect()
 
 
-GRIPPERS: Registry[Gripper] = Registry(
-    "gripper",
+GRIPPERS: Registry[type[Gripper]] = Registry(
+    "gripper driver",
     {
         "sim": "proctor.station.sim.gripper",
         "robotiq_2f85": "proctor.station.drivers.gripper.robotiq",
     },
+    error=ConfigError,
 )

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 from pymodbus import FramerType, ModbusException
 from pymodbus.client import ModbusSerialClient, ModbusTcpClient
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 from proctor.station.drivers.gripper import robotiq_registers as regs
 from proctor.station.drivers.gripper.base import (
     GRIPPERS,

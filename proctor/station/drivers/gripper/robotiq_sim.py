@@ -35,7 +35,7 @@ from pymodbus import FramerType
 from pymodbus.server import ModbusSerialServer, ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 
-from proctor.station.clock import Clock, MonotonicClock
+from proctor.core.clock import Clock, MonotonicClock
 from proctor.station.drivers.gripper import robotiq_registers as regs
 from proctor.station.drivers.gripper.robotiq_registers import (
     CommandRegisters,

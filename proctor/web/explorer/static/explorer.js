@@ -17,7 +17,7 @@
     event: "#7f8c8d",
     intervention: "#c0392b",
   };
-  const ENVELOPE = "envelope"; // proctor.station.keys.ENVELOPE_EVENT
+  const ENVELOPE = "envelope"; // proctor.core.recording.keys.ENVELOPE_EVENT
   const EPS = 1e-6;
 
   function lastAtOrBefore(arr, v) {

@@ -1,5 +1,5 @@
 // The leaderboard's interactive chart: HRT (or RMST) per policy with its
-// 95 % interval; click a policy to open its page; export as PNG or SVG.
+// interval (at the board's level, 1 − α: the box's data-level); click a policy to open its page; export as PNG or SVG.
 "use strict";
 
 (() => {
@@ -27,7 +27,7 @@
         refLine: metric === "hrt" ? 100 : undefined,
         baseline: 0,
         unit: metric === "hrt" ? " %" : " s",
-        title: metric === "hrt" ? "HRT with 95 % intervals" : "RMST with 95 % intervals",
+        title: `${metric === "hrt" ? "HRT" : "RMST"} with ${box.dataset.level || "95"} % intervals`,
       });
       box.dataset.metric = metric;
     }

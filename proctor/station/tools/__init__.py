@@ -1,0 +1,1 @@
+"""Station tools run by hand, not by the daemon (``record_conformance``)."""
