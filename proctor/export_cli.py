@@ -39,9 +39,24 @@ def export(
     policy: Annotated[
         str | None, typer.Option(help="With --submitter: only this one of their policies.")
     ] = None,
+    reencode: Annotated[
+        bool,
+        typer.Option(
+            "--reencode",
+            help="LeRobot: decode and re-encode every video (by default a recording whose "
+            "frames are exactly the dataset's is copied as it is, bit for bit).",
+        ),
+    ] = False,
 ) -> None:
     """Write a released campaign for the public (or a submitter's own episodes) as a dataset."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from proctor.core.artifacts import open_store
     from proctor.core.cli_context import cli_context
@@ -51,7 +66,15 @@ def export(
     settings = cli_context(ctx).settings()
     with (
         command_session(settings) as session,
-        Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn()) as bar,
+        Progress(
+            TextColumn("exporting"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("episodes"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+        ) as bar,
     ):
         task = bar.add_task("export", total=None)
         request = ExportRequest(
@@ -61,6 +84,7 @@ def export(
             media=media,
             submitter=submitter,
             policy=policy,
+            reencode=reencode,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )
         summary = EXPORTERS[fmt](session, open_store(settings.artifacts_location), request)

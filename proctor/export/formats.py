@@ -28,6 +28,7 @@ class ExportRequest:
     submitter: str | None = None  # None: the public
     policy: str | None = None  # a submitter's one policy
     progress: Callable[[int, int], None] | None = None
+    reencode: bool = False  # LeRobot: re-encode every video, even one its recording could give
 
 
 Exporter = Callable[[ProctorSession, ArtifactStore, ExportRequest], ExportSummary]
@@ -40,6 +41,8 @@ def _proctor(session: ProctorSession, store: ArtifactStore, r: ExportRequest) ->
         raise UsageError(
             "submitter: a submitter's private export is a LeRobot dataset (--format lerobot)"
         )
+    if r.reencode:
+        raise UsageError("reencode: --format proctor copies the recordings as they are")
     return export_campaign(
         session,
         store,
@@ -53,6 +56,7 @@ def _proctor(session: ProctorSession, store: ArtifactStore, r: ExportRequest) ->
 
 def _lerobot(session: ProctorSession, store: ArtifactStore, r: ExportRequest) -> ExportSummary:
     from proctor.export.lerobot import export_lerobot
+    from proctor.export.lerobot_video import VideoMode
 
     if not r.media:
         raise UsageError(
@@ -67,6 +71,7 @@ def _lerobot(session: ProctorSession, store: ArtifactStore, r: ExportRequest) ->
         policy=r.policy,
         stream=r.stream,
         progress=r.progress,
+        video=VideoMode.encode if r.reencode else VideoMode.copy,
     )
 
 

@@ -26,9 +26,10 @@ everything else is resampled onto those frames as
 ``proctor.export.lerobot_frames`` says: telemetry sample-and-hold (the last
 sample at or before the frame's capture time), another camera's nearest
 frame, events counted on the frame whose interval holds them. Videos are
-re-encoded (H.264) at a constant rate so frame ``k`` sits at ``k / fps``
-(``proctor.export.lerobot_video``); the capture time is kept as
-``observation.capture_time``.
+H.264 at a constant rate so frame ``k`` sits at ``k / fps``, the recording's
+packets copied where they are exactly those frames and re-encoded where not
+(``proctor.export.lerobot_video``; ``meta/proctor.json`` counts both); the
+capture time is kept as ``observation.capture_time``.
 
 Features: ``observation.images.<camera>``; ``observation.state`` (7 joint
 positions and the gripper position); ``observation.joint_velocity``;
@@ -54,7 +55,9 @@ policies' episodes, before release too (a private export).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,7 +85,14 @@ from proctor.export.lerobot_frames import (
     episode_frames,
     feature_names,
 )
-from proctor.export.lerobot_video import CameraVideo, PixelStats
+from proctor.export.lerobot_video import (
+    CameraVideo,
+    CopiedVideo,
+    EncodedVideo,
+    PixelStats,
+    SourceVideo,
+    VideoMode,
+)
 from proctor.export.staging import check_free, staged_folder
 
 CODEBASE_VERSION = "v3.0"
@@ -95,6 +105,7 @@ VIDEO_PATH = "videos/{video_key}/" + CHUNK_FILE + ".mp4"
 EPISODES_PATH = "meta/episodes/" + CHUNK_FILE.format(chunk_index=0, file_index=0) + ".parquet"
 IMAGE_KEY = "observation.images.{camera}"
 CAPTURE_TIME = "observation.capture_time"
+CAMERA_THREADS = 2  # cameras whose videos are written at once (the station records two)
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 
 
@@ -133,31 +144,65 @@ class _DataFiles:
 
 @dataclass
 class _Videos:
-    """The open video file of each camera, rotated at the size limit."""
+    """Each camera's open video files, rotated at the size limit. A camera
+    has one open file of re-encoded episodes and one of copied episodes for
+    each set of codec parameters met (``proctor.export.lerobot_video``);
+    LeRobot finds an episode's frames by the file each episode names, so
+    files of one camera need not hold consecutive episodes."""
 
     root: Path
     fps: int
-    open: dict[str, tuple[int, int, CameraVideo]] = field(default_factory=dict)
+    mode: VideoMode = VideoMode.copy
+    open: dict[tuple[str, bytes | None], tuple[int, int, CameraVideo]] = field(default_factory=dict)
+    last: dict[str, tuple[int, int]] = field(default_factory=dict)  # camera → newest file
     closed: dict[str, list[CameraVideo]] = field(default_factory=dict)
+    copied: int = 0  # episode videos copied
+    encoded: int = 0  # and re-encoded
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # cameras append at once
 
-    def video(self, camera: str, size: tuple[int, int]) -> tuple[int, int, CameraVideo]:
-        current: tuple[int, int, CameraVideo | None] = self.open.get(camera, (0, -1, None))
-        chunk, file, video = current
-        if video is not None and video.path.stat().st_size < VIDEO_FILE_MB * 1e6:
-            return chunk, file, video
-        if video is not None:
-            video.close()
-            self.closed.setdefault(camera, []).append(video)
+    def append(
+        self, camera: str, size: tuple[int, int], source: SourceVideo, picks: np.ndarray
+    ) -> tuple[int, int, float, float]:
+        """Add one episode's frames of ``camera``: (chunk, file, from, to)."""
+        copy = self.mode is VideoMode.copy and source.copyable(picks, *size)
+        kind = source.extradata if copy else None  # the file's codec parameters; None: encoded
+        chunk, file, video = self._file(camera, size, kind, source)
+        start, end = video.append(source, picks)
+        with self._lock:
+            if copy:
+                self.copied += 1
+            else:
+                self.encoded += 1
+        return chunk, file, start, end
+
+    def _file(
+        self, camera: str, size: tuple[int, int], kind: bytes | None, source: SourceVideo
+    ) -> tuple[int, int, CameraVideo]:
+        current = self.open.get((camera, kind))
+        if current is not None:
+            if current[2].path.stat().st_size < VIDEO_FILE_MB * 1e6:
+                return current
+            self._close(camera, current[2])
+        chunk, file = self.last.get(camera, (0, -1))
         chunk, file = _next_file(chunk, file) if file >= 0 else (0, 0)
+        self.last[camera] = (chunk, file)
         key = IMAGE_KEY.format(camera=camera)
         path = self.root / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
-        self.open[camera] = (chunk, file, CameraVideo(path, self.fps, *size))
-        return self.open[camera]
+        video: CameraVideo = (
+            EncodedVideo(path, self.fps, *size)
+            if kind is None
+            else CopiedVideo(path, self.fps, source)
+        )
+        self.open[(camera, kind)] = (chunk, file, video)
+        return chunk, file, video
+
+    def _close(self, camera: str, video: CameraVideo) -> None:
+        video.close()
+        self.closed.setdefault(camera, []).append(video)
 
     def close(self) -> dict[str, list[CameraVideo]]:
-        for camera, (_, _, video) in self.open.items():
-            video.close()
-            self.closed.setdefault(camera, []).append(video)
+        for (camera, _), (_, _, video) in self.open.items():
+            self._close(camera, video)
         self.open.clear()
         return self.closed
 
@@ -288,9 +333,11 @@ class _Writer:
     placements: dict[int, tuple[float, ...]]  # episode id → the stream's placement times
     excluded: dict[str, str]
     fps: int | None = None
+    mode: VideoMode = VideoMode.copy
     data: _DataFiles = field(init=False)
     videos: _Videos | None = None
     got: _Collected = field(default_factory=_Collected)
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(CAMERA_THREADS))
 
     def __post_init__(self) -> None:
         self.data = _DataFiles(self.root)
@@ -302,6 +349,13 @@ class _Writer:
             self._add(item, rec)
         finally:
             rec.close()
+
+    def _video(
+        self, rec: Recording, camera: str, size: tuple[int, int], picks: np.ndarray
+    ) -> tuple[int, int, float, float]:
+        assert self.videos is not None
+        with SourceVideo(rec.video_path(camera)) as source:
+            return self.videos.append(camera, size, source, picks)
 
     def _skip(self, ep: Episode, reason: str) -> None:
         self.got.skipped.append({"episode_uid": ep.uid, "reason": reason})
@@ -320,7 +374,7 @@ class _Writer:
         )
         if self.fps is None:
             self.fps = frames.fps
-            self.videos = _Videos(self.root, frames.fps)
+            self.videos = _Videos(self.root, frames.fps, self.mode)
         if frames.fps != self.fps or self.videos is None:
             self._skip(ep, f"camera at {frames.fps} fps; the dataset is at {self.fps} fps")
             return
@@ -328,10 +382,15 @@ class _Writer:
         task = self.got.tasks.setdefault(_task(item.obj), len(self.got.tasks))
         meta: dict[str, Any] = {"episode_index": index, "tasks": [_task(item.obj)]}
         meta["length"] = frames.length
-        for camera, picks in frames.video_frames.items():
-            size = self.got.cameras.setdefault(camera, _camera_size(rec, camera))
-            chunk, file, video = self.videos.video(camera, size)
-            start, end = video.append(rec.video_path(camera), picks)
+        cameras = list(frames.video_frames)
+        sizes = {c: self.got.cameras.setdefault(c, _camera_size(rec, c)) for c in cameras}
+        # the cameras' files are independent: each in its own thread (PyAV lets go
+        # of the GIL while it reads, decodes and writes)
+        placed = self.pool.map(
+            lambda camera: self._video(rec, camera, sizes[camera], frames.video_frames[camera]),
+            cameras,
+        )
+        for camera, (chunk, file, start, end) in zip(cameras, placed, strict=True):
             key = IMAGE_KEY.format(camera=camera)
             meta |= {
                 f"videos/{key}/chunk_index": chunk,
@@ -472,6 +531,13 @@ def _write_meta(root: Path, w: _Writer, aud: Audience, stream: LabelStream) -> N
         "identities_withheld": list(aud.withheld),
         "episodes": got.documents,
         "skipped": got.skipped,
+        # episode videos (one a camera an episode) copied from the recording as
+        # they are, and decoded and re-encoded (proctor.export.lerobot_video)
+        "videos": {
+            "mode": w.mode.value,
+            "copied": w.videos.copied if w.videos else 0,
+            "reencoded": w.videos.encoded if w.videos else 0,
+        },
     }
     (meta / "proctor.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
@@ -486,9 +552,11 @@ def export_lerobot(
     policy: str | None = None,
     stream: LabelStream = LabelStream.auto_and_reviewed,
     progress: Callable[[int, int], None] | None = None,
+    video: VideoMode = VideoMode.copy,
 ) -> ExportSummary:
     """Write ``campaign`` as a LeRobot v3 dataset in ``out`` for the public
-    (``submitter`` None) or one submitter (their policies, or ``policy``)."""
+    (``submitter`` None) or one submitter (their policies, or ``policy``);
+    ``video`` says whether recordings are copied where they allow it."""
     from proctor.analysis.store import load_episodes, stream_placements
 
     aud = audience(session, campaign=campaign, submitter=submitter, policy=policy)
@@ -505,11 +573,13 @@ def export_lerobot(
             partial,
             placements=stream_placements(session, [c.row for c in chosen], stream),
             excluded={x.episode_id: x.reason for x in table.excluded},
+            mode=video,
         )
-        for i, item in enumerate(chosen):
-            writer.add(item)
-            if progress is not None:
-                progress(i + 1, len(chosen))
+        with writer.pool:
+            for i, item in enumerate(chosen):
+                writer.add(item)
+                if progress is not None:
+                    progress(i + 1, len(chosen))
         if not writer.got.episodes:
             raise UsageError(f"campaign '{aud.campaign.name}': no episode has a recording")
         _write_meta(partial, writer, aud, stream)

@@ -336,6 +336,12 @@ def test_the_demo_exported_as_lerobot_loads_in_lerobot_and_matches_the_recording
         timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # the simulated cameras' recordings are the dataset's frames: the primary camera's
+    # always, so at least one video an episode is copied bit for bit, not re-encoded
+    videos = json.loads((out / "meta" / "proctor.json").read_text())["videos"]
+    episodes = json.loads((out / "meta" / "info.json").read_text())["total_episodes"]
+    assert videos["mode"] == "copy" and videos["copied"] >= episodes, videos
+    assert videos["copied"] + videos["reencoded"] == 2 * episodes, videos
     loaded = subprocess.run(
         [str(lerobot_env.python), str(Path(__file__).parent / "lerobot_load.py"), str(out), "97"],
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
@@ -401,6 +407,23 @@ def test_the_demo_exported_as_lerobot_loads_in_lerobot_and_matches_the_recording
         expected = [max(int(np.searchsorted(capture, t, "right")) - 1, 0) for t in times]
         counts = [c for c, e in zip(got["placements"], got["episode_of"], strict=True) if e == i]
         assert [k for k, c in enumerate(counts) for _ in range(c)] == expected, uid
+
+
+def test_reencode_is_refused_for_the_interchange_format(
+    demo_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    data_dir, _ = demo_run
+    out = tmp_path / "raw"
+    refused = subprocess.run(
+        [sys.executable, "-m", "proctor", "export", "1", str(out), "--reencode"],
+        env=_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "reencode: --format proctor copies the recordings as they are" in refused.stderr
+    assert not out.exists()
 
 
 def test_a_submitter_cannot_export_a_policy_that_is_not_theirs(

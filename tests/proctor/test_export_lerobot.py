@@ -9,25 +9,30 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from proctor.core.artifacts import LocalArtifactStore
 from proctor.core.db.engine import ProctorSession
+from proctor.core.db.models import Episode
 from proctor.core.domain import AssignmentStatus, CampaignStatus
 from proctor.core.errors import UsageError
 from proctor.core.recording import keys
+from proctor.core.recording.reader import load_recording
 from proctor.export.lerobot import export_lerobot
+from proctor.export.lerobot_video import PixelStats, VideoMode
 from proctor.policywire.wire import keys as wire_keys
 from proctor.runner.envs import BuiltEnv
 from tests import factories as f
 from tests.backends import once
-from tests.web.recordings import RecordingSpec, record_episode
+from tests.web.recordings import CODE_BITS, RecordingSpec, read_code, record_episode
 
 HERE = Path(__file__).resolve().parent
 SPEC = RecordingSpec(duration_s=3.0, fps=10, width=80, height=64, actions=True)
@@ -42,7 +47,13 @@ class Demo:
     owner: str  # the submitter of "sams-model"
 
 
-def _demo(db: ProctorSession, store: LocalArtifactStore, tmp: Path, status: CampaignStatus) -> Demo:
+def _demo(
+    db: ProctorSession,
+    store: LocalArtifactStore,
+    tmp: Path,
+    status: CampaignStatus,
+    specs: tuple[RecordingSpec, RecordingSpec, RecordingSpec] = (SPEC, SPEC, SPEC),
+) -> Demo:
     from proctor.core.db.models import CampaignPolicy, EpisodeEvent, PlacementEvent
     from proctor.core.domain import (
         EpisodeState,
@@ -92,7 +103,7 @@ def _demo(db: ProctorSession, store: LocalArtifactStore, tmp: Path, status: Camp
         uids[pol.name] = ep.uid
         record_episode(
             sessions=sessions, store=store, episode_id=ep.id, spool=tmp / f"spool-{i}",
-            spec=SPEC, seed=i, ground_truth={"items": [[0.1, 0.2, 0.3, 2]]},
+            spec=specs[i], seed=i, ground_truth={"items": [[0.1, 0.2, 0.3, 2]]},
         )  # fmt: skip
     db.expire_all()
     return Demo(camp.name, uids, sam.username)
@@ -162,6 +173,80 @@ def test_a_released_campaign_loads_in_lerobot_and_matches_the_recording(
         assert [fr["frame_index"] for fr in mine if fr["operator_event"]] == [4]
         assert [fr["frame_index"] for fr in mine if fr["envelope_event"]] == [15]
     assert "action" in got["stats_keys"] and "observation.images.exterior" in got["stats_keys"]
+    # the station's recordings are exactly the dataset's frames: copied, none re-encoded
+    doc = json.loads((out / "meta" / "proctor.json").read_text())
+    assert doc["videos"] == {"mode": "copy", "copied": 6, "reencoded": 0}
+
+
+def _packets(path: Path) -> list[bytes]:
+    with av.open(str(path)) as src:
+        return [bytes(p) for p in src.demux(video=0) if p.dts is not None]
+
+
+@pytest.mark.slow
+@once()
+def test_recordings_that_cannot_be_copied_go_to_files_of_their_own_and_still_load(
+    db_session: ProctorSession,
+    artifact_store: LocalArtifactStore,
+    tmp_path: Path,
+    lerobot_env: BuiltEnv,
+) -> None:
+    """Episode 1 was recorded with another x264 preset (other codec parameters:
+    copied, but not into episode 0's file); episode 2's wrist camera lost frame 5,
+    so its wrist video repeats frame 4 there and must be re-encoded."""
+    specs = (SPEC, replace(SPEC, preset="veryfast"), replace(SPEC, wrist_skips=(5,)))
+    demo = _demo(db_session, artifact_store, tmp_path, CampaignStatus.released, specs)
+    out = tmp_path / "lerobot"
+    export_lerobot(db_session, artifact_store, campaign=demo.campaign, out=out)
+    doc = json.loads((out / "meta" / "proctor.json").read_text())
+    assert doc["videos"] == {"mode": "copy", "copied": 5, "reencoded": 1}
+    episodes = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    files = {
+        camera: [ep[f"videos/observation.images.{camera}/file_index"] for ep in episodes]
+        for camera in ("exterior", "wrist")
+    }
+    assert files == {"exterior": [0, 1, 0], "wrist": [0, 1, 2]}
+    # a copied video is the recording's bytes: episode 0's exterior packets are file 0's first
+    recorded = db_session.scalars(
+        sa.select(Episode).where(Episode.uid == demo.uids["the-reference"])
+    ).one()
+    rec = load_recording(db_session, artifact_store, recorded)
+    try:
+        source = _packets(rec.video_path(keys.CAMERA_EXTERIOR))
+    finally:
+        rec.close()
+    exported = _packets(out / "videos/observation.images.exterior/chunk-000/file-000.mp4")
+    assert exported[: len(source)] == source
+
+    got = _load(lerobot_env, out)
+    n = int(SPEC.duration_s * SPEC.fps)
+    assert got["lengths"] == [n, n, n]
+    for fr in got["frames"]:
+        k, ep = fr["frame_index"], fr["episode_index"]
+        assert fr["exterior"] == k, fr
+        # the lost wrist frame: the nearest in time is taken, the earlier on a tie
+        assert fr["wrist"] == (4 if (ep, k) == (2, 5) else k), fr
+
+
+def test_reencode_decodes_every_video_and_keeps_the_frames(
+    db_session: ProctorSession, artifact_store: LocalArtifactStore, tmp_path: Path
+) -> None:
+    demo = _demo(db_session, artifact_store, tmp_path, CampaignStatus.released)
+    out = tmp_path / "lerobot"
+    export_lerobot(
+        db_session, artifact_store, campaign=demo.campaign, out=out, video=VideoMode.encode
+    )
+    doc = json.loads((out / "meta" / "proctor.json").read_text())
+    assert doc["videos"] == {"mode": "encode", "copied": 0, "reencoded": 6}
+    n = int(SPEC.duration_s * SPEC.fps)
+    with av.open(str(out / "videos/observation.images.wrist/chunk-000/file-000.mp4")) as src:
+        frames = list(src.decode(video=0))
+    assert [round(float(fr.time) * SPEC.fps) for fr in frames] == list(range(3 * n))
+    stripe = SPEC.width // CODE_BITS
+    centres = [i * stripe + stripe // 2 for i in range(CODE_BITS)]
+    rows = [fr.to_ndarray(format="rgb24")[SPEC.height // 3].mean(axis=1) for fr in frames]
+    codes = [read_code([int(row[c]) for c in centres]) for row in rows]
+    assert codes == [k % n for k in range(3 * n)]
 
 
 @once()
@@ -233,3 +318,22 @@ def test_statistics_skip_unused_channels_and_give_zeros_for_never_recorded_ones(
     assert got["min"] == [1.0, 0.0] and got["max"] == [3.0, 0.0]
     assert got["mean"] == [2.0, 0.0] and got["std"] == [1.0, 0.0]
     assert got["count"] == [3] and got["q50"] == [2.0, 0.0]
+
+
+def test_pixel_statistics_are_those_of_the_sampled_pixels() -> None:
+    """Every other row and column of each frame added, scaled to [0, 1]; the
+    figures computed directly from those pixels, in float64."""
+    rng = np.random.default_rng(7)
+    frames = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(3)]
+    frames[1][::2, ::2] //= 3  # a darker frame: the pooled figures are not one frame's
+    stats = PixelStats()
+    for rgb in frames:
+        stats.add(rgb)
+    sampled = np.stack([rgb[::2, ::2].reshape(-1, 3) for rgb in frames]) / 255.0
+    got = stats.as_lerobot()
+    flat = sampled.reshape(-1, 3)
+    np.testing.assert_allclose(np.ravel(got["mean"]), flat.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(np.ravel(got["std"]), flat.std(axis=0), rtol=1e-9)
+    np.testing.assert_array_equal(np.ravel(got["min"]), flat.min(axis=0))
+    np.testing.assert_array_equal(np.ravel(got["max"]), flat.max(axis=0))
+    assert got["count"] == [3]

@@ -10,6 +10,7 @@ which frame a video is showing from its pixels.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,33 @@ def coded_frame(index: int, width: int, height: int, camera: int, salt: int = 0)
     return img
 
 
+@functools.lru_cache(maxsize=8)
+def _texture(width: int, height: int, camera: int, salt: int) -> np.ndarray:
+    """A smooth random scene twice as wide as the frame (blurred noise: what a
+    camera sees has structure at every scale, unlike flat stripes)."""
+    rng = np.random.default_rng(1000 * camera + salt)
+    coarse = rng.integers(0, 256, (height // 8 + 1, width // 4 + 1, 3)).astype(np.float32)
+    big = np.repeat(np.repeat(coarse, 8, axis=0), 8, axis=1)[:height, : 2 * width]
+    fine = rng.integers(-24, 25, big.shape).astype(np.float32)
+    return np.clip(big + fine, 0, 255).astype(np.uint8)
+
+
+def textured_frame(index: int, width: int, height: int, camera: int, salt: int = 0) -> np.ndarray:
+    """A camera panning slowly over a textured scene, with a little sensor
+    noise in every frame (what makes real video cost its bitrate); the top rows
+    still spell ``index`` so a frame can be told from its neighbours."""
+    scene = _texture(width, height, camera, salt)
+    shift = (index * 2) % width
+    img = scene[:, shift : shift + width].copy()
+    noise = np.random.default_rng(index).integers(0, 4, img.shape[:2], dtype=np.uint8)
+    img += noise[..., None]
+    img[: height // 8] = coded_frame(index, width, height // 8, camera, salt)
+    return img
+
+
+PICTURES = {"coded": coded_frame, "textured": textured_frame}
+
+
 def read_code(pixels: list[int]) -> int:
     """The index from the stripes' brightness, as sampled by a page."""
     return sum(1 << i for i, v in enumerate(pixels) if v > 127)
@@ -58,6 +86,9 @@ class RecordingSpec:
     picks_s: tuple[float, ...] = (2.0, 6.0, 9.5)
     # fill the action columns (sent: a joint target 50 ms ahead; requested: 0.01 rad more)
     actions: bool = False
+    preset: str = "ultrafast"  # the recorder's x264 preset (the station's default)
+    wrist_skips: tuple[int, ...] = ()  # frame numbers the wrist camera never delivers
+    pictures: str = "coded"  # a key of PICTURES
 
 
 def _telemetry_row(t_rel: float, spec: RecordingSpec, rng: np.random.Generator) -> np.ndarray:
@@ -103,7 +134,7 @@ def record_episode(
     ``ground_truth`` as the runner passes them (default: none)."""
     rng = np.random.default_rng(seed)
     t0 = spec.clock_start_s
-    video = VideoSettings(spec.width, spec.height, spec.fps)
+    video = VideoSettings(spec.width, spec.height, spec.fps, preset=spec.preset)
     cameras = {keys.CAMERA_EXTERIOR: video, keys.CAMERA_WRIST: video}
     rec = Recorder(
         spool,
@@ -131,12 +162,16 @@ def record_episode(
         while frame_k < n_frames and frame_k / spec.fps <= t_rel:
             t_frame = t0 + frame_k / spec.fps
             for cam_i, name in enumerate(cameras):
+                if name == keys.CAMERA_WRIST and frame_k in spec.wrist_skips:
+                    continue
                 rec.add_frame(
                     name,
                     Frame(
                         t=t_frame,
                         index=frame_k,
-                        image=coded_frame(frame_k, spec.width, spec.height, cam_i, seed),
+                        image=PICTURES[spec.pictures](
+                            frame_k, spec.width, spec.height, cam_i, seed
+                        ),
                     ),
                 )
             frame_k += 1
