@@ -146,7 +146,9 @@ def load_service_command(name: str) -> click.Command:
     if spec.group:
         cmd: click.Command = typer.main.get_group(target)
     else:
-        single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        single = typer.Typer(
+            rich_markup_mode=None, add_completion=False, pretty_exceptions_enable=False
+        )
         single.command(name)(target)
         cmd = typer.main.get_command(single)
     cmd.name = name
@@ -183,6 +185,7 @@ class _LazyGroup(TyperGroup):
 
 
 app = typer.Typer(
+    rich_markup_mode=None,
     cls=_LazyGroup,
     name="proctor",
     help="Blinded, statistically honest evaluation of robot policies.",

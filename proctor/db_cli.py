@@ -8,7 +8,9 @@ import typer
 from sqlalchemy.engine import make_url
 
 db_app = typer.Typer(
-    help="Database schema: upgrade, downgrade, show the current revision.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="Database schema: upgrade, downgrade, show the current revision.",
+    no_args_is_help=True,
 )
 
 

@@ -518,6 +518,7 @@ def _flat_form_hint(args: list[str]) -> str:
 
 
 power_app = typer.Typer(
+    rich_markup_mode=None,
     cls=_PowerGroup,
     help="How many episodes per cell a pair needs (bridge model), the empirical detection "
     "rate vs n, null calibration, and the Wilson / Connor formulas.",

@@ -25,7 +25,9 @@ from proctor.policywire.handshake import auth_headers
 from proctor.policywire.serving import dialects as serving_dialects
 
 policy_app = typer.Typer(
-    help="Policy servers: demo policies, conformance checks.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="Policy servers: demo policies, conformance checks.",
+    no_args_is_help=True,
 )
 
 

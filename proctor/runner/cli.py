@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 runner_app = typer.Typer(
+    rich_markup_mode=None,
     help="Checkpoint runners: serve uploaded checkpoints sandboxed (the runner host), "
     "or try one archive exactly as the host would run it.",
     no_args_is_help=True,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from proctor.scheduler.service import CampaignReport
 
 campaign_app = typer.Typer(
+    rich_markup_mode=None,
     help="Campaigns: create, start, status, close, reveal, unblind, release.",
     no_args_is_help=True,
 )
@@ -32,11 +33,13 @@ CampaignArg = Annotated[str, typer.Argument(help="Campaign name or id.", show_de
 
 
 @contextmanager
-def _session(ctx: typer.Context) -> Iterator[ProctorSession]:
+def _session(ctx: typer.Context, *, create: bool = False) -> Iterator[ProctorSession]:
+    """The command's one transaction; ``create``: the command makes something, so
+    a data folder with no database yet gets one (a reading command refuses)."""
     from proctor.core.cli_context import cli_context
     from proctor.core.db.opening import command_session
 
-    with command_session(cli_context(ctx).settings()) as session:
+    with command_session(cli_context(ctx).settings(), create=create) as session:
         yield session
 
 
@@ -65,6 +68,20 @@ def _split_config(text: str) -> dict[str, str]:
     return {"tote": tote.strip(), "camera": camera.strip()}
 
 
+_NEEDED = " Required without a protocol file."
+# the protocol's required fields, by the option that gives each
+_OPTION_OF = {
+    "name": "--name",
+    "reference": "--reference",
+    "policies": "--policy",
+    "objects": "--object",
+    "items_per_episode": "--items",
+    "per_item_cap_s": "--cap",
+    "tau_s": "--tau",
+    "episodes_per_cell": "--episodes-per-cell",
+}
+
+
 @campaign_app.command()
 def create(
     ctx: typer.Context,
@@ -74,21 +91,23 @@ def create(
             help="Protocol TOML (see proctor/scheduler/protocol.py); options override it."
         ),
     ] = None,
-    name: Annotated[str | None, typer.Option(help="Campaign name.")] = None,
+    name: Annotated[str | None, typer.Option(help="Campaign name." + _NEEDED)] = None,
     reference: Annotated[
-        str | None, typer.Option(help="The human reference's policy name.")
+        str | None, typer.Option(help="The human reference's policy name." + _NEEDED)
     ] = None,
     policy: Annotated[
-        list[str] | None, typer.Option("--policy", help="A policy taking part (repeat).")
+        list[str] | None, typer.Option("--policy", help="A policy taking part (repeat)." + _NEEDED)
     ] = None,
     obj: Annotated[
-        list[str] | None, typer.Option("--object", help="An object type (repeat).")
+        list[str] | None, typer.Option("--object", help="An object type (repeat)." + _NEEDED)
     ] = None,
-    items: Annotated[int | None, typer.Option(help="Items per episode.")] = None,
-    cap: Annotated[float | None, typer.Option(help="Per-item time cap, seconds.")] = None,
-    tau: Annotated[float | None, typer.Option(help="RMST integration cap τ, seconds.")] = None,
+    items: Annotated[int | None, typer.Option(help="Items per episode." + _NEEDED)] = None,
+    cap: Annotated[float | None, typer.Option(help="Per-item time cap, seconds." + _NEEDED)] = None,
+    tau: Annotated[
+        float | None, typer.Option(help="RMST integration cap τ, seconds." + _NEEDED)
+    ] = None,
     episodes_per_cell: Annotated[
-        int | None, typer.Option(help="Target episodes per (policy, object) cell.")
+        int | None, typer.Option(help="Target episodes per (policy, object) cell." + _NEEDED)
     ] = None,
     config: Annotated[
         list[str] | None,
@@ -115,10 +134,16 @@ def create(
     if protocol_file is not None:
         protocol = load_protocol(protocol_file, options)
     else:
+        missing = [option for field, option in _OPTION_OF.items() if options[field] is None]
+        if missing:
+            raise UsageError(
+                f"{', '.join(missing)}: required without a protocol file "
+                "(proctor campaign create PROTOCOL.toml takes them from the file)"
+            )
         protocol = parse_protocol(
             {k: v for k, v in options.items() if v is not None}, source="options"
         )
-    with _session(ctx) as session:
+    with _session(ctx, create=True) as session:
         c = service.create_campaign(session, protocol=protocol, actor=_actor())
         arms, objects = len(c.policies), len(c.objects)
         cid, cname = c.id, c.name

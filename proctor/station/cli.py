@@ -27,7 +27,7 @@ from proctor.policywire.handshake import auth_headers
 
 log = logging.getLogger(__name__)
 
-station_app = typer.Typer(help="The station daemon.", no_args_is_help=True)
+station_app = typer.Typer(rich_markup_mode=None, help="The station daemon.", no_args_is_help=True)
 
 # how long `proctor station run` lets the local API's connections close on
 # SIGTERM before it stops the arm and closes the daemon (the systemd unit's

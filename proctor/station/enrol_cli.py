@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from proctor.core.station_credentials import IssuedToken
 
 token_app = typer.Typer(
-    help="A station's tokens: rotate (without downtime), revoke, list.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="A station's tokens: rotate (without downtime), revoke, list.",
+    no_args_is_help=True,
 )
 
 NameArg = Annotated[str, typer.Argument(help="The station's name (its config's `name`).")]

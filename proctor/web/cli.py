@@ -23,11 +23,16 @@ if TYPE_CHECKING:
     from proctor.core.settings import Settings
 
 user_app = typer.Typer(
+    rich_markup_mode=None,
     help="Accounts: create the first admin, add users, set passwords, list them, "
     "manage API tokens.",
     no_args_is_help=True,
 )
-token_app = typer.Typer(help="API tokens: create (shown once), list, revoke.", no_args_is_help=True)
+token_app = typer.Typer(
+    rich_markup_mode=None,
+    help="API tokens: create (shown once), list, revoke.",
+    no_args_is_help=True,
+)
 user_app.add_typer(token_app, name="token")
 
 ADMIN_PASSWORD_ENV = "PROCTOR_ADMIN_PASSWORD"
@@ -46,7 +51,8 @@ def _accounts_session(ctx: typer.Context) -> Iterator[tuple[Settings, ProctorSes
     from proctor.core.db.opening import command_session
 
     settings = cli_context(ctx).settings()
-    with command_session(settings) as session:
+    # an account is the first thing a new installation makes: it may create the database
+    with command_session(settings, create=True) as session:
         yield settings, session
 
 

@@ -57,6 +57,57 @@ def test_every_command_has_help() -> None:
         assert "Usage" in result.output
 
 
+def test_help_keeps_bracketed_words() -> None:
+    """Help is plain text: "overrides [api] port" is not read as a style tag and
+    swallowed (rich markup is off for every command group)."""
+    import re
+
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    root = typer.main.get_command(app)
+    checked = 0
+    for path in _all_command_paths():
+        cmd = root
+        for name in path:
+            assert isinstance(cmd, click.Group | TyperGroup)
+            found = cmd.get_command(click.Context(cmd), name)
+            assert found is not None
+            cmd = found
+        texts = [cmd.help or ""] + [getattr(p, "help", None) or "" for p in cmd.params]
+        words = [w for text in texts for w in re.findall(r"\[[a-z][^\]\s]*\]", text)]
+        if not words:
+            continue
+        shown = runner.invoke(app, [*path, "--help"], terminal_width=200).output
+        for word in words:
+            assert word in shown, (path, word)
+            checked += 1
+    assert checked >= 2  # station run's [api] and [uplink] at least
+
+
+def test_a_reading_command_in_a_folder_without_data_creates_nothing(tmp_path: Path) -> None:
+    """Run where there is no data folder, a command that only reads refuses,
+    naming the folder it looked in and how to name another; nothing is made."""
+    for args in (["campaign", "status", "1"], ["campaign", "list"]):
+        r = run(args, cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert f"there is no database in {tmp_path / 'proctor-data'}" in r.stderr
+        assert "PROCTOR_DATA_DIR" in r.stderr
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_campaign_create_names_the_options_it_still_needs(tmp_path: Path) -> None:
+    r = run(["campaign", "create", "--items", "3", "--tau", "60"], cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert (
+        "--name, --reference, --policy, --object, --cap, --episodes-per-cell: "
+        "required without a protocol file"
+    ) in r.stderr
+    assert list(tmp_path.iterdir()) == []
+    shown = " ".join(run(["campaign", "create", "--help"]).stdout.split())  # unwrapped
+    assert shown.count("Required without a protocol file.") == 8
+
+
 def test_help_and_version_in_a_subprocess() -> None:
     result = run(["--help"])
     assert result.returncode == 0

@@ -371,3 +371,28 @@ def test_every_page_template_compiles_before_serving(web: Web) -> None:
         assert expected in names
     env = web.app.state.web.templates.env
     assert all(env.cache is not None and any(k[1] == n for k in env.cache) for n in names)
+
+
+def test_a_data_folder_with_its_own_key_signs_with_it_not_the_published_one(
+    tmp_path: Path,
+) -> None:
+    """`proctor demo` made a key in its data folder; `proctor serve` on that folder
+    (no PROCTOR_SECRET_KEY) must sign with it, as the README says."""
+    from proctor.web.auth.sessions import (
+        DEV_SECRET_KEY,
+        data_dir_secret_key,
+        resolve_secret_key,
+    )
+
+    bare = load_settings(env="dev", data_dir=tmp_path / "bare")
+    assert resolve_secret_key(bare) == DEV_SECRET_KEY  # no key of its own: the loud fallback
+    assert not (tmp_path / "bare").exists()  # and none is made for it
+    own = data_dir_secret_key(tmp_path / "demo")
+    served = load_settings(env="dev", data_dir=tmp_path / "demo")
+    assert resolve_secret_key(served) == own != DEV_SECRET_KEY
+    # a key set in the environment still wins
+    chosen = secrets.token_urlsafe(48)
+    assert (
+        resolve_secret_key(load_settings(env="dev", data_dir=tmp_path / "demo", secret_key=chosen))
+        == chosen
+    )

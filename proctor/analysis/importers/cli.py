@@ -14,6 +14,7 @@ import typer
 from proctor.core.errors import UsageError
 
 import_app = typer.Typer(
+    rich_markup_mode=None,
     help="Convert another benchmark's released episodes (PhAIL's) into an interchange file "
     "for proctor analyze.",
     no_args_is_help=True,

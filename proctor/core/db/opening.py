@@ -9,7 +9,13 @@ Every ``proctor`` command that reads or writes the database opens it here:
   install just works;
 * any other database that is behind is refused: it is shared (PostgreSQL, a
   configured file), and migrating it is a deliberate act,
-  ``proctor db upgrade``.
+  ``proctor db upgrade``;
+* a one-shot command that only reads (``campaign status``, ``export``, …)
+  never creates the embedded default: run in the wrong folder it would
+  otherwise make an empty ``./proctor-data`` and then report "no campaign";
+  it refuses, naming the folder it looked in and how to point it elsewhere.
+  A command that makes something (``user create``, ``campaign create``)
+  creates it, and says where on standard error.
 
 ``proctor serve`` alone may migrate a configured database, when told to
 (``--migrate``); it reads the same ``schema_state``.
@@ -17,17 +23,23 @@ Every ``proctor`` command that reads or writes the database opens it here:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from alembic.script import ScriptDirectory
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import sessionmaker
 
 from proctor.core.db import migrate
 from proctor.core.db.engine import ProctorSession, make_engine, make_session_factory, session_scope
+from proctor.core.db.renamed import RENAMED_NAME
 from proctor.core.errors import UsageError
 from proctor.core.settings import Settings, embedded_database_url
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,9 +93,38 @@ def is_embedded_default(settings: Settings) -> bool:
     return settings.db_url == embedded_database_url(settings.data_dir)
 
 
-def ensure_schema(settings: Settings) -> None:
+def embedded_file(settings: Settings) -> Path | None:
+    """The embedded default's SQLite file; None when another database is configured."""
+    if not is_embedded_default(settings):
+        return None
+    return Path(make_url(settings.db_url).database or "")
+
+
+def _embedded_exists(path: Path) -> bool:
+    # a file under the name one release gave it by mistake is moved back on opening
+    return path.exists() or path.with_name(RENAMED_NAME).exists()
+
+
+def no_database(path: Path) -> str:
+    """Why a reading command refuses a data folder without a database."""
+    return (
+        f"data folder: there is no database in {path.parent} (no {path.name}), so nothing "
+        "to read. Run the command where the data folder is, or name it with "
+        "PROCTOR_DATA_DIR (or data_dir in the config file); `proctor serve`, `proctor demo`, "
+        "`proctor user create` and `proctor campaign create` make a new one"
+    )
+
+
+def ensure_schema(settings: Settings, *, create: bool = True) -> None:
     """Make the database usable by this code, or refuse saying why (the
-    policy above); nothing is written when it refuses."""
+    policy above); nothing is written when it refuses. ``create``: whether a
+    missing embedded default may be made (else refused, the folder untouched)."""
+    path = embedded_file(settings)
+    if path is not None and not _embedded_exists(path):
+        if not create:
+            raise UsageError(no_database(path))
+        # a warning: with no logging configured (a plain command) it reaches stderr
+        log.warning("new database: %s (empty)", path)
     state = schema_state(settings.db_url)
     problem = state.problem()
     if problem is None:
@@ -107,10 +148,14 @@ def open_sessions(settings: Settings) -> sessionmaker[ProctorSession]:
 
 
 @contextmanager
-def command_sessions(settings: Settings) -> Iterator[sessionmaker[ProctorSession]]:
+def command_sessions(
+    settings: Settings, *, create: bool = False
+) -> Iterator[sessionmaker[ProctorSession]]:
     """A session factory for a one-shot command that commits in several
-    transactions (one per episode, say); the engine is closed at the end."""
-    ensure_schema(settings)
+    transactions (one per episode, say); the engine is closed at the end.
+    ``create``: the command makes something, so a fresh embedded database
+    may be created for it (a reading command refuses instead)."""
+    ensure_schema(settings, create=create)
     engine = make_engine(settings.db_url)
     try:
         yield make_session_factory(engine)
@@ -119,8 +164,12 @@ def command_sessions(settings: Settings) -> Iterator[sessionmaker[ProctorSession
 
 
 @contextmanager
-def command_session(settings: Settings) -> Iterator[ProctorSession]:
+def command_session(settings: Settings, *, create: bool = False) -> Iterator[ProctorSession]:
     """One session for a one-shot command: one transaction, committed when the
-    block ends without an error, rolled back otherwise; the engine is closed."""
-    with command_sessions(settings) as sessions, session_scope(sessions) as session:
+    block ends without an error, rolled back otherwise; the engine is closed.
+    ``create`` as for ``command_sessions``."""
+    with (
+        command_sessions(settings, create=create) as sessions,
+        session_scope(sessions) as session,
+    ):
         yield session

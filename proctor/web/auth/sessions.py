@@ -124,8 +124,9 @@ def estimated_key_bits(key: str) -> float:
 
 def resolve_secret_key(settings: Settings) -> str:
     """The key that signs session cookies. Production refuses a missing,
-    short, low-entropy or default key; dev and test fall back to a published
-    default and say so loudly."""
+    short, low-entropy or default key; dev and test use the data folder's own
+    key when it has one (``data_dir_secret_key``), else fall back to a
+    published default and say so loudly."""
     key = settings.secret_key.get_secret_value() if settings.secret_key else None
     if settings.env == "prod":
         if not key:
@@ -150,6 +151,12 @@ def resolve_secret_key(settings: Settings) -> str:
                 "`python -c 'import secrets; print(secrets.token_urlsafe(48))'`"
             )
         return key
+    if not key and (settings.data_dir / DATA_DIR_KEY_FILE).exists():
+        # a data folder that made its own key (`proctor demo` does) keeps signing
+        # with it when served again: its sessions stay valid, and are never signed
+        # with the published key
+        log.info("signing sessions with the data folder's own key (%s)", DATA_DIR_KEY_FILE)
+        return data_dir_secret_key(settings.data_dir)
     if not key:
         log.warning(
             "!!! PROCTOR_SECRET_KEY is not set: signing sessions with the published "

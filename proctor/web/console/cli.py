@@ -15,9 +15,13 @@ import typer
 from proctor.core.domain import Side
 
 console_app = typer.Typer(
-    help="The operator console: reference photos of initial scenes.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="The operator console: reference photos of initial scenes.",
+    no_args_is_help=True,
 )
-photo_app = typer.Typer(help="Reference photos: add one, list them.", no_args_is_help=True)
+photo_app = typer.Typer(
+    rich_markup_mode=None, help="Reference photos: add one, list them.", no_args_is_help=True
+)
 console_app.add_typer(photo_app, name="photo")
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 submission_app = typer.Typer(
+    rich_markup_mode=None,
     help="Submissions: run queued conformance checks, clean abandoned uploads, "
     "register the human reference.",
     no_args_is_help=True,
