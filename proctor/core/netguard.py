@@ -162,7 +162,9 @@ def pin(url: str, *, allow_private: bool) -> Pinned:
     if private and not allow_private:
         raise AddressRefused(
             f"'{host}' resolves to a non-public address ({', '.join(private)}); policy "
-            "servers must be reachable on the public internet"
+            "servers must be reachable on the public internet (a dry run against a server "
+            "on this machine or network: set PROCTOR_SUBMISSIONS__ALLOW_PRIVATE_ENDPOINTS=true "
+            "on a server nobody else uses)"
         )
     return Pinned(host=host, port=port, addresses=tuple(addresses), public=not private)
 

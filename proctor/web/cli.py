@@ -44,15 +44,18 @@ def _err(message: str) -> None:
 
 
 @contextmanager
-def _accounts_session(ctx: typer.Context) -> Iterator[tuple[Settings, ProctorSession]]:
+def _accounts_session(
+    ctx: typer.Context, *, create: bool = False
+) -> Iterator[tuple[Settings, ProctorSession]]:
     """(settings, session) for an accounts command; one transaction,
-    committed when the command succeeds."""
+    committed when the command succeeds. ``create``: the command adds an
+    account (the first thing a new installation makes), so a data folder
+    with no database yet gets one; the others refuse."""
     from proctor.core.cli_context import cli_context
     from proctor.core.db.opening import command_session
 
     settings = cli_context(ctx).settings()
-    # an account is the first thing a new installation makes: it may create the database
-    with command_session(settings, create=True) as session:
+    with command_session(settings, create=create) as session:
         yield settings, session
 
 
@@ -148,7 +151,7 @@ def _add(
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UsageError(f"{err['loc'][0]}: {err['msg']}") from None
-    with _accounts_session(ctx) as (settings, session):
+    with _accounts_session(ctx, create=True) as (settings, session):
         if service.get_user_by_username(session, body.username) is not None:
             raise UsageError(f"user '{body.username}' already exists")
         password = None if no_password else read_new_password(password_env, body.username)

@@ -94,6 +94,12 @@ def test_a_reading_command_in_a_folder_without_data_creates_nothing(tmp_path: Pa
         assert f"there is no database in {tmp_path / 'proctor-data'}" in r.stderr
         assert "PROCTOR_DATA_DIR" in r.stderr
         assert list(tmp_path.iterdir()) == []
+    # a command that makes something makes the database, and says where
+    made = run(["user", "add", "ada", "--no-password", "--role", "submitter"], cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert f"new database: {tmp_path / 'proctor-data' / 'proctor.db'} (empty)" in made.stderr
+    listed = run(["user", "list"], cwd=tmp_path)
+    assert listed.returncode == 0 and "ada" in listed.stdout, listed.stderr
 
 
 def test_campaign_create_names_the_options_it_still_needs(tmp_path: Path) -> None:

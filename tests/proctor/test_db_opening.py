@@ -74,6 +74,9 @@ def test_the_embedded_default_is_migrated_on_first_use(
     tmp_path: Path,
     args: tuple[str, ...],
 ) -> None:
+    # a data folder whose database has no schema yet (an empty SQLite file); a folder
+    # with no database at all is refused by a reading command (tests/proctor/test_cli.py)
+    (tmp_path / "proctor.db").touch()
     code, err = _run(monkeypatch, capsys, args, {"PROCTOR_DATA_DIR": str(tmp_path)})
     assert code == 0, err
     assert migrate.current(embedded_database_url(tmp_path)) == migrate.head()
