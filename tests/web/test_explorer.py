@@ -89,7 +89,13 @@ def test_the_episode_json_names_the_policy_only_after_release(web: Web, tmp_path
     videos = doc.find_all("video")
     assert [v.get("data-camera") for v in videos] == ["exterior", "wrist"]
     assert videos[0].get("src") == body["cameras"][0]["video_url"]
-    assert doc.find("a", id="rrd-download").get("href") == f"/api/episodes/{pub_uid}/rrd"
+    # signed out, with no .rrd built yet: no link that would save a 401 as the file
+    assert doc.find_all("a", id="rrd-download") == []
+    assert doc.find("span", id="rrd-download").get("aria-disabled") == "true"
+    assert "built when a signed-in user first asks for it" in doc.find(id="rrd-unbuilt").text()
+    assert "rrd" not in body["links"]
+    signed_in = parse(c.get(f"/episodes/{pub_uid}", headers=rita).text)
+    assert signed_in.find("a", id="rrd-download").get("href") == f"/api/episodes/{pub_uid}/rrd"
     rows = doc.find("table", id="event-table").find_all("tr", data_marker_row=True)
     assert len(rows) == len(body["placements"]) + len(body["candidates"]) + sum(
         e["t_s"] is not None for e in body["events"]
@@ -137,6 +143,9 @@ def test_the_rrd_is_built_from_the_recording_and_verifies(web: Web, tmp_path: Pa
     np.testing.assert_array_equal(
         from_video, np.round(np.asarray(table["pts_s"]) * 1e9).astype(np.int64)
     )
+    # built: the signed-out page now offers it
+    doc = parse(c.get(f"/episodes/{uid}").text)
+    assert doc.find("a", id="rrd-download").get("href") == f"/api/episodes/{uid}/rrd"
     # the second download (anonymous) is the stored file, not a rebuild
     again = c.get(f"/api/episodes/{uid}/rrd")
     assert again.content == r.content

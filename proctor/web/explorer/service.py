@@ -45,6 +45,7 @@ from proctor.web.artifacts import redaction
 from proctor.web.artifacts.access import EpisodeAccess, is_staff
 from proctor.web.auth.identity import Principal, viewer
 from proctor.web.explorer.calls import CallsOut, calls_view
+from proctor.web.explorer.export import cached_rrd
 
 # how the public (and the export) names a person who reviewed an episode
 ANONYMOUS_REVIEWER = "a reviewer"
@@ -292,8 +293,11 @@ def episode_bundle(
         "page": f"/episodes/{episode.uid}",
         "api": f"/api/episodes/{episode.uid}",
         "telemetry": f"/api/episodes/{episode.uid}/telemetry",
-        "rrd": f"/api/episodes/{episode.uid}/rrd",
     }
+    # the .rrd is built on a signed-in user's first request and then served to all;
+    # a visitor gets the link only once it exists (else a 401 saved as the file)
+    if who is not None or cached_rrd(session, episode, redacted=access.redacted) is not None:
+        links["rrd"] = f"/api/episodes/{episode.uid}/rrd"
     if campaign is not None and (released or (who and who.is_admin)):
         links["leaderboard"] = f"/leaderboard/{campaign.id}"
         if label is not None:
