@@ -135,6 +135,41 @@ def test_the_policy_pages_charts_render(page: Any, live_server: LiveServer) -> N
     cell = page.locator("tr[data-mode=envelope_interventions_per_episode] span.num")
     assert float(cell.get_attribute("data-value")) == pytest.approx(envelope, rel=1e-12)
     assert cell.text_content() == num(envelope)
+
+    # the time axis fits the data: the curves span at least half the plot's width
+    # (a 0–τ axis squeezed them into its left few percent), τ named in the label
+    def spans(i: int) -> float:
+        """How far across the plot the curves rise: the last success's x, as a
+        share of the plot area's width (a step drawn flat to τ does not count)."""
+        return page.evaluate(
+            """i => {
+                const c = window.proctorPolicyCharts[`cdf-${i}`];
+                let last = 0;
+                for (const s of c.series) {
+                    for (let k = 1; k < s.x.length; k++) {
+                        if (s.y[k] > s.y[k - 1]) last = Math.max(last, s.x[k]);
+                    }
+                }
+                const plotWidth = c.width - c.m.l - c.m.r;
+                return (c.sx(last) - c.m.l) / plotWidth;
+            }""",
+            i,
+        )
+
+    tau = result["protocol"]["tau"]
+    for i in range(n_objects):
+        assert spans(i) >= 0.5, (i, spans(i))
+        label = page.text_content(f"[data-chart=cdf][data-index='{i}'] svg")
+        assert f"τ = {tau:g} s" in label
+    fitted = float(page.get_attribute("[data-chart=cdf][data-index='0']", "data-fitted"))
+    assert fitted < tau  # this campaign's successes all come well before τ
+    toggle = page.locator(".chart-toolbar[data-export='cdf-0'] button[data-act=time-range]")
+    toggle.click()  # the whole 0–τ, τ's line at the right edge
+    assert toggle.get_attribute("aria-pressed") == "true"
+    assert spans(0) < fitted / tau
+    assert page.locator("[data-chart=cdf][data-index='0'] svg line[data-vline='τ']").count() == 1
+    toggle.click()
+    assert spans(0) >= 0.5
     # hovering a CDF reads its values out
     box = page.locator("[data-chart=cdf][data-index='0'] svg").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)

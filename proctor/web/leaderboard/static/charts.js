@@ -66,6 +66,59 @@
     return v.toPrecision(2).replace(/\.?0+$/, "");
   }
 
+  // the smallest round number at or above v (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or
+  // 8 × 10^k: a step of at most a third, so the data keep most of the axis)
+  function niceCeil(v) {
+    const mag = 10 ** Math.floor(Math.log10(v));
+    return [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10].map((m) => m * mag).find((c) => c >= v - 1e-12 * mag);
+  }
+
+  // A time axis that fits the data: from 0 to a little past the last time any
+  // series rises (its last success), capped at tau. Successes that all come
+  // early would otherwise be squeezed into the left few percent of a 0–τ axis.
+  function timeDomain(series, tau) {
+    let last = 0;
+    for (const s of series) {
+      let prev = 0;
+      for (let i = 0; i < s.x.length; i++) {
+        const y = s.y[i];
+        if (Number.isFinite(y) && Number.isFinite(s.x[i]) && y > prev + 1e-12) last = Math.max(last, s.x[i]);
+        if (Number.isFinite(y)) prev = y;
+      }
+    }
+    if (!(last > 0) || !(tau > 0)) return [0, tau > 0 ? tau : 1];
+    return [0, Math.min(tau, niceCeil(last * 1.1))];
+  }
+
+  // A time-to-success chart: fitted to the data, τ marked where it is on the axis
+  // and named in the label where it is past it, with a button (in ``toolbar``)
+  // that switches between the fitted axis and the whole 0–τ.
+  function timeChart(container, opts, tau, toolbar) {
+    const fitted = timeDomain(opts.series || [], tau);
+    const cut = fitted[1] < tau;
+    const label = `${opts.xLabel || "t, s"} (τ = ${fmt(tau)} s${cut ? ", past the axis's end" : ""})`;
+    const chart = new LineChart(container, Object.assign({}, opts, {
+      xDomain: fitted, xLabel: label, vLines: [{ x: tau, label: "τ" }],
+    }));
+    container.dataset.fitted = String(fitted[1]);
+    if (toolbar && cut) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "button small";
+      b.dataset.act = "time-range";
+      const show = (whole) => {
+        chart.fullX = whole ? [0, tau] : fitted.slice();
+        chart.setXDomain(chart.fullX);
+        b.textContent = whole ? `fit to the data (0–${fmt(fitted[1])} s)` : `whole 0–τ (${fmt(tau)} s)`;
+        b.setAttribute("aria-pressed", String(whole));
+      };
+      b.addEventListener("click", () => show(b.getAttribute("aria-pressed") !== "true"));
+      show(false);
+      toolbar.appendChild(b);
+    }
+    return chart;
+  }
+
   function finiteExtent(arrays) {
     let lo = Infinity;
     let hi = -Infinity;
@@ -241,6 +294,11 @@
           x2: sx(Math.min(x1, y1)), y2: sy(Math.min(x1, y1)),
           stroke: "#9aa4b1", "stroke-dasharray": "4 4", "stroke-width": 1,
         }, plot);
+      }
+      for (const v of this.opts.vLines || []) {
+        if (!(v.x >= x0 && v.x <= x1)) continue;
+        el("line", { x1: sx(v.x), x2: sx(v.x), y1: m.t, y2: m.t + ph, stroke: v.color || "#7f8c8d", "stroke-dasharray": "6 3", "data-vline": v.label || "" }, plot);
+        if (v.label) text(plot, sx(v.x) - 4, m.t + 12, v.label, { "text-anchor": "end", fill: v.color || "#7f8c8d" });
       }
       for (const h of this.opts.hLines || []) {
         el("line", { x1: m.l, x2: m.l + pw, y1: sy(h.y), y2: sy(h.y), stroke: h.color || "#9aa4b1", "stroke-dasharray": "4 4" }, plot);
@@ -665,6 +723,8 @@
 
   window.ProctorCharts = {
     line: (container, opts) => new LineChart(container, opts),
+    timeChart,
+    timeDomain,
     forest: (container, opts) => new ForestChart(container, opts),
     exportButtons,
     exportSVG,

@@ -18,10 +18,9 @@
         name: d[side], x: c[side].t, y: c[side].cdf, lo: c[side].lo, hi: c[side].hi,
         step: true, xEnd: d.tau_s, color: COLORS[side],
       }));
-      ProctorCharts.line(box, {
-        series, xLabel: "time to success t, s", yLabel: "F(t)", yDomain: [0, 1.02],
-        xDomain: [0, d.tau_s], height: 240,
-      });
+      ProctorCharts.timeChart(box, {
+        series, xLabel: "time to success t, s", yLabel: "F(t)", yDomain: [0, 1.02], height: 240,
+      }, d.tau_s, null);
     });
   }
 

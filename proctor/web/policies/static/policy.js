@@ -30,10 +30,10 @@
       const o = d.objects[Number(box.dataset.index)];
       const series = [stepSeries(d.label, o.km, POLICY, d.tau, true)];
       if (o.comparator_km) series.push(stepSeries(d.comparator, o.comparator_km, OTHER, d.tau, true));
-      const chart = ProctorCharts.line(box, {
-        series, xLabel: "time to success t, s", yLabel: "F(t)", yDomain: [0, 1.02],
-        xDomain: [0, d.tau], height: 260,
-      });
+      const bar = document.querySelector(`.chart-toolbar[data-export="cdf-${box.dataset.index}"]`);
+      const chart = ProctorCharts.timeChart(box, {
+        series, xLabel: "time to success t, s", yLabel: "F(t)", yDomain: [0, 1.02], height: 260,
+      }, d.tau, bar);
       charts[`cdf-${box.dataset.index}`] = chart;
       addExport(`cdf-${box.dataset.index}`, chart, `cdf-${slug(d.label)}-${slug(o.object)}`);
     });
