@@ -142,7 +142,7 @@ def main() -> None:
         shutil.copytree(source, tmp / "copied")
         took = time.perf_counter() - t0
         rows.append(("baseline: copytree of the recordings", took, _size_mb(tmp / "copied")))
-        for mode in (VideoMode.copy, VideoMode.encode):
+        for mode in (VideoMode.copy, VideoMode.reencode):
             out = tmp / f"lerobot-{mode.value}"
             load = os.getloadavg()[0]
             _evict(source, tmp / "proctor.db")

@@ -71,7 +71,7 @@ def _lerobot(session: ProctorSession, store: ArtifactStore, r: ExportRequest) ->
         policy=r.policy,
         stream=r.stream,
         progress=r.progress,
-        video=VideoMode.encode if r.reencode else VideoMode.copy,
+        video=VideoMode.reencode if r.reencode else VideoMode.copy,
     )
 
 

@@ -19,7 +19,7 @@ Two ways to get there (``VideoMode``):
   recording's. Episodes copied into one file share the recording's codec
   parameters (its ``avcC``): a recording with other parameters (another
   preset, CRF or size at the station) goes to a file of its own.
-- **encode**: every chosen frame decoded and re-encoded (a frame repeated or
+- **reencode**: every chosen frame decoded and re-encoded (a frame repeated or
   skipped where another camera's nearest frame says so, a size changed). Used
   for the episodes copy cannot take, and for all of them when asked
   (``proctor export --reencode``).
@@ -106,7 +106,7 @@ class PixelStats:
 
 class VideoMode(StrEnum):
     copy = "copy"  # stream-copy every episode that allows it, re-encode the rest
-    encode = "encode"  # re-encode every episode
+    reencode = "reencode"  # re-encode every episode
 
 
 class SourceVideo:

@@ -234,10 +234,10 @@ def test_reencode_decodes_every_video_and_keeps_the_frames(
     demo = _demo(db_session, artifact_store, tmp_path, CampaignStatus.released)
     out = tmp_path / "lerobot"
     export_lerobot(
-        db_session, artifact_store, campaign=demo.campaign, out=out, video=VideoMode.encode
+        db_session, artifact_store, campaign=demo.campaign, out=out, video=VideoMode.reencode
     )
     doc = json.loads((out / "meta" / "proctor.json").read_text())
-    assert doc["videos"] == {"mode": "encode", "copied": 0, "reencoded": 6}
+    assert doc["videos"] == {"mode": "reencode", "copied": 0, "reencoded": 6}
     n = int(SPEC.duration_s * SPEC.fps)
     with av.open(str(out / "videos/observation.images.wrist/chunk-000/file-000.mp4")) as src:
         frames = list(src.decode(video=0))
