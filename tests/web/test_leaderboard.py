@@ -137,12 +137,21 @@ def test_the_page_prints_the_snapshots_numbers(web: Web, released: SeededCampaig
     assert None in envelope and any(v is not None and v > 0 for v in envelope)
     pair_rows = doc.find("table", id="pair-table").find_all("tr", data_pair=True)
     assert len(pair_rows) == len(result["pairs"])
+    floors: list[bool] = []
     for tr, pr in zip(pair_rows, result["pairs"], strict=True):
         assert tr.get("data-pair") == f"{pr['a']}|{pr['b']}"
         assert tr.get("data-verdict") == pr["verdict"]
         more = (pr["power"] or {}).get("more_episodes_per_cell")
         if more is not None:
             assert f"≈ {more} more episodes per cell needed" in tr.text()
+        # a p at its resampling floor (no relabelling as extreme) reads "≤", the rest as is
+        ks = pr["macro_ks"]
+        floor = ks["p"] <= 1 / (ks["resamples"] + 1) + 1e-12
+        shown = tr.find("span", data_key="ks_p").text()
+        want = f"{ks['p_bonferroni']:.3f}"
+        assert shown == (f"≤ {want}" if floor else want), (pr["a"], pr["b"], shown, ks)
+        floors.append(floor)
+    assert any(floors) and not all(floors), floors  # the seeded campaign has both kinds
 
 
 def test_every_number_links_to_what_it_was_computed_from(
@@ -435,3 +444,15 @@ def test_the_unclear_verdict_and_old_snapshots_verdicts_render(
     assert "crossing" in rows[2].text()
     grid = doc.find_all("td", class_="verdict-unclear")
     assert grid and all("≠" in td.text() for td in grid)
+
+
+def test_p_values_print_their_floor_as_at_most() -> None:
+    from proctor.web.leaderboard.format import at_resampling_floor, pvalue
+
+    # 1999 resamples: the smallest p is 1/2000 = 0.0005; Bonferroni over 10 pairs: 0.005
+    assert at_resampling_floor(1 / 2000, 1999) and not at_resampling_floor(2 / 2000, 1999)
+    assert pvalue(10 / 2000, at_floor=True) == "≤ 0.005"
+    assert pvalue(10 / 2000) == "0.005"
+    assert pvalue(0.0004) == "< 0.001"
+    assert pvalue(1 / 2000, at_floor=True) == "≤ 5.0e-04"
+    assert not at_resampling_floor(0.0005, None)  # no resamples recorded: never claimed

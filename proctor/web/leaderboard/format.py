@@ -22,12 +22,25 @@ def pct(x: Any, digits: int = 1) -> str:
     return f"{100.0 * x:.{digits}f}" if _ok(x) else DASH
 
 
-def pvalue(p: Any) -> str:
+def pvalue(p: Any, at_floor: bool = False) -> str:
+    """A p-value as the board prints it. ``at_floor``: it is the smallest the
+    test's resamples allow (1/(R + 1), times the pairs under Bonferroni), so
+    the truth is that or less: "≤ 0.005", never an exact-looking "0.005"."""
     if not _ok(p):
         return DASH
+    if at_floor:
+        return f"≤ {p:.3f}" if p >= 0.001 else f"≤ {p:.1e}"
     if p < 0.001:
-        return "<0.001"
+        return "< 0.001"
     return f"{p:.3f}"
+
+
+def at_resampling_floor(p: Any, resamples: int | None) -> bool:
+    """Whether the unadjusted p ``p`` of a test with ``resamples`` resamples
+    is the smallest it can be, ``1 / (resamples + 1)`` (no resample as extreme)."""
+    if not _ok(p) or not resamples:
+        return False
+    return bool(p <= 1.0 / (resamples + 1) * (1 + 1e-9))
 
 
 def short_hash(h: str | None, n: int = 12) -> str:

@@ -27,6 +27,7 @@ from proctor.analysis.snapshot import (
 )
 from proctor.core.domain import CampaignStatus, LabelStream
 from proctor.web.leaderboard.board import Board, CampaignInfo
+from proctor.web.leaderboard.format import at_resampling_floor
 
 
 class IntervalOut(BaseModel):
@@ -189,6 +190,12 @@ class PairOut(BaseModel):
     ks_statistic: float
     ks_p_bonferroni: float
     logrank_p_bonferroni: float
+    ks_p_at_floor: bool = Field(
+        default=False,
+        description="the macro-KS p is the smallest its resamples allow (1/(R + 1)): the "
+        "truth is that or smaller",
+    )
+    logrank_p_at_floor: bool = Field(default=False, description="likewise the log-rank's p")
     rmst_diff: IntervalOut = Field(description="macro RMST a − b, s (negative: a faster)")
     auc: IntervalOut = Field(description="P(T_a < T_b) + ½ ties, macro over objects")
     per_object_ks: dict[str, float]
@@ -356,6 +363,8 @@ def leaderboard_view(board: Board) -> LeaderboardOut:
                 ks_statistic=q.macro_ks.statistic,
                 ks_p_bonferroni=q.macro_ks.p_bonferroni,
                 logrank_p_bonferroni=q.logrank.p_bonferroni,
+                ks_p_at_floor=at_resampling_floor(q.macro_ks.p, q.macro_ks.resamples),
+                logrank_p_at_floor=at_resampling_floor(q.logrank.p, q.logrank.resamples),
                 rmst_diff=_iv(q.rmst_diff),
                 auc=_iv(q.auc),
                 per_object_ks={o.object: o.statistic for o in q.macro_ks.per_object},
