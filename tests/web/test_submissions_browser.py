@@ -90,6 +90,13 @@ def test_upload_with_progress_pause_and_resume_then_the_report(
     assert len(set(offsets)) >= 8  # many chunks, none sent twice in a row at the same place
     # the page's own SHA-256 agreed with the server's, and the report is shown
     assert page.inner_text("dl.facts").count(sha(data)) == 1
+    # the hash wraps inside its card on a phone-sized screen, never past its edge
+    page.set_viewport_size({"width": 400, "height": 800})
+    rights = page.eval_on_selector(
+        "dl.facts", "dl => [...dl.querySelectorAll('dd')].map(d => d.getBoundingClientRect().right)"
+    )
+    assert max(rights) <= 400, rights
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400
     summary = page.inner_text("[data-testid=report-summary]")
     assert summary.startswith("Stored and inspected.")
     assert page.get_attribute("[data-testid=conformance-report]", "data-verdict") == "pending"
