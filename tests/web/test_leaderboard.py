@@ -456,3 +456,36 @@ def test_p_values_print_their_floor_as_at_most() -> None:
     assert pvalue(0.0004) == "< 0.001"
     assert pvalue(1 / 2000, at_floor=True) == "≤ 5.0e-04"
     assert not at_resampling_floor(0.0005, None)  # no resamples recorded: never claimed
+
+
+def test_a_view_with_too_few_episodes_a_cell_ranks_no_one(web: Web) -> None:
+    """Three episodes a cell, a third of them never reviewed: the reviewed-only
+    view has two a cell, below the three a rank needs. Its rows stay, greyed,
+    with no rank and the reason; the default view ranks them."""
+    from proctor.web.leaderboard.schemas import MIN_EPISODES_TO_RANK
+
+    with web.db() as s:
+        seeded = seed_campaign(
+            s, released=True, episodes_per_cell=MIN_EPISODES_TO_RANK, seed=5, streams=ALL_STREAMS
+        )
+    c = web.client()
+    cid = seeded.campaign_id
+    full = parse(c.get(f"/leaderboard/{cid}").text)
+    rows = full.find("table", id="board-table").find_all("tr", data_policy=True)
+    ranks = [r.find("td", data_key="rank").text() for r in rows]
+    assert ranks[1:] == [str(k) for k in range(1, len(rows))], ranks  # the reference first
+    assert full.find_all("p", data_rank_withheld=True) == []
+
+    thin = parse(c.get(f"/leaderboard/{cid}?stream=reviewed_only").text)
+    rows = thin.find("table", id="board-table").find_all("tr", data_policy=True)
+    policies = [r for r in rows if "reference" not in (r.get("class") or "")]
+    assert policies
+    for r in policies:
+        assert r.find("td", data_key="rank").text() == "—"
+        assert "unranked" in r.get("class", "")
+        assert f"a rank needs {MIN_EPISODES_TO_RANK}" in r.get("title", "")
+    notes = thin.find_all("p", data_rank_withheld=True)
+    assert {n.get("data-rank-withheld") for n in notes} == {r.get("data-policy") for r in policies}
+    body = c.get(f"/api/leaderboard/{cid}?stream=reviewed_only").json()
+    withheld = [row["rank_withheld"] for row in body["rows"] if not row["reference"]]
+    assert all(w and "episode(s) on" in w for w in withheld), withheld

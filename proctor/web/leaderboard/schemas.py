@@ -23,11 +23,17 @@ from proctor.analysis.snapshot import (
     LatencySnapshot,
     LeaderboardSnapshot,
     ObjectPairSnapshot,
+    PolicySnapshot,
     SuccessSnapshot,
 )
 from proctor.core.domain import CampaignStatus, LabelStream
 from proctor.web.leaderboard.board import Board, CampaignInfo
 from proctor.web.leaderboard.format import at_resampling_floor
+
+# the smallest cell (a policy's episodes on one object) a rank is shown for: the
+# smallest size whose interval coverage docs/methods.md §4 measured (below it, one or
+# two episodes give an interval of width zero or nearly)
+MIN_EPISODES_TO_RANK = 3
 
 
 class IntervalOut(BaseModel):
@@ -139,7 +145,16 @@ class RowBase(BaseModel):
     )
     note: str | None = Field(description="'identity withheld by the submitter' where it is")
     reference: bool
-    rank: int | None
+    rank: int | None = Field(
+        description="the analysis' order (1 = best); the board prints none where "
+        "rank_withheld gives a reason"
+    )
+    rank_withheld: str | None = Field(
+        default=None,
+        description="why the board shows no rank for this row: a cell (the policy on one "
+        f"object) with fewer than {MIN_EPISODES_TO_RANK} episodes, too few for its interval "
+        "to mean anything (docs/methods.md §4, 'Interval coverage'); null: ranked",
+    )
     letters: str = Field(description="compact letter display: rows sharing a letter are unresolved")
     episodes: int
     operations: int
@@ -301,6 +316,25 @@ def _iv(x: IntervalSnapshot | None) -> IntervalOut:
     return out if out is not None else IntervalOut(estimate=None, lo=None, hi=None)
 
 
+def rank_withheld(p: PolicySnapshot) -> str | None:
+    """Why a policy's rank is not shown: its smallest cell is below
+    ``MIN_EPISODES_TO_RANK`` (a view of few labels, such as reviewed-only early
+    on, would otherwise rank a policy first on one episode with an interval of
+    width zero). None for the reference and for a policy with enough episodes."""
+    if p.reference:
+        return None
+    thin = [(o.episodes, o.object) for o in p.per_object if o.episodes < MIN_EPISODES_TO_RANK]
+    if not p.per_object or p.episodes < MIN_EPISODES_TO_RANK:
+        return f"{p.episodes} episode(s) in this view: a rank needs {MIN_EPISODES_TO_RANK} a cell"
+    if not thin:
+        return None
+    n, obj = min(thin)
+    return (
+        f"{n} episode(s) on {obj} in this view: a rank needs {MIN_EPISODES_TO_RANK} on "
+        "every object it ran"
+    )
+
+
 def _rows(board: Board, r: LeaderboardSnapshot) -> list[RowBase]:
     rows: list[RowBase] = []
     for p in r.policies:
@@ -320,6 +354,7 @@ def _rows(board: Board, r: LeaderboardSnapshot) -> list[RowBase]:
                 note=board.note(label),
                 reference=p.reference,
                 rank=p.rank,
+                rank_withheld=rank_withheld(p),
                 letters=p.letters,
                 episodes=p.episodes,
                 operations=p.operations,
