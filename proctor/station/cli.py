@@ -68,7 +68,12 @@ def run(
         typer.Option(help="The campaign (id or name) to claim runs of, with --server."),
     ] = None,
 ) -> None:
-    """Start the station daemon and its local API for the operator console."""
+    """Start the station daemon and its local API for the operator console.
+
+    Runs come from a work source: --server and --campaign (the station API; the
+    token in PROCTOR_STATION_TOKEN, issued by `proctor station enrol` on the
+    server), or the config's [work]. With neither, the station claims no runs.
+    """
     import uvicorn
 
     from proctor.core.station_key import ensure_station_key

@@ -478,8 +478,20 @@ class StationDaemon:
         return ref[1][camera]
 
 
+# what the console says when a station with no work source is asked for a run
+NO_SOURCE = (
+    "this station has no work source (started without --server and --campaign, and its "
+    "config names no [work]), so it claims no runs. To run a campaign's episodes: on the "
+    "server, `proctor station enrol NAME --profile PROFILE` (it prints a token); on this "
+    "host, PROCTOR_STATION_TOKEN=<token> proctor station run --server https://SERVER "
+    "--campaign CAMPAIGN (proctor/station/README.md)"
+)
+
+
 def _empty_source() -> WorkSource:
     class _Nothing:
+        nothing_reason = NO_SOURCE
+
         def claim(self) -> Work | None:
             return None
 

@@ -202,3 +202,29 @@ def test_a_safety_stop_while_idle_halts_and_latches(console) -> None:
     assert client.post("/api/recover").json()["arm_error"] is None
     assert client.post("/api/home", json={"cell_clear": True}).status_code == 200
     assert client.post("/api/next").json()["state"] == "armed"
+
+
+def test_a_station_without_a_work_source_says_how_to_get_runs(station_db, tmp_path: Path) -> None:
+    """Started as `proctor station run --profile sim` is (no --server, no [work]):
+    Next run answers 404 with why there is no work and the commands that give some."""
+    _, sessions = station_db
+    daemon = StationDaemon(
+        sim_config(name="cell-bare", console_deadman_s=0),
+        "sim",
+        sessions=sessions,
+        store=LocalArtifactStore(tmp_path / "artifacts"),
+        spool_root=tmp_path / "spool",
+    )
+    daemon.open()
+    try:
+        with station_client(daemon) as client:
+            refused = client.post("/api/next")
+            assert refused.status_code == 404, refused.text
+            detail = str(refused.json()["detail"])
+            assert detail.startswith("no work: this station has no work source")
+            steps = ("proctor station enrol", "PROCTOR_STATION_TOKEN", "--server", "--campaign")
+            for step in steps:
+                assert step in detail, step
+            assert client.get("/api/status").json()["state"] == "idle"  # nothing was claimed
+    finally:
+        daemon.close()

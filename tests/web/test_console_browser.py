@@ -277,3 +277,44 @@ def test_start_stop_safety_stop_and_the_post_rollout_form(
     assert "console link lost" in page.locator("#log-reason").inner_text()
 
     assert page.page_errors == []
+
+
+def test_a_skipped_run_is_told_once_and_a_station_gone_has_no_green_dot(
+    live_server: LiveServer, station_sock: socket.socket, tmp_path: Path, page: Any
+) -> None:
+    """The policy's server is down: Next run skips the run, and the operator
+    reads that once (the station's notice), not also as a red error with the
+    same words. Then the station itself stops: OFFLINE, and the dot beside it
+    is not green (the console server still answers; the station does not)."""
+    from tests.web.console_support import closed_port_url
+
+    live_server.add_user("olga", Role.operator)
+    dead_policy = closed_port_url().replace("http://", "ws://")
+    with running_station(
+        sock=station_sock,
+        db_url=live_server.settings.db_url,
+        artifacts=live_server.settings.artifacts_location,
+        spool=tmp_path / "spool",
+        key_file=live_server.settings.station_key_path,
+        source=adhoc_source(dead_policy, items=3, cap_s=30.0),
+        clock="monotonic",
+    ):
+        sign_in(page, "olga")
+        page.goto("/console")
+        _wait_state(page, "idle")
+        _until(page, "document.getElementById('link-state').classList.contains('up')")
+        with page.expect_response(
+            lambda r: r.request.method == "POST" and r.url.endswith("/next")
+        ) as answered:
+            page.click("#btn-next")
+        assert answered.value.status == 503  # the pre-flight failed: the run was skipped
+        # the page handles that answer, then shows the station's notice
+        _until(page, "!document.getElementById('notice').hidden")
+        assert "skipped" in page.locator("#notice").inner_text()
+        assert page.is_hidden("#action-message"), page.locator("#action-message").inner_text()
+        assert _state(page) == "idle"
+    _wait_state(page, "offline")
+    assert page.locator("#station-state").inner_text().lower() == "offline"
+    _until(page, "!document.getElementById('link-state').classList.contains('up')")
+    assert "not answering" in str(page.get_attribute("#link-state", "title"))
+    assert page.page_errors == []

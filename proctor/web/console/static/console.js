@@ -65,6 +65,13 @@
       apply(next);
       return true;
     } catch (err) {
+      if (action === "next" && err.status === 503) {
+        // the policy failed its pre-flight: the run was skipped and the station's own
+        // notice says so (one message, not the notice and this error with the same text)
+        message("", "info");
+        window.Proctor.api(`${API}/status`).then(apply).catch(() => {});
+        return false;
+      }
       message(err.message || String(err), err.status === 409 ? "warning" : "error");
       return false;
     }
@@ -108,15 +115,26 @@
     }
   }
 
+  // the dot is green only while the page hears the station itself: the console server
+  // can be up (the events socket open) while the station behind it is offline
+  let linkOpen = false;
+  function showLink() {
+    const up = linkOpen && status.state !== "offline";
+    const dot = $("link-state");
+    dot.classList.toggle("up", up);
+    dot.title = up ? "live connection to the station" : (linkOpen ? "the station is not answering" : "no connection to the console server");
+  }
+
   function connectEvents() {
     const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${API}/events`;
     const ws = new WebSocket(url);
-    ws.onopen = () => { $("link-state").classList.add("up"); };
+    ws.onopen = () => { linkOpen = true; showLink(); };
     ws.onmessage = (event) => {
       try { apply(JSON.parse(event.data)); } catch (_) { /* a frame we cannot read */ }
     };
     ws.onclose = () => {
-      $("link-state").classList.remove("up");
+      linkOpen = false;
+      showLink();
       setTimeout(connectEvents, RETRY_MS);
     };
   }
@@ -152,6 +170,7 @@
     statusAt = performance.now();
     const root = $("console");
     root.dataset.state = next.state;
+    showLink();
     $("station-name").textContent = next.station ? `${next.station}${next.profile ? ` (${next.profile})` : ""}` : "station";
     $("station-state").textContent = next.state === "offline" ? "offline" : next.state.replace("_", " ");
     $("station-state").className = `state-badge state-${next.state}`;
