@@ -489,3 +489,23 @@ def test_a_view_with_too_few_episodes_a_cell_ranks_no_one(web: Web) -> None:
     body = c.get(f"/api/leaderboard/{cid}?stream=reviewed_only").json()
     withheld = [row["rank_withheld"] for row in body["rows"] if not row["reference"]]
     assert all(w and "episode(s) on" in w for w in withheld), withheld
+
+
+def test_the_scores_table_explains_itself_on_the_page(web: Web, released: SeededCampaign) -> None:
+    """Every column and mark is defined in text on the page (touch screens and
+    skimmers never see hover titles)."""
+    from proctor.analysis.metrics import METRICS
+
+    doc = parse(web.client().get(f"/leaderboard/{released.campaign_id}").text)
+    legend = doc.find("details", id="scores-legend")
+    assert legend.get("open") is not None
+    text = legend.text()
+    shown = [m for m in METRICS if legend.find_all("dt", data_legend=m.name)]
+    assert shown, "no metric defined"
+    for m in shown:
+        assert m.description in text, m.name
+    header = [th.text() for th in doc.find("table", id="board-table").find_all("th", scope="col")]
+    for m in shown:
+        assert m.label in header, m.label  # the legend defines the columns the table has
+    for word in ("Rank", "Group", "compact letter display", "Bonferroni", "⚠"):
+        assert word in text, word
