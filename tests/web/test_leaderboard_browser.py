@@ -85,6 +85,35 @@ def test_the_leaderboard_shows_the_snapshots_numbers(page: Any, live_server: Liv
     assert page.page_errors == []
 
 
+@pytest.mark.parametrize("width", [1400, 1280, 800])
+def test_the_board_opens_with_what_was_evaluated_and_the_ranking(
+    page: Any, live_server: LiveServer, width: int
+) -> None:
+    """At 1280×900 (and 1400, and a tablet's 800) the first screen says what was
+    evaluated and shows the ranking; the protocol's details are folded away."""
+    cid, result = _seed(live_server)
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"/leaderboard/{cid}")
+    summary = page.locator("[data-testid=board-summary]")
+    text = " ".join(summary.inner_text().split())
+    n = sum(not p["reference"] for p in result["policies"])
+    assert f"{n} policies against the human reference" in text, text
+    objects = sorted({o["object"] for p in result["policies"] for o in p["per_object"]})
+    assert f"on {len(objects)} objects" in text and all(o in text for o in objects), text
+    first = next(p["policy"] for p in result["policies"] if p["rank"] == 1)
+    assert page.locator("[data-testid=board-first]").inner_text() == first
+    # the ranking: the header and every policy row inside the first viewport
+    rows = page.locator("#board-table tbody tr")
+    assert rows.count() == len(result["policies"])
+    for i in range(rows.count()):
+        box = rows.nth(i).bounding_box()
+        assert box is not None and box["y"] + box["height"] <= 900, (width, i, box)
+    assert not page.locator("#protocol-details").evaluate("d => d.open")
+    assert page.locator("dl.protocol").is_hidden()
+    page.click("#protocol-details summary")
+    assert page.locator("dl.protocol").is_visible()
+
+
 def test_the_leaderboard_chart_exports_and_fits_a_tablet(
     page: Any, live_server: LiveServer
 ) -> None:
