@@ -62,6 +62,14 @@ def test_matched_episodes_and_curves(web: Web, released: SeededCampaign) -> None
     assert body["curves"][0]["a"] == pa["per_object"][0]["km"]
     pair = next(q for q in result["pairs"] if {q["a"], q["b"]} == {a, b})
     assert body["verdict"]["verdict"] == pair["verdict"]
+    # the page says why, with the snapshot's numbers, not the verdict's word alone
+    page = web.client().get(f"/leaderboard/{cid}/compare", params={"a": a, "b": b})
+    reason = parse(page.text).find("span", data_testid="verdict-reason").text()
+    assert f"macro-KS p = {pair['macro_ks']['p_bonferroni']:.3f}" in reason, reason
+    # in the snapshot's order of the pair (its ΔRMST is a − b)
+    rmst = pair["rmst_diff"]["estimate"]
+    assert f"RMST {pair['a']} − {pair['b']} = {rmst:.1f} s" in reason, reason
+    assert f"AUC = P({pair['a']} faster) = {pair['auc']['estimate']:.2f}" in reason, reason
 
 
 def test_every_pair_links_to_its_compare_page(web: Web, released: SeededCampaign) -> None:

@@ -156,6 +156,13 @@ def compare_view(session: ProctorSession, board: Board, a: str, b: str) -> Compa
                 "verdict": q.verdict,
                 "winner": q.winner,
                 "significant": q.significant,
+                # the numbers behind it, so the page can say why in one line
+                "ks_p_bonferroni": q.macro_ks.p_bonferroni,
+                "rmst_diff": [q.rmst_diff.estimate, q.rmst_diff.lo, q.rmst_diff.hi],
+                "rmst_diff_bonferroni": None
+                if q.rmst_diff_bonferroni is None
+                else [q.rmst_diff_bonferroni.lo, q.rmst_diff_bonferroni.hi],
+                "auc": q.auc.estimate,
             }
             for q in board.snapshot.pairs
             if {q.a, q.b} == {a, b}
