@@ -54,6 +54,7 @@ policies' episodes, before release too (a private export).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable
@@ -206,6 +207,13 @@ class _Videos:
         self.open.clear()
         return self.closed
 
+    def abort(self) -> None:
+        """Close every open file after a failure (the staged folder is then removed)."""
+        for _, _, video in self.open.values():
+            with contextlib.suppress(Exception):
+                video.close()
+        self.open.clear()
+
 
 @dataclass
 class _Episode:
@@ -349,6 +357,13 @@ class _Writer:
             self._add(item, rec)
         finally:
             rec.close()
+
+    def abort(self) -> None:
+        """Close what is open after a failure, so the staged folder can go."""
+        if self.videos is not None:
+            self.videos.abort()
+        with contextlib.suppress(Exception):
+            self.data.close()
 
     def _video(
         self, rec: Recording, camera: str, size: tuple[int, int], picks: np.ndarray
@@ -575,11 +590,15 @@ def export_lerobot(
             excluded={x.episode_id: x.reason for x in table.excluded},
             mode=video,
         )
-        with writer.pool:
-            for i, item in enumerate(chosen):
-                writer.add(item)
-                if progress is not None:
-                    progress(i + 1, len(chosen))
+        try:
+            with writer.pool:
+                for i, item in enumerate(chosen):
+                    writer.add(item)
+                    if progress is not None:
+                        progress(i + 1, len(chosen))
+        except BaseException:
+            writer.abort()
+            raise
         if not writer.got.episodes:
             raise UsageError(f"campaign '{aud.campaign.name}': no episode has a recording")
         _write_meta(partial, writer, aud, stream)

@@ -117,7 +117,14 @@ class SourceVideo:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._src = av.open(str(path))
-        self.stream = self._src.streams.video[0]
+        try:
+            self._read(self._src)
+        except BaseException:
+            self._src.close()
+            raise
+
+    def _read(self, src: av.container.InputContainer) -> None:
+        self.stream = src.streams.video[0]
         ctx = self.stream.codec_context
         self.codec: str = ctx.name
         self.width: int = ctx.width
@@ -148,14 +155,19 @@ class SourceVideo:
                 yield packet
 
     def read_packets(self) -> Iterator[av.Packet]:
-        """Every packet, in decode order, from the first."""
+        """Every packet, in decode order, from the first (for a copyable
+        recording, whose first packet is a keyframe: a seek to 0 lands on it)."""
         self._src.seek(0, stream=self.stream)
         return self._packets()
 
     def read_frames(self) -> Iterator[av.VideoFrame]:
-        """Every frame decoded, in order, from the first."""
-        self._src.seek(0, stream=self.stream)
-        self.stream.codec_context.flush_buffers()
+        """Every frame decoded, in order, from the first. The file is opened
+        again rather than sought to its start: this is the path for recordings
+        that cannot be copied, and a seek to 0 fails on an MP4 whose first
+        sample is no keyframe."""
+        self._src.close()
+        self._src = av.open(str(self.path))
+        self.stream = self._src.streams.video[0]
         return self._src.decode(self.stream)
 
     def decode_alone(self, packet: av.Packet | None) -> list[av.VideoFrame]:

@@ -35,11 +35,13 @@ NameArg = Annotated[str, typer.Argument(help="The station's name (its config's `
 
 
 @contextmanager
-def _session(ctx: typer.Context) -> Iterator[ProctorSession]:
+def _session(ctx: typer.Context, *, create: bool = False) -> Iterator[ProctorSession]:
+    """The command's one transaction; ``create``: it makes something (enrolling a
+    station), so a data folder with no database yet gets one."""
     from proctor.core.cli_context import cli_context
     from proctor.core.db.opening import command_session
 
-    with command_session(cli_context(ctx).settings()) as session:
+    with command_session(cli_context(ctx).settings(), create=create) as session:
         yield session
 
 
@@ -77,7 +79,7 @@ def enrol(
 
     if profile not in PROFILES.names():
         raise UsageError(f"--profile: '{profile}' is not one of {', '.join(PROFILES.names())}")
-    with _session(ctx) as session:
+    with _session(ctx, create=True) as session:
         issued = station_credentials.enrol(session, name=name, profile=profile, actor=_actor())
     _show(issued, "enrolled")
 

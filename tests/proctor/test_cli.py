@@ -100,6 +100,12 @@ def test_a_reading_command_in_a_folder_without_data_creates_nothing(tmp_path: Pa
     assert f"new database: {tmp_path / 'proctor-data' / 'proctor.db'} (empty)" in made.stderr
     listed = run(["user", "list"], cwd=tmp_path)
     assert listed.returncode == 0 and "ada" in listed.stdout, listed.stderr
+    # enrolling a station on a new server makes the database too
+    fresh = tmp_path / "server"
+    fresh.mkdir()
+    enrolled = run(["station", "enrol", "cell-1", "--profile", "sim"], cwd=fresh)
+    assert enrolled.returncode == 0, enrolled.stderr
+    assert f"new database: {fresh / 'proctor-data' / 'proctor.db'} (empty)" in enrolled.stderr
 
 
 def test_campaign_create_names_the_options_it_still_needs(tmp_path: Path) -> None:

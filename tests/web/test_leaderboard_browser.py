@@ -100,8 +100,18 @@ def test_the_board_opens_with_what_was_evaluated_and_the_ranking(
     assert f"{n} policies against the human reference" in text, text
     objects = sorted({o["object"] for p in result["policies"] for o in p["per_object"]})
     assert f"on {len(objects)} objects" in text and all(o in text for o in objects), text
-    first = next(p["policy"] for p in result["policies"] if p["rank"] == 1)
-    assert page.locator("[data-testid=board-first]").inner_text() == first
+    first = next(p for p in result["policies"] if p["rank"] == 1)
+    assert page.locator("[data-testid=board-first]").inner_text() == first["policy"]
+    # tied: every policy sharing a group letter with the first (not only identical letters)
+    tied = [
+        p["policy"]
+        for p in result["policies"]
+        if not p["reference"] and p is not first and set(p["letters"]) & set(first["letters"])
+    ]
+    if tied:
+        assert f"tied with {', '.join(tied)}" in text, text
+    else:
+        assert "tied with" not in text, text
     # the ranking: the header and every policy row inside the first viewport
     rows = page.locator("#board-table tbody tr")
     assert rows.count() == len(result["policies"])

@@ -14,8 +14,8 @@ Every ``proctor`` command that reads or writes the database opens it here:
   never creates the embedded default: run in the wrong folder it would
   otherwise make an empty ``./proctor-data`` and then report "no campaign";
   it refuses, naming the folder it looked in and how to point it elsewhere.
-  A command that makes something (``user create-admin``/``add``, ``campaign create``)
-  creates it, and says where on standard error.
+  A command that makes something (``user create-admin``/``add``, ``campaign
+  create``, ``station enrol``) creates it, and says where on standard error.
 
 ``proctor serve`` alone may migrate a configured database, when told to
 (``--migrate``); it reads the same ``schema_state``.
@@ -111,7 +111,8 @@ def no_database(path: Path) -> str:
         f"data folder: there is no database in {path.parent} (no {path.name}), so nothing "
         "to read. Run the command where the data folder is, or name it with "
         "PROCTOR_DATA_DIR (or data_dir in the config file); `proctor serve`, `proctor demo`, "
-        "`proctor user create-admin` and `proctor campaign create` make a new one"
+        "`proctor user create-admin`, `proctor campaign create` and `proctor station enrol` "
+        "make a new one"
     )
 
 

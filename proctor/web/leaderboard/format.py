@@ -28,7 +28,7 @@ def pvalue(p: Any, at_floor: bool = False) -> str:
     the truth is that or less: "≤ 0.005", never an exact-looking "0.005"."""
     if not _ok(p):
         return DASH
-    if at_floor:
+    if at_floor and p < 1.0:  # a floor Bonferroni capped at 1 says nothing
         return f"≤ {p:.3f}" if p >= 0.001 else f"≤ {p:.1e}"
     if p < 0.001:
         return "< 0.001"

@@ -22,6 +22,7 @@ from proctor.core.db.engine import ProctorSession
 from proctor.core.db.models import Artifact, Assignment, Episode, ObjectType
 from proctor.core.domain import ArtifactKind, EpisodeState
 from proctor.web.leaderboard.board import Board
+from proctor.web.leaderboard.format import at_resampling_floor
 
 
 class SideOut(BaseModel):
@@ -158,6 +159,7 @@ def compare_view(session: ProctorSession, board: Board, a: str, b: str) -> Compa
                 "significant": q.significant,
                 # the numbers behind it, so the page can say why in one line
                 "ks_p_bonferroni": q.macro_ks.p_bonferroni,
+                "ks_p_at_floor": at_resampling_floor(q.macro_ks.p, q.macro_ks.resamples),
                 "rmst_diff": [q.rmst_diff.estimate, q.rmst_diff.lo, q.rmst_diff.hi],
                 "rmst_diff_bonferroni": None
                 if q.rmst_diff_bonferroni is None

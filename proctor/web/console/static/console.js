@@ -65,12 +65,18 @@
       apply(next);
       return true;
     } catch (err) {
-      if (action === "next" && err.status === 503) {
-        // the policy failed its pre-flight: the run was skipped and the station's own
-        // notice says so (one message, not the notice and this error with the same text)
-        message("", "info");
-        window.Proctor.api(`${API}/status`).then(apply).catch(() => {});
-        return false;
+      if (action === "next" && err.status === 503 && err.message) {
+        // a policy that failed its pre-flight: the run was skipped, and the station's own
+        // notice says so; show that one message, not it and this error with the same text.
+        // Any other 503 (the console server cannot reach the station) is shown as it is.
+        try {
+          const next = await window.Proctor.api(`${API}/status`);
+          apply(next);
+          if (next.notice?.message.includes(err.message)) {
+            message("", "info");
+            return false;
+          }
+        } catch (_) { /* the status did not come: the error below says what happened */ }
       }
       message(err.message || String(err), err.status === 409 ? "warning" : "error");
       return false;

@@ -96,9 +96,9 @@
   function timeChart(container, opts, tau, toolbar) {
     const fitted = timeDomain(opts.series || [], tau);
     const cut = fitted[1] < tau;
-    const label = `${opts.xLabel || "t, s"} (τ = ${fmt(tau)} s${cut ? ", past the axis's end" : ""})`;
+    const labelFor = (whole) => `${opts.xLabel || "t, s"} (τ = ${fmt(tau)} s${cut && !whole ? ", past the axis's end" : ""})`;
     const chart = new LineChart(container, Object.assign({}, opts, {
-      xDomain: fitted, xLabel: label, vLines: [{ x: tau, label: "τ" }],
+      xDomain: fitted, xLabel: labelFor(false), vLines: [{ x: tau, label: "τ" }],
     }));
     container.dataset.fitted = String(fitted[1]);
     if (toolbar && cut) {
@@ -108,6 +108,7 @@
       b.dataset.act = "time-range";
       const show = (whole) => {
         chart.fullX = whole ? [0, tau] : fitted.slice();
+        chart.opts.xLabel = labelFor(whole);
         chart.setXDomain(chart.fullX);
         b.textContent = whole ? `fit to the data (0–${fmt(fitted[1])} s)` : `whole 0–τ (${fmt(tau)} s)`;
         b.setAttribute("aria-pressed", String(whole));
